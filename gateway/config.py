@@ -1,0 +1,263 @@
+"""The project file: the event log, the declared state stores, the cluster and its settings.
+
+One TOML file describes everything; relative paths are resolved against the file's folder.
+See demo/stategate.toml for a complete example and README.md for every setting.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Literal
+
+from gateway.partitioner import KeyType
+
+FieldType = Literal["string", "int", "long", "double", "boolean"]
+StoreKind = Literal["table", "aggregate", "window"]
+AggFunc = Literal["count", "sum", "min", "max"]
+
+FIELD_TYPES: tuple[FieldType, ...] = ("string", "int", "long", "double", "boolean")
+KEY_TYPES: tuple[KeyType, ...] = ("string", "int", "long")
+_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
+_AGG = re.compile(r"^(count)(?:\(\))?$|^(sum|min|max)\((\w+)\)$")
+_DURATION = re.compile(r"^(\d+)(ms|s|m|h|d)$")
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+class ConfigError(ValueError):
+    """The project file is not valid; the message names the offending entry."""
+
+
+@dataclass(frozen=True)
+class Topic:
+    name: str
+    key_type: KeyType
+    value: dict[str, FieldType]
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    name: str
+    func: AggFunc
+    source: str | None  # the value field; None for count
+
+    def result_type(self, topic: Topic) -> FieldType:
+        if self.func == "count":
+            return "long"
+        assert self.source is not None
+        source_type = topic.value[self.source]
+        if self.func == "sum":
+            return "double" if source_type == "double" else "long"
+        return source_type
+
+
+@dataclass(frozen=True)
+class Store:
+    name: str
+    kind: StoreKind
+    topic: Topic
+    aggregates: tuple[Aggregate, ...] = ()
+    window_size_ms: int = 0
+    window_advance_ms: int = 0
+
+    @property
+    def key_type(self) -> KeyType:
+        return self.topic.key_type
+
+    @property
+    def columns(self) -> dict[str, FieldType]:
+        """The typed value columns of one row, in declaration order (key and window aside)."""
+        if self.kind == "table":
+            return dict(self.topic.value)
+        return {a.name: a.result_type(self.topic) for a in self.aggregates}
+
+
+@dataclass(frozen=True)
+class Node:
+    id: str
+    address: str  # host:port
+    data_dir: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.address}"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Serving limits and timings, each with a documented default (README: Settings)."""
+
+    default_page_size: int = 100
+    max_page_size: int = 1000
+    max_keys_per_request: int = 10_000
+    internal_timeout_s: float = 2.0
+    health_interval_s: float = 1.0
+    sync_interval_s: float = 2.0
+    query_threads: int = 4
+    duckdb_memory_limit: str = "1GB"
+
+
+@dataclass(frozen=True)
+class Cluster:
+    partitions: int
+    replicas: int
+    nodes: tuple[Node, ...]
+    secret: str
+
+    def node(self, node_id: str) -> Node:
+        for node in self.nodes:
+            if node.id == node_id:
+                return node
+        raise ConfigError(f"unknown node {node_id!r}; nodes are {[n.id for n in self.nodes]}")
+
+    @cached_property
+    def replica_map(self) -> dict[int, tuple[str, ...]]:
+        """partition -> node ids, active first then standbys, assigned round-robin."""
+        ids = [n.id for n in self.nodes]
+        return {
+            p: tuple(ids[(p + r) % len(ids)] for r in range(self.replicas))
+            for p in range(self.partitions)
+        }
+
+    def hosted_by(self, node_id: str) -> list[int]:
+        return [p for p, ids in self.replica_map.items() if node_id in ids]
+
+
+@dataclass(frozen=True)
+class Project:
+    path: Path
+    log_dir: Path
+    snapshot_store: str  # a directory, or an http(s) URL served by `stategate store`
+    topics: dict[str, Topic]
+    stores: dict[str, Store]
+    cluster: Cluster
+    settings: Settings = field(default_factory=Settings)
+
+    def store(self, name: str) -> Store:
+        return self.stores[name]
+
+
+def load(path: str | os.PathLike[str]) -> Project:
+    path = Path(path).resolve()
+    try:
+        raw = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"{path}: {exc}") from exc
+    return parse(raw, path)
+
+
+def parse(raw: dict, path: Path) -> Project:
+    base = path.parent
+    topics = {t.name: t for t in (_topic(t) for t in raw.get("topics", []))}
+    stores: dict[str, Store] = {}
+    for entry in raw.get("stores", []):
+        store = _store(entry, topics)
+        if store.name in stores:
+            raise ConfigError(f"store {store.name!r} is declared twice")
+        stores[store.name] = store
+    if not stores:
+        raise ConfigError("declare at least one [[stores]] entry")
+    store_url = str(raw.get("snapshots", {}).get("store", "snapshots"))
+    if "://" not in store_url:
+        store_url = str(base / store_url)
+    return Project(
+        path=path,
+        log_dir=base / raw.get("log", {}).get("dir", "log"),
+        snapshot_store=store_url,
+        topics=topics,
+        stores=stores,
+        cluster=_cluster(raw.get("cluster", {}), base),
+        settings=Settings(**raw.get("settings", {})),
+    )
+
+
+def _topic(raw: dict) -> Topic:
+    name = raw.get("name", "")
+    if not re.match(r"^[A-Za-z0-9._-]+$", name):
+        raise ConfigError(f"topic name {name!r} must be letters, digits, '.', '_' or '-'")
+    key_type = raw.get("key", "string")
+    if key_type not in KEY_TYPES:
+        raise ConfigError(f"topic {name!r}: key must be one of {KEY_TYPES}, not {key_type!r}")
+    value = dict(raw.get("value", {}))
+    for fname, ftype in value.items():
+        _check_name(fname, f"topic {name!r} value field")
+        if ftype not in FIELD_TYPES:
+            raise ConfigError(f"topic {name!r} field {fname!r}: type must be one of {FIELD_TYPES}")
+    return Topic(name=name, key_type=key_type, value=value)
+
+
+def _store(raw: dict, topics: dict[str, Topic]) -> Store:
+    name = raw.get("name", "")
+    _check_name(name, "store name")
+    topic = topics.get(raw.get("topic", ""))
+    if topic is None:
+        raise ConfigError(f"store {name!r}: unknown topic {raw.get('topic')!r}")
+    kind = raw.get("kind")
+    if kind == "table":
+        return Store(name=name, kind="table", topic=topic)
+    if kind not in ("aggregate", "window"):
+        raise ConfigError(f"store {name!r}: kind must be table, aggregate or window")
+    aggregates = tuple(_aggregate(n, spec, topic, name) for n, spec in raw["aggregates"].items())
+    if kind == "aggregate":
+        return Store(name=name, kind="aggregate", topic=topic, aggregates=aggregates)
+    size = _duration(raw.get("size", ""), name)
+    advance = _duration(raw.get("advance", raw.get("size", "")), name)
+    if advance > size or size % advance:
+        raise ConfigError(f"store {name!r}: advance must divide the window size")
+    return Store(
+        name=name,
+        kind="window",
+        topic=topic,
+        aggregates=aggregates,
+        window_size_ms=size,
+        window_advance_ms=advance,
+    )
+
+
+def _aggregate(name: str, spec: str, topic: Topic, store: str) -> Aggregate:
+    _check_name(name, f"store {store!r} aggregate")
+    match = _AGG.match(spec.strip())
+    if not match:
+        raise ConfigError(f"store {store!r} aggregate {name!r}: {spec!r} is not count or f(field)")
+    if match.group(1):
+        return Aggregate(name=name, func="count", source=None)
+    func, source = match.group(2), match.group(3)
+    if source not in topic.value:
+        raise ConfigError(f"store {store!r} aggregate {name!r}: no field {source!r} in the topic")
+    if func == "sum" and topic.value[source] not in ("int", "long", "double"):
+        raise ConfigError(f"store {store!r} aggregate {name!r}: sum needs a numeric field")
+    return Aggregate(name=name, func=func, source=source)  # type: ignore[arg-type]
+
+
+def _cluster(raw: dict, base: Path) -> Cluster:
+    nodes = tuple(
+        Node(id=n["id"], address=n["address"], data_dir=base / n["data_dir"])
+        for n in raw.get("nodes", [])
+    )
+    if not nodes:
+        raise ConfigError("declare at least one [[cluster.nodes]] entry")
+    replicas = int(raw.get("replicas", 1))
+    if not 1 <= replicas <= len(nodes):
+        raise ConfigError(f"cluster.replicas must be between 1 and the node count {len(nodes)}")
+    secret = os.environ.get(raw.get("secret_env", "STATEGATE_SECRET")) or raw.get("secret", "")
+    if not secret:
+        raise ConfigError("set cluster.secret or the environment variable named by secret_env")
+    return Cluster(
+        partitions=int(raw.get("partitions", 1)), replicas=replicas, nodes=nodes, secret=secret
+    )
+
+
+def _duration(text: str, store: str) -> int:
+    match = _DURATION.match(str(text))
+    if not match:
+        raise ConfigError(f"store {store!r}: duration {text!r} must look like 1h, 15m, 30s")
+    return int(match.group(1)) * _UNIT_MS[match.group(2)]
+
+
+def _check_name(name: str, what: str) -> None:
+    if not _NAME.match(name):
+        raise ConfigError(f"{what} {name!r} must be a GraphQL-style name (letters and digits)")

@@ -1,0 +1,129 @@
+"""Answering sub-queries from this node's snapshots: one SQL statement per sub-query.
+
+Snapshots are sorted by key (and window start), so every statement below is a range
+predicate DuckDB prunes with zone maps, and a scan reads only its page plus one row.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+
+from gateway.config import Project, Store
+from gateway.positions import satisfies
+from gateway.protocol import KINDS, Answer, SubQuery
+from gateway.snapshots import Snapshot, SnapshotCatalog
+
+
+def execute(
+    catalog: SnapshotCatalog, project: Project, node_id: str, subqueries: list[SubQuery]
+) -> list[Answer]:
+    """Run a batch of sub-queries on this node (blocking: call it from a worker thread)."""
+    return [_answer(catalog, project, node_id, q) for q in subqueries]
+
+
+def _answer(catalog: SnapshotCatalog, project: Project, node_id: str, q: SubQuery) -> Answer:
+    active = project.cluster.replica_map.get(q.partition, ("",))[0] == node_id
+    answer = Answer(id=q.id, node=node_id, active=active)
+    store = project.stores.get(q.store)
+    if store is None:
+        return _fail(answer, "DOES_NOT_EXIST", f"no store {q.store!r} on node {node_id}")
+    if q.kind not in KINDS:
+        return _fail(answer, "UNKNOWN_QUERY_TYPE", f"unknown query kind {q.kind!r}")
+    if q.require_active and not active:
+        return _fail(answer, "NOT_ACTIVE", f"{node_id} is a standby of partition {q.partition}")
+    with catalog.lease(q.partition) as snapshot:
+        if snapshot is None:
+            return _fail(answer, "NOT_PRESENT", f"{node_id} has no snapshot of {q.partition}")
+        answer.version, answer.offsets = snapshot.version, snapshot.offsets
+        if not satisfies(snapshot.offsets, q.bound):
+            return _fail(
+                answer,
+                "NOT_UP_TO_BOUND",
+                f"partition {q.partition} on {node_id} is at {snapshot.offsets}, "
+                f"the bound asks for {q.bound}",
+            )
+        try:
+            answer.rows = run(catalog.cursor(), snapshot, store, q.kind, q.params)
+        except (duckdb.Error, KeyError, TypeError, ValueError) as exc:
+            return _fail(answer, "STORE_EXCEPTION", f"{type(exc).__name__}: {exc}")
+    return answer
+
+
+def _fail(answer: Answer, reason: str, message: str) -> Answer:
+    answer.failure, answer.message = reason, message
+    return answer
+
+
+def columns(store: Store) -> list[str]:
+    window = ["window_start"] if store.kind == "window" else []
+    return ["key", *window, *store.columns]
+
+
+def run(
+    cursor: duckdb.DuckDBPyConnection,
+    snapshot: Snapshot,
+    store: Store,
+    kind: str,
+    params: dict[str, Any],
+) -> list[list[Any]]:
+    where, args, order, limit = _predicate(store, kind, params)
+    cols = ", ".join(f'"{c}"' for c in columns(store))
+    sql = f'SELECT {cols} FROM {snapshot.alias}."{store.name}" WHERE {where}'
+    if order:
+        sql += f" ORDER BY {order}"
+    if limit is not None:
+        sql += f" LIMIT {int(limit)}"
+    return [list(row) for row in cursor.execute(sql, args).fetchall()]
+
+
+def _predicate(
+    store: Store, kind: str, p: dict[str, Any]
+) -> tuple[str, list[Any], str, int | None]:
+    if kind == "get":
+        return "key IN (SELECT unnest(?))", [p["keys"]], "", None
+    if kind == "window":
+        return (
+            "key = ? AND window_start BETWEEN ? AND ?",
+            [p["key"], p["from"], p["to"]],
+            "window_start",
+            None,
+        )
+    terms: list[str] = []
+    args: list[Any] = []
+    if kind == "prefix":
+        terms += ["key >= ?", "starts_with(key, ?)"]
+        args += [p["prefix"], p["prefix"]]
+        upper = prefix_upper_bound(p["prefix"])
+        if upper is not None:
+            terms.append("key < ?")
+            args.append(upper)
+    elif kind == "range":
+        for term, name in (("key >= ?", "from"), ("key <= ?", "to")):
+            if p.get(name) is not None:
+                terms.append(term)
+                args.append(p[name])
+    if kind == "windows":
+        terms.append("window_start BETWEEN ? AND ?")
+        args += [p["from"], p["to"]]
+        if p.get("after") is not None:
+            terms.append("(key > ? OR (key = ? AND window_start > ?))")
+            key, start = p["after"]
+            args += [key, key, start]
+        return " AND ".join(terms), args, "key, window_start", p["limit"]
+    if p.get("after") is not None:
+        terms.append("key > ?")
+        args.append(p["after"])
+    return " AND ".join(terms) or "true", args, "key", p["limit"]
+
+
+def prefix_upper_bound(prefix: str) -> str | None:
+    """The smallest string greater than every string starting with `prefix` (None: none)."""
+    stripped = prefix.rstrip("\U0010ffff")
+    if not stripped:
+        return None
+    last = ord(stripped[-1]) + 1
+    if 0xD800 <= last <= 0xDFFF:  # skip surrogates, which UTF-8 cannot encode
+        last = 0xE000
+    return stripped[:-1] + chr(last)

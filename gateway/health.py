@@ -1,0 +1,79 @@
+"""What this node knows of its peers: liveness, and each peer's snapshot positions.
+
+Peers are polled every `health_interval_s`; a failed call marks a peer down at once, so a
+dead node costs at most one timeout per request and is skipped until a poll sees it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import orjson
+
+from gateway.config import Project
+from gateway.protocol import SECRET_HEADER
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Peer:
+    id: str
+    alive: bool = True  # optimistic until a call or a poll says otherwise
+    seen_ms: int = 0
+    partitions: dict[int, dict[str, Any]] = field(default_factory=dict)  # p -> version, offsets
+
+
+class Membership:
+    def __init__(self, project: Project, node_id: str, client: httpx.AsyncClient) -> None:
+        self.project = project
+        self.node_id = node_id
+        self.client = client
+        self.peers = {n.id: Peer(n.id) for n in project.cluster.nodes if n.id != node_id}
+
+    def alive(self, node_id: str) -> bool:
+        peer = self.peers.get(node_id)
+        return peer is None or peer.alive
+
+    def mark_down(self, node_id: str) -> None:
+        if node_id in self.peers and self.peers[node_id].alive:
+            log.warning("peer %s marked down", node_id)
+            self.peers[node_id].alive = False
+
+    def offsets(self, node_id: str, partition: int) -> dict[str, int] | None:
+        peer = self.peers.get(node_id)
+        if peer is None or partition not in peer.partitions:
+            return None
+        return peer.partitions[partition]["offsets"]
+
+    async def poll_forever(self) -> None:
+        while True:
+            await self.poll_once()
+            await asyncio.sleep(self.project.settings.health_interval_s)
+
+    async def poll_once(self) -> None:
+        await asyncio.gather(*(self._poll(peer) for peer in self.peers.values()))
+
+    async def _poll(self, peer: Peer) -> None:
+        node = self.project.cluster.node(peer.id)
+        try:
+            response = await self.client.get(
+                f"{node.url}/internal/status",
+                headers={SECRET_HEADER: self.project.cluster.secret},
+                timeout=self.project.settings.internal_timeout_s,
+            )
+            response.raise_for_status()
+        except httpx.HTTPError:
+            self.mark_down(peer.id)
+            return
+        status = orjson.loads(response.content)
+        peer.partitions = {int(p): s for p, s in status["partitions"].items()}
+        peer.seen_ms = int(time.time() * 1000)
+        if not peer.alive:
+            log.info("peer %s is back", peer.id)
+        peer.alive = True

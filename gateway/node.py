@@ -1,0 +1,152 @@
+"""One gateway node: its snapshots, its view of the peers, its router, and their lifecycle."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+
+from gateway import execution
+from gateway.batching import RequestBatch
+from gateway.config import Project
+from gateway.health import Membership
+from gateway.protocol import Answer, SubQuery
+from gateway.routing import Router
+from gateway.snapshots import SnapshotCatalog
+from gateway.sync import SnapshotSync
+from spark_pipeline import eventlog
+
+log = logging.getLogger(__name__)
+
+
+class GatewayNode:
+    def __init__(self, project: Project, node_id: str) -> None:
+        self.project = project
+        self.id = node_id
+        self.config = project.cluster.node(node_id)
+        settings = project.settings
+        self.catalog = SnapshotCatalog(
+            self.config.data_dir / "snapshots",
+            list(project.stores),
+            threads=2,
+            memory=settings.duckdb_memory_limit,
+        )
+        self.client = httpx.AsyncClient(
+            limits=httpx.Limits(max_connections=64, max_keepalive_connections=32),
+            timeout=settings.internal_timeout_s,
+        )
+        self.membership = Membership(project, node_id, self.client)
+        self.sync = SnapshotSync(project, node_id, self.catalog, self.client)
+        self.router = Router(project, node_id, self.membership, self.client, self.execute_local)
+        self.router.local_offsets = self._local_offsets
+        self.pool = ThreadPoolExecutor(settings.query_threads, thread_name_prefix="query")
+        self.internal_requests = 0
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        hosted = self.project.cluster.hosted_by(self.id)
+        await asyncio.to_thread(self.catalog.open_existing, hosted)
+        try:
+            await self.sync.run_once()
+        except (OSError, ValueError, httpx.HTTPError) as exc:
+            log.warning("snapshot store unreachable at start: %s", exc)
+        settings = self.project.settings
+        self._tasks = [
+            asyncio.create_task(self.membership.poll_forever()),
+            asyncio.create_task(self.sync.run_forever(settings.sync_interval_s)),
+        ]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self.client.aclose()
+        self.pool.shutdown(wait=True)
+        self.catalog.close()
+
+    def execute_local(self, subqueries: list[SubQuery]) -> asyncio.Future[list[Answer]]:
+        loop = asyncio.get_running_loop()
+        return loop.run_in_executor(
+            self.pool, execution.execute, self.catalog, self.project, self.id, subqueries
+        )
+
+    def request_batch(self, authorization: str | None) -> RequestBatch:
+        return RequestBatch(
+            self.router, self.project.cluster.partitions, self.log_end, authorization
+        )
+
+    def log_end(self, topic: str, partition: int) -> int | None:
+        """The log end offset: read from the log when this machine has it, else the one the
+        pipeline saw (from the manifest)."""
+        if self.project.log_dir.is_dir():
+            return eventlog.end_offset(self.project.log_dir, topic, partition)
+        return self.sync.log_end(topic, partition)
+
+    def _local_offsets(self, partition: int) -> dict[str, int] | None:
+        snapshot = self.catalog.current().get(partition)
+        return snapshot.offsets if snapshot else None
+
+    def status(self) -> dict[str, Any]:
+        """This node's own snapshots, as peers poll them."""
+        return {
+            "node": self.id,
+            "partitions": {
+                str(p): {"version": s.version, "offsets": s.offsets, "created_ms": s.created_ms}
+                for p, s in sorted(self.catalog.current().items())
+            },
+            "sync_errors": {str(p): e for p, e in self.sync.errors.items()},
+        }
+
+    def partition_map(self) -> dict[str, Any]:
+        """Partitions, their replicas and roles, each replica's position, version, lag and
+        liveness, as this node knows them."""
+        cluster = self.project.cluster
+        mine = self.catalog.current()
+        partitions = []
+        for p, replica_ids in cluster.replica_map.items():
+            replicas = []
+            for rank, node_id in enumerate(replica_ids):
+                if node_id == self.id:
+                    snap = mine.get(p)
+                    state = {"version": snap.version, "offsets": snap.offsets} if snap else None
+                    alive = True
+                else:
+                    peer = self.membership.peers[node_id]
+                    state, alive = peer.partitions.get(p), peer.alive
+                offsets = state["offsets"] if state else {}
+                replicas.append(
+                    {
+                        "node": node_id,
+                        "address": cluster.node(node_id).address,
+                        "role": "ACTIVE" if rank == 0 else "STANDBY",
+                        "alive": alive,
+                        "version": state["version"] if state else None,
+                        "position": offsets,
+                        "lag": self._lag(p, offsets) if state else None,
+                    }
+                )
+            partitions.append({"partition": p, "replicas": replicas})
+        return {
+            "node": self.id,
+            "partitions_count": cluster.partitions,
+            "replicas": cluster.replicas,
+            "topics": {t.name: t.key_type for t in self.project.topics.values()},
+            "nodes": [{"id": n.id, "address": n.address} for n in cluster.nodes],
+            "partitions": partitions,
+            "generated_ms": int(time.time() * 1000),
+        }
+
+    def _lag(self, partition: int, offsets: dict[str, int]) -> int | None:
+        lags = []
+        for topic in self.project.topics:
+            end = self.log_end(topic, partition)
+            if end is None:
+                return None
+            lags.append(max(0, end - offsets.get(topic, 0)))
+        return sum(lags)

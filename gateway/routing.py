@@ -1,0 +1,175 @@
+"""Where sub-queries go: each partition to one of its replicas, in rounds.
+
+Round r sends every sub-query still unanswered to its next eligible replica, one internal
+request per node, all nodes in parallel. A partition whose replica failed (node down,
+NOT_PRESENT during a move, NOT_UP_TO_BOUND...) moves to the next replica in the next round.
+Internal requests are answered locally by the receiving node and never forwarded again.
+
+Replica order: this node first when it hosts the partition and is as fresh as the active
+(no hop at all), then the active, then the standbys.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import httpx
+
+from gateway.config import Project
+from gateway.health import Membership
+from gateway.positions import satisfies
+from gateway.protocol import (
+    RETRYABLE,
+    SECRET_HEADER,
+    Answer,
+    SubQuery,
+    decode_answers,
+    encode_request,
+)
+
+LocalExecutor = Callable[[list[SubQuery]], "asyncio.Future[list[Answer]]"]
+
+
+@dataclass
+class Trace:
+    """What one request cost: the internal calls of each round."""
+
+    rounds: list[dict[str, int]] = field(default_factory=list)  # node -> sub-queries
+    millis: float = 0.0
+
+    def calls(self) -> int:
+        return sum(len(r) for r in self.rounds)
+
+
+class Router:
+    def __init__(
+        self,
+        project: Project,
+        node_id: str,
+        membership: Membership,
+        client: httpx.AsyncClient,
+        local: Callable[[list[SubQuery]], asyncio.Future[list[Answer]]],
+    ) -> None:
+        self.project = project
+        self.node_id = node_id
+        self.membership = membership
+        self.client = client
+        self.local = local
+        self.local_offsets: Callable[[int], dict[str, int] | None] = lambda p: None
+
+    async def execute(
+        self, subqueries: list[SubQuery], authorization: str | None = None
+    ) -> tuple[dict[int, Answer], Trace]:
+        started = time.perf_counter()
+        trace = Trace()
+        done: dict[int, Answer] = {}
+        tried: dict[int, set[str]] = defaultdict(set)
+        pending = list(subqueries)
+        while pending:
+            by_node: dict[str, list[SubQuery]] = defaultdict(list)
+            for q in pending:
+                node = self._next_replica(q, tried[q.id])
+                if node is None:
+                    done.setdefault(q.id, self._unanswerable(q, tried[q.id]))
+                    continue
+                tried[q.id].add(node)
+                by_node[node].append(q)
+            if not by_node:
+                break
+            trace.rounds.append({n: len(qs) for n, qs in by_node.items()})
+            batches = await asyncio.gather(
+                *(self._call(n, qs, authorization) for n, qs in by_node.items())
+            )
+            pending = []
+            by_id = {q.id: q for qs in by_node.values() for q in qs}
+            for answers in batches:
+                for answer in answers:
+                    retry = answer.failure in RETRYABLE
+                    if answer.ok or not retry:
+                        done[answer.id] = answer
+                    else:
+                        done[answer.id] = answer  # kept in case no replica is left
+                        pending.append(by_id[answer.id])
+            pending = [q for q in pending if not done[q.id].ok]
+        trace.millis = (time.perf_counter() - started) * 1000
+        return done, trace
+
+    def replicas(self, q: SubQuery) -> list[str]:
+        """Eligible replicas of the sub-query's partition, in the order they are tried."""
+        ids = list(self.project.cluster.replica_map[q.partition])
+        active = ids[0]
+        if q.require_active:
+            ids = [active]
+        elif self.node_id in ids[1:] and self._as_fresh_as(active, q.partition):
+            ids.remove(self.node_id)
+            ids.insert(0, self.node_id)
+        return [n for n in ids if self.membership.alive(n) and self._may_satisfy(n, q)]
+
+    def _next_replica(self, q: SubQuery, tried: set[str]) -> str | None:
+        return next((n for n in self.replicas(q) if n not in tried), None)
+
+    def _known_offsets(self, node_id: str, partition: int) -> dict[str, int] | None:
+        if node_id == self.node_id:
+            return self.local_offsets(partition)
+        return self.membership.offsets(node_id, partition)
+
+    def _may_satisfy(self, node_id: str, q: SubQuery) -> bool:
+        offsets = self._known_offsets(node_id, q.partition)
+        return offsets is None or satisfies(offsets, q.bound)  # unknown: let the node say
+
+    def _as_fresh_as(self, active: str, partition: int) -> bool:
+        mine = self.local_offsets(partition)
+        if mine is None:
+            return False
+        theirs = self._known_offsets(active, partition)
+        return theirs is None or satisfies(mine, theirs)
+
+    def _unanswerable(self, q: SubQuery, tried: set[str]) -> Answer:
+        ids = self.project.cluster.replica_map[q.partition]
+        if q.require_active and not self.membership.alive(ids[0]):
+            reason, text = "NODE_UNAVAILABLE", f"active replica {ids[0]} is down"
+        elif any(not self.membership.alive(n) for n in ids if n not in tried):
+            reason, text = "NODE_UNAVAILABLE", f"no live replica of partition {q.partition}"
+        else:
+            reason, text = (
+                "NOT_UP_TO_BOUND",
+                f"no replica of partition {q.partition} is at the bound",
+            )
+        return Answer(id=q.id, node="", failure=reason, message=text)
+
+    async def _call(
+        self, node_id: str, subqueries: list[SubQuery], authorization: str | None
+    ) -> list[Answer]:
+        if node_id == self.node_id:
+            return await self.local(subqueries)
+        node = self.project.cluster.node(node_id)
+        headers = {SECRET_HEADER: self.project.cluster.secret}
+        if authorization:
+            headers["authorization"] = authorization
+        try:
+            response = await self.client.post(
+                f"{node.url}/internal/query",
+                content=encode_request(subqueries),
+                headers=headers,
+                timeout=self.project.settings.internal_timeout_s,
+            )
+            response.raise_for_status()
+            return decode_answers(response.content)
+        except httpx.TransportError as exc:
+            self.membership.mark_down(node_id)
+            return _all_failed(subqueries, node_id, f"{node_id} unreachable: {exc!r}")
+        except httpx.HTTPStatusError as exc:
+            return _all_failed(
+                subqueries, node_id, f"{node_id} answered {exc.response.status_code}"
+            )
+
+
+def _all_failed(subqueries: list[SubQuery], node_id: str, message: str) -> list[Answer]:
+    return [
+        Answer(id=q.id, node=node_id, failure="NODE_UNAVAILABLE", message=message)
+        for q in subqueries
+    ]

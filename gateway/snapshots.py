@@ -1,0 +1,186 @@
+"""The node's snapshot files: one DuckDB hub connection, one read-only ATTACH per
+(partition, version), a cursor per thread.
+
+A query leases the partition's current snapshot; installing a new version switches the
+pointer at once and retires the old one, which is detached and deleted when its last lease
+ends. A query in flight therefore always finishes on the version it started with.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+log = logging.getLogger(__name__)
+_FILE = re.compile(r"^p(\d{3})-v(\d{6})\.duckdb$")
+
+
+class SnapshotError(Exception):
+    """A snapshot file that cannot be served (unreadable, wrong partition, missing tables)."""
+
+
+@dataclass
+class Snapshot:
+    partition: int
+    version: int
+    path: Path
+    alias: str
+    offsets: dict[str, int]  # topic -> next offset to read
+    created_ms: int
+    leases: int = 0
+    retired: bool = False
+
+
+def file_name(partition: int, version: int) -> str:
+    return f"p{partition:03d}-v{version:06d}.duckdb"
+
+
+class SnapshotCatalog:
+    def __init__(self, folder: Path, stores: list[str], threads: int = 2, memory: str = "1GB"):
+        self.folder = folder
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self._stores = stores
+        self._hub = duckdb.connect(":memory:", config={"threads": threads, "memory_limit": memory})
+        self._lock = threading.Lock()
+        self._current: dict[int, Snapshot] = {}
+        self._local = threading.local()
+
+    def open_existing(self, partitions: list[int]) -> None:
+        """Serve the newest valid file of each hosted partition already on disk."""
+        newest: dict[int, tuple[int, Path]] = {}
+        for path in self.folder.iterdir():
+            match = _FILE.match(path.name)
+            if not match:
+                continue
+            partition, version = int(match.group(1)), int(match.group(2))
+            if partition not in partitions:
+                continue
+            if version > newest.get(partition, (0, path))[0]:
+                newest[partition] = (version, path)
+        for partition, (version, path) in sorted(newest.items()):
+            try:
+                self.install(partition, version, path)
+            except SnapshotError as exc:
+                log.warning("not serving %s: %s", path.name, exc)
+        self._remove_strays()
+
+    def install(self, partition: int, version: int, path: Path) -> Snapshot:
+        """Attach a verified file and make it the partition's current snapshot."""
+        alias = f"p{partition}v{version}"
+        cursor = self._hub.cursor()
+        try:
+            cursor.execute(f"ATTACH '{path}' AS {alias} (READ_ONLY)")
+        except duckdb.Error as exc:
+            raise SnapshotError(f"cannot open {path.name}: {exc}") from exc
+        try:
+            snapshot = self._inspect(cursor, partition, version, path, alias)
+        except (duckdb.Error, SnapshotError) as exc:
+            cursor.execute(f"DETACH {alias}")
+            raise SnapshotError(f"{path.name} is not a snapshot of partition {partition}: {exc}")
+        with self._lock:
+            old = self._current.get(partition)
+            if old is not None and old.version >= version:
+                stale = snapshot
+            else:
+                self._current[partition] = snapshot
+                stale = old
+            if stale is not None:
+                stale.retired = True
+        if stale is not None:
+            self._release_if_unused(stale)
+        return snapshot
+
+    def _inspect(
+        self,
+        cursor: duckdb.DuckDBPyConnection,
+        partition: int,
+        version: int,
+        path: Path,
+        alias: str,
+    ) -> Snapshot:
+        row = cursor.execute(
+            f"SELECT partition, version, created_ms FROM {alias}._snapshot"
+        ).fetchone()
+        if row is None or row[0] != partition or row[1] != version:
+            raise SnapshotError(f"its _snapshot row says {row}")
+        tables = {
+            r[0]
+            for r in cursor.execute(
+                "SELECT table_name FROM duckdb_tables() WHERE database_name = ?", [alias]
+            ).fetchall()
+        }
+        missing = [s for s in self._stores if s not in tables]
+        if missing:
+            raise SnapshotError(f"stores {missing} are missing")
+        offsets = dict(cursor.execute(f'SELECT topic, "offset" FROM {alias}._position').fetchall())
+        return Snapshot(partition, version, path, alias, offsets, int(row[2]))
+
+    @contextmanager
+    def lease(self, partition: int) -> Iterator[Snapshot | None]:
+        with self._lock:
+            snapshot = self._current.get(partition)
+            if snapshot is not None:
+                snapshot.leases += 1
+        try:
+            yield snapshot
+        finally:
+            if snapshot is not None:
+                with self._lock:
+                    snapshot.leases -= 1
+                self._release_if_unused(snapshot)
+
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        """This thread's cursor on the hub (duckdb refuses one connection on two threads)."""
+        cursor = getattr(self._local, "cursor", None)
+        if cursor is None:
+            cursor = self._local.cursor = self._hub.cursor()
+        return cursor
+
+    def current(self) -> dict[int, Snapshot]:
+        with self._lock:
+            return dict(self._current)
+
+    def version(self, partition: int) -> int:
+        snapshot = self.current().get(partition)
+        return snapshot.version if snapshot else 0
+
+    def drop(self, partition: int) -> None:
+        """Stop serving a partition (it moved away, or its file is gone)."""
+        with self._lock:
+            snapshot = self._current.pop(partition, None)
+            if snapshot is not None:
+                snapshot.retired = True
+        if snapshot is not None:
+            self._release_if_unused(snapshot)
+
+    def close(self) -> None:
+        self._hub.close()
+
+    def _release_if_unused(self, snapshot: Snapshot) -> None:
+        with self._lock:
+            if not snapshot.retired or snapshot.leases > 0 or snapshot.alias == "":
+                return
+            alias, snapshot.alias = snapshot.alias, ""
+        try:
+            self._hub.cursor().execute(f"DETACH {alias}")
+        except duckdb.Error as exc:  # already detached: nothing left to free
+            log.debug("detach %s: %s", alias, exc)
+        snapshot.path.unlink(missing_ok=True)
+
+    def _remove_strays(self) -> None:
+        """Delete older versions and unfinished downloads left by an earlier run."""
+        serving = {s.path.name for s in self.current().values()}
+        for path in self.folder.iterdir():
+            if path.name not in serving and (_FILE.match(path.name) or path.name.startswith(".")):
+                try:
+                    os.unlink(path)
+                except OSError as exc:
+                    log.warning("cannot remove %s: %s", path, exc)

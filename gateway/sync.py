@@ -1,0 +1,142 @@
+"""Delivery: a node pulls the snapshots of the partitions it hosts from the snapshot store.
+
+The store is a directory (local or shared file system) or an http(s) URL served by
+`stategate store`, authenticated with the cluster secret. A file is downloaded under a
+hidden name in the node's own data directory, its size and sha256 are checked against the
+manifest, and only then is it renamed and attached; anything else is deleted and the
+previous version keeps serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+
+from gateway.config import Project
+from gateway.protocol import SECRET_HEADER
+from gateway.snapshots import SnapshotCatalog, SnapshotError, file_name
+
+log = logging.getLogger(__name__)
+_CHUNK = 1 << 20
+
+
+class DeliveryError(Exception):
+    """A snapshot that did not arrive intact."""
+
+
+class SnapshotSync:
+    def __init__(
+        self, project: Project, node_id: str, catalog: SnapshotCatalog, client: httpx.AsyncClient
+    ) -> None:
+        self.project = project
+        self.node_id = node_id
+        self.catalog = catalog
+        self.client = client
+        self.manifest: dict[str, Any] = {}
+        self.errors: dict[int, str] = {}
+        self._lock = asyncio.Lock()
+        self._remote = "://" in project.snapshot_store
+
+    async def run_once(self) -> dict[int, int]:
+        """Install every newer version the manifest lists; returns partition -> version."""
+        async with self._lock:
+            self.manifest = await self._read_manifest()
+            installed: dict[int, int] = {}
+            entries = self.manifest.get("partitions", {})
+            for partition in self.project.cluster.hosted_by(self.node_id):
+                entry = entries.get(str(partition))
+                if entry is None or entry["version"] <= self.catalog.version(partition):
+                    continue
+                try:
+                    await self._install(partition, entry)
+                except (DeliveryError, SnapshotError, OSError, httpx.HTTPError) as exc:
+                    self.errors[partition] = f"version {entry['version']}: {exc}"
+                    log.warning("partition %s not updated: %s", partition, exc)
+                else:
+                    self.errors.pop(partition, None)
+                    installed[partition] = entry["version"]
+            return installed
+
+    async def run_forever(self, interval_s: float) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await self.run_once()
+            except (OSError, ValueError, httpx.HTTPError) as exc:
+                log.warning("snapshot store unreachable: %s", exc)
+
+    def log_end(self, topic: str, partition: int) -> int | None:
+        return self.manifest.get("log_end", {}).get(topic, {}).get(str(partition))
+
+    async def _read_manifest(self) -> dict[str, Any]:
+        if self._remote:
+            response = await self.client.get(
+                f"{self.project.snapshot_store}/manifest.json", headers=self._auth()
+            )
+            if response.status_code == 404:
+                return {}
+            response.raise_for_status()
+            return orjson.loads(response.content)
+        path = Path(self.project.snapshot_store) / "manifest.json"
+        return orjson.loads(path.read_bytes()) if path.exists() else {}
+
+    async def _install(self, partition: int, entry: dict[str, Any]) -> None:
+        version = int(entry["version"])
+        final = self.catalog.folder / file_name(partition, version)
+        tmp = self.catalog.folder / f".incoming-{final.name}"
+        try:
+            digest, size = await self._fetch(entry["path"], tmp)
+            if size != entry["size"] or digest != entry["sha256"]:
+                raise DeliveryError(
+                    f"checksum mismatch: got {size} bytes sha256 {digest[:12]}, "
+                    f"manifest says {entry['size']} bytes sha256 {entry['sha256'][:12]}"
+                )
+            os.rename(tmp, final)
+        finally:
+            tmp.unlink(missing_ok=True)
+        try:
+            await asyncio.to_thread(self.catalog.install, partition, version, final)
+        except SnapshotError:
+            final.unlink(missing_ok=True)
+            raise
+
+    async def _fetch(self, relative: str, target: Path) -> tuple[str, int]:
+        digest = hashlib.sha256()
+        size = 0
+        with open(target, "wb") as out:
+            if self._remote:
+                url = f"{self.project.snapshot_store}/{relative}"
+                async with self.client.stream("GET", url, headers=self._auth()) as response:
+                    response.raise_for_status()
+                    async for chunk in response.aiter_bytes(_CHUNK):
+                        digest.update(chunk)
+                        size += len(chunk)
+                        out.write(chunk)
+            else:
+                digest, size = await asyncio.to_thread(
+                    _copy, Path(self.project.snapshot_store) / relative, out
+                )
+            out.flush()
+            os.fsync(out.fileno())
+        return digest.hexdigest(), size
+
+    def _auth(self) -> dict[str, str]:
+        return {SECRET_HEADER: self.project.cluster.secret}
+
+
+def _copy(source: Path, out: Any) -> tuple[Any, int]:
+    digest = hashlib.sha256()
+    size = 0
+    with open(source, "rb") as src:
+        while chunk := src.read(_CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+            out.write(chunk)
+    return digest, size

@@ -1,0 +1,115 @@
+"""The `stores` and `cluster` queries: what can be asked, and who holds what."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+import strawberry
+
+from resolvers.context import Context
+from resolvers.meta import ReplicaRole, TopicOffset
+from resolvers.scalars import Long
+
+
+@strawberry.enum
+class StoreKind(Enum):
+    TABLE = "table"
+    AGGREGATE = "aggregate"
+    WINDOW = "window"
+
+
+@strawberry.type
+class Column:
+    name: str
+    type: str
+
+
+@strawberry.type(description="A declared state store and the fields that query it.")
+class StoreInfo:
+    name: str
+    kind: StoreKind
+    topic: str
+    key_type: str
+    window_size_ms: Long | None  # type: ignore[valid-type]
+    window_advance_ms: Long | None  # type: ignore[valid-type]
+    columns: list[Column]
+
+
+@strawberry.type
+class Replica:
+    node: str
+    address: str
+    role: ReplicaRole
+    alive: bool
+    version: int | None
+    position: list[TopicOffset]
+    lag: Long | None = strawberry.field(  # type: ignore[valid-type]
+        description="Offsets behind the log end (all topics), null when unknown."
+    )
+
+
+@strawberry.type
+class PartitionInfo:
+    partition: int
+    replicas: list[Replica]
+
+
+@strawberry.type
+class NodeInfo:
+    id: str
+    address: str
+
+
+@strawberry.type(description="The partition map as the answering node sees it.")
+class ClusterInfo:
+    node: str = strawberry.field(description="The node that answered this query.")
+    partitions_count: int
+    replicas: int
+    nodes: list[NodeInfo]
+    partitions: list[PartitionInfo]
+
+
+def stores(info: strawberry.Info[Context, None]) -> list[StoreInfo]:
+    return [
+        StoreInfo(
+            name=s.name,
+            kind=StoreKind(s.kind),
+            topic=s.topic.name,
+            key_type=s.key_type,
+            window_size_ms=s.window_size_ms or None,
+            window_advance_ms=s.window_advance_ms or None,
+            columns=[Column(name=n, type=t) for n, t in s.columns.items()],
+        )
+        for s in info.context.node.project.stores.values()
+    ]
+
+
+def cluster(info: strawberry.Info[Context, None]) -> ClusterInfo:
+    raw = info.context.node.partition_map()
+    return ClusterInfo(
+        node=raw["node"],
+        partitions_count=raw["partitions_count"],
+        replicas=raw["replicas"],
+        nodes=[NodeInfo(**n) for n in raw["nodes"]],
+        partitions=[
+            PartitionInfo(
+                partition=p["partition"],
+                replicas=[
+                    Replica(
+                        node=r["node"],
+                        address=r["address"],
+                        role=ReplicaRole(r["role"]),
+                        alive=r["alive"],
+                        version=r["version"],
+                        position=[
+                            TopicOffset(topic=t, partition=p["partition"], offset=o)
+                            for t, o in sorted(r["position"].items())
+                        ],
+                        lag=r["lag"],
+                    )
+                    for r in p["replicas"]
+                ],
+            )
+            for p in raw["partitions"]
+        ],
+    )

@@ -1,0 +1,153 @@
+"""A Kafka-faithful partitioned log on local disk.
+
+<log>/<topic>-<partition>/<base offset, 20 digits>.parquet
+
+Each segment is an immutable Parquet file of records (offset, timestamp, key, value); offsets
+are dense and increasing per partition, and a segment is named by its first offset, as Kafka
+names its segment files. An append writes a hidden temporary file, fsyncs it and renames it
+into place under a per-partition lock, so a reader lists either the whole segment or nothing.
+Values are JSON text (Kafka's JSON serde); a null value is a tombstone.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from gateway.config import Topic
+from gateway.partitioner import Key, partition_for
+
+_KEY_ARROW = {"string": pa.string(), "int": pa.int32(), "long": pa.int64()}
+
+
+@dataclass(frozen=True)
+class Record:
+    key: Key
+    value: dict | None
+    timestamp_ms: int
+
+
+def segment_schema(topic: Topic) -> pa.Schema:
+    return pa.schema(
+        [
+            ("offset", pa.int64()),
+            ("timestamp", pa.int64()),
+            ("key", _KEY_ARROW[topic.key_type]),
+            ("value", pa.string()),
+        ]
+    )
+
+
+def partition_dir(log_dir: Path, topic: str, partition: int) -> Path:
+    return log_dir / f"{topic}-{partition}"
+
+
+def segments(log_dir: Path, topic: str, partition: int) -> list[tuple[int, Path]]:
+    """The partition's published segments as (base offset, path), oldest first."""
+    folder = partition_dir(log_dir, topic, partition)
+    if not folder.is_dir():
+        return []
+    found = [
+        (int(p.stem), p)
+        for p in folder.iterdir()
+        if p.suffix == ".parquet" and not p.name.startswith(".")
+    ]
+    return sorted(found)
+
+
+def end_offset(log_dir: Path, topic: str, partition: int) -> int:
+    """The offset the next appended record will get (Kafka's log end offset)."""
+    segs = segments(log_dir, topic, partition)
+    if not segs:
+        return 0
+    base, path = segs[-1]
+    return base + pq.read_metadata(path).num_rows
+
+
+def segments_from(log_dir: Path, topic: str, partition: int, offset: int) -> list[Path]:
+    """Segments holding any record at or after `offset`."""
+    segs = segments(log_dir, topic, partition)
+    bases = [b for b, _ in segs] + [end_offset(log_dir, topic, partition)]
+    return [path for i, (_, path) in enumerate(segs) if bases[i + 1] > offset]
+
+
+def append(log_dir: Path, topic: Topic, partition: int, records: list[Record]) -> int:
+    """Append records to one partition; returns the base offset they got."""
+    folder = partition_dir(log_dir, topic.name, partition)
+    folder.mkdir(parents=True, exist_ok=True)
+    with _locked(folder):
+        base = end_offset(log_dir, topic.name, partition)
+        table = pa.table(
+            {
+                "offset": pa.array(range(base, base + len(records)), pa.int64()),
+                "timestamp": pa.array([r.timestamp_ms for r in records], pa.int64()),
+                "key": pa.array([r.key for r in records], _KEY_ARROW[topic.key_type]),
+                "value": pa.array(
+                    [None if r.value is None else orjson.dumps(r.value).decode() for r in records],
+                    pa.string(),
+                ),
+            },
+            schema=segment_schema(topic),
+        )
+        tmp = folder / f".{base:020d}.{os.getpid()}.tmp"
+        pq.write_table(table, tmp)
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.rename(tmp, folder / f"{base:020d}.parquet")
+        _fsync_dir(folder)
+    return base
+
+
+def produce(
+    log_dir: Path, topic: Topic, partitions: int, records: Iterable[Record]
+) -> dict[int, int]:
+    """Route records with Kafka's default partitioner and append them; returns counts per
+    partition."""
+    by_partition: dict[int, list[Record]] = defaultdict(list)
+    for record in records:
+        by_partition[partition_for(record.key, topic.key_type, partitions)].append(record)
+    for partition, batch in sorted(by_partition.items()):
+        append(log_dir, topic, partition, batch)
+    return {p: len(b) for p, b in sorted(by_partition.items())}
+
+
+def read(log_dir: Path, topic: str, partition: int, start: int = 0) -> Iterator[dict]:
+    """Every record of a partition from `start`, as dicts with the value decoded."""
+    for path in segments_from(log_dir, topic, partition, start):
+        for row in pq.read_table(path).to_pylist():
+            if row["offset"] >= start:
+                value = row["value"]
+                row["value"] = None if value is None else orjson.loads(value)
+                yield row
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@contextmanager
+def _locked(folder: Path) -> Iterator[None]:
+    with open(folder / ".lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
