@@ -7,7 +7,7 @@ import hmac
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, cast
 
 import orjson
 from graphql import GraphQLError
@@ -33,7 +33,7 @@ def error_code(error: GraphQLError) -> str:
     """The code of a GraphQL error: ours, or one for graphql-core's own errors."""
     if isinstance(error.original_error, GatewayError):
         return error.original_error.code
-    if error.original_error is not None:
+    if error.path is not None:  # raised while resolving a field, and not by us
         return "INTERNAL_SERVER_ERROR"
     if error.message.startswith("Syntax Error"):
         return "GRAPHQL_PARSE_FAILED"
@@ -52,9 +52,10 @@ class GraphQLApp(GraphQL[Context, None]):
 
     async def process_result(self, request: Any, result: ExecutionResult) -> GraphQLHTTPResponse:
         response = await super().process_result(request, result)
-        for error, formatted in zip(result.errors or [], response.get("errors", []), strict=False):
+        formatted_errors = cast(list[dict[str, Any]], response.get("errors") or [])
+        for error, formatted in zip(result.errors or [], formatted_errors, strict=False):
             code = error_code(error)
-            formatted.setdefault("extensions", {})["code"] = code  # type: ignore[index]
+            formatted.setdefault("extensions", {})["code"] = code
             if code == "INTERNAL_SERVER_ERROR":
                 log.error("unexpected error", exc_info=error.original_error)
         return response

@@ -43,6 +43,10 @@ def main(argv: list[str] | None = None) -> int:
     produce.add_argument("--config", required=True)
     produce.add_argument("--topic", required=True)
 
+    store = commands.add_parser("store", help="serve the snapshot store to remote nodes")
+    store.add_argument("--config", required=True)
+    store.add_argument("--listen", default="0.0.0.0:8100", help="host:port (default 0.0.0.0:8100)")
+
     schema = commands.add_parser("schema", help="print the GraphQL SDL of a project")
     schema.add_argument("--config", default=str(DEMO_CONFIG))
 
@@ -97,6 +101,16 @@ def run_produce(project: config.Project, args: argparse.Namespace) -> int:
             return 2
     counts = eventlog.produce(project.log_dir, topic, project.cluster.partitions, records)
     print(json.dumps({"appended": sum(counts.values()), "partitions": counts}))
+    return 0
+
+
+def serve_store(project: config.Project, args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from spark_pipeline.store_server import create_store_app
+
+    host, port = args.listen.rsplit(":", 1)
+    uvicorn.run(create_store_app(project), host=host, port=int(port), log_level="warning")
     return 0
 
 
@@ -209,6 +223,7 @@ COMMANDS = {
     "pipeline": run_pipeline,
     "produce": run_produce,
     "schema": print_schema,
+    "store": serve_store,
 }
 
 if __name__ == "__main__":

@@ -131,7 +131,8 @@ class Cluster:
 class Project:
     path: Path
     log_dir: Path
-    snapshot_store: str  # a directory, or an http(s) URL served by `stategate store`
+    snapshot_store: str  # the directory the pipeline publishes to
+    snapshot_url: str  # where nodes pull from: that directory, or `stategate store`'s URL
     topics: dict[str, Topic]
     stores: dict[str, Store]
     cluster: Cluster
@@ -161,13 +162,13 @@ def parse(raw: dict, path: Path) -> Project:
         stores[store.name] = store
     if not stores:
         raise ConfigError("declare at least one [[stores]] entry")
-    store_url = str(raw.get("snapshots", {}).get("store", "snapshots"))
-    if "://" not in store_url:
-        store_url = str(base / store_url)
+    snapshots = raw.get("snapshots", {})
+    store_dir = str(base / snapshots.get("store", "snapshots"))
     return Project(
         path=path,
         log_dir=base / raw.get("log", {}).get("dir", "log"),
-        snapshot_store=store_url,
+        snapshot_store=store_dir,
+        snapshot_url=str(snapshots.get("url", store_dir)).rstrip("/"),
         topics=topics,
         stores=stores,
         cluster=_cluster(raw.get("cluster", {}), base),

@@ -36,7 +36,7 @@ def page(
         merged = heapq.merge(*runs, key=lambda r: (r[0], r[1]))
     else:
         merged = heapq.merge(*runs, key=lambda r: r[0])
-    rows = []
+    rows: list[Row] = []
     for row in merged:
         if len(rows) == limit:
             return rows, True

@@ -114,12 +114,14 @@ class GatewayNode:
             for rank, node_id in enumerate(replica_ids):
                 if node_id == self.id:
                     snap = mine.get(p)
-                    state = {"version": snap.version, "offsets": snap.offsets} if snap else None
+                    state: dict[str, Any] | None = (
+                        {"version": snap.version, "offsets": snap.offsets} if snap else None
+                    )
                     alive = True
                 else:
                     peer = self.membership.peers[node_id]
                     state, alive = peer.partitions.get(p), peer.alive
-                offsets = state["offsets"] if state else {}
+                offsets: dict[str, int] = state["offsets"] if state else {}
                 replicas.append(
                     {
                         "node": node_id,

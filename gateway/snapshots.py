@@ -84,9 +84,12 @@ class SnapshotCatalog:
             snapshot = self._inspect(cursor, partition, version, path, alias)
         except (duckdb.Error, SnapshotError) as exc:
             cursor.execute(f"DETACH {alias}")
-            raise SnapshotError(f"{path.name} is not a snapshot of partition {partition}: {exc}")
+            raise SnapshotError(
+                f"{path.name} is not a snapshot of partition {partition}: {exc}"
+            ) from exc
         with self._lock:
             old = self._current.get(partition)
+            stale: Snapshot | None
             if old is not None and old.version >= version:
                 stale = snapshot
             else:

@@ -42,7 +42,7 @@ class SnapshotSync:
         self.manifest: dict[str, Any] = {}
         self.errors: dict[int, str] = {}
         self._lock = asyncio.Lock()
-        self._remote = "://" in project.snapshot_store
+        self._remote = "://" in project.snapshot_url
 
     async def run_once(self) -> dict[int, int]:
         """Install every newer version the manifest lists; returns partition -> version."""
@@ -78,13 +78,13 @@ class SnapshotSync:
     async def _read_manifest(self) -> dict[str, Any]:
         if self._remote:
             response = await self.client.get(
-                f"{self.project.snapshot_store}/manifest.json", headers=self._auth()
+                f"{self.project.snapshot_url}/manifest.json", headers=self._auth()
             )
             if response.status_code == 404:
                 return {}
             response.raise_for_status()
             return orjson.loads(response.content)
-        path = Path(self.project.snapshot_store) / "manifest.json"
+        path = Path(self.project.snapshot_url) / "manifest.json"
         return orjson.loads(path.read_bytes()) if path.exists() else {}
 
     async def _install(self, partition: int, entry: dict[str, Any]) -> None:
@@ -112,7 +112,7 @@ class SnapshotSync:
         size = 0
         with open(target, "wb") as out:
             if self._remote:
-                url = f"{self.project.snapshot_store}/{relative}"
+                url = f"{self.project.snapshot_url}/{relative}"
                 async with self.client.stream("GET", url, headers=self._auth()) as response:
                     response.raise_for_status()
                     async for chunk in response.aiter_bytes(_CHUNK):
@@ -121,7 +121,7 @@ class SnapshotSync:
                         out.write(chunk)
             else:
                 digest, size = await asyncio.to_thread(
-                    _copy, Path(self.project.snapshot_store) / relative, out
+                    _copy, Path(self.project.snapshot_url) / relative, out
                 )
             out.flush()
             os.fsync(out.fileno())

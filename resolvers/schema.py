@@ -46,16 +46,14 @@ def build_schema(project: Project) -> strawberry.Schema:
         fields.extend(store_fields(project, store))
     query = create_type("Query", fields)
     limit = project.settings.max_keys_per_request
-    return strawberry.Schema(
-        query=query,
-        extensions=[
-            ParserCache(maxsize=256),
-            ValidationCache(maxsize=256),
-            QueryDepthLimiter(max_depth=8),
-            MaxAliasesLimiter(max_alias_count=limit),
-            ResponseExtensions,
-        ],
-    )
+    extensions: list[Any] = [
+        ParserCache(maxsize=256),
+        ValidationCache(maxsize=256),
+        QueryDepthLimiter(max_depth=8),
+        MaxAliasesLimiter(max_alias_count=limit),
+        ResponseExtensions,
+    ]
+    return strawberry.Schema(query=query, extensions=extensions)
 
 
 def sdl(project: Project) -> str:

@@ -106,7 +106,7 @@ def _keyed_fields(project: Project, store: Store, types: StoreTypes) -> list[Str
     )
     Page = _page_type(name, Record)
 
-    async def get(info: Info, key: K, consistency: ConsistencyInput | None = None) -> Lookup:
+    async def get(info: Info, key: K, consistency: ConsistencyInput | None = None) -> Lookup | None:
         outcome = await _load(info, store, "get", {"keys": [key]}, [], consistency)
         row = merging.lookup(outcome.parts).get(key)
         ((q, answer),) = outcome.parts
@@ -119,7 +119,7 @@ def _keyed_fields(project: Project, store: Store, types: StoreTypes) -> list[Str
 
     async def batch(
         info: Info, keys: list[K], consistency: ConsistencyInput | None = None
-    ) -> Batch:
+    ) -> Batch | None:
         if len(keys) > settings.max_keys_per_request:
             raise GatewayError(
                 "TOO_MANY_KEYS",
@@ -152,7 +152,7 @@ def _keyed_fields(project: Project, store: Store, types: StoreTypes) -> list[Str
         after: str | None = None,
         partitions: list[int] | None = None,
         consistency: ConsistencyInput | None = None,
-    ) -> Page:
+    ) -> Page | None:
         if from_ is not None and to is not None and from_ > to:
             raise GatewayError("INVALID_RANGE", f"from {from_!r} is after to {to!r}")
         params = {"from": from_, "to": to}
@@ -161,13 +161,13 @@ def _keyed_fields(project: Project, store: Store, types: StoreTypes) -> list[Str
         )
 
     fields = [
-        strawberry.field(get, name=store.name, description=f"The {store.name} record of one key."),
-        strawberry.field(
+        _field(get, name=store.name, description=f"The {store.name} record of one key."),
+        _field(
             batch,
             name=f"{store.name}Batch",
             description="Many keys at once; entries align with the input keys.",
         ),
-        strawberry.field(
+        _field(
             range_,
             name=f"{store.name}Range",
             description="Records with from <= key <= to (both optional), in key "
@@ -183,7 +183,7 @@ def _keyed_fields(project: Project, store: Store, types: StoreTypes) -> list[Str
             after: str | None = None,
             partitions: list[int] | None = None,
             consistency: ConsistencyInput | None = None,
-        ) -> Page:
+        ) -> Page | None:
             return await _scan(
                 info,
                 store,
@@ -198,7 +198,7 @@ def _keyed_fields(project: Project, store: Store, types: StoreTypes) -> list[Str
             )
 
         fields.append(
-            strawberry.field(
+            _field(
                 prefix,
                 name=f"{store.name}Prefix",
                 description="Records whose key starts with prefix, "
@@ -235,7 +235,7 @@ def _window_fields(project: Project, store: Store, types: StoreTypes) -> list[St
         from_: Annotated[datetime, strawberry.argument(name="from")],
         to: datetime,
         consistency: ConsistencyInput | None = None,
-    ) -> Windows:
+    ) -> Windows | None:
         start, end = _window_range(store, from_, to, settings.max_page_size)
         outcome = await _load(
             info, store, "window", {"key": key, "from": start, "to": end}, [], consistency
@@ -256,7 +256,7 @@ def _window_fields(project: Project, store: Store, types: StoreTypes) -> list[St
         after: str | None = None,
         partitions: list[int] | None = None,
         consistency: ConsistencyInput | None = None,
-    ) -> Page:
+    ) -> Page | None:
         start, end = _window_range(store, from_, to, None)
         return await _scan(
             info,
@@ -272,18 +272,23 @@ def _window_fields(project: Project, store: Store, types: StoreTypes) -> list[St
         )
 
     return [
-        strawberry.field(
+        _field(
             windows,
             name=store.name,
             description="The windows of one key whose start lies in [from, to].",
         ),
-        strawberry.field(
+        _field(
             all_,
             name=f"{store.name}All",
             description="Windows of all keys whose start lies in [from, to], "
             "in (key, window start) order, one page at a time.",
         ),
     ]
+
+
+def _field(resolver: Any, name: str, description: str) -> StrawberryField:
+    resolver.__name__ = name  # create_type keys fields by python name: make them unique
+    return strawberry.field(resolver, name=name, description=description)
 
 
 def _page_type(name: str, record: type) -> type:

@@ -1,0 +1,32 @@
+# The two commands: `make demo` (set up, generate, run the pipeline, start 3 nodes)
+# and `make test`. `make bench` runs the reference benchmark.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+
+.PHONY: setup demo test lint bench schema
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+setup: $(VENV)/.installed
+
+demo: setup
+	$(PY) -m gateway.cli demo
+
+lint: setup
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) -m mypy gateway resolvers spark_pipeline
+
+test: lint
+	$(PY) -m pytest
+
+bench: setup
+	$(PY) -m bench.run
+
+schema: setup
+	$(PY) -m gateway.cli schema > schema.graphql

@@ -1,0 +1,117 @@
+"""Demo data: a week of a railway operator's bookings on the topic "bookings".
+
+Keys are customer ids ("C000123"); a few customers book a lot (Zipf-like popularity), most
+rarely. Values are {"trip": "Berlin→Hamburg", "price": 9.90-249.00, "seats": 1-4}; about 1%
+of the records are tombstones (a customer deleted). Timestamps increase over the 7 days
+before `end_ms`.
+"""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import random
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from gateway.config import Project, Topic
+from gateway.partitioner import partition_for
+from spark_pipeline import eventlog
+from spark_pipeline.eventlog import Record
+
+TOPIC = "bookings"
+CHUNK = 50_000
+WEEK_MS = 7 * 86_400_000
+TOMBSTONE_RATE = 0.01
+ZIPF_OFFSET = 50  # weight 1/(rank + 50)^1.1: the busiest customer makes ~0.5% of bookings
+STATIONS = (
+    "Berlin", "Hamburg", "München", "Köln", "Frankfurt", "Stuttgart", "Düsseldorf", "Leipzig",
+    "Dortmund", "Essen", "Bremen", "Dresden", "Hannover", "Nürnberg", "Duisburg", "Bochum",
+    "Wuppertal", "Bielefeld", "Bonn", "Münster", "Mannheim", "Karlsruhe", "Augsburg",
+    "Wiesbaden", "Mainz", "Kiel", "Rostock", "Erfurt", "Freiburg", "Regensburg",
+)  # fmt: skip
+SEATS = (1, 2, 3, 4)
+SEAT_WEIGHTS = (60, 25, 10, 5)
+
+
+def generate(
+    project: Project,
+    customers: int = 50_000,
+    events: int = 250_000,
+    seed: int = 1,
+    end_ms: int | None = None,
+) -> dict[int, int]:
+    """Append `events` bookings to the project's log; returns the record count per partition."""
+    topic = project.topics.get(TOPIC)
+    if topic is None:
+        raise ValueError(f"the demo data needs a topic named {TOPIC!r}")
+    with _no_gc():  # millions of short-lived dicts: the cyclic GC would cost a quarter of the time
+        return _generate(project, topic, customers, events, random.Random(seed), end_ms)
+
+
+def _generate(
+    project: Project,
+    topic: Topic,
+    customers: int,
+    events: int,
+    rng: random.Random,
+    end_ms: int | None,
+) -> dict[int, int]:
+    start = (eventlog.now_ms() if end_ms is None else end_ms) - WEEK_MS
+    step = WEEK_MS / events
+    by_rank = list(range(customers))  # customers from the busiest to the quietest
+    rng.shuffle(by_rank)
+    cum_weights = list(itertools.accumulate((r + ZIPF_OFFSET) ** -1.1 for r in range(customers)))
+    fares = _fares(rng)
+    keys: dict[int, tuple[str, int]] = {}  # customer -> (key, partition): keys repeat a lot
+    counts: Counter[int] = Counter()
+    for first in range(0, events, CHUNK):
+        size = min(CHUNK, events - first)
+        who = rng.choices(by_rank, cum_weights=cum_weights, k=size)
+        for customer in set(who).difference(keys):
+            key = f"C{customer:06d}"
+            keys[customer] = (key, partition_for(key, "string", project.cluster.partitions))
+        when = [start + int((first + i + rng.random()) * step) for i in range(size)]
+        batches: dict[int, list[Record]] = defaultdict(list)
+        for customer, value, timestamp in zip(who, _values(rng, fares, size), when, strict=True):
+            key, partition = keys[customer]
+            batches[partition].append(Record(key, value, timestamp))
+        for partition, batch in sorted(batches.items()):
+            eventlog.append(project.log_dir, topic, partition, batch)
+            counts[partition] += len(batch)
+    return dict(sorted(counts.items()))
+
+
+@contextmanager
+def _no_gc() -> Iterator[None]:
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _fares(rng: random.Random) -> list[tuple[str, float]]:
+    """Every trip between two stations with its usual price."""
+    trips = [f"{a}→{b}" for a in STATIONS for b in STATIONS if a != b]
+    return [(trip, rng.uniform(12.0, 180.0)) for trip in trips]
+
+
+def _values(rng: random.Random, fares: list[tuple[str, float]], size: int) -> list[dict | None]:
+    """Booking values, or None (a tombstone) at TOMBSTONE_RATE; prices vary around the fare."""
+    random_ = rng.random
+    seats = rng.choices(SEATS, weights=SEAT_WEIGHTS, k=size)
+    trips = rng.choices(fares, k=size)
+    return [
+        None
+        if random_() < TOMBSTONE_RATE
+        else {
+            "trip": trip,
+            "price": round(min(249.0, max(9.9, fare * (0.55 + 0.9 * random_()))), 2),
+            "seats": n,
+        }
+        for (trip, fare), n in zip(trips, seats, strict=True)
+    ]

@@ -1,0 +1,93 @@
+"""The expected state of every store, computed straight from the raw log in plain Python: the
+independent oracle the pipeline's snapshots are checked against."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+
+from gateway.config import Aggregate, FieldType, Project, Store
+from spark_pipeline import eventlog
+
+Row = tuple  # (key, [window_start,] *Store.columns)
+
+
+def expected_store(project: Project, store_name: str) -> dict[int, list[Row]]:
+    """partition -> the store's rows, sorted by key (, window_start)."""
+    store = project.store(store_name)
+    rows = {}
+    for partition in range(project.cluster.partitions):
+        records = list(eventlog.read(project.log_dir, store.topic.name, partition))
+        rows[partition] = _rows(store, records)
+    return rows
+
+
+def expected_positions(project: Project) -> dict[int, dict[str, int]]:
+    """partition -> topic -> the offset after the last record in the log."""
+    return {
+        p: {topic: _end(project, topic, p) for topic in project.topics}
+        for p in range(project.cluster.partitions)
+    }
+
+
+def _end(project: Project, topic: str, partition: int) -> int:
+    offsets = [r["offset"] for r in eventlog.read(project.log_dir, topic, partition)]
+    return max(offsets) + 1 if offsets else 0
+
+
+def _rows(store: Store, records: list[dict]) -> list[Row]:
+    if store.kind == "table":
+        return _table(store, records)
+    if store.kind == "aggregate":
+        return _aggregates(store, records, lambda r: [(r["key"],)])
+    return _aggregates(store, records, lambda r: [(r["key"], s) for s in _windows(store, r)])
+
+
+def _table(store: Store, records: list[dict]) -> list[Row]:
+    latest: dict = {}
+    for record in sorted(records, key=lambda r: r["offset"]):
+        latest[record["key"]] = record["value"]
+    rows = [
+        (key, *(_typed(value.get(f), t) for f, t in store.columns.items()))
+        for key, value in latest.items()
+        if value is not None
+    ]
+    return sorted(rows, key=lambda row: row[0])
+
+
+def _aggregates(
+    store: Store, records: list[dict], groups_of: Callable[[dict], list[tuple]]
+) -> list[Row]:
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for record in records:
+        if record["value"] is not None:
+            for group in groups_of(record):
+                groups[group].append(record["value"])
+    rows = [
+        (*group, *(_aggregate(a, store, values) for a in store.aggregates))
+        for group, values in groups.items()
+    ]
+    width = 2 if store.kind == "window" else 1
+    return sorted(rows, key=lambda row: row[:width])
+
+
+def _windows(store: Store, record: dict) -> list[int]:
+    """Starts s of the windows [s, s + size) holding the record, s a multiple of advance."""
+    size, advance = store.window_size_ms, store.window_advance_ms
+    last = record["timestamp"] - record["timestamp"] % advance
+    return list(range(last - size + advance, last + 1, advance))
+
+
+def _aggregate(aggregate: Aggregate, store: Store, values: list[dict]) -> object:
+    if aggregate.func == "count":
+        return len(values)
+    assert aggregate.source is not None
+    present = [v[aggregate.source] for v in values if v.get(aggregate.source) is not None]
+    if not present:
+        return None
+    combine = {"sum": sum, "min": min, "max": max}[aggregate.func]
+    return _typed(combine(present), aggregate.result_type(store.topic))
+
+
+def _typed(value: object, kind: FieldType) -> object:
+    return float(value) if kind == "double" and value is not None else value  # type: ignore[arg-type]

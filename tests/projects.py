@@ -1,0 +1,166 @@
+"""A small two-topic test project and deterministic, awkward test data for it."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from gateway.config import Project
+from gateway.partitioner import partition_for
+from spark_pipeline import eventlog
+from spark_pipeline.eventlog import Record
+
+START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z, a window boundary
+HOUR_MS = 3_600_000
+
+_STORES = """
+[[topics]]
+name = "bookings"
+key = "string"
+value = { trip = "string", price = "double", seats = "int" }
+
+[[topics]]
+name = "trains"
+key = "int"
+value = { delay = "int", station = "string", cancelled = "boolean" }
+
+[[stores]]
+name = "latestBooking"
+kind = "table"
+topic = "bookings"
+
+[[stores]]
+name = "customerTotals"
+kind = "aggregate"
+topic = "bookings"
+aggregates = { bookings = "count", revenue = "sum(price)", seats = "sum(seats)", \
+cheapest = "min(price)", dearest = "max(price)" }
+
+[[stores]]
+name = "hourlyRevenue"
+kind = "window"
+topic = "bookings"
+size = "1h"
+aggregates = { bookings = "count", revenue = "sum(price)" }
+
+[[stores]]
+name = "trainStatus"
+kind = "table"
+topic = "trains"
+
+[[stores]]
+name = "trainDelays"
+kind = "aggregate"
+topic = "trains"
+aggregates = { reports = "count", totalDelay = "sum(delay)", worstDelay = "max(delay)" }
+
+[[stores]]
+name = "delaysHopping"
+kind = "window"
+topic = "trains"
+size = "1h"
+advance = "30m"
+aggregates = { reports = "count", totalDelay = "sum(delay)" }
+"""
+
+# Unicode, shared prefixes, the empty string and quotes: sorting and lookups must not care.
+SPECIAL_CUSTOMERS = ("", "Z", "Zo", "Zoë", "Zoë Müller", "日本語", "🚆 fast", "C0001", "a'b\"c")
+SPECIAL_TRAINS = (0, -1, -7, -(2**31), 2**31 - 1)
+STATIONS = ("Berlin", "Hamburg", "München", "Köln", "Zürich")
+
+
+def write_project(root: Path, ports: list[int], partitions: int = 9, replicas: int = 2) -> Path:
+    nodes = "".join(
+        f'\n[[cluster.nodes]]\nid = "node{i}"\naddress = "127.0.0.1:{port}"\ndata_dir = "node{i}"\n'
+        for i, port in enumerate(ports, start=1)
+    )
+    text = (
+        '[log]\ndir = "log"\n\n[snapshots]\nstore = "snapshots"\n\n'
+        f'[cluster]\npartitions = {partitions}\nreplicas = {replicas}\nsecret = "test-secret"\n'
+        f"{nodes}{_STORES}"
+    )
+    path = root / "stategate.toml"
+    path.write_text(text)
+    return path
+
+
+def produce_test_events(
+    project: Project,
+    seed: int,
+    n_bookings: int = 2500,
+    n_trains: int = 800,
+    start_ms: int = START_MS,
+    only: set[int] | None = None,
+) -> dict[str, int]:
+    """Append deterministic events over six hours from start_ms, out of order, with tombstones
+    and null fields, in three produce calls per topic (so several segments). With `only`, keep
+    just the records that route to those partitions. Returns the count per topic."""
+    rng = random.Random(seed)
+    bookings = [_booking(rng, start_ms) for _ in range(n_bookings)]
+    bookings += _deleted_then_reset(start_ms + 2 * HOUR_MS)
+    trains = [_train(rng, start_ms) for _ in range(n_trains)]
+    counts = {}
+    for name, records in (("bookings", bookings), ("trains", trains)):
+        topic = project.topics[name]
+        partitions = project.cluster.partitions
+        kept = [
+            r
+            for r in records
+            if only is None or partition_for(r.key, topic.key_type, partitions) in only
+        ]
+        third = len(kept) // 3 + 1
+        for i in range(0, len(kept), third):
+            eventlog.produce(project.log_dir, topic, partitions, kept[i : i + third])
+        counts[name] = len(kept)
+    return counts
+
+
+def _booking(rng: random.Random, start_ms: int) -> Record:
+    special = rng.random() < 0.1
+    key = rng.choice(SPECIAL_CUSTOMERS) if special else f"C{rng.randrange(300):06d}"
+    if rng.random() < 0.05:
+        return Record(key, None, _timestamp(rng, start_ms))
+    value: dict = {
+        "trip": f"{rng.choice(STATIONS)}→{rng.choice(STATIONS)}",
+        "price": round(rng.uniform(9.9, 249.0), 2),
+        "seats": rng.randint(1, 4),
+    }
+    roll = rng.random()
+    if roll < 0.04:
+        value[rng.choice(["trip", "price", "seats"])] = None
+    elif roll < 0.06:
+        del value[rng.choice(["trip", "price", "seats"])]
+    elif roll < 0.07:
+        value["price"] = rng.randint(10, 99)  # a JSON integer in a double field
+    return Record(key, value, _timestamp(rng, start_ms))
+
+
+def _deleted_then_reset(at_ms: int) -> list[Record]:
+    """ "Zoë" is set, deleted and set again; "gone" is set then deleted for good."""
+    booking = {"trip": "Köln→Zürich", "price": 99.5, "seats": 2}
+    return [
+        Record("Zoë", booking, at_ms),
+        Record("gone", booking, at_ms + 1),
+        Record("Zoë", None, at_ms + 2),
+        Record("Zoë", {**booking, "seats": 3}, at_ms + 3),
+        Record("gone", None, at_ms + 4),
+    ]
+
+
+def _train(rng: random.Random, start_ms: int) -> Record:
+    key = rng.choice(SPECIAL_TRAINS) if rng.random() < 0.1 else rng.randrange(-20, 60)
+    if rng.random() < 0.05:
+        return Record(key, None, _timestamp(rng, start_ms))
+    value = {
+        "delay": rng.randint(0, 30) if rng.random() < 0.9 else rng.choice([None, -2, 90]),
+        "station": rng.choice(STATIONS),
+        "cancelled": rng.choice([True, False, None]),
+    }
+    return Record(key, value, _timestamp(rng, start_ms))
+
+
+def _timestamp(rng: random.Random, start_ms: int) -> int:
+    """Mostly random within six hours; one in ten exactly on a half-hour boundary."""
+    if rng.random() < 0.1:
+        return start_ms + rng.randrange(12) * HOUR_MS // 2
+    return start_ms + rng.randrange(6 * HOUR_MS)

@@ -1,0 +1,126 @@
+"""Bad input gets a precise GraphQL error with a code; the node keeps serving."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway import cursors
+from gateway.protocol import SECRET_HEADER
+
+WIDE = 'from: "2000-01-01T00:00:00Z", to: "2100-01-01T00:00:00Z"'
+BAD = [
+    ('{ noSuchStore(key: "a") { key } }', "GRAPHQL_VALIDATION_FAILED", "noSuchStore"),
+    ('{ trainStatus(key: "abc") { key } }', "GRAPHQL_VALIDATION_FAILED", "Int"),
+    ("{ latestBooking(key: 12) { key } }", "GRAPHQL_VALIDATION_FAILED", "String"),
+    (
+        '{ latestBookingPrefix(prefix: "C", first: -1) { records { key } } }',
+        "PAGE_SIZE_OUT_OF_RANGE",
+        "between 1 and 1000",
+    ),
+    (
+        '{ latestBookingPrefix(prefix: "C", first: 1000000) { records { key } } }',
+        "PAGE_SIZE_OUT_OF_RANGE",
+        "between 1 and 1000",
+    ),
+    (
+        '{ latestBookingPrefix(prefix: "C", after: "not-a-cursor") { records { key } } }',
+        "BAD_CURSOR",
+        "not valid",
+    ),
+    (
+        f'{{ latestBookingRange(after: "{cursors.encode("customerTotals", ["C1"])}") '
+        "{ records { key } } }",
+        "BAD_CURSOR",
+        "another store",
+    ),
+    (
+        f'{{ trainStatusRange(after: "{cursors.encode("trainStatus", ["x"])}") '
+        "{ records { key } } }",
+        "BAD_CURSOR",
+        "int key",
+    ),
+    ('{ latestBookingRange(from: "b", to: "a") { records { key } } }', "INVALID_RANGE", "after"),
+    (
+        '{ hourlyRevenue(key: "C1", from: "2020-01-02T00:00:00Z", to: "2020-01-01T00:00:00Z") '
+        "{ key } }",
+        "INVALID_RANGE",
+        "after",
+    ),
+    ('{ hourlyRevenue(key: "C1", ' + WIDE + ") { key } }", "WINDOW_RANGE_TOO_LARGE", "windows"),
+    ("{ trainDelaysRange(partitions: [3, 42]) { records { key } } }", "UNKNOWN_PARTITION", "42"),
+    (
+        '{ trainStatus(key: 1, consistency: {position: [{topic: "trains", partition: 99, '
+        "offset: 1}]}) { key } }",
+        "UNKNOWN_PARTITION",
+        "99",
+    ),
+    (
+        '{ trainStatus(key: 1, consistency: {position: [{topic: "nope", partition: 1, '
+        "offset: 1}]}) { key } }",
+        "BAD_USER_INPUT",
+        "nope",
+    ),
+    (
+        '{ trainStatus(key: 1, consistency: {token: "%%%"}) { key } }',
+        "BAD_CONSISTENCY_TOKEN",
+        "token",
+    ),
+    ("{ trainStatus(key: 1, consistency: {maxLag: -5}) { key } }", "BAD_USER_INPUT", "maxLag"),
+    ("{ latestBooking(key: ", "GRAPHQL_PARSE_FAILED", "Syntax Error"),
+]
+
+
+@pytest.mark.parametrize(("query", "code", "text"), BAD)
+def test_bad_input_gets_a_coded_error(served, query: str, code: str, text: str) -> None:
+    body = served.nodes.gql("node1", query)
+    assert body.get("errors"), body
+    error = body["errors"][0]
+    assert error["extensions"]["code"] == code, error
+    assert text in error["message"], error
+
+
+def test_wrong_variable_type_is_bad_user_input(served) -> None:
+    body = served.nodes.gql(
+        "node2", "query($k: Int!) { trainStatus(key: $k) { key } }", {"k": "seven"}
+    )
+    assert body["errors"][0]["extensions"]["code"] == "BAD_USER_INPUT"
+
+
+def test_too_many_keys(served) -> None:
+    keys = [f"k{i}" for i in range(10_001)]
+    body = served.nodes.gql(
+        "node3",
+        "query($k: [String!]!) { latestBookingBatch(keys: $k) { entries { key } } }",
+        {"k": keys},
+    )
+    assert body["errors"][0]["extensions"]["code"] == "TOO_MANY_KEYS"
+
+
+def test_one_bad_field_does_not_spoil_the_others(served) -> None:
+    body = served.nodes.gql(
+        "node1",
+        '{ bad: latestBookingPrefix(prefix: "C", first: 0) '
+        "{ records { key } } good: trainStatusRange(first: 2) "
+        "{ records { key } } }",
+    )
+    assert body["errors"][0]["path"] == ["bad"]
+    assert len(body["data"]["good"]["records"]) == 2
+
+
+def test_internal_endpoints_refuse_calls_without_the_cluster_secret(served) -> None:
+    client, url = served.nodes.client, served.nodes.url("node1")
+    for method, path in [
+        ("POST", "/internal/query"),
+        ("GET", "/internal/status"),
+        ("POST", "/internal/sync"),
+    ]:
+        for headers in [{}, {SECRET_HEADER: "wrong"}]:
+            response = client.request(method, url + path, headers=headers, content=b"[]")
+            assert response.status_code == 401, (path, response.text)
+            assert response.json()["error"]["code"] == "UNAUTHENTICATED"
+
+
+def test_nodes_keep_serving_after_bad_input(served) -> None:
+    for node in served.nodes.ids:
+        data = served.nodes.data(node, "{ trainDelaysRange(first: 1) { records { key } } }")
+        assert len(data["trainDelaysRange"]["records"]) == 1

@@ -1,0 +1,193 @@
+from __future__ import annotations
+
+import hashlib
+import math
+from pathlib import Path
+
+import duckdb
+import orjson
+import pytest
+from pyspark.sql import SparkSession
+
+from gateway.config import Project, load
+from spark_pipeline import eventlog
+from spark_pipeline.job import run
+from spark_pipeline.plan import LogBehindError, plan_run
+from spark_pipeline.publish import prune, read_manifest, snapshot_path, write_manifest
+from tests.oracle import expected_positions, expected_store
+from tests.projects import produce_test_events, write_project
+
+CHANGED = {1, 4, 7}
+DUCK_TYPES = {"string": "VARCHAR", "int": "INTEGER", "long": "BIGINT", "double": "DOUBLE"}
+DUCK_TYPES |= {"boolean": "BOOLEAN"}
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Project:
+    root = tmp_path_factory.mktemp("pipeline")
+    return load(write_project(root, ports=[18101, 18102, 18103]))
+
+
+@pytest.fixture(scope="module")
+def first(project: Project, spark: SparkSession) -> dict:
+    produce_test_events(project, seed=1)
+    report = run(project, spark, notify=False)
+    return {"report": report, "manifest": _manifest(project), "digests": _digests(project)}
+
+
+@pytest.fixture(scope="module")
+def second(project: Project, spark: SparkSession, first: dict) -> dict:
+    produce_test_events(project, seed=2, n_bookings=300, n_trains=0, only={1, 4})
+    produce_test_events(project, seed=3, n_bookings=0, n_trains=120, only={4, 7})
+    report = run(project, spark, notify=False)
+    return {"report": report, "manifest": _manifest(project), "digests": _digests(project)}
+
+
+def test_first_run_builds_every_partition_as_the_oracle_says(project: Project, first: dict):
+    assert first["report"]["partitions"] == {
+        p: {"old": None, "new": 1} for p in range(project.cluster.partitions)
+    }
+    _assert_published_state_is_the_oracles(project, first["manifest"])
+
+
+def test_second_run_rebuilds_only_the_partitions_with_new_records(
+    project: Project, first: dict, second: dict
+):
+    before, after = first["manifest"]["partitions"], second["manifest"]["partitions"]
+    for p in range(project.cluster.partitions):
+        if p in CHANGED:
+            assert second["report"]["partitions"][p] == {"old": 1, "new": 2}
+            assert after[str(p)]["version"] == 2
+            assert after[str(p)]["position"] != before[str(p)]["position"]
+        else:
+            assert second["report"]["partitions"][p] == "unchanged"
+            assert after[str(p)] == before[str(p)]
+    # no file of the first run was touched, the changed partitions' v1 included
+    for path, digest in first["digests"].items():
+        assert second["digests"][path] == digest
+    _assert_published_state_is_the_oracles(project, second["manifest"])
+
+
+def test_a_run_without_new_records_changes_nothing(
+    project: Project, spark: SparkSession, second: dict
+):
+    manifest_bytes = (_store(project) / "manifest.json").read_bytes()
+    report = run(project, spark, notify=False)
+    assert report["records"] == 0
+    assert set(report["partitions"].values()) == {"unchanged"}
+    assert (_store(project) / "manifest.json").read_bytes() == manifest_bytes
+    assert _digests(project) == second["digests"]
+    assert not (_store(project) / ".staging").exists()
+
+
+def test_changed_stores_rebuild_every_partition_from_the_start(project: Project, second: dict):
+    manifest = {**second["manifest"], "stores_digest": "another project's"}
+    plan = plan_run(project, manifest)
+    assert plan.rebuild
+    assert plan.changed == list(range(project.cluster.partitions))
+    assert all(start == 0 for ranges in plan.ranges.values() for start, _ in ranges.values())
+
+
+def test_a_log_behind_the_published_positions_is_refused(project: Project, second: dict):
+    manifest = orjson.loads(orjson.dumps(second["manifest"]))
+    manifest["partitions"]["3"]["position"]["trains"] += 1
+    with pytest.raises(LogBehindError, match="trains-3"):
+        plan_run(project, manifest)
+
+
+def test_prune_keeps_the_newest_versions_up_to_the_current_one(tmp_path: Path):
+    for version in range(1, 7):
+        path = tmp_path / snapshot_path(0, version)
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(b"")
+    manifest = {"format": 1, "partitions": {"0": {"version": 5}}, "log_end": {}}
+    write_manifest(tmp_path, manifest)
+    prune(tmp_path, read_manifest(tmp_path), keep=3)
+    assert sorted(p.name for p in (tmp_path / "p000").iterdir()) == [
+        "v000003.duckdb",
+        "v000004.duckdb",
+        "v000005.duckdb",
+        "v000006.duckdb",  # newer than the manifest: a run in progress
+    ]
+
+
+def _assert_published_state_is_the_oracles(project: Project, manifest: dict) -> None:
+    store_dir = _store(project)
+    positions = expected_positions(project)
+    expected = {name: expected_store(project, name) for name in project.stores}
+    assert manifest["log_end"] == {
+        t: {str(p): positions[p][t] for p in positions} for t in project.topics
+    }
+    for p in range(project.cluster.partitions):
+        entry = manifest["partitions"][str(p)]
+        path = store_dir / entry["path"]
+        assert entry["path"] == snapshot_path(p, entry["version"])
+        assert entry["position"] == positions[p]
+        assert entry["size"] == path.stat().st_size
+        assert entry["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+        with duckdb.connect(str(path), read_only=True) as con:
+            for name, store in project.stores.items():
+                assert _schema(con, name) == _expected_schema(project, name)
+                rows = con.execute(f'SELECT * FROM "{name}" ORDER BY rowid').fetchall()
+                _assert_rows_equal(rows, expected[name][p], f"{name} p{p}")
+                assert store.kind == "table" or rows, f"{name} p{p} is empty: weak test data"
+            assert con.execute(
+                'SELECT topic, "partition", "offset" FROM _position ORDER BY topic'
+            ).fetchall() == [(t, p, positions[p][t]) for t in sorted(project.topics)]
+            assert con.execute("SELECT * FROM _snapshot").fetchall() == [
+                (p, entry["version"], entry["created_ms"], 1)
+            ]
+
+
+def _schema(con: duckdb.DuckDBPyConnection, table: str) -> list[tuple[str, str]]:
+    return [(row[0], row[1]) for row in con.execute(f'DESCRIBE "{table}"').fetchall()]
+
+
+def _expected_schema(project: Project, name: str) -> list[tuple[str, str]]:
+    store = project.store(name)
+    window = [("window_start", "BIGINT")] if store.kind == "window" else []
+    columns = [(c, DUCK_TYPES[t]) for c, t in store.columns.items()]
+    return [("key", DUCK_TYPES[store.key_type]), *window, *columns]
+
+
+def _assert_rows_equal(actual: list[tuple], expected: list[tuple], where: str) -> None:
+    """Equal in order (so the file is sorted); floats within rounding, the rest exactly."""
+    assert len(actual) == len(expected), where
+    for got, want in zip(actual, expected, strict=True):
+        assert len(got) == len(want), where
+        for a, b in zip(got, want, strict=True):
+            if isinstance(b, float):
+                assert isinstance(a, float) and math.isclose(a, b, rel_tol=1e-12), (
+                    where,
+                    got,
+                    want,
+                )
+            else:
+                assert type(a) is type(b) and a == b, (where, got, want)
+
+
+def _store(project: Project) -> Path:
+    return Path(project.snapshot_store)
+
+
+def _manifest(project: Project) -> dict:
+    return read_manifest(_store(project))
+
+
+def _digests(project: Project) -> dict[str, str]:
+    return {
+        str(p.relative_to(_store(project))): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(_store(project).glob("p*/v*.duckdb"))
+    }
+
+
+def test_the_oracle_sees_the_awkward_cases(project: Project, first: dict):
+    """Guard the test data itself: tombstones, re-set keys, nulls and odd keys are present."""
+    latest = {k: v for p in expected_store(project, "latestBooking").values() for k, *v in p}
+    assert "gone" not in latest and latest["Zoë"][2] == 3
+    assert {"", "日本語", "Zo", "Zoë"} <= latest.keys()
+    trains = {k for p in expected_store(project, "trainStatus").values() for k, *_ in p}
+    assert any(k < 0 for k in trains)
+    records = [r for p in range(9) for r in eventlog.read(project.log_dir, "bookings", p)]
+    assert any(r["value"] is None for r in records)
+    assert any(r["value"] and None in r["value"].values() for r in records)
