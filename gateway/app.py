@@ -131,4 +131,6 @@ def create_app(project: Project, node_id: str) -> Starlette:
 
 
 def _json(body: Any) -> Response:
-    return Response(orjson.dumps(body), media_type="application/json")
+    return Response(
+        orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS), media_type="application/json"
+    )

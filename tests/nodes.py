@@ -8,13 +8,18 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
+from pyspark.sql import SparkSession
 
+from gateway import config
 from gateway.config import Project
 from gateway.protocol import SECRET_HEADER
+from spark_pipeline import job
+from tests.projects import produce_test_events, write_project
 
 
 def free_ports(count: int) -> list[int]:
@@ -115,3 +120,28 @@ class Nodes:
         )
         response.raise_for_status()
         return response.json()
+
+
+@dataclass
+class Served:
+    root: Path
+    project: Project
+    nodes: Nodes
+
+
+def serve(
+    root: Path,
+    spark: SparkSession,
+    seed: int = 1,
+    snapshot_url: str | None = None,
+    start: bool = True,
+) -> Served:
+    """A 3-node cluster on loopback serving a freshly built small project."""
+    project = config.load(write_project(root, free_ports(3), snapshot_url=snapshot_url))
+    produce_test_events(project, seed=seed)
+    job.run(project, spark, notify=False)
+    nodes = Nodes(project, root)
+    if start:
+        for node_id in nodes.ids:
+            nodes.start(node_id)
+    return Served(root, project, nodes)

@@ -69,13 +69,21 @@ SPECIAL_TRAINS = (0, -1, -7, -(2**31), 2**31 - 1)
 STATIONS = ("Berlin", "Hamburg", "München", "Köln", "Zürich")
 
 
-def write_project(root: Path, ports: list[int], partitions: int = 9, replicas: int = 2) -> Path:
+def write_project(
+    root: Path,
+    ports: list[int],
+    partitions: int = 9,
+    replicas: int = 2,
+    snapshot_url: str | None = None,
+) -> Path:
     nodes = "".join(
         f'\n[[cluster.nodes]]\nid = "node{i}"\naddress = "127.0.0.1:{port}"\ndata_dir = "node{i}"\n'
         for i, port in enumerate(ports, start=1)
     )
     text = (
-        '[log]\ndir = "log"\n\n[snapshots]\nstore = "snapshots"\n\n'
+        '[log]\ndir = "log"\n\n[snapshots]\nstore = "snapshots"\n'
+        + (f'url = "{snapshot_url}"\n' if snapshot_url else "")
+        + "\n"
         f'[cluster]\npartitions = {partitions}\nreplicas = {replicas}\nsecret = "test-secret"\n'
         f"{nodes}{_STORES}"
     )

@@ -1,0 +1,227 @@
+"""Snapshots reach each node's own data directory only through the HTTP snapshot store;
+bounds and consistency tokens pick replicas that are fresh enough, or say NOT_UP_TO_BOUND."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from pyspark.sql import SparkSession
+
+from gateway.positions import decode_token, encode_token
+from gateway.protocol import SECRET_HEADER
+from spark_pipeline import job
+from tests import oracle
+from tests.nodes import Served, free_ports, serve
+from tests.projects import produce_test_events
+
+SCAN = """query($c: ConsistencyInput) {
+  trainDelaysRange(first: 1000, consistency: $c) {
+    records { key reports totalDelay }
+    meta { partial consistencyToken
+           partitions { partition node role version failure message position { offset } } }
+  }
+}"""
+
+
+class Store:
+    """`stategate store`, serving the pipeline's snapshot directory over HTTP."""
+
+    def __init__(self, cluster: Served, port: int) -> None:
+        self.cluster, self.port = cluster, port
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gateway.cli",
+                "store",
+                "--config",
+                str(self.cluster.project.path),
+                "--listen",
+                f"127.0.0.1:{self.port}",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for _ in range(200):
+            try:
+                httpx.get(f"http://127.0.0.1:{self.port}/manifest.json", timeout=1)
+                return
+            except httpx.HTTPError:
+                time.sleep(0.05)
+        raise RuntimeError("the snapshot store server did not start")
+
+    def stop(self) -> None:
+        if self.proc:
+            self.proc.terminate()
+            self.proc.wait(10)
+            self.proc = None
+
+
+@pytest.fixture(scope="module")
+def remote(
+    spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Served, Store]]:
+    port = free_ports(1)[0]
+    cluster = serve(
+        tmp_path_factory.mktemp("remote"),
+        spark,
+        seed=3,
+        snapshot_url=f"http://127.0.0.1:{port}",
+        start=False,
+    )
+    store = Store(cluster, port)
+    store.start()
+    for node in cluster.nodes.ids:
+        cluster.nodes.start(node)
+    yield cluster, store
+    cluster.nodes.stop_all()
+    store.stop()
+
+
+def scan(cluster: Served, node: str, consistency: dict[str, Any] | None = None) -> dict:
+    data = cluster.nodes.data(node, SCAN, {"c": consistency})
+    return data["trainDelaysRange"]
+
+
+def test_each_node_holds_exactly_its_partitions_pulled_over_http(remote) -> None:
+    cluster, _ = remote
+    replica_map = cluster.project.cluster.replica_map
+    for node in cluster.project.cluster.nodes:
+        files = sorted(p.name for p in (node.data_dir / "snapshots").iterdir())
+        hosted = [p for p, ids in replica_map.items() if node.id in ids]
+        assert files == [f"p{p:03d}-v000001.duckdb" for p in hosted]
+    expected = sorted(
+        r for rows in oracle.expected_store(cluster.project, "trainDelays").values() for r in rows
+    )
+    for node in cluster.nodes.ids:
+        got = [(r["key"], r["reports"], r["totalDelay"]) for r in scan(cluster, node)["records"]]
+        assert got == [r[:3] for r in expected]
+
+
+def test_the_store_refuses_calls_without_the_secret(remote) -> None:
+    _, store = remote
+    url = f"http://127.0.0.1:{store.port}/manifest.json"
+    assert httpx.get(url).status_code == 401
+    assert httpx.get(url, headers={SECRET_HEADER: "test-secret"}).status_code == 200
+    escape = httpx.get(
+        f"http://127.0.0.1:{store.port}/../stategate.toml", headers={SECRET_HEADER: "test-secret"}
+    )
+    assert escape.status_code == 404
+
+
+def test_bounds_tokens_require_active_and_max_lag(remote, spark: SparkSession) -> None:
+    cluster, store = remote
+    before = scan(cluster, "node1")
+    cluster.nodes.kill("node3")
+    produce_test_events(
+        cluster.project, seed=4, n_bookings=200, n_trains=300, start_ms=1_767_312_000_000
+    )
+    report = job.run(cluster.project, spark, notify=True)
+    assert report["notify"]["node3"] != "ok" and report["notify"]["node1"] == "ok"
+    store.stop()
+    cluster.nodes.start("node3")  # the store is down: node3 serves the versions it has
+
+    fresh = scan(cluster, "node1")
+    token = fresh["meta"]["consistencyToken"]
+    assert all(p["version"] == 2 for p in fresh["meta"]["partitions"])
+    bound = decode_token(token)
+    assert all(
+        bound[("trains", p)] > o
+        for (t, p), o in decode_token(before["meta"]["consistencyToken"]).items()
+        if t == "trains"
+    )
+
+    # The token, sent to the stale node, is served by up-to-date replicas only.
+    via_node3 = scan(cluster, "node3", {"token": token})
+    assert not via_node3["meta"]["partial"]
+    assert "node3" not in {p["node"] for p in via_node3["meta"]["partitions"]}
+    assert via_node3["records"] == fresh["records"]
+    assert decode_token(via_node3["meta"]["consistencyToken"]) == bound
+
+    # Without a bound node3 answers from its own (older) snapshots where it can.
+    unbound = scan(cluster, "node3")
+    assert {p["version"] for p in unbound["meta"]["partitions"] if p["node"] == "node3"} == {1}
+
+    # requireActive: node3 is the only active of 2, 5, 8, and it is behind the token.
+    active = scan(cluster, "node3", {"token": token, "requireActive": True})
+    failed = {p["partition"]: p["failure"] for p in active["meta"]["partitions"] if p["failure"]}
+    assert failed == {2: "NOT_UP_TO_BOUND", 5: "NOT_UP_TO_BOUND", 8: "NOT_UP_TO_BOUND"}
+    assert active["meta"]["partial"]
+    assert all(p["role"] == "ACTIVE" for p in active["meta"]["partitions"] if not p["failure"])
+
+    # maxLag 0 from node3: its own stale partitions are skipped for up-to-date replicas.
+    lagless = scan(cluster, "node3", {"maxLag": 0})
+    assert not lagless["meta"]["partial"]
+    assert all(p["version"] == 2 for p in lagless["meta"]["partitions"])
+    strict = scan(cluster, "node3", {"maxLag": 0, "requireActive": True})
+    assert {p["partition"] for p in strict["meta"]["partitions"] if p["failure"]} == {2, 5, 8}
+
+    # An explicit position no replica has reached fails exactly that partition.
+    beyond = scan(
+        cluster, "node2", {"position": [{"topic": "trains", "partition": 4, "offset": 10**9}]}
+    )
+    assert [p["partition"] for p in beyond["meta"]["partitions"] if p["failure"]] == [4]
+
+    # Tokens round-trip through any node and only move forward.
+    for node in ("node2", "node1", "node3"):
+        answer = scan(cluster, node, {"token": token})
+        assert not answer["meta"]["partial"]
+        assert all(
+            decode_token(answer["meta"]["consistencyToken"])[tp] >= o for tp, o in bound.items()
+        )
+        token = answer["meta"]["consistencyToken"]
+
+    # A rolling token over an older position is still valid input.
+    old = encode_token({("trains", 0): 1})
+    assert not scan(cluster, "node1", {"token": old})["meta"]["partial"]
+    store.start()
+
+
+def test_a_damaged_snapshot_is_refused_and_the_previous_version_keeps_serving(remote) -> None:
+    cluster, store = remote
+    if store.proc is None:
+        store.start()
+    manifest = orjson.loads((Path(cluster.project.snapshot_store) / "manifest.json").read_bytes())
+    node3 = cluster.project.cluster.node("node3")
+    status = cluster.nodes.status("node3")
+    stale = [p for p in (2, 5, 8) if status["partitions"][str(p)]["version"] == 1]
+    assert stale, "node3 should still hold version 1 of its active partitions"
+    damaged, flipped = stale[0], stale[1] if len(stale) > 1 else None
+    path = Path(cluster.project.snapshot_store) / manifest["partitions"][str(damaged)]["path"]
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])  # truncated
+    if flipped is not None:
+        other = Path(cluster.project.snapshot_store) / manifest["partitions"][str(flipped)]["path"]
+        raw = bytearray(other.read_bytes())
+        raw[len(raw) // 2] ^= 0xFF  # same size, one bit pattern changed
+        other.write_bytes(bytes(raw))
+
+    response = httpx.post(
+        f"{node3.url}/internal/sync",
+        headers={SECRET_HEADER: cluster.project.cluster.secret},
+        timeout=30,
+    )
+    assert response.status_code == 200
+    result = response.json()
+    assert "checksum mismatch" in result["errors"][str(damaged)]
+    status = cluster.nodes.status("node3")
+    assert status["partitions"][str(damaged)]["version"] == 1
+    if flipped is not None:
+        assert "checksum mismatch" in result["errors"][str(flipped)]
+        assert status["partitions"][str(flipped)]["version"] == 1
+    assert not any(p.name.startswith(".") for p in (node3.data_dir / "snapshots").iterdir())
+
+    # The previous version keeps answering for the damaged partition.
+    answer = scan(cluster, "node3", {"requireActive": True})
+    part = next(p for p in answer["meta"]["partitions"] if p["partition"] == damaged)
+    assert part["node"] == "node3" and part["version"] == 1 and part["failure"] is None
