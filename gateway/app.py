@@ -47,6 +47,9 @@ class GraphQLApp(GraphQL[Context, None]):
         super().__init__(build_schema(node.project))
         self.node = node
 
+    def encode_json(self, data: object) -> bytes:
+        return orjson.dumps(data)
+
     async def get_context(self, request: Any, response: Any) -> Context:
         return Context.create(self.node, request.headers.get("authorization"))
 

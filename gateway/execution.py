@@ -82,6 +82,8 @@ def _predicate(
     store: Store, kind: str, p: dict[str, Any]
 ) -> tuple[str, list[Any], str, int | None]:
     if kind == "get":
+        if len(p["keys"]) == 1:
+            return "key = ?", p["keys"], "", None
         return "key IN (SELECT unnest(?))", [p["keys"]], "", None
     if kind == "window":
         return (

@@ -70,11 +70,22 @@ class GatewayNode:
         self.pool.shutdown(wait=True)
         self.catalog.close()
 
-    def execute_local(self, subqueries: list[SubQuery]) -> asyncio.Future[list[Answer]]:
+    async def execute_local(self, subqueries: list[SubQuery]) -> list[Answer]:
+        """Answer sub-queries from this node's snapshots, one pool task per partition (DuckDB
+        releases the GIL, so partitions run in parallel)."""
         loop = asyncio.get_running_loop()
-        return loop.run_in_executor(
-            self.pool, execution.execute, self.catalog, self.project, self.id, subqueries
+        by_partition: dict[int, list[SubQuery]] = {}
+        for q in subqueries:
+            by_partition.setdefault(q.partition, []).append(q)
+        batches = await asyncio.gather(
+            *(
+                loop.run_in_executor(
+                    self.pool, execution.execute, self.catalog, self.project, self.id, group
+                )
+                for group in by_partition.values()
+            )
         )
+        return [answer for batch in batches for answer in batch]
 
     def request_batch(self, authorization: str | None) -> RequestBatch:
         return RequestBatch(

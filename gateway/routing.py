@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import httpx
@@ -30,8 +30,6 @@ from gateway.protocol import (
     decode_answers,
     encode_request,
 )
-
-LocalExecutor = Callable[[list[SubQuery]], "asyncio.Future[list[Answer]]"]
 
 
 @dataclass
@@ -52,7 +50,7 @@ class Router:
         node_id: str,
         membership: Membership,
         client: httpx.AsyncClient,
-        local: Callable[[list[SubQuery]], asyncio.Future[list[Answer]]],
+        local: Callable[[list[SubQuery]], Awaitable[list[Answer]]],
     ) -> None:
         self.project = project
         self.node_id = node_id

@@ -17,6 +17,7 @@ from strawberry.tools import create_type
 from gateway.config import Project
 from gateway.positions import encode_token, merge
 from resolvers import cluster
+from resolvers.completion import PlainRecordExecutionContext
 from resolvers.stores import store_fields
 
 
@@ -53,7 +54,11 @@ def build_schema(project: Project) -> strawberry.Schema:
         MaxAliasesLimiter(max_alias_count=limit),
         ResponseExtensions,
     ]
-    return strawberry.Schema(query=query, extensions=extensions)
+    return strawberry.Schema(
+        query=query,
+        extensions=extensions,
+        execution_context_class=PlainRecordExecutionContext,
+    )
 
 
 def sdl(project: Project) -> str:

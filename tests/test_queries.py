@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from datetime import UTC, datetime
 from typing import Any
 
@@ -43,14 +42,22 @@ def as_row(store: Store, record: dict[str, Any]) -> tuple:
     return (record["key"], *window, *(record[c] for c in store.columns))
 
 
-@functools.cache
+_CACHE: dict[tuple[str, str], Any] = {}
+
+
 def expected_store(project: Project, name: str) -> dict[int, list[tuple]]:
-    return oracle.expected_store(project, name)
+    """The oracle, computed once per project and store (the served cluster never changes)."""
+    key = (str(project.path), name)
+    if key not in _CACHE:
+        _CACHE[key] = oracle.expected_store(project, name)
+    return _CACHE[key]
 
 
-@functools.cache
 def expected_positions(project: Project) -> dict[int, dict[str, int]]:
-    return oracle.expected_positions(project)
+    key = (str(project.path), "")
+    if key not in _CACHE:
+        _CACHE[key] = oracle.expected_positions(project)
+    return _CACHE[key]
 
 
 def all_rows(served, name: str) -> list[tuple]:
