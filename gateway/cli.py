@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -17,6 +18,8 @@ import httpx
 from gateway import config
 
 DEMO_CONFIG = Path(__file__).resolve().parent.parent / "demo" / "stategate.toml"
+# The demo's bookings span the week before this instant, so the example queries find them.
+DEMO_END_MS = int(datetime(2026, 11, 1, tzinfo=UTC).timestamp() * 1000)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -131,7 +134,9 @@ def run_demo(project: config.Project, args: argparse.Namespace) -> int:
         shutil.rmtree(data_root)
     if not project.log_dir.exists():
         print(f"generating {args.events} bookings of {args.customers} customers ...", flush=True)
-        demo_data.generate(project, customers=args.customers, events=args.events)
+        demo_data.generate(
+            project, customers=args.customers, events=args.events, end_ms=DEMO_END_MS
+        )
     print("running the pipeline (Spark, local mode) ...", flush=True)
     report = run(project, spark_session(None), notify=False)
     print(f"published: {report.get('partitions', report)}", flush=True)
@@ -213,8 +218,18 @@ def _check(project: config.Project) -> int:
         if response.status_code != 200 or body.get("errors"):
             print(f"{node.id}: {json.dumps(body)[:2000]}", file=sys.stderr)
             return 1
-        print(f"{node.id}: ok, {json.dumps(body['data']['latestBooking']['record'])}")
+        data = body["data"]
+        empty = [name for name, value in data.items() if not _has_rows(value)]
+        if empty:
+            print(f"{node.id}: no rows from {empty}", file=sys.stderr)
+            return 1
+        print(f"{node.id}: ok, {json.dumps(data['latestBooking']['record'], ensure_ascii=False)}")
     return 0
+
+
+def _has_rows(value: dict) -> bool:
+    rows = value.get("record") or value.get("entries") or value.get("records")
+    return bool(rows or value.get("windows"))
 
 
 COMMANDS = {

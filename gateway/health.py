@@ -41,9 +41,11 @@ class Membership:
         return peer is None or peer.alive
 
     def mark_down(self, node_id: str) -> None:
-        if node_id in self.peers and self.peers[node_id].alive:
-            log.warning("peer %s marked down", node_id)
-            self.peers[node_id].alive = False
+        peer = self.peers.get(node_id)
+        if peer is not None and peer.alive:
+            # A peer never seen yet is most likely still starting: not worth a warning.
+            log.log(logging.WARNING if peer.seen_ms else logging.INFO, "peer %s is down", node_id)
+            peer.alive = False
 
     def offsets(self, node_id: str, partition: int) -> dict[str, int] | None:
         peer = self.peers.get(node_id)

@@ -53,9 +53,8 @@ def record_type(store: Store) -> StoreTypes:
         annotations["window_end"] = datetime
     for column, ftype in store.columns.items():
         annotations[column] = _PY[ftype] | None
-    cls = type(_pascal(store.name), (), {"__annotations__": annotations})
     description = f"A record of the {store.kind} store {store.name} (topic {store.topic.name})."
-    return StoreTypes(strawberry.type(cls, description=description), key)
+    return StoreTypes(_object_type(_pascal(store.name), annotations, description), key)
 
 
 def store_fields(project: Project, store: Store) -> list[StrawberryField]:
@@ -71,39 +70,27 @@ def _keyed_fields(project: Project, store: Store, types: StoreTypes) -> list[Str
     settings = project.settings
     make = _row_builder(store, Record)
 
-    Lookup = strawberry.type(
-        type(
-            f"{name}Lookup",
-            (),
-            {
-                "__annotations__": {
-                    "key": K,
-                    "partition": int,
-                    "record": Record | None,
-                    "meta": ResultMeta,
-                }
-            },
-        )
+    Lookup = _object_type(
+        f"{name}Lookup",
+        {
+            "key": K,
+            "partition": int,
+            "record": Record | None,
+            "meta": ResultMeta,
+        },
     )
-    Entry = strawberry.type(
-        type(
-            f"{name}Entry",
-            (),
-            {
-                "__annotations__": {
-                    "key": K,
-                    "partition": int,
-                    "record": Record | None,
-                    "failure": FailureReason | None,
-                }
-            },
-        ),
+    Entry = _object_type(
+        f"{name}Entry",
+        {
+            "key": K,
+            "partition": int,
+            "record": Record | None,
+            "failure": FailureReason | None,
+        },
         description="One input key: record is null when the key has no value; failure is set "
         "when its partition could not answer.",
     )
-    Batch = strawberry.type(
-        type(f"{name}Batch", (), {"__annotations__": {"entries": list[Entry], "meta": ResultMeta}})
-    )
+    Batch = _object_type(f"{name}Batch", {"entries": list[Entry], "meta": ResultMeta})
     Page = _page_type(name, Record)
 
     async def get(info: Info, key: K, consistency: ConsistencyInput | None = None) -> Lookup | None:
@@ -213,19 +200,14 @@ def _window_fields(project: Project, store: Store, types: StoreTypes) -> list[St
     name = _pascal(store.name)
     settings = project.settings
     make = _row_builder(store, Record)
-    Windows = strawberry.type(
-        type(
-            f"{name}Windows",
-            (),
-            {
-                "__annotations__": {
-                    "key": K,
-                    "partition": int,
-                    "windows": list[Record],
-                    "meta": ResultMeta,
-                }
-            },
-        )
+    Windows = _object_type(
+        f"{name}Windows",
+        {
+            "key": K,
+            "partition": int,
+            "windows": list[Record],
+            "meta": ResultMeta,
+        },
     )
     Page = _page_type(name, Record)
 
@@ -286,24 +268,24 @@ def _window_fields(project: Project, store: Store, types: StoreTypes) -> list[St
     ]
 
 
+def _object_type(name: str, fields: dict[str, Any], description: str | None = None) -> type:
+    """A strawberry object type built at run time from field annotations."""
+    return strawberry.type(type(name, (), {"__annotations__": fields}), description=description)
+
+
 def _field(resolver: Any, name: str, description: str) -> StrawberryField:
     resolver.__name__ = name  # create_type keys fields by python name: make them unique
     return strawberry.field(resolver, name=name, description=description)
 
 
 def _page_type(name: str, record: type) -> type:
-    return strawberry.type(
-        type(
-            f"{name}Page",
-            (),
-            {
-                "__annotations__": {
-                    "records": list[record],
-                    "page_info": PageInfo,
-                    "meta": ResultMeta,
-                }
-            },
-        )
+    return _object_type(
+        f"{name}Page",
+        {
+            "records": list[record],
+            "page_info": PageInfo,
+            "meta": ResultMeta,
+        },
     )
 
 
