@@ -30,8 +30,8 @@ class StoreInfo:
     kind: StoreKind
     topic: str
     key_type: str
-    window_size_ms: Long | None  # type: ignore[valid-type]
-    window_advance_ms: Long | None  # type: ignore[valid-type]
+    window_size_ms: Long | None
+    window_advance_ms: Long | None
     columns: list[Column]
 
 
@@ -43,7 +43,7 @@ class Replica:
     alive: bool
     version: int | None
     position: list[TopicOffset]
-    lag: Long | None = strawberry.field(  # type: ignore[valid-type]
+    lag: Long | None = strawberry.field(
         description="Offsets behind the log end (all topics), null when unknown."
     )
 
@@ -76,8 +76,8 @@ def stores(info: strawberry.Info[Context, None]) -> list[StoreInfo]:
             kind=StoreKind(s.kind),
             topic=s.topic.name,
             key_type=s.key_type,
-            window_size_ms=s.window_size_ms or None,
-            window_advance_ms=s.window_advance_ms or None,
+            window_size_ms=Long(s.window_size_ms) if s.window_size_ms else None,
+            window_advance_ms=Long(s.window_advance_ms) if s.window_advance_ms else None,
             columns=[Column(name=n, type=t) for n, t in s.columns.items()],
         )
         for s in info.context.node.project.stores.values()

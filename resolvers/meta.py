@@ -35,7 +35,7 @@ class ReplicaRole(Enum):
 class TopicOffset:
     topic: str
     partition: int
-    offset: Long  # type: ignore[valid-type]
+    offset: Long
 
 
 @strawberry.type(description="How one partition answered.")
@@ -74,7 +74,7 @@ class PageInfo:
 class PositionInput:
     topic: str
     partition: int
-    offset: Long  # type: ignore[valid-type]
+    offset: Long
 
 
 @strawberry.input(description="Freshness and replica demands of a query.")
@@ -88,13 +88,15 @@ class ConsistencyInput:
     require_active: bool = strawberry.field(
         default=False, description="Answer only from active replicas (NOT_ACTIVE otherwise)."
     )
-    max_lag: Long | None = strawberry.field(  # type: ignore[valid-type]
+    max_lag: Long | None = strawberry.field(
         default=None, description="Skip replicas more than this many offsets behind the log end."
     )
 
 
 def offsets(position: Position) -> list[TopicOffset]:
-    return [TopicOffset(topic=t, partition=p, offset=o) for (t, p), o in sorted(position.items())]
+    return [
+        TopicOffset(topic=t, partition=p, offset=Long(o)) for (t, p), o in sorted(position.items())
+    ]
 
 
 def partition_result(cluster: Cluster, q: SubQuery, a: Answer) -> PartitionResult:

@@ -5,6 +5,9 @@ from __future__ import annotations
 from typing import NewType
 
 import strawberry
+from strawberry.types.scalar import ScalarDefinition
+
+Long = NewType("Long", int)
 
 
 def _parse_long(value: object) -> int:
@@ -16,9 +19,11 @@ def _parse_long(value: object) -> int:
     return number
 
 
-Long = strawberry.scalar(
-    NewType("Long", int),
-    description="A 64-bit signed integer (Kafka offsets, Long keys).",
-    serialize=int,
-    parse_value=_parse_long,
-)
+SCALARS: dict[object, ScalarDefinition] = {
+    Long: strawberry.scalar(
+        name="Long",
+        description="A 64-bit signed integer (Kafka offsets, Long keys).",
+        serialize=int,
+        parse_value=_parse_long,
+    )
+}

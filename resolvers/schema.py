@@ -6,18 +6,21 @@ from typing import Any
 
 import strawberry
 from strawberry.extensions import (
+    AddValidationRules,
     MaxAliasesLimiter,
     ParserCache,
     QueryDepthLimiter,
     SchemaExtension,
     ValidationCache,
 )
+from strawberry.schema.config import StrawberryConfig
 from strawberry.tools import create_type
 
 from gateway.config import Project
 from gateway.positions import encode_token, merge
 from resolvers import cluster
 from resolvers.completion import PlainRecordExecutionContext
+from resolvers.scalars import SCALARS
 from resolvers.stores import store_fields
 
 
@@ -47,17 +50,23 @@ def build_schema(project: Project) -> strawberry.Schema:
         fields.extend(store_fields(project, store))
     query = create_type("Query", fields)
     limit = project.settings.max_keys_per_request
+    # The limiters' rule classes are built once: the validation cache is keyed by them.
+    rules = [
+        *QueryDepthLimiter(max_depth=8).validation_rules,
+        *MaxAliasesLimiter(max_alias_count=limit).validation_rules,
+    ]
+    # Factories, not instances: strawberry shares an instance across concurrent requests.
     extensions: list[Any] = [
-        ParserCache(maxsize=256),
-        ValidationCache(maxsize=256),
-        QueryDepthLimiter(max_depth=8),
-        MaxAliasesLimiter(max_alias_count=limit),
+        lambda: ParserCache(maxsize=256),
+        lambda: ValidationCache(maxsize=256),
+        lambda: AddValidationRules(rules),
         ResponseExtensions,
     ]
     return strawberry.Schema(
         query=query,
         extensions=extensions,
         execution_context_class=PlainRecordExecutionContext,
+        config=StrawberryConfig(scalar_map=SCALARS),
     )
 
 
