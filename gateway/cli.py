@@ -68,7 +68,14 @@ def run_node(project: config.Project, args: argparse.Namespace) -> int:
     from gateway.app import create_app
 
     host, port = project.cluster.node(args.node).address.rsplit(":", 1)
-    uvicorn.run(create_app(project, args.node), host=host, port=int(port), log_level="warning")
+    uvicorn.run(
+        create_app(project, args.node),
+        host=host,
+        port=int(port),
+        log_level="warning",
+        loop="uvloop",
+        http="httptools",
+    )
     return 0
 
 
