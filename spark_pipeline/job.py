@@ -96,10 +96,14 @@ def _stage_deltas(spark: SparkSession, project: Project, plan: RunPlan, staging:
     """Write every store's delta to staging/<store>/partition=<p>/*.parquet."""
     for topic in project.topics.values():
         stores = [s for s in project.stores.values() if s.topic.name == topic.name]
-        records = read_records(spark, project.log_dir, topic, plan.ranges[topic.name])
-        if not stores or records is None:
+        if not stores:
             continue
-        parsed = parse_values(records, topic).persist(StorageLevel.MEMORY_AND_DISK)
+        records = read_records(spark, project.log_dir, topic, plan.ranges[topic.name])
+        if records is None:
+            continue
+        parsed = parse_values(records, topic)
+        if len(stores) > 1:  # parse once, not once per store
+            parsed = parsed.persist(StorageLevel.MEMORY_AND_DISK)
         try:
             for store in stores:
                 delta = store_delta(store, parsed)

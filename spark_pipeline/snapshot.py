@@ -82,7 +82,7 @@ def build_snapshot(task: SnapshotTask) -> dict:
 def _write(path: Path, task: SnapshotTask, created_ms: int) -> None:
     con = duckdb.connect(str(path), config=_DUCKDB_CONFIG)
     try:
-        if task.previous:
+        if task.previous is not None:
             previous = Path(task.store_root) / task.previous
             con.execute(f"ATTACH {_literal(str(previous))} AS prev (READ_ONLY)")
         for store in task.stores:
@@ -99,7 +99,7 @@ def _write(path: Path, task: SnapshotTask, created_ms: int) -> None:
             "INSERT INTO _snapshot VALUES (?, ?, ?, ?)",
             [task.partition, task.version, created_ms, FORMAT],
         )
-        if task.previous:
+        if task.previous is not None:
             con.execute("DETACH prev")
         con.execute("CHECKPOINT")
     finally:

@@ -2,6 +2,9 @@ from __future__ import annotations
 
 import hashlib
 import math
+import socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import duckdb
@@ -13,13 +16,24 @@ from gateway.config import Project, load
 from spark_pipeline import eventlog
 from spark_pipeline.job import run
 from spark_pipeline.plan import LogBehindError, plan_run
-from spark_pipeline.publish import prune, read_manifest, snapshot_path, write_manifest
+from spark_pipeline.publish import (
+    notify_nodes,
+    prune,
+    read_manifest,
+    snapshot_path,
+    write_manifest,
+)
 from tests.oracle import expected_positions, expected_store
 from tests.projects import produce_test_events, write_project
 
 CHANGED = {1, 4, 7}
-DUCK_TYPES = {"string": "VARCHAR", "int": "INTEGER", "long": "BIGINT", "double": "DOUBLE"}
-DUCK_TYPES |= {"boolean": "BOOLEAN"}
+DUCK_TYPES = {  # the snapshot format's column types
+    "string": "VARCHAR",
+    "int": "INTEGER",
+    "long": "BIGINT",
+    "double": "DOUBLE",
+    "boolean": "BOOLEAN",
+}
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +62,22 @@ def test_first_run_builds_every_partition_as_the_oracle_says(project: Project, f
         p: {"old": None, "new": 1} for p in range(project.cluster.partitions)
     }
     _assert_published_state_is_the_oracles(project, first["manifest"])
+
+
+def test_the_oracle_sees_the_awkward_cases(project: Project, first: dict):
+    """Guard the test data itself: tombstones, re-set keys, nulls and odd keys are present."""
+    latest = {k: v for p in expected_store(project, "latestBooking").values() for k, *v in p}
+    assert "gone" not in latest and latest["Zoë"][2] == 3
+    assert {"", "日本語", "Zo", "Zoë"} <= latest.keys()
+    trains = {k for p in expected_store(project, "trainStatus").values() for k, *_ in p}
+    assert any(k < 0 for k in trains)
+    records = [
+        r
+        for p in range(project.cluster.partitions)
+        for r in eventlog.read(project.log_dir, "bookings", p)
+    ]
+    assert any(r["value"] is None for r in records)
+    assert any(r["value"] and None in r["value"].values() for r in records)
 
 
 def test_second_run_rebuilds_only_the_partitions_with_new_records(
@@ -109,6 +139,37 @@ def test_prune_keeps_the_newest_versions_up_to_the_current_one(tmp_path: Path):
         "v000005.duckdb",
         "v000006.duckdb",  # newer than the manifest: a run in progress
     ]
+
+
+def test_notify_posts_to_the_nodes_hosting_changed_partitions(tmp_path: Path):
+    seen: list[tuple[str, str | None]] = []
+
+    class Node(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            seen.append((self.path, self.headers.get("x-stategate-secret")))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    servers = [ThreadingHTTPServer(("127.0.0.1", 0), Node) for _ in range(2)]
+    for server in servers:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    with socket.socket() as closed:  # a port nobody listens on: node2 is down
+        closed.bind(("127.0.0.1", 0))
+        down = closed.getsockname()[1]
+    ports = [servers[0].server_port, down, servers[1].server_port]
+    project = load(write_project(tmp_path, ports, partitions=9, replicas=1))
+    try:
+        results = notify_nodes(project, {0, 1})  # partition p lives on node(p % 3 + 1)
+    finally:
+        for server in servers:
+            server.shutdown()
+    assert results.keys() == {"node1", "node2"}
+    assert results["node1"] == "ok"
+    assert "ConnectError" in results["node2"]
+    assert seen == [("/internal/sync", "test-secret")]
 
 
 def _assert_published_state_is_the_oracles(project: Project, manifest: dict) -> None:
@@ -179,15 +240,3 @@ def _digests(project: Project) -> dict[str, str]:
         str(p.relative_to(_store(project))): hashlib.sha256(p.read_bytes()).hexdigest()
         for p in sorted(_store(project).glob("p*/v*.duckdb"))
     }
-
-
-def test_the_oracle_sees_the_awkward_cases(project: Project, first: dict):
-    """Guard the test data itself: tombstones, re-set keys, nulls and odd keys are present."""
-    latest = {k: v for p in expected_store(project, "latestBooking").values() for k, *v in p}
-    assert "gone" not in latest and latest["Zoë"][2] == 3
-    assert {"", "日本語", "Zo", "Zoë"} <= latest.keys()
-    trains = {k for p in expected_store(project, "trainStatus").values() for k, *_ in p}
-    assert any(k < 0 for k in trains)
-    records = [r for p in range(9) for r in eventlog.read(project.log_dir, "bookings", p)]
-    assert any(r["value"] is None for r in records)
-    assert any(r["value"] and None in r["value"].values() for r in records)
