@@ -26,6 +26,7 @@ _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
 _AGG = re.compile(r"^(count)(?:\(\))?$|^(sum|min|max)\((\w+)\)$")
 _DURATION = re.compile(r"^(\d+)(ms|s|m|h|d)$")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+RESERVED_COLUMNS = ("key", "window_start")  # a snapshot's own columns
 
 
 class ConfigError(ValueError):
@@ -154,12 +155,9 @@ def load(path: str | os.PathLike[str]) -> Project:
 def parse(raw: dict, path: Path) -> Project:
     base = path.parent
     topics = {t.name: t for t in (_topic(t) for t in raw.get("topics", []))}
-    stores: dict[str, Store] = {}
-    for entry in raw.get("stores", []):
-        store = _store(entry, topics)
-        if store.name in stores:
-            raise ConfigError(f"store {store.name!r} is declared twice")
-        stores[store.name] = store
+    _unique([t.get("name", "") for t in raw.get("topics", [])], "topic")
+    stores = {s.name: s for s in (_store(entry, topics) for entry in raw.get("stores", []))}
+    _unique([s.get("name", "") for s in raw.get("stores", [])], "store")
     if not stores:
         raise ConfigError("declare at least one [[stores]] entry")
     snapshots = raw.get("snapshots", {})
@@ -184,8 +182,9 @@ def _topic(raw: dict) -> Topic:
     if key_type not in KEY_TYPES:
         raise ConfigError(f"topic {name!r}: key must be one of {KEY_TYPES}, not {key_type!r}")
     value = dict(raw.get("value", {}))
+    _unique(list(value), f"topic {name!r} value field")
     for fname, ftype in value.items():
-        _check_name(fname, f"topic {name!r} value field")
+        _check_column(fname, f"topic {name!r} value field")
         if ftype not in FIELD_TYPES:
             raise ConfigError(f"topic {name!r} field {fname!r}: type must be one of {FIELD_TYPES}")
     return Topic(name=name, key_type=key_type, value=value)
@@ -203,6 +202,7 @@ def _store(raw: dict, topics: dict[str, Topic]) -> Store:
     if kind not in ("aggregate", "window"):
         raise ConfigError(f"store {name!r}: kind must be table, aggregate or window")
     aggregates = tuple(_aggregate(n, spec, topic, name) for n, spec in raw["aggregates"].items())
+    _unique([a.name for a in aggregates], f"store {name!r} aggregate")
     if kind == "aggregate":
         return Store(name=name, kind="aggregate", topic=topic, aggregates=aggregates)
     size = _duration(raw.get("size", ""), name)
@@ -220,7 +220,7 @@ def _store(raw: dict, topics: dict[str, Topic]) -> Store:
 
 
 def _aggregate(name: str, spec: str, topic: Topic, store: str) -> Aggregate:
-    _check_name(name, f"store {store!r} aggregate")
+    _check_column(name, f"store {store!r} aggregate")
     match = _AGG.match(spec.strip())
     if not match:
         raise ConfigError(f"store {store!r} aggregate {name!r}: {spec!r} is not count or f(field)")
@@ -241,22 +241,40 @@ def _cluster(raw: dict, base: Path) -> Cluster:
     )
     if not nodes:
         raise ConfigError("declare at least one [[cluster.nodes]] entry")
+    _unique([n.id for n in nodes], "node id")
+    partitions = int(raw.get("partitions", 1))
+    if partitions < 1:
+        raise ConfigError(f"cluster.partitions must be at least 1, not {partitions}")
     replicas = int(raw.get("replicas", 1))
     if not 1 <= replicas <= len(nodes):
         raise ConfigError(f"cluster.replicas must be between 1 and the node count {len(nodes)}")
     secret = os.environ.get(raw.get("secret_env", "STATEGATE_SECRET")) or raw.get("secret", "")
     if not secret:
         raise ConfigError("set cluster.secret or the environment variable named by secret_env")
-    return Cluster(
-        partitions=int(raw.get("partitions", 1)), replicas=replicas, nodes=nodes, secret=secret
-    )
+    return Cluster(partitions=partitions, replicas=replicas, nodes=nodes, secret=secret)
 
 
 def _duration(text: str, store: str) -> int:
     match = _DURATION.match(str(text))
-    if not match:
+    if not match or int(match.group(1)) == 0:
         raise ConfigError(f"store {store!r}: duration {text!r} must look like 1h, 15m, 30s")
     return int(match.group(1)) * _UNIT_MS[match.group(2)]
+
+
+def _unique(names: list[str], what: str) -> None:
+    """Names must differ ignoring case: DuckDB's identifiers are case-insensitive."""
+    seen: dict[str, str] = {}
+    for name in names:
+        if name.lower() in seen:
+            clash = seen[name.lower()]
+            raise ConfigError(f"{what} {name!r} is declared twice (names ignore case: {clash!r})")
+        seen[name.lower()] = name
+
+
+def _check_column(name: str, what: str) -> None:
+    _check_name(name, what)
+    if name.lower() in RESERVED_COLUMNS:
+        raise ConfigError(f"{what} {name!r}: {RESERVED_COLUMNS} are reserved")
 
 
 def _check_name(name: str, what: str) -> None:

@@ -66,9 +66,13 @@ def _generate(
     fares = _fares(rng)
     keys: dict[int, tuple[str, int]] = {}  # customer -> (key, partition): keys repeat a lot
     counts: Counter[int] = Counter()
+    # Every customer books at least once (when there are enough events), the rest is skewed.
+    everyone = by_rank if events >= customers else []
+    bookers = everyone + rng.choices(by_rank, cum_weights=cum_weights, k=events - len(everyone))
+    rng.shuffle(bookers)
     for first in range(0, events, CHUNK):
         size = min(CHUNK, events - first)
-        who = rng.choices(by_rank, cum_weights=cum_weights, k=size)
+        who = bookers[first : first + size]
         for customer in set(who).difference(keys):
             key = f"C{customer:06d}"
             keys[customer] = (key, partition_for(key, "string", project.cluster.partitions))

@@ -11,12 +11,10 @@ Values are JSON text (Kafka's JSON serde); a null value is a tombstone.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +24,7 @@ import pyarrow.parquet as pq
 
 from gateway.config import Topic
 from gateway.partitioner import Key, partition_for
+from spark_pipeline.durable import fsync_dir, locked
 
 _KEY_ARROW = {"string": pa.string(), "int": pa.int32(), "long": pa.int64()}
 
@@ -83,9 +82,11 @@ def segments_from(log_dir: Path, topic: str, partition: int, offset: int) -> lis
 
 def append(log_dir: Path, topic: Topic, partition: int, records: list[Record]) -> int:
     """Append records to one partition; returns the base offset they got."""
+    if not records:
+        raise ValueError("nothing to append: a segment holds at least one record")
     folder = partition_dir(log_dir, topic.name, partition)
     folder.mkdir(parents=True, exist_ok=True)
-    with _locked(folder):
+    with locked(folder):
         base = end_offset(log_dir, topic.name, partition)
         table = pa.table(
             {
@@ -104,7 +105,7 @@ def append(log_dir: Path, topic: Topic, partition: int, records: list[Record]) -
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
         os.rename(tmp, folder / f"{base:020d}.parquet")
-        _fsync_dir(folder)
+        fsync_dir(folder)
     return base
 
 
@@ -133,21 +134,3 @@ def read(log_dir: Path, topic: str, partition: int, start: int = 0) -> Iterator[
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-@contextmanager
-def _locked(folder: Path) -> Iterator[None]:
-    with open(folder / ".lock", "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -33,13 +33,13 @@ from pyspark import StorageLevel  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
 
 from gateway.config import Project, load  # noqa: E402
+from spark_pipeline.durable import locked  # noqa: E402
 from spark_pipeline.eventlog import now_ms  # noqa: E402
 from spark_pipeline.plan import RunPlan, plan_run, stores_digest  # noqa: E402
 from spark_pipeline.publish import (  # noqa: E402
     notify_nodes,
     prune,
     read_manifest,
-    run_lock,
     versions_on_disk,
     write_manifest,
 )
@@ -54,7 +54,7 @@ def run(project: Project, spark: SparkSession, notify: bool = True) -> dict:
     started = time.monotonic()
     store_dir = snapshot_dir(project)
     topics = {s.topic.name for s in project.stores.values()}
-    with run_lock(store_dir):
+    with locked(store_dir):
         manifest = read_manifest(store_dir)
         plan = plan_run(project, manifest)
         report: dict = {

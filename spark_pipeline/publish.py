@@ -13,18 +13,16 @@ Serving nodes read the manifest and copy the files they host; notify_nodes tells
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import orjson
 
 from gateway.config import Node, Project
+from spark_pipeline.durable import fsync_dir
 
 MANIFEST = "manifest.json"
 FORMAT = 1
@@ -103,23 +101,3 @@ def _notify(node: Node, secret: str) -> str:
     if response.is_success:
         return "ok"
     return f"HTTP {response.status_code}: {response.text[:200]}"
-
-
-@contextmanager
-def run_lock(store_dir: Path) -> Iterator[None]:
-    """Exclusive for one pipeline run at a time on this store."""
-    store_dir.mkdir(parents=True, exist_ok=True)
-    with open(store_dir / ".lock", "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-def fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

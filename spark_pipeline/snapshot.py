@@ -23,8 +23,9 @@ from pathlib import Path
 import duckdb
 
 from gateway.config import FieldType, Store
+from spark_pipeline.durable import fsync_dir
 from spark_pipeline.eventlog import now_ms
-from spark_pipeline.publish import fsync_dir, snapshot_path
+from spark_pipeline.publish import snapshot_path
 
 FORMAT = 1
 DUCK_TYPES: dict[FieldType, str] = {
