@@ -20,13 +20,13 @@ demo: setup
 lint: setup
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
-	$(PY) -m mypy gateway resolvers spark_pipeline
+	$(PY) -m mypy gateway resolvers spark_pipeline bench
 
 test: lint
 	$(PY) -m pytest
 
 bench: setup
-	$(PY) -m bench.run
+	$(PY) -m bench.run $(ARGS)
 
 schema: setup
 	$(PY) -m gateway.cli schema > schema.graphql

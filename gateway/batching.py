@@ -1,9 +1,10 @@
 """All the work of one GraphQL request, executed as one routed batch.
 
 Each root field contributes a Work item: a store, a query kind and its parameters, and its
-consistency demands. The batch splits every item into per-partition sub-queries, hands them
-all to the router at once (so each owning node gets one internal request per round), and
-gives every item back its own answers.
+consistency demands. The batch splits every item into per-partition sub-queries (key lookups
+of one partition with the same demands share one: a thousand aliased lookups become one
+IN-list per partition), hands them all to the router at once (so each owning node gets one
+internal request per round), and gives every item back its own answers.
 """
 
 from __future__ import annotations
@@ -65,41 +66,55 @@ class RequestBatch:
 
     async def run(self, works: list[Work]) -> list[Outcome]:
         subqueries: list[SubQuery] = []
-        owner: list[int] = []
+        uses: list[list[int]] = [[] for _ in works]  # work -> the sub-queries it reads
+        lookups: dict[tuple[Any, ...], int] = {}  # key lookups of one partition share a query
         for index, work in enumerate(works):
-            for q in self._split(work, len(subqueries)):
-                subqueries.append(q)
-                owner.append(index)
+            require_active = work.consistency.require_active
+            for partition, params in self._split(work):
+                bound = self._bound(work, partition)
+                if work.kind == "get":
+                    shared = (
+                        work.store.name,
+                        partition,
+                        tuple(sorted(bound.items())),
+                        require_active,
+                    )
+                    if shared in lookups:
+                        subqueries[lookups[shared]].params["keys"].extend(params["keys"])
+                        uses[index].append(lookups[shared])
+                        continue
+                    lookups[shared] = len(subqueries)
+                uses[index].append(len(subqueries))
+                subqueries.append(
+                    SubQuery(
+                        len(subqueries),
+                        partition,
+                        work.store.name,
+                        work.kind,
+                        params,
+                        bound,
+                        require_active,
+                    )
+                )
+        for q in subqueries:
+            if q.kind == "get":
+                q.params["keys"] = list(dict.fromkeys(q.params["keys"]))
         answers, trace = await self.router.execute(subqueries, self.authorization)
         self.traces.append(trace)
-        outcomes = [Outcome(work, []) for work in works]
-        for q in subqueries:
-            outcomes[owner[q.id]].parts.append((q, answers[q.id]))
-        return outcomes
+        return [
+            Outcome(work, [(subqueries[i], answers[i]) for i in ids])
+            for work, ids in zip(works, uses, strict=True)
+        ]
 
-    def _split(self, work: Work, first_id: int) -> list[SubQuery]:
+    def _split(self, work: Work) -> list[tuple[int, dict[str, Any]]]:
+        """The partitions a work reads, each with its own parameters."""
         if work.kind == "get":
             grouped = keys_by_partition(work.store, work.params["keys"], self.num_partitions)
-            per_partition = [(p, {"keys": keys}) for p, keys in sorted(grouped.items())]
-        elif work.kind == "window":
+            return [(p, {"keys": keys}) for p, keys in sorted(grouped.items())]
+        if work.kind == "window":
             key = work.params["key"]
-            per_partition = [
-                (partition_for(key, work.store.key_type, self.num_partitions), work.params)
-            ]
-        else:
-            per_partition = [(p, work.params) for p in work.partitions]
-        return [
-            SubQuery(
-                id=first_id + i,
-                partition=p,
-                store=work.store.name,
-                kind=work.kind,
-                params=params,
-                bound=self._bound(work, p),
-                require_active=work.consistency.require_active,
-            )
-            for i, (p, params) in enumerate(per_partition)
-        ]
+            return [(partition_for(key, work.store.key_type, self.num_partitions), work.params)]
+        return [(p, work.params) for p in work.partitions]
 
     def _bound(self, work: Work, partition: int) -> dict[str, int]:
         """The caller's bound for this partition, raised to `log end - max lag` if asked."""

@@ -46,6 +46,7 @@ class GatewayNode:
         self.router.local_offsets = self._local_offsets
         self.pool = ThreadPoolExecutor(settings.query_threads, thread_name_prefix="query")
         self.internal_requests = 0
+        self._log_ends: dict[tuple[str, int], tuple[float, int]] = {}
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
@@ -93,11 +94,16 @@ class GatewayNode:
         )
 
     def log_end(self, topic: str, partition: int) -> int | None:
-        """The log end offset: read from the log when this machine has it, else the one the
-        pipeline saw (from the manifest)."""
-        if self.project.log_dir.is_dir():
-            return eventlog.end_offset(self.project.log_dir, topic, partition)
-        return self.sync.log_end(topic, partition)
+        """The log end offset: read from the log when this machine has it (at most once per
+        health interval), else the one the pipeline saw (from the manifest)."""
+        if not self.project.log_dir.is_dir():
+            return self.sync.log_end(topic, partition)
+        now = time.monotonic()
+        cached = self._log_ends.get((topic, partition))
+        if cached is None or now - cached[0] > self.project.settings.health_interval_s:
+            cached = (now, eventlog.end_offset(self.project.log_dir, topic, partition))
+            self._log_ends[(topic, partition)] = cached
+        return cached[1]
 
     def _local_offsets(self, partition: int) -> dict[str, int] | None:
         snapshot = self.catalog.current().get(partition)

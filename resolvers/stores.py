@@ -21,6 +21,7 @@ from gateway.batching import Consistency, Work
 from gateway.config import FieldType, Project, Store
 from gateway.errors import GatewayError, bad_input
 from gateway.positions import Position, decode_token
+from gateway.protocol import Answer
 from resolvers.context import Context
 from resolvers.meta import ConsistencyInput, FailureReason, PageInfo, ResultMeta, result_meta
 from resolvers.scalars import Long
@@ -76,6 +77,7 @@ def _keyed_fields(project: Project, store: Store, types: StoreTypes) -> list[Str
             "key": K,
             "partition": int,
             "record": Record | None,
+            "failure": FailureReason | None,
             "meta": ResultMeta,
         },
     )
@@ -101,6 +103,7 @@ def _keyed_fields(project: Project, store: Store, types: StoreTypes) -> list[Str
             key=key,
             partition=q.partition,
             record=make(row) if row else None,
+            failure=_failure(answer),
             meta=_meta(info, outcome),
         )
 
@@ -126,7 +129,7 @@ def _keyed_fields(project: Project, store: Store, types: StoreTypes) -> list[Str
                     key=key,
                     partition=part_of[key],
                     record=make(row) if row else None,
-                    failure=FailureReason(answer.failure) if answer.failure else None,
+                    failure=_failure(answer),
                 )
             )
         return Batch(entries=entries, meta=_meta(info, outcome))
@@ -206,6 +209,7 @@ def _window_fields(project: Project, store: Store, types: StoreTypes) -> list[St
             "key": K,
             "partition": int,
             "windows": list[Record],
+            "failure": FailureReason | None,
             "meta": ResultMeta,
         },
     )
@@ -227,6 +231,7 @@ def _window_fields(project: Project, store: Store, types: StoreTypes) -> list[St
             key=key,
             partition=q.partition,
             windows=[make(r) for r in answer.rows or ()],
+            failure=_failure(answer),
             meta=_meta(info, outcome),
         )
 
@@ -361,6 +366,11 @@ async def _load(
         consistency=_consistency(info, consistency),
     )
     return await info.context.loader.load(work)
+
+
+def _failure(answer: Answer) -> FailureReason | None:
+    """Why the key's partition could not answer (record is then unknown, not missing)."""
+    return FailureReason(answer.failure) if answer.failure else None
 
 
 def _meta(info: Info, outcome: Any) -> ResultMeta:

@@ -35,6 +35,9 @@ DUCK_TYPES: dict[FieldType, str] = {
     "double": "DOUBLE",
     "boolean": "BOOLEAN",
 }
+# Small row groups: a point lookup or a short scan reads one 8k-row group, not all 122,880
+# rows of DuckDB's default (2-3x faster lookups for ~20% more bytes; bench/README.md).
+ROW_GROUP_SIZE = 8192
 _DUCKDB_CONFIG: dict[str, str | bool | int | float | list[str]] = {
     "threads": 1,
     "memory_limit": "512MB",
@@ -81,8 +84,10 @@ def build_snapshot(task: SnapshotTask) -> dict:
 
 
 def _write(path: Path, task: SnapshotTask, created_ms: int) -> None:
-    con = duckdb.connect(str(path), config=_DUCKDB_CONFIG)
+    con = duckdb.connect(":memory:", config=_DUCKDB_CONFIG)
     try:
+        con.execute(f"ATTACH {_literal(str(path))} AS snap (ROW_GROUP_SIZE {ROW_GROUP_SIZE})")
+        con.execute("USE snap")
         if task.previous is not None:
             previous = Path(task.store_root) / task.previous
             con.execute(f"ATTACH {_literal(str(previous))} AS prev (READ_ONLY)")
@@ -103,6 +108,8 @@ def _write(path: Path, task: SnapshotTask, created_ms: int) -> None:
         if task.previous is not None:
             con.execute("DETACH prev")
         con.execute("CHECKPOINT")
+        con.execute("USE memory")
+        con.execute("DETACH snap")
     finally:
         con.close()
 

@@ -130,15 +130,21 @@ def test_point_lookups_in_one_request(served, node: str) -> None:
         for key in sample:
             alias = f"q{len(parts)}"
             parts.append(
-                f"{alias}: {name}(key: {literal(key)}) {{ key partition record "
+                f"{alias}: {name}(key: {literal(key)}) {{ key partition failure record "
                 f"{{ {selection(store)} }} {META} }}"
             )
             checks.append((alias, store, key, {r[0]: r for r in rows}.get(key)))
-    data = served.nodes.data(node, "{ " + " ".join(parts) + " }")
+    body = served.nodes.gql(node, "{ " + " ".join(parts) + " }")
+    assert not body.get("errors"), body["errors"]
+    data = body["data"]
+    # Lookups of one store and partition share one sub-query, however many aliases ask.
+    (round_,) = body["extensions"]["routing"]["rounds"]
+    assert sum(round_.values()) <= len(KEYED) * 9
     for alias, store, key, expected in checks:
         got = data[alias]
         assert got["key"] == key
         assert got["partition"] == partition_for(key, store.key_type, 9)
+        assert got["failure"] is None
         if expected is None:
             assert got["record"] is None
         else:

@@ -1,0 +1,237 @@
+"""The load driver: N concurrent asyncio tasks in one process, bounded by time and count, and
+the statistics of what they measured.
+
+An operation is an async callable of the request number that returns None on success or an
+error text; the driver times each call. Throughput is completed operations per wall second;
+the driver also records its own CPU use and, when given server processes, theirs (CPU
+milliseconds per operation), so a reader can tell a slow server from a busy client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import math
+import os
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import httpx
+import orjson
+import psutil
+
+Operation = Callable[[int], Awaitable[str | None]]
+SyncOperation = Callable[[int], str | None]
+
+
+@dataclass
+class Stats:
+    name: str
+    concurrency: int
+    count: int
+    errors: int
+    seconds: float
+    p50_ms: float
+    p99_ms: float
+    mean_ms: float
+    qps: float
+    client_cpu: float  # CPU seconds of this process per wall second
+    server_cpu_ms: float | None  # CPU ms of the given server processes per operation
+    first_error: str | None = None
+    note: str = ""
+    load1: float = 0.0  # the machine's 1-minute load average when the measurement ended
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile of sorted values (q in 0..100)."""
+    if not sorted_values:
+        return math.nan
+    rank = max(1, math.ceil(q / 100 * len(sorted_values)))
+    return sorted_values[min(rank, len(sorted_values)) - 1]
+
+
+def summarize(
+    name: str,
+    concurrency: int,
+    latencies_s: list[float],
+    errors: int,
+    wall_s: float,
+    cpu_s: float,
+    server_cpu_s: float | None,
+    first_error: str | None,
+    note: str = "",
+) -> Stats:
+    ordered = sorted(latencies_s)
+    count = len(ordered)
+    return Stats(
+        name=name,
+        concurrency=concurrency,
+        count=count,
+        errors=errors,
+        seconds=round(wall_s, 3),
+        p50_ms=percentile(ordered, 50) * 1000,
+        p99_ms=percentile(ordered, 99) * 1000,
+        mean_ms=(sum(ordered) / count * 1000) if count else math.nan,
+        qps=count / wall_s if wall_s > 0 else math.nan,
+        client_cpu=cpu_s / wall_s if wall_s > 0 else math.nan,
+        server_cpu_ms=None if server_cpu_s is None or not count else server_cpu_s / count * 1000,
+        first_error=first_error,
+        note=note,
+        load1=round(os.getloadavg()[0], 2),
+    )
+
+
+def _cpu_seconds(processes: Sequence[psutil.Process]) -> float:
+    total = 0.0
+    for process in processes:
+        times = process.cpu_times()
+        total += times.user + times.system
+    return total
+
+
+async def run_async(
+    name: str,
+    operation: Operation,
+    concurrency: int,
+    duration_s: float,
+    max_count: int,
+    warmup: int = 0,
+    servers: Sequence[psutil.Process] = (),
+    note: str = "",
+    min_count: int = 1,
+) -> Stats:
+    """Call `operation` from `concurrency` tasks until `duration_s` passed (and at least
+    `min_count` calls were started) or `max_count` calls were made, after `warmup` untimed
+    calls."""
+    for i in range(warmup):
+        await operation(-1 - i)
+    counter = itertools.count()
+    latencies: list[float] = []
+    errors = 0
+    first_error: str | None = None
+    started = time.perf_counter()
+    deadline = started + duration_s
+
+    async def worker() -> None:
+        nonlocal errors, first_error
+        while True:
+            i = next(counter)
+            if i >= max_count or (i >= min_count and time.perf_counter() >= deadline):
+                return
+            t0 = time.perf_counter()
+            error = await operation(i)
+            latencies.append(time.perf_counter() - t0)
+            if error is not None:
+                errors += 1
+                first_error = first_error or error
+
+    cpu0, server0 = time.process_time(), _cpu_seconds(servers)
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    wall = time.perf_counter() - started
+    cpu = time.process_time() - cpu0
+    server = _cpu_seconds(servers) - server0 if servers else None
+    return summarize(name, concurrency, latencies, errors, wall, cpu, server, first_error, note)
+
+
+def run_sync(
+    name: str, operation: SyncOperation, duration_s: float, max_count: int, warmup: int = 3
+) -> Stats:
+    """The same for a blocking operation, one call at a time (the storage floor)."""
+    for i in range(warmup):
+        operation(-1 - i)
+    latencies: list[float] = []
+    errors = 0
+    first_error: str | None = None
+    cpu0 = time.process_time()
+    started = time.perf_counter()
+    deadline = started + duration_s
+    for i in range(max_count):
+        if time.perf_counter() >= deadline:
+            break
+        t0 = time.perf_counter()
+        error = operation(i)
+        latencies.append(time.perf_counter() - t0)
+        if error is not None:
+            errors += 1
+            first_error = first_error or error
+    wall = time.perf_counter() - started
+    cpu = time.process_time() - cpu0
+    return summarize(name, 1, latencies, errors, wall, cpu, None, first_error)
+
+
+def http_client(concurrency: int = 64) -> httpx.AsyncClient:
+    """One keep-alive client for the whole run."""
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    return httpx.AsyncClient(limits=limits, timeout=120)
+
+
+_JSON = {"content-type": "application/json", "accept": "application/json"}
+
+
+def graphql_operation(
+    client: httpx.AsyncClient,
+    urls: Sequence[str],
+    bodies: Sequence[bytes],
+    check: Callable[[Any], str | None] | None = None,
+) -> Operation:
+    """POST bodies[i % len] to urls[i % len] (round-robin over the nodes); an answer with
+    `errors`, without `data`, or failing `check(data)` counts as an error."""
+
+    async def operation(i: int) -> str | None:
+        url = urls[i % len(urls)]
+        response = await client.post(url, content=bodies[i % len(bodies)], headers=_JSON)
+        if response.status_code != 200:
+            return f"HTTP {response.status_code}: {response.text[:300]}"
+        answer = orjson.loads(response.content)
+        if answer.get("errors"):
+            return orjson.dumps(answer["errors"][:2]).decode()[:300]
+        data = answer.get("data")
+        if data is None:
+            return "no data"
+        return check(data) if check else None
+
+    return operation
+
+
+def get_operation(client: httpx.AsyncClient, urls: Sequence[str]) -> Operation:
+    """GET urls[i % len]; 200 and 404 (no such key) both count as answers."""
+
+    async def operation(i: int) -> str | None:
+        response = await client.get(urls[i % len(urls)])
+        if response.status_code not in (200, 404):
+            return f"HTTP {response.status_code}: {response.text[:300]}"
+        orjson.loads(response.content)
+        return None
+
+    return operation
+
+
+def batch_operation(
+    client: httpx.AsyncClient, batches: Sequence[Sequence[str]], inner_concurrency: int
+) -> Operation:
+    """One operation = every URL of batches[i % len] fetched by `inner_concurrency` tasks (the
+    naive client asking 1000 keys with 1000 requests)."""
+
+    async def operation(i: int) -> str | None:
+        urls = batches[i % len(batches)]
+        position = itertools.count()
+        errors: list[str] = []
+
+        async def fetch() -> None:
+            while (j := next(position)) < len(urls):
+                response = await client.get(urls[j])
+                if response.status_code not in (200, 404):
+                    errors.append(f"HTTP {response.status_code}: {response.text[:300]}")
+                else:
+                    orjson.loads(response.content)
+
+        await asyncio.gather(*(fetch() for _ in range(inner_concurrency)))
+        return errors[0] if errors else None
+
+    return operation

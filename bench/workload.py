@@ -1,0 +1,287 @@
+"""The reference workload: a project file with the demo's stores on a 3-node loopback cluster, a
+week of bookings from spark_pipeline.demo_data, the pipeline run, and a plain Spark job over the
+same log segments for comparison.
+
+Data lives in .bench/<name>/ (gitignored): log/, snapshots/ (the pipeline's store), node1..3/
+(the nodes' data dirs), stategate.toml (rewritten with fresh ports on every run) and
+workload.json (parameters and timings, so --reuse can report them again).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import shutil
+import socket
+import statistics
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pyspark import StorageLevel
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from gateway import config
+from gateway.config import Project
+from spark_pipeline import demo_data, eventlog, job
+from spark_pipeline.publish import read_manifest
+from spark_pipeline.source import segment_schema
+from spark_pipeline.stores import value_schema
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH_DIR = ROOT / ".bench"
+DEMO = ROOT / "demo" / "stategate.toml"
+PARTITIONS = 9
+REPLICAS = 2
+NODES = 3
+SEED = 1
+HOUR_MS = 3_600_000
+WEEK_MS = 7 * 24 * HOUR_MS
+END_MS = 1_767_830_400_000  # 2026-01-08T00:00:00Z: the generated week ends here
+DEFAULT_CUSTOMERS = 1_000_000
+DEFAULT_EVENTS = 5_000_000
+_NAMES = {(DEFAULT_CUSTOMERS, DEFAULT_EVENTS): "main", (100_000, 500_000): "small"}
+
+
+@dataclass
+class Workload:
+    customers: int
+    events: int
+    root: Path
+    info: dict[str, Any] = field(default_factory=dict)  # workload.json
+
+    @classmethod
+    def named(cls, customers: int, events: int) -> Workload:
+        name = _NAMES.get((customers, events), f"c{customers}-e{events}")
+        return cls(customers, events, BENCH_DIR / name)
+
+    @property
+    def name(self) -> str:
+        return self.root.name
+
+    @property
+    def project_path(self) -> Path:
+        return self.root / "stategate.toml"
+
+    @property
+    def info_path(self) -> Path:
+        return self.root / "workload.json"
+
+    def load_info(self) -> dict[str, Any]:
+        try:
+            self.info = json.loads(self.info_path.read_text())
+        except (OSError, ValueError):
+            self.info = {}
+        return self.info
+
+    def save_info(self) -> None:
+        self.info_path.write_text(json.dumps(self.info, indent=2, default=str))
+
+    def is_built(self) -> bool:
+        """Generated with these parameters and published for every partition."""
+        info = self.load_info()
+        if (info.get("customers"), info.get("events"), info.get("seed"), info.get("end_ms")) != (
+            self.customers,
+            self.events,
+            SEED,
+            END_MS,
+        ):
+            return False
+        manifest = read_manifest(self.root / "snapshots")
+        return len(manifest["partitions"]) == PARTITIONS
+
+    def write_project(self, ports: list[int] | None = None) -> Project:
+        """The project file: the demo's topics and stores, 9 partitions, 3 loopback nodes."""
+        ports = ports or free_ports(NODES)
+        demo = DEMO.read_text()
+        stores = demo[demo.index("[[topics]]") :]
+        nodes = "".join(
+            f'[[cluster.nodes]]\nid = "node{i}"\naddress = "127.0.0.1:{port}"\n'
+            f'data_dir = "node{i}"\n\n'
+            for i, port in enumerate(ports, start=1)
+        )
+        text = (
+            "# Written by bench/workload.py: the demo's stores on a 3-node loopback cluster.\n"
+            '[log]\ndir = "log"\n\n[snapshots]\nstore = "snapshots"\n\n'
+            f"[cluster]\npartitions = {PARTITIONS}\nreplicas = {REPLICAS}\n"
+            'secret = "bench-secret"\n\n'
+            f"{nodes}{stores}"
+        )
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.project_path.write_text(text)
+        return config.load(self.project_path)
+
+    def reset(self) -> None:
+        if self.root.exists():
+            shutil.rmtree(self.root)
+        self.root.mkdir(parents=True)
+        self.info = {}
+
+    def generate(self, project: Project) -> float:
+        """Append the week of bookings to the log; returns the seconds it took."""
+        started = time.monotonic()
+        counts = demo_data.generate(
+            project, customers=self.customers, events=self.events, seed=SEED, end_ms=END_MS
+        )
+        seconds = time.monotonic() - started
+        self.info.update(
+            customers=self.customers,
+            events=self.events,
+            seed=SEED,
+            end_ms=END_MS,
+            records_per_partition=counts,
+            generate_s=round(seconds, 2),
+        )
+        self.save_info()
+        return seconds
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def segment_files(project: Project, topic: str = "bookings") -> list[Path]:
+    return [
+        path
+        for partition in range(project.cluster.partitions)
+        for _, path in eventlog.segments(project.log_dir, topic, partition)
+    ]
+
+
+def run_pipeline(project: Project, spark: SparkSession) -> tuple[float, dict[str, Any]]:
+    """One pipeline run (job.run, notify=False); seconds and its report."""
+    started = time.monotonic()
+    report = job.run(project, spark, notify=False)
+    return time.monotonic() - started, report
+
+
+def run_pipeline_scratch(project: Project, spark: SparkSession, scratch: Path) -> float:
+    """A full pipeline build into an empty scratch store (the served store stays as it is)."""
+    shutil.rmtree(scratch, ignore_errors=True)
+    other = dataclasses.replace(project, snapshot_store=str(scratch), snapshot_url=str(scratch))
+    try:
+        seconds, report = run_pipeline(other, spark)
+        if len(report["partitions"]) != project.cluster.partitions:
+            raise RuntimeError(f"scratch pipeline run published {report['partitions']}")
+        return seconds
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def plain_spark_job(project: Project, spark: SparkSession, out: Path) -> float:
+    """The same three results computed the plain way: read every segment, parse the JSON,
+    aggregate, write Parquet. Returns the seconds it took."""
+    topic = project.topics["bookings"]
+    files = [str(p) for p in segment_files(project)]
+    shutil.rmtree(out, ignore_errors=True)
+    started = time.monotonic()
+    records = spark.read.schema(segment_schema(topic)).parquet(*files)
+    parsed = records.select(
+        "offset", "timestamp", "key", F.from_json("value", value_schema(topic)).alias("v")
+    ).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        values = parsed.where(F.col("v").isNotNull())
+        price, seats = F.col("v.price"), F.col("v.seats")
+        latest = (
+            parsed.groupBy("key")
+            .agg(F.max_by("v", "offset").alias("v"))
+            .where(F.col("v").isNotNull())
+            .select("key", "v.trip", "v.price", "v.seats")
+        )
+        totals = values.groupBy("key").agg(
+            F.count(F.lit(1)).alias("bookings"),
+            F.sum(price).alias("revenue"),
+            F.sum(seats).cast("long").alias("seats"),
+            F.min(price).alias("cheapest"),
+            F.max(price).alias("dearest"),
+        )
+        ts = F.col("timestamp")
+        hourly = (
+            values.withColumn("window_start", ts - F.pmod(ts, F.lit(HOUR_MS)))
+            .groupBy("key", "window_start")
+            .agg(F.count(F.lit(1)).alias("bookings"), F.sum(price).alias("revenue"))
+        )
+        for name, frame in (
+            ("latestBooking", latest),
+            ("customerTotals", totals),
+            ("hourlyRevenue", hourly),
+        ):
+            frame.write.mode("overwrite").parquet(str(out / name))
+    finally:
+        parsed.unpersist()
+    seconds = time.monotonic() - started
+    shutil.rmtree(out, ignore_errors=True)
+    return seconds
+
+
+@dataclass
+class SparkTimings:
+    pipeline_first_s: float | None = None  # the run that built the served snapshots (cold)
+    pipeline_s: list[float] = field(default_factory=list)  # warm full builds
+    plain_s: list[float] = field(default_factory=list)  # warm plain jobs
+
+    @property
+    def pipeline_median(self) -> float | None:
+        return statistics.median(self.pipeline_s) if self.pipeline_s else None
+
+    @property
+    def plain_median(self) -> float | None:
+        return statistics.median(self.plain_s) if self.plain_s else None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "pipeline_first_s": self.pipeline_first_s,
+            "pipeline_s": self.pipeline_s,
+            "plain_s": self.plain_s,
+            "pipeline_median_s": self.pipeline_median,
+            "plain_median_s": self.plain_median,
+        }
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> SparkTimings:
+        return cls(raw.get("pipeline_first_s"), raw.get("pipeline_s", []), raw.get("plain_s", []))
+
+
+def compare(
+    project: Project, spark: SparkSession, runs: int, scratch: Path, log: Any = print
+) -> SparkTimings:
+    """Alternate plain job and full pipeline build `runs` times each on a warm JVM."""
+    timings = SparkTimings()
+    for i in range(runs):
+        timings.plain_s.append(round(plain_spark_job(project, spark, scratch / "plain"), 2))
+        log(f"  plain Spark job run {i + 1}: {timings.plain_s[-1]:.1f} s")
+        seconds = run_pipeline_scratch(project, spark, scratch / "pipeline")
+        timings.pipeline_s.append(round(seconds, 2))
+        log(f"  pipeline full build run {i + 1}: {timings.pipeline_s[-1]:.1f} s")
+    return timings
+
+
+def stop_spark(spark: SparkSession) -> None:
+    """Stop the session and the JVM py4j started for it."""
+    from pyspark import SparkContext
+
+    spark.stop()
+    gateway = SparkContext._gateway
+    if gateway is None:
+        return
+    proc = getattr(gateway, "proc", None)
+    with contextlib.suppress(Exception):  # the JVM may already be gone
+        gateway.shutdown()
+    if proc is not None:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    SparkContext._gateway = None
+    SparkContext._jvm = None
