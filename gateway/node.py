@@ -42,8 +42,9 @@ class GatewayNode:
         )
         self.membership = Membership(project, node_id, self.client)
         self.sync = SnapshotSync(project, node_id, self.catalog, self.client)
-        self.router = Router(project, node_id, self.membership, self.client, self.execute_local)
-        self.router.local_offsets = self._local_offsets
+        self.router = Router(
+            project, node_id, self.membership, self.client, self.execute_local, self._local_offsets
+        )
         self.pool = ThreadPoolExecutor(settings.query_threads, thread_name_prefix="query")
         self.internal_requests = 0
         self._log_ends: dict[tuple[str, int], tuple[float, int]] = {}

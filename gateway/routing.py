@@ -51,13 +51,14 @@ class Router:
         membership: Membership,
         client: httpx.AsyncClient,
         local: Callable[[list[SubQuery]], Awaitable[list[Answer]]],
+        local_offsets: Callable[[int], dict[str, int] | None],
     ) -> None:
         self.project = project
         self.node_id = node_id
         self.membership = membership
         self.client = client
         self.local = local
-        self.local_offsets: Callable[[int], dict[str, int] | None] = lambda p: None
+        self.local_offsets = local_offsets
 
     async def execute(
         self, subqueries: list[SubQuery], authorization: str | None = None
@@ -82,17 +83,12 @@ class Router:
             batches = await asyncio.gather(
                 *(self._call(n, qs, authorization) for n, qs in by_node.items())
             )
-            pending = []
             by_id = {q.id: q for qs in by_node.values() for q in qs}
-            for answers in batches:
-                for answer in answers:
-                    retry = answer.failure in RETRYABLE
-                    if answer.ok or not retry:
-                        done[answer.id] = answer
-                    else:
-                        done[answer.id] = answer  # kept in case no replica is left
-                        pending.append(by_id[answer.id])
-            pending = [q for q in pending if not done[q.id].ok]
+            pending = []
+            for answer in (a for answers in batches for a in answers):
+                done[answer.id] = answer  # a failure stands unless a later replica answers
+                if answer.failure in RETRYABLE:
+                    pending.append(by_id[answer.id])
         trace.millis = (time.perf_counter() - started) * 1000
         return done, trace
 

@@ -37,6 +37,7 @@ class ResponseExtensions(SchemaExtension):
             "routing": {
                 "rounds": [r for t in traces for r in t.rounds],
                 "internalRequests": sum(t.calls() for t in traces),
+                "millis": round(sum(t.millis for t in traces), 3),
             },
         }
 
