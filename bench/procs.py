@@ -12,6 +12,7 @@ from typing import IO
 import httpx
 import psutil
 
+from gateway import launcher
 from gateway.config import Project
 from gateway.protocol import SECRET_HEADER
 
@@ -64,20 +65,11 @@ class NodeProcesses:
             self._wait_healthy(node_id, timeout_s)
 
     def _wait_healthy(self, node_id: str, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        proc = self.procs[node_id]
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError(
-                    f"{self.label} {node_id} exited: {self.log_path(node_id).read_text()[-3000:]}"
-                )
-            try:
-                if httpx.get(f"{self.url(node_id)}/health", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        raise RuntimeError(f"{self.label} {node_id} did not come up in {timeout_s} s")
+        try:
+            launcher.wait_healthy(self.url(node_id), self.procs[node_id], timeout_s)
+        except RuntimeError as exc:
+            tail = self.log_path(node_id).read_text()[-3000:]
+            raise RuntimeError(f"{self.label} {node_id}: {exc}: {tail}") from exc
 
     def wait_serving(self, timeout_s: float = 60) -> None:
         """Gateway nodes: every node serves every partition it hosts, and has seen its peers."""

@@ -13,7 +13,6 @@ import contextlib
 import dataclasses
 import json
 import shutil
-import socket
 import statistics
 import subprocess
 import time
@@ -27,6 +26,7 @@ from pyspark.sql import functions as F
 
 from gateway import config
 from gateway.config import Project
+from gateway.launcher import free_ports
 from spark_pipeline import demo_data, eventlog, job
 from spark_pipeline.publish import read_manifest
 from spark_pipeline.source import segment_schema
@@ -138,16 +138,6 @@ class Workload:
         )
         self.save_info()
         return seconds
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
 
 
 def segment_files(project: Project, topic: str = "bookings") -> list[Path]:

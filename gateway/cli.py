@@ -4,18 +4,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import signal
-import subprocess
 import sys
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
 
-from gateway import config
+from gateway import config, launcher
 
 DEMO_CONFIG = Path(__file__).resolve().parent.parent / "demo" / "stategate.toml"
 # The demo's bookings span the week before this instant, so the example queries find them.
@@ -147,10 +144,10 @@ def run_demo(project: config.Project, args: argparse.Namespace) -> int:
     print("running the pipeline (Spark, local mode) ...", flush=True)
     report = run(project, spark_session(None), notify=False)
     print(f"published: {report.get('partitions', report)}", flush=True)
-    children = [_start_node(project, n.id) for n in project.cluster.nodes]
+    children = [launcher.start_node(project, n.id) for n in project.cluster.nodes]
     try:
-        for n in project.cluster.nodes:
-            _wait_healthy(n.url)
+        for n, child in zip(project.cluster.nodes, children, strict=True):
+            launcher.wait_healthy(n.url, child)
         first = project.cluster.nodes[0]
         print(_examples(project, first.url), flush=True)
         if args.check:
@@ -162,34 +159,6 @@ def run_demo(project: config.Project, args: argparse.Namespace) -> int:
         for child in children:
             child.wait(10)
     return 0
-
-
-def _start_node(project: config.Project, node_id: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gateway.cli",
-            "node",
-            "--config",
-            str(project.path),
-            "--node",
-            node_id,
-        ],
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-
-
-def _wait_healthy(url: str, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"node at {url} did not come up in {timeout_s} s")
 
 
 EXAMPLE = (DEMO_CONFIG.parent / "example.graphql").read_text()

@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import signal
-import socket
 import subprocess
-import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,21 +11,12 @@ from typing import Any
 import httpx
 from pyspark.sql import SparkSession
 
-from gateway import config
+from gateway import config, launcher
 from gateway.config import Project
+from gateway.launcher import free_ports
 from gateway.protocol import SECRET_HEADER
 from spark_pipeline import job
 from tests.projects import produce_test_events, write_project
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
 
 
 class Nodes:
@@ -50,33 +37,11 @@ class Nodes:
 
     def start(self, node_id: str) -> None:
         log = open(self.logs / f"{node_id}.log", "ab")  # noqa: SIM115 - the process owns it
-        self.procs[node_id] = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "gateway.cli",
-                "node",
-                "--config",
-                str(self.project.path),
-                "--node",
-                node_id,
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.procs[node_id].poll() is not None:
-                raise RuntimeError(
-                    f"{node_id} exited: {(self.logs / f'{node_id}.log').read_text()}"
-                )
-            try:
-                if self.client.get(f"{self.url(node_id)}/health", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        raise RuntimeError(f"{node_id} did not come up")
+        self.procs[node_id] = launcher.start_node(self.project, node_id, log)
+        try:
+            launcher.wait_healthy(self.url(node_id), self.procs[node_id])
+        except RuntimeError as exc:
+            raise RuntimeError(f"{exc}: {(self.logs / f'{node_id}.log').read_text()}") from exc
 
     def kill(self, node_id: str) -> None:
         proc = self.procs.pop(node_id)
