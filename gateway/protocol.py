@@ -14,15 +14,6 @@ import orjson
 
 SECRET_HEADER = "x-stategate-secret"
 KINDS = ("get", "prefix", "range", "window", "windows")
-FAILURES = (
-    "NOT_PRESENT",
-    "NOT_ACTIVE",
-    "NOT_UP_TO_BOUND",
-    "DOES_NOT_EXIST",
-    "UNKNOWN_QUERY_TYPE",
-    "STORE_EXCEPTION",
-    "NODE_UNAVAILABLE",
-)
 # Failures another replica may not have: the router tries the next one.
 RETRYABLE = frozenset(
     {"NOT_PRESENT", "NOT_ACTIVE", "NOT_UP_TO_BOUND", "STORE_EXCEPTION", "NODE_UNAVAILABLE"}

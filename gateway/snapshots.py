@@ -155,15 +155,6 @@ class SnapshotCatalog:
         snapshot = self.current().get(partition)
         return snapshot.version if snapshot else 0
 
-    def drop(self, partition: int) -> None:
-        """Stop serving a partition (it moved away, or its file is gone)."""
-        with self._lock:
-            snapshot = self._current.pop(partition, None)
-            if snapshot is not None:
-                snapshot.retired = True
-        if snapshot is not None:
-            self._release_if_unused(snapshot)
-
     def close(self) -> None:
         self._hub.close()
 
