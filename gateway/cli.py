@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 
 from gateway import config, launcher
+from gateway.partitioner import serialize_key
 
 DEMO_CONFIG = Path(__file__).resolve().parent.parent / "demo" / "stategate.toml"
 # The demo's bookings span the week before this instant, so the example queries find them.
@@ -98,13 +99,16 @@ def run_produce(project: config.Project, args: argparse.Namespace) -> int:
             continue
         try:
             item = json.loads(line)
+            serialize_key(item["key"], topic.key_type)
+            if not isinstance(item.get("value"), dict | None):
+                raise TypeError("value must be a JSON object or null (a tombstone)")
             records.append(
                 eventlog.Record(
                     item["key"], item.get("value"), item.get("timestamp") or eventlog.now_ms()
                 )
             )
         except (ValueError, KeyError, TypeError) as exc:
-            print(f"stategate: line {number}: {exc!r}; nothing was appended", file=sys.stderr)
+            print(f"stategate: line {number}: {exc}; nothing was appended", file=sys.stderr)
             return 2
     counts = eventlog.produce(project.log_dir, topic, project.cluster.partitions, records)
     print(json.dumps({"appended": sum(counts.values()), "partitions": counts}))
