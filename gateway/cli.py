@@ -73,6 +73,7 @@ def run_node(project: config.Project, args: argparse.Namespace) -> int:
         log_level="warning",
         loop="uvloop",
         http="httptools",
+        timeout_keep_alive=30,  # longer than the peers' pool expiry (gateway/node.py)
     )
     return 0
 
@@ -121,7 +122,13 @@ def serve_store(project: config.Project, args: argparse.Namespace) -> int:
     from spark_pipeline.store_server import create_store_app
 
     host, port = args.listen.rsplit(":", 1)
-    uvicorn.run(create_store_app(project), host=host, port=int(port), log_level="warning")
+    uvicorn.run(
+        create_store_app(project),
+        host=host,
+        port=int(port),
+        log_level="warning",
+        timeout_keep_alive=30,  # longer than the nodes' pool expiry (gateway/node.py)
+    )
     return 0
 
 

@@ -37,7 +37,10 @@ class GatewayNode:
             memory=settings.duckdb_memory_limit,
         )
         self.client = httpx.AsyncClient(
-            limits=httpx.Limits(max_connections=64, max_keepalive_connections=32),
+            # Idle connections expire well before a peer's 30 s keep-alive timeout closes them.
+            limits=httpx.Limits(
+                max_connections=64, max_keepalive_connections=32, keepalive_expiry=10
+            ),
             timeout=settings.internal_timeout_s,
         )
         self.membership = Membership(project, node_id, self.client)

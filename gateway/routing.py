@@ -135,6 +135,10 @@ class Router:
             )
         return Answer(id=q.id, node="", failure=reason, message=text)
 
+    async def _post(self, url: str, body: bytes, headers: dict[str, str]) -> httpx.Response:
+        timeout = self.project.settings.internal_timeout_s
+        return await self.client.post(url, content=body, headers=headers, timeout=timeout)
+
     async def _call(
         self, node_id: str, subqueries: list[SubQuery], authorization: str | None
     ) -> list[Answer]:
@@ -144,13 +148,14 @@ class Router:
         headers = {SECRET_HEADER: self.project.cluster.secret}
         if authorization:
             headers["authorization"] = authorization
+        body = encode_request(subqueries)
         try:
-            response = await self.client.post(
-                f"{node.url}/internal/query",
-                content=encode_request(subqueries),
-                headers=headers,
-                timeout=self.project.settings.internal_timeout_s,
-            )
+            try:
+                response = await self._post(f"{node.url}/internal/query", body, headers)
+            except (httpx.RemoteProtocolError, httpx.ReadError):
+                # A pooled connection the peer closed as we reused it. Sub-queries only
+                # read, so ask once more on a fresh connection; a dead peer refuses that.
+                response = await self._post(f"{node.url}/internal/query", body, headers)
             response.raise_for_status()
             return decode_answers(response.content)
         except httpx.TransportError as exc:
