@@ -110,7 +110,7 @@ class GatewayNode:
         return cached[1]
 
     def _local_offsets(self, partition: int) -> dict[str, int] | None:
-        snapshot = self.catalog.current().get(partition)
+        snapshot = self.catalog.get(partition)
         return snapshot.offsets if snapshot else None
 
     def status(self) -> dict[str, Any]:

@@ -147,12 +147,16 @@ class SnapshotCatalog:
             cursor = self._local.cursor = self._hub.cursor()
         return cursor
 
+    def get(self, partition: int) -> Snapshot | None:
+        """The partition's current snapshot (a single dict read: no lock needed)."""
+        return self._current.get(partition)
+
     def current(self) -> dict[int, Snapshot]:
         with self._lock:
             return dict(self._current)
 
     def version(self, partition: int) -> int:
-        snapshot = self.current().get(partition)
+        snapshot = self.get(partition)
         return snapshot.version if snapshot else 0
 
     def close(self) -> None:

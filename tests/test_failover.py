@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
+from gateway.partitioner import partition_for
 from tests import oracle
 from tests.nodes import Served, serve
 
@@ -138,7 +139,7 @@ def test_a_hung_node_costs_one_timeout_then_is_skipped(cluster: Served) -> None:
     finally:
         proc.send_signal(signal.SIGCONT)
     deadline = time.monotonic() + 15
-    while cluster.nodes.status("node2") and time.monotonic() < deadline:
+    while time.monotonic() < deadline:
         data = ask(cluster, "node2", keys)
         if data["totals"]["meta"]["partitions"][2]["node"] == "node3":
             return
@@ -147,6 +148,4 @@ def test_a_hung_node_costs_one_timeout_then_is_skipped(cluster: Served) -> None:
 
 
 def _partition(cluster: Served, key: str) -> int:
-    from gateway.partitioner import partition_for
-
     return partition_for(key, "string", cluster.project.cluster.partitions)
