@@ -6,7 +6,8 @@ NOT_PRESENT during a move, NOT_UP_TO_BOUND...) moves to the next replica in the 
 Internal requests are answered locally by the receiving node and never forwarded again.
 
 Replica order: this node first when it hosts the partition and is as fresh as the active
-(no hop at all), then the active, then the standbys.
+(no hop at all), then the active, then the standbys; replicas known to be behind the
+request's bound go last, and a replica that is really behind answers NOT_UP_TO_BOUND.
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ class Router:
             for q in pending:
                 node = self._next_replica(q, tried[q.id])
                 if node is None:
-                    done.setdefault(q.id, self._unanswerable(q, tried[q.id]))
+                    done.setdefault(q.id, self._unanswerable(q))
                     continue
                 tried[q.id].add(node)
                 by_node[node].append(q)
@@ -93,7 +94,11 @@ class Router:
         return done, trace
 
     def replicas(self, q: SubQuery) -> list[str]:
-        """Eligible replicas of the sub-query's partition, in the order they are tried."""
+        """Live replicas of the sub-query's partition, in the order they are tried.
+
+        Replicas known to be behind the bound go last rather than nowhere: what this node
+        knows of a peer is up to one poll old, and only the replica itself can refuse.
+        """
         ids = list(self.project.cluster.replica_map[q.partition])
         active = ids[0]
         if q.require_active:
@@ -101,7 +106,8 @@ class Router:
         elif self.node_id in ids[1:] and self._as_fresh_as(active, q.partition):
             ids.remove(self.node_id)
             ids.insert(0, self.node_id)
-        return [n for n in ids if self.membership.alive(n) and self._may_satisfy(n, q)]
+        alive = [n for n in ids if self.membership.alive(n)]
+        return sorted(alive, key=lambda n: not self._may_satisfy(n, q))
 
     def _next_replica(self, q: SubQuery, tried: set[str]) -> str | None:
         return next((n for n in self.replicas(q) if n not in tried), None)
@@ -122,18 +128,14 @@ class Router:
         theirs = self._known_offsets(active, partition)
         return theirs is None or satisfies(mine, theirs)
 
-    def _unanswerable(self, q: SubQuery, tried: set[str]) -> Answer:
+    def _unanswerable(self, q: SubQuery) -> Answer:
+        """The failure of a partition no live replica was left to ask."""
         ids = self.project.cluster.replica_map[q.partition]
-        if q.require_active and not self.membership.alive(ids[0]):
-            reason, text = "NODE_UNAVAILABLE", f"active replica {ids[0]} is down"
-        elif any(not self.membership.alive(n) for n in ids if n not in tried):
-            reason, text = "NODE_UNAVAILABLE", f"no live replica of partition {q.partition}"
+        if q.require_active:
+            text = f"active replica {ids[0]} of partition {q.partition} is down"
         else:
-            reason, text = (
-                "NOT_UP_TO_BOUND",
-                f"no replica of partition {q.partition} is at the bound",
-            )
-        return Answer(id=q.id, node="", failure=reason, message=text)
+            text = f"no live replica of partition {q.partition} ({', '.join(ids)} are down)"
+        return Answer(id=q.id, node="", failure="NODE_UNAVAILABLE", message=text)
 
     async def _post(self, url: str, body: bytes, headers: dict[str, str]) -> httpx.Response:
         timeout = self.project.settings.internal_timeout_s

@@ -4,6 +4,7 @@ a restart and without failing a query in flight."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from gateway.partitioner import partition_for
+from gateway.positions import decode_token
 from spark_pipeline import job
 from tests import oracle
 from tests.nodes import Served, serve
@@ -22,6 +24,13 @@ QUERY = """{
     meta { partial partitions { partition version failure position { topic offset } } }
   }
   latest: latestBookingRange(first: 1000) { records { key } meta { partial } }
+}"""
+
+BOUNDED = """query($c: ConsistencyInput) {
+  trainDelaysRange(first: 1000, consistency: $c) {
+    meta { consistencyToken
+           partitions { partition node version failure message position { topic offset } } }
+  }
 }"""
 
 
@@ -95,3 +104,36 @@ def test_nodes_switch_to_new_versions_under_load(cluster: Served, spark: SparkSe
     for node in cluster.project.cluster.nodes:
         names = sorted(p.name for p in (node.data_dir / "snapshots").iterdir())
         assert all(name.endswith("-v000002.duckdb") for name in names), names
+
+
+def test_a_token_from_a_node_that_just_switched_is_served_by_every_node(
+    cluster: Served, spark: SparkSession
+) -> None:
+    """What a node knows of its peers' positions is up to a poll old. A token minted the
+    moment node1 switched, sent to the other nodes before they polled node1, is still served
+    by replicas at or past it: only a replica itself may answer NOT_UP_TO_BOUND."""
+    produce_test_events(
+        cluster.project, seed=7, n_bookings=50, n_trains=200, start_ms=1_767_500_000_000
+    )
+    job.run(cluster.project, spark, notify=False)  # the nodes find it on their own sync
+    hosted = cluster.project.cluster.hosted_by("node1")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        versions = cluster.nodes.status("node1")["partitions"]
+        if all(versions[str(p)]["version"] == 3 for p in hosted):
+            break
+        time.sleep(0.002)
+    meta = cluster.nodes.data("node1", BOUNDED)["trainDelaysRange"]["meta"]
+    token = meta["consistencyToken"]
+    bound = decode_token(token)
+    for node in ("node2", "node3"):
+        meta = cluster.nodes.data(node, BOUNDED, {"c": {"token": token}})["trainDelaysRange"][
+            "meta"
+        ]
+        assert [p for p in meta["partitions"] if p["failure"]] == []
+        served = {
+            (o["topic"], part["partition"]): o["offset"]
+            for part in meta["partitions"]
+            for o in part["position"]
+        }
+        assert all(served[tp] >= offset for tp, offset in bound.items())
