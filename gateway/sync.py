@@ -14,7 +14,7 @@ import hashlib
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import httpx
 import orjson
@@ -108,35 +108,38 @@ class SnapshotSync:
             raise
 
     async def _fetch(self, relative: str, target: Path) -> tuple[str, int]:
+        """Copy one file of the store to target; returns its sha256 and size. Disk writes,
+        hashing and fsync run in a worker thread, never on the event loop."""
         digest = hashlib.sha256()
-        size = 0
         with open(target, "wb") as out:
             if self._remote:
                 url = f"{self.project.snapshot_url}/{relative}"
                 async with self.client.stream("GET", url, headers=self._auth()) as response:
                     response.raise_for_status()
                     async for chunk in response.aiter_bytes(_CHUNK):
-                        digest.update(chunk)
-                        size += len(chunk)
-                        out.write(chunk)
+                        await asyncio.to_thread(_absorb, chunk, digest, out)
             else:
-                digest, size = await asyncio.to_thread(
-                    _copy, Path(self.project.snapshot_url) / relative, out
-                )
-            out.flush()
-            os.fsync(out.fileno())
+                source = Path(self.project.snapshot_url) / relative
+                await asyncio.to_thread(_copy, source, digest, out)
+            await asyncio.to_thread(_sync, out)
+            size = out.tell()
         return digest.hexdigest(), size
 
     def _auth(self) -> dict[str, str]:
         return {SECRET_HEADER: self.project.cluster.secret}
 
 
-def _copy(source: Path, out: Any) -> tuple[Any, int]:
-    digest = hashlib.sha256()
-    size = 0
+def _absorb(chunk: bytes, digest: Any, out: BinaryIO) -> None:
+    digest.update(chunk)
+    out.write(chunk)
+
+
+def _copy(source: Path, digest: Any, out: BinaryIO) -> None:
     with open(source, "rb") as src:
         while chunk := src.read(_CHUNK):
-            digest.update(chunk)
-            size += len(chunk)
-            out.write(chunk)
-    return digest, size
+            _absorb(chunk, digest, out)
+
+
+def _sync(out: BinaryIO) -> None:
+    out.flush()
+    os.fsync(out.fileno())
