@@ -16,7 +16,7 @@ import httpx
 import orjson
 
 from gateway.config import Project
-from gateway.protocol import SECRET_HEADER
+from gateway.protocol import PEER_ERRORS, SECRET_HEADER
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,10 @@ class Membership:
 
     async def poll_forever(self) -> None:
         while True:
-            await self.poll_once()
+            try:
+                await self.poll_once()
+            except Exception:  # a frozen view of the peers is worse than one lost poll
+                log.exception("polling the peers failed")
             await asyncio.sleep(self.project.settings.health_interval_s)
 
     async def poll_once(self) -> None:
@@ -70,7 +73,7 @@ class Membership:
                 timeout=self.project.settings.internal_timeout_s,
             )
             response.raise_for_status()
-        except httpx.HTTPError:
+        except PEER_ERRORS:
             self.mark_down(peer.id)
             return
         status = orjson.loads(response.content)

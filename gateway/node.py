@@ -18,7 +18,7 @@ from gateway.health import Membership
 from gateway.protocol import Answer, SubQuery
 from gateway.routing import Router
 from gateway.snapshots import SnapshotCatalog
-from gateway.sync import SnapshotSync
+from gateway.sync import STORE_UNREACHABLE, SnapshotSync
 from spark_pipeline import eventlog
 
 log = logging.getLogger(__name__)
@@ -58,7 +58,7 @@ class GatewayNode:
         await asyncio.to_thread(self.catalog.open_existing, hosted)
         try:
             await self.sync.run_once()
-        except (OSError, ValueError, httpx.HTTPError) as exc:
+        except STORE_UNREACHABLE as exc:
             log.warning("snapshot store unreachable at start: %s", exc)
         settings = self.project.settings
         self._tasks = [

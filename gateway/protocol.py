@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 import orjson
 
 SECRET_HEADER = "x-stategate-secret"
@@ -18,6 +19,10 @@ KINDS = ("get", "prefix", "range", "window", "windows")
 RETRYABLE = frozenset(
     {"NOT_PRESENT", "NOT_ACTIVE", "NOT_UP_TO_BOUND", "STORE_EXCEPTION", "NODE_UNAVAILABLE"}
 )
+# What a failed call to a peer raises. Besides httpx's errors: when a peer resets a
+# connection as it is made, uvloop hands anyio a transport without a socket, and anyio
+# fails with AttributeError or OSError (MagicStack/uvloop#560).
+PEER_ERRORS: tuple[type[Exception], ...] = (httpx.HTTPError, AttributeError, OSError)
 
 
 @dataclass(frozen=True)

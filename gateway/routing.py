@@ -24,6 +24,7 @@ from gateway.config import Project
 from gateway.health import Membership
 from gateway.positions import satisfies
 from gateway.protocol import (
+    PEER_ERRORS,
     RETRYABLE,
     SECRET_HEADER,
     Answer,
@@ -160,13 +161,13 @@ class Router:
                 response = await self._post(f"{node.url}/internal/query", body, headers)
             response.raise_for_status()
             return decode_answers(response.content)
-        except httpx.TransportError as exc:
-            self.membership.mark_down(node_id)
-            return _all_failed(subqueries, node_id, f"{node_id} unreachable: {exc!r}")
         except httpx.HTTPStatusError as exc:
             return _all_failed(
                 subqueries, node_id, f"{node_id} answered {exc.response.status_code}"
             )
+        except PEER_ERRORS as exc:
+            self.membership.mark_down(node_id)
+            return _all_failed(subqueries, node_id, f"{node_id} unreachable: {exc!r}")
 
 
 def _all_failed(subqueries: list[SubQuery], node_id: str, message: str) -> list[Answer]:

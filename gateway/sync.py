@@ -20,7 +20,7 @@ import httpx
 import orjson
 
 from gateway.config import Project
-from gateway.protocol import SECRET_HEADER
+from gateway.protocol import PEER_ERRORS, SECRET_HEADER
 from gateway.snapshots import SnapshotCatalog, SnapshotError, file_name
 
 log = logging.getLogger(__name__)
@@ -29,6 +29,11 @@ _CHUNK = 1 << 20
 
 class DeliveryError(Exception):
     """A snapshot that did not arrive intact."""
+
+
+# The store could not be read (down, or a manifest that is not JSON).
+STORE_UNREACHABLE: tuple[type[Exception], ...] = (ValueError, *PEER_ERRORS)
+_NOT_INSTALLED: tuple[type[Exception], ...] = (DeliveryError, SnapshotError, *PEER_ERRORS)
 
 
 class SnapshotSync:
@@ -56,7 +61,7 @@ class SnapshotSync:
                     continue
                 try:
                     await self._install(partition, entry)
-                except (DeliveryError, SnapshotError, OSError, httpx.HTTPError) as exc:
+                except _NOT_INSTALLED as exc:
                     self.errors[partition] = f"version {entry['version']}: {exc}"
                     log.warning("partition %s not updated: %s", partition, exc)
                 else:
@@ -69,8 +74,10 @@ class SnapshotSync:
             await asyncio.sleep(interval_s)
             try:
                 await self.run_once()
-            except (OSError, ValueError, httpx.HTTPError) as exc:
+            except STORE_UNREACHABLE as exc:
                 log.warning("snapshot store unreachable: %s", exc)
+            except Exception:  # a bug must not end syncing for good
+                log.exception("syncing snapshots failed")
 
     def log_end(self, topic: str, partition: int) -> int | None:
         return self.manifest.get("log_end", {}).get(topic, {}).get(str(partition))

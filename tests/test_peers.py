@@ -1,0 +1,94 @@
+"""A peer that resets connections as they are made. Under uvloop some of those resets reach
+anyio as a transport without a socket, and anyio raises AttributeError, not an httpx error.
+Every such call must count as a failed call: the peer is marked down, and no exception ends
+a node's health polling (which froze its view of the peers) or a request."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import uvloop
+
+from gateway import config
+from gateway.health import Membership
+from gateway.launcher import free_ports
+from gateway.protocol import Answer, SubQuery
+from gateway.routing import Router
+from tests.projects import write_project
+
+ROUNDS = 300  # about 1% of resets surface as AttributeError: this many hit one for sure
+
+
+@pytest.fixture
+def resetting_port() -> Iterator[int]:
+    """A server that accepts every connection and resets it at once (SO_LINGER 0)."""
+    listener = socket.create_server(("127.0.0.1", 0), backlog=128)
+    listener.settimeout(0.1)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            conn.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield listener.getsockname()[1]
+    stop.set()
+    thread.join(5)
+    listener.close()
+
+
+def project(tmp_path: Path, port: int) -> config.Project:
+    """node2 is the resetting peer; node3's port has nothing listening."""
+    node1, node3 = free_ports(2)
+    return config.load(write_project(tmp_path, [node1, port, node3]))
+
+
+def test_polls_of_a_resetting_peer_mark_it_down_and_never_raise(
+    tmp_path: Path, resetting_port: int
+) -> None:
+    async def main() -> None:
+        async with httpx.AsyncClient() as client:
+            membership = Membership(project(tmp_path, resetting_port), "node1", client)
+            for _ in range(ROUNDS):
+                membership.peers["node2"].alive = True
+                await membership.poll_once()
+                assert not membership.alive("node2")
+                assert not membership.alive("node3")
+
+    uvloop.run(main())
+
+
+def test_calls_to_a_resetting_peer_fail_in_band(tmp_path: Path, resetting_port: int) -> None:
+    served = project(tmp_path, resetting_port)
+    # Partition 1's replicas are node2 (resetting) and node3 (down); node1 hosts none of it.
+    assert served.cluster.replica_map[1] == ("node2", "node3")
+
+    async def never_local(subqueries: list[SubQuery]) -> list[Answer]:
+        raise AssertionError("node1 does not host partition 1")
+
+    async def main() -> None:
+        async with httpx.AsyncClient() as client:
+            membership = Membership(served, "node1", client)
+            router = Router(served, "node1", membership, client, never_local, lambda p: None)
+            query = SubQuery(id=0, partition=1, store="latestBooking", kind="get", params={})
+            for _ in range(ROUNDS):
+                for peer in membership.peers.values():
+                    peer.alive = True
+                answers, trace = await router.execute([query])
+                assert answers[0].failure == "NODE_UNAVAILABLE", answers[0]
+                assert trace.rounds == [{"node2": 1}, {"node3": 1}]
+                assert not membership.alive("node2") and not membership.alive("node3")
+
+    uvloop.run(main())
