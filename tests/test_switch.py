@@ -123,6 +123,8 @@ def test_a_token_from_a_node_that_just_switched_is_served_by_every_node(
         if all(versions[str(p)]["version"] == 3 for p in hosted):
             break
         time.sleep(0.002)
+    else:
+        raise AssertionError(f"node1 did not switch to version 3: {versions}")
     meta = cluster.nodes.data("node1", BOUNDED)["trainDelaysRange"]["meta"]
     token = meta["consistencyToken"]
     bound = decode_token(token)
