@@ -1,7 +1,10 @@
 """What this node knows of its peers: liveness, and each peer's snapshot positions.
 
-Peers are polled every `health_interval_s`; a failed call marks a peer down at once, so a
-dead node costs at most one timeout per request and is skipped until a poll sees it again.
+Peers are polled every `health_interval_s`; a failed call marks a peer down at once and a
+successful one marks it up. A peer down because a call timed out (hung, overloaded) is
+skipped until a poll or a call sees it again, so it costs at most one timeout per request.
+A peer down because it refused or reset a connection fails fast: the router still asks it
+when no other replica is left, so a stale belief never fails a partition on its own.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ log = logging.getLogger(__name__)
 class Peer:
     id: str
     alive: bool = True  # optimistic until a call or a poll says otherwise
+    hung: bool = False  # down because a call timed out: asking again costs a whole timeout
     seen_ms: int = 0
     partitions: dict[int, dict[str, Any]] = field(default_factory=dict)  # p -> version, offsets
 
@@ -40,12 +44,27 @@ class Membership:
         peer = self.peers.get(node_id)
         return peer is None or peer.alive
 
-    def mark_down(self, node_id: str) -> None:
+    def cheap_to_ask(self, node_id: str) -> bool:
+        """Alive, or down for a fast failure (refused, reset) rather than a timeout."""
         peer = self.peers.get(node_id)
-        if peer is not None and peer.alive:
+        return peer is None or not peer.hung
+
+    def mark_down(self, node_id: str, error: Exception) -> None:
+        peer = self.peers.get(node_id)
+        if peer is None:
+            return
+        peer.hung = isinstance(error, httpx.TimeoutException)
+        if peer.alive:
             # A peer never seen yet is most likely still starting: not worth a warning.
-            log.log(logging.WARNING if peer.seen_ms else logging.INFO, "peer %s is down", node_id)
+            level = logging.WARNING if peer.seen_ms else logging.INFO
+            log.log(level, "peer %s is down: %r", node_id, error)
             peer.alive = False
+
+    def mark_up(self, node_id: str) -> None:
+        peer = self.peers.get(node_id)
+        if peer is not None and not peer.alive:
+            log.info("peer %s is back", node_id)
+            peer.alive, peer.hung = True, False
 
     def offsets(self, node_id: str, partition: int) -> dict[str, int] | None:
         peer = self.peers.get(node_id)
@@ -73,12 +92,10 @@ class Membership:
                 timeout=self.project.settings.internal_timeout_s,
             )
             response.raise_for_status()
-        except PEER_ERRORS:
-            self.mark_down(peer.id)
+        except PEER_ERRORS as exc:
+            self.mark_down(peer.id, exc)
             return
         status = orjson.loads(response.content)
         peer.partitions = {int(p): s for p, s in status["partitions"].items()}
         peer.seen_ms = int(time.time() * 1000)
-        if not peer.alive:
-            log.info("peer %s is back", peer.id)
-        peer.alive = True
+        self.mark_up(peer.id)

@@ -7,12 +7,15 @@ Internal requests are answered locally by the receiving node and never forwarded
 
 Replica order: this node first when it hosts the partition and is as fresh as the active
 (no hop at all), then the active, then the standbys; replicas known to be behind the
-request's bound go last, and a replica that is really behind answers NOT_UP_TO_BOUND.
+request's bound go after those, and a replica that is really behind answers NOT_UP_TO_BOUND.
+Last come replicas believed down that failed fast (gateway/health.py): asking one again
+costs a refused connection, and what this node believes of a peer may be out of date.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
@@ -32,6 +35,8 @@ from gateway.protocol import (
     decode_answers,
     encode_request,
 )
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -90,15 +95,23 @@ class Router:
             for answer in (a for answers in batches for a in answers):
                 done[answer.id] = answer  # a failure stands unless a later replica answers
                 if answer.failure in RETRYABLE:
+                    log.warning(
+                        "partition %s on %s failed (%s): %s",
+                        by_id[answer.id].partition,
+                        answer.node,
+                        answer.failure,
+                        answer.message,
+                    )
                     pending.append(by_id[answer.id])
         trace.millis = (time.perf_counter() - started) * 1000
         return done, trace
 
     def replicas(self, q: SubQuery) -> list[str]:
-        """Live replicas of the sub-query's partition, in the order they are tried.
+        """The replicas of the sub-query's partition worth asking, in the order they are tried.
 
-        Replicas known to be behind the bound go last rather than nowhere: what this node
-        knows of a peer is up to one poll old, and only the replica itself can refuse.
+        Replicas known to be behind the bound go after the others rather than nowhere: what
+        this node knows of a peer is up to one poll old, and only the replica itself can
+        refuse. Replicas down for a fast failure come last; hung ones are not asked.
         """
         ids = list(self.project.cluster.replica_map[q.partition])
         active = ids[0]
@@ -108,7 +121,8 @@ class Router:
             ids.remove(self.node_id)
             ids.insert(0, self.node_id)
         alive = [n for n in ids if self.membership.alive(n)]
-        return sorted(alive, key=lambda n: not self._may_satisfy(n, q))
+        down = [n for n in ids if n not in alive and self.membership.cheap_to_ask(n)]
+        return sorted(alive, key=lambda n: not self._may_satisfy(n, q)) + down
 
     def _next_replica(self, q: SubQuery, tried: set[str]) -> str | None:
         return next((n for n in self.replicas(q) if n not in tried), None)
@@ -160,13 +174,14 @@ class Router:
                 # read, so ask once more on a fresh connection; a dead peer refuses that.
                 response = await self._post(f"{node.url}/internal/query", body, headers)
             response.raise_for_status()
+            self.membership.mark_up(node_id)
             return decode_answers(response.content)
         except httpx.HTTPStatusError as exc:
             return _all_failed(
                 subqueries, node_id, f"{node_id} answered {exc.response.status_code}"
             )
         except PEER_ERRORS as exc:
-            self.membership.mark_down(node_id)
+            self.membership.mark_down(node_id, exc)
             return _all_failed(subqueries, node_id, f"{node_id} unreachable: {exc!r}")
 
 

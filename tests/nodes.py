@@ -43,6 +43,15 @@ class Nodes:
         except RuntimeError as exc:
             raise RuntimeError(f"{exc}: {(self.logs / f'{node_id}.log').read_text()}") from exc
 
+    def logs_tail(self, lines: int = 30) -> str:
+        """The last lines each node logged: what a failing test shows of the nodes' view."""
+        parts = []
+        for node_id in self.ids:
+            path = self.logs / f"{node_id}.log"
+            text = path.read_text(errors="replace").splitlines()[-lines:] if path.exists() else []
+            parts.append(f"--- {node_id}.log\n" + "\n".join(text))
+        return "\n".join(parts)
+
     def kill(self, node_id: str) -> None:
         proc = self.procs.pop(node_id)
         proc.send_signal(signal.SIGKILL)

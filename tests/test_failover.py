@@ -23,7 +23,7 @@ QUERY = """query($keys: [String!]!) {
   }
   page: latestBookingRange(first: 50) {
     records { key }
-    meta { partial partitionsFailed partitions { partition node failure } }
+    meta { partial partitionsFailed partitions { partition node failure message } }
   }
 }"""
 
@@ -53,28 +53,50 @@ def check_correct(data: dict[str, Any], expected: dict[str, tuple]) -> None:
             assert (got["bookings"], got["revenue"]) == pytest.approx(expected[entry["key"]][1:3])
 
 
+def failures(data: dict[str, Any]) -> str:
+    """Each failed partition of an answer, with its reason: empty when nothing failed."""
+    return "; ".join(
+        f"{field} p{p['partition']} {p['failure']}: {p['message']}"
+        for field in ("totals", "page")
+        for p in data[field]["meta"]["partitions"]
+        if p["failure"]
+    )
+
+
 def test_a_killed_node_costs_no_query_its_partitions_fail_over(cluster: Served) -> None:
+    """Clients on node1 and node2 query all keys while node3 is killed: node2 routes
+    partitions 2, 5, 8 to node3 until then, node1 keeps 1, 4, 7 of node2 and node3."""
     expected = expected_totals(cluster)
     keys = sorted(expected)
-    outcomes: list[str] = []
+    outcomes: list[tuple[str, float, str]] = []  # entry node, seconds after the kill, outcome
+    killed_at = time.monotonic() + 1.0
+    stop_at = killed_at + 3.0  # past a health poll: requests after node3 is known down count
 
-    def client() -> None:
-        for _ in range(40):
+    def client(entry: str) -> None:
+        while time.monotonic() < stop_at:
             try:
-                data = ask(cluster, "node1", keys)
+                data = ask(cluster, entry, keys)
                 check_correct(data, expected)
                 partial = data["totals"]["meta"]["partial"] or data["page"]["meta"]["partial"]
-                outcomes.append("partial" if partial else "ok")
+                outcome = failures(data) or ("partial" if partial else "ok")
             except AssertionError as exc:
-                outcomes.append(f"failed: {exc}")
+                outcome = f"failed: {exc}"
+            outcomes.append((entry, round(time.monotonic() - killed_at, 3), outcome))
 
-    thread = threading.Thread(target=client)
-    thread.start()
-    time.sleep(1.0)
+    threads = [threading.Thread(target=client, args=(entry,)) for entry in ("node1", "node2")]
+    for thread in threads:
+        thread.start()
+    time.sleep(max(0.0, killed_at - time.monotonic()))
     cluster.nodes.kill("node3")
-    thread.join(120)
-    assert len(outcomes) == 40
-    assert [o for o in outcomes if o != "ok"] == [], "every partition has a live replica"
+    for thread in threads:
+        thread.join(120)
+    after = {
+        entry: sum(1 for e, t, _ in outcomes if e == entry and t > 0)
+        for entry in ("node1", "node2")
+    }
+    assert min(after.values()) >= 5, f"too few queries after the kill to tell: {after}"
+    failed = [o for o in outcomes if o[2] != "ok"]
+    assert failed == [], f"every partition has a live replica\n{cluster.nodes.logs_tail()}"
 
     # From node2, partitions whose active is node3 (2, 5, 8) are served by their standby node1.
     data = ask(cluster, "node2", keys)

@@ -20,6 +20,7 @@ from gateway.health import Membership
 from gateway.launcher import free_ports
 from gateway.protocol import Answer, SubQuery
 from gateway.routing import Router
+from tests.nodes import Served
 from tests.projects import write_project
 
 ROUNDS = 300  # about 1% of resets surface as AttributeError: this many hit one for sure
@@ -92,3 +93,30 @@ def test_calls_to_a_resetting_peer_fail_in_band(tmp_path: Path, resetting_port: 
                 assert not membership.alive("node2") and not membership.alive("node3")
 
     uvloop.run(main())
+
+
+def test_a_peer_believed_down_is_still_asked_when_it_failed_fast(served: Served) -> None:
+    """What a node believes of a peer may be stale: a peer that refused a connection a
+    moment ago is asked again when no other replica is left; a hung one is not."""
+    project = served.project
+    assert project.cluster.replica_map[1] == ("node2", "node3")
+    query = SubQuery(id=0, partition=1, store="customerTotals", kind="range", params={"limit": 5})
+
+    async def never_local(subqueries: list[SubQuery]) -> list[Answer]:
+        raise AssertionError("node1 does not host partition 1")
+
+    async def ask(error: Exception) -> tuple[Answer, list[dict[str, int]], bool]:
+        async with httpx.AsyncClient() as client:
+            membership = Membership(project, "node1", client)
+            for peer in ("node2", "node3"):
+                membership.mark_down(peer, error)
+            router = Router(project, "node1", membership, client, never_local, lambda p: None)
+            answers, trace = await router.execute([query])
+            return answers[0], trace.rounds, membership.alive("node2")
+
+    answer, rounds, node2_alive = uvloop.run(ask(httpx.ConnectError("refused")))
+    assert answer.ok and answer.node == "node2" and answer.rows
+    assert rounds == [{"node2": 1}] and node2_alive, "the answer marks node2 up again"
+
+    answer, rounds, node2_alive = uvloop.run(ask(httpx.ReadTimeout("hung")))
+    assert answer.failure == "NODE_UNAVAILABLE" and rounds == [] and not node2_alive
