@@ -37,6 +37,8 @@ from gateway.protocol import (
 )
 
 log = logging.getLogger(__name__)
+# Failures the caller's own demands cause (a bound, requireActive): not worth a warning.
+_ASKED_FOR = frozenset({"NOT_UP_TO_BOUND", "NOT_ACTIVE"})
 
 
 @dataclass
@@ -95,7 +97,8 @@ class Router:
             for answer in (a for answers in batches for a in answers):
                 done[answer.id] = answer  # a failure stands unless a later replica answers
                 if answer.failure in RETRYABLE:
-                    log.warning(
+                    log.log(
+                        logging.INFO if answer.failure in _ASKED_FOR else logging.WARNING,
                         "partition %s on %s failed (%s): %s",
                         by_id[answer.id].partition,
                         answer.node,
