@@ -99,7 +99,7 @@ def create_app(project: Project, node_id: str) -> Starlette:
     async def internal_sync(request: Request) -> Response:
         if not authorized(request):
             return refused()
-        installed = await node.sync.run_once()
+        installed = await node.sync.run_once(force=True)
         return _json({"node": node.id, "installed": installed, "errors": node.sync.errors})
 
     async def cluster_map(request: Request) -> Response:

@@ -4,7 +4,10 @@ The store is a directory (local or shared file system) or an http(s) URL served 
 `stategate store`, authenticated with the cluster secret. A file is downloaded under a
 hidden name in the node's own data directory, its size and sha256 are checked against the
 manifest, and only then is it renamed and attached; anything else is deleted and the
-previous version keeps serving.
+previous version keeps serving. A version that failed is tried again after a backoff that
+doubles per attempt (from `sync_interval_s` up to a minute), not on every sync: a damaged
+file in the store must not be downloaded every two seconds. An explicit sync (the
+pipeline's notification, POST /internal/sync) tries at once.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ import asyncio
 import hashlib
 import logging
 import os
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -25,6 +30,7 @@ from gateway.snapshots import SnapshotCatalog, SnapshotError, file_name
 
 log = logging.getLogger(__name__)
 _CHUNK = 1 << 20
+_MAX_BACKOFF_S = 60.0
 
 
 class DeliveryError(Exception):
@@ -34,6 +40,15 @@ class DeliveryError(Exception):
 # The store could not be read (down, or a manifest that is not JSON).
 STORE_UNREACHABLE: tuple[type[Exception], ...] = (ValueError, *PEER_ERRORS)
 _NOT_INSTALLED: tuple[type[Exception], ...] = (DeliveryError, SnapshotError, *PEER_ERRORS)
+
+
+@dataclass
+class _Refusal:
+    """A manifest entry that failed to install, and when to try it again."""
+
+    sha256: str
+    attempts: int
+    retry_at: float  # time.monotonic()
 
 
 class SnapshotSync:
@@ -46,11 +61,13 @@ class SnapshotSync:
         self.client = client
         self.manifest: dict[str, Any] = {}
         self.errors: dict[int, str] = {}
+        self._refused: dict[int, _Refusal] = {}
         self._lock = asyncio.Lock()
         self._remote = "://" in project.snapshot_url
 
-    async def run_once(self) -> dict[int, int]:
-        """Install every newer version the manifest lists; returns partition -> version."""
+    async def run_once(self, force: bool = False) -> dict[int, int]:
+        """Install every newer version the manifest lists; returns partition -> version.
+        Versions that failed before wait for their backoff unless `force`."""
         async with self._lock:
             self.manifest = await self._read_manifest()
             installed: dict[int, int] = {}
@@ -59,15 +76,31 @@ class SnapshotSync:
                 entry = entries.get(str(partition))
                 if entry is None or entry["version"] <= self.catalog.version(partition):
                     continue
+                refusal = self._refused.get(partition)
+                if refusal is not None and refusal.sha256 != entry["sha256"]:
+                    refusal = None  # a new file: its own first attempt
+                if refusal is not None and not force and time.monotonic() < refusal.retry_at:
+                    continue
                 try:
                     await self._install(partition, entry)
                 except _NOT_INSTALLED as exc:
-                    self.errors[partition] = f"version {entry['version']}: {exc}"
-                    log.warning("partition %s not updated: %s", partition, exc)
+                    self._refuse(partition, entry, refusal, exc)
                 else:
                     self.errors.pop(partition, None)
+                    self._refused.pop(partition, None)
                     installed[partition] = entry["version"]
             return installed
+
+    def _refuse(
+        self, partition: int, entry: dict[str, Any], last: _Refusal | None, exc: Exception
+    ) -> None:
+        attempts = last.attempts + 1 if last else 1
+        delay = min(self.project.settings.sync_interval_s * 2 ** (attempts - 1), _MAX_BACKOFF_S)
+        self._refused[partition] = _Refusal(entry["sha256"], attempts, time.monotonic() + delay)
+        self.errors[partition] = (
+            f"version {entry['version']}: {exc} (attempt {attempts}, next in {delay:g} s)"
+        )
+        log.warning("partition %s not updated: %s", partition, self.errors[partition])
 
     async def run_forever(self, interval_s: float) -> None:
         while True:

@@ -3,6 +3,9 @@ bounds and consistency tokens pick replicas that are fresh enough, or say NOT_UP
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import shutil
 import subprocess
 import sys
 import time
@@ -17,6 +20,8 @@ from pyspark.sql import SparkSession
 
 from gateway.positions import decode_token, encode_token
 from gateway.protocol import SECRET_HEADER
+from gateway.snapshots import SnapshotCatalog
+from gateway.sync import SnapshotSync
 from spark_pipeline import job
 from tests import oracle
 from tests.nodes import Served, free_ports, serve
@@ -237,3 +242,39 @@ def test_a_damaged_snapshot_is_refused_and_the_previous_version_keeps_serving(re
     answer = scan(cluster, "node3", {"requireActive": True})
     part = next(p for p in answer["meta"]["partitions"] if p["partition"] == damaged)
     assert part["node"] == "node3" and part["version"] == 1 and part["failure"] is None
+
+
+def test_a_damaged_version_waits_for_a_backoff_before_it_is_fetched_again(
+    served: Served, tmp_path: Path
+) -> None:
+    """Each attempt is counted in the error: a sync within the backoff does not fetch the
+    damaged file again, an explicit one does, and a repaired file is installed."""
+    store = tmp_path / "store"
+    shutil.copytree(served.project.snapshot_store, store)
+    project = dataclasses.replace(served.project, snapshot_url=str(store))
+    entries = orjson.loads((store / "manifest.json").read_bytes())["partitions"]
+    hosted = project.cluster.hosted_by("node1")
+    damaged = hosted[0]
+    path = store / entries[str(damaged)]["path"]
+    intact = path.read_bytes()
+    path.write_bytes(intact[: len(intact) // 2])
+    catalog = SnapshotCatalog(tmp_path / "node1", list(project.stores))
+
+    async def main() -> None:
+        async with httpx.AsyncClient() as client:
+            sync = SnapshotSync(project, "node1", catalog, client)
+            assert set(await sync.run_once()) == set(hosted) - {damaged}
+            assert "checksum mismatch" in sync.errors[damaged]
+            assert sync.errors[damaged].endswith("(attempt 1, next in 2 s)")
+            assert await sync.run_once() == {}
+            assert sync.errors[damaged].endswith("(attempt 1, next in 2 s)"), "not fetched"
+            assert await sync.run_once(force=True) == {}
+            assert sync.errors[damaged].endswith("(attempt 2, next in 4 s)")
+            path.write_bytes(intact)
+            assert await sync.run_once(force=True) == {damaged: entries[str(damaged)]["version"]}
+            assert damaged not in sync.errors
+
+    try:
+        asyncio.run(main())
+    finally:
+        catalog.close()
