@@ -26,6 +26,7 @@ class Consistency:
     bound: Position = field(default_factory=dict)
     require_active: bool = False
     max_lag: int | None = None
+    max_age_ms: int | None = None
 
 
 @dataclass(eq=False)
@@ -70,6 +71,7 @@ class RequestBatch:
         lookups: dict[tuple[Any, ...], int] = {}  # key lookups of one partition share a query
         for index, work in enumerate(works):
             require_active = work.consistency.require_active
+            max_age_ms = work.consistency.max_age_ms
             for partition, params in self._split(work):
                 bound = self._bound(work, partition)
                 if work.kind == "get":
@@ -78,6 +80,7 @@ class RequestBatch:
                         partition,
                         tuple(sorted(bound.items())),
                         require_active,
+                        max_age_ms,
                     )
                     if shared in lookups:
                         subqueries[lookups[shared]].params["keys"].extend(params["keys"])
@@ -94,6 +97,7 @@ class RequestBatch:
                         params,
                         bound,
                         require_active,
+                        max_age_ms,
                     )
                 )
         for q in subqueries:

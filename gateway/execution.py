@@ -6,6 +6,7 @@ predicate DuckDB prunes with zone maps, and a scan reads only its page plus one 
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import duckdb
@@ -43,6 +44,14 @@ def _answer(catalog: SnapshotCatalog, project: Project, node_id: str, q: SubQuer
                 "NOT_UP_TO_BOUND",
                 f"partition {q.partition} on {node_id} is at {snapshot.offsets}, "
                 f"the bound asks for {q.bound}",
+            )
+        age_ms = int(time.time() * 1000) - snapshot.created_ms
+        if q.max_age_ms is not None and age_ms > q.max_age_ms:
+            return _fail(
+                answer,
+                "NOT_UP_TO_BOUND",
+                f"partition {q.partition} on {node_id} is a snapshot {age_ms} ms old, "
+                f"maxAgeMs is {q.max_age_ms}",
             )
         try:
             answer.rows = run(catalog.cursor(), snapshot, store, q.kind, q.params)

@@ -34,6 +34,7 @@ class SubQuery:
     params: dict[str, Any]
     bound: dict[str, int] = field(default_factory=dict)  # topic -> offset, this partition only
     require_active: bool = False
+    max_age_ms: int | None = None  # the oldest snapshot the caller accepts
 
 
 @dataclass
@@ -55,7 +56,16 @@ class Answer:
 def encode_request(subqueries: list[SubQuery]) -> bytes:
     return orjson.dumps(
         [
-            [q.id, q.partition, q.store, q.kind, q.params, q.bound, q.require_active]
+            [
+                q.id,
+                q.partition,
+                q.store,
+                q.kind,
+                q.params,
+                q.bound,
+                q.require_active,
+                q.max_age_ms,
+            ]
             for q in subqueries
         ]
     )

@@ -91,6 +91,10 @@ class ConsistencyInput:
     max_lag: Long | None = strawberry.field(
         default=None, description="Skip replicas more than this many offsets behind the log end."
     )
+    max_age_ms: Long | None = strawberry.field(
+        default=None,
+        description="Skip replicas whose snapshot was built more than this many ms ago.",
+    )
 
 
 def offsets(position: Position) -> list[TopicOffset]:

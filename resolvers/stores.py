@@ -410,9 +410,15 @@ def _consistency(info: Info, given: ConsistencyInput | None) -> Consistency:
             )
         tp = (item.topic, item.partition)
         bound[tp] = max(bound.get(tp, 0), item.offset)
-    if given.max_lag is not None and given.max_lag < 0:
-        raise bad_input(f"maxLag must not be negative, got {given.max_lag}")
-    return Consistency(bound=bound, require_active=given.require_active, max_lag=given.max_lag)
+    for name, value in (("maxLag", given.max_lag), ("maxAgeMs", given.max_age_ms)):
+        if value is not None and value < 0:
+            raise bad_input(f"{name} must not be negative, got {value}")
+    return Consistency(
+        bound=bound,
+        require_active=given.require_active,
+        max_lag=given.max_lag,
+        max_age_ms=given.max_age_ms,
+    )
 
 
 def _check_key(store: Store, key: Any, what: str) -> None:

@@ -178,6 +178,29 @@ def test_bounds_tokens_require_active_and_max_lag(remote, spark: SparkSession) -
     strict = scan(cluster, "node3", {"maxLag": 0, "requireActive": True})
     assert {p["partition"] for p in strict["meta"]["partitions"] if p["failure"]} == {2, 5, 8}
 
+    # maxAgeMs: an age between the two builds leaves exactly the version-2 replicas.
+    built: dict[int, list[int]] = {1: [], 2: []}
+    for node in cluster.nodes.ids:
+        for state in cluster.nodes.status(node)["partitions"].values():
+            built[state["version"]].append(state["created_ms"])
+    newest_v1, oldest_v2 = max(built[1]), min(built[2])
+    assert oldest_v2 > newest_v1
+    max_age = int(time.time() * 1000) - (newest_v1 + oldest_v2) // 2
+    young = scan(cluster, "node3", {"maxAgeMs": max_age})
+    assert not failures(young)
+    assert all(p["version"] == 2 for p in young["meta"]["partitions"])
+    assert young["records"] == fresh["records"]
+    young_active = scan(cluster, "node3", {"maxAgeMs": max_age, "requireActive": True})
+    refused = failures(young_active)
+    assert [(p, reason) for p, reason, _ in refused] == [
+        (2, "NOT_UP_TO_BOUND"),
+        (5, "NOT_UP_TO_BOUND"),
+        (8, "NOT_UP_TO_BOUND"),
+    ]
+    assert all("ms old, maxAgeMs is" in message for _, _, message in refused)
+    none = scan(cluster, "node1", {"maxAgeMs": 0})
+    assert len(failures(none)) == 9 and none["records"] == []
+
     # An explicit position no replica has reached fails exactly that partition.
     beyond = scan(
         cluster, "node2", {"position": [{"topic": "trains", "partition": 4, "offset": 10**9}]}

@@ -66,6 +66,11 @@ BAD = [
         "token",
     ),
     ("{ trainStatus(key: 1, consistency: {maxLag: -5}) { key } }", "BAD_USER_INPUT", "maxLag"),
+    (
+        "{ trainStatus(key: 1, consistency: {maxAgeMs: -1}) { key } }",
+        "BAD_USER_INPUT",
+        "maxAgeMs must not be negative",
+    ),
     ("{ latestBooking(key: ", "GRAPHQL_PARSE_FAILED", "Syntax Error"),
 ]
 
