@@ -19,6 +19,7 @@ from strawberry.asgi import GraphQL
 from strawberry.http import GraphQLHTTPResponse
 from strawberry.types import ExecutionResult
 
+from gateway.body_limit import BodyLimit
 from gateway.config import Project
 from gateway.errors import GatewayError
 from gateway.node import GatewayNode
@@ -120,7 +121,11 @@ def create_app(project: Project, node_id: str) -> Starlette:
     app = Starlette(
         routes=[
             Route("/", home),
-            Route("/graphql", GraphQLApp(node), methods=["GET", "POST"]),
+            Route(
+                "/graphql",
+                BodyLimit(GraphQLApp(node), project.settings.max_request_bytes),
+                methods=["GET", "POST"],
+            ),
             Route("/cluster", cluster_map),
             Route("/health", health),
             Route("/internal/query", internal_query, methods=["POST"]),

@@ -95,6 +95,7 @@ class Settings:
     default_page_size: int = 100
     max_page_size: int = 1000
     max_keys_per_request: int = 10_000
+    max_request_bytes: int = 4_000_000
     internal_timeout_s: float = 2.0
     health_interval_s: float = 1.0
     sync_interval_s: float = 2.0

@@ -101,6 +101,31 @@ def test_too_many_keys(served) -> None:
     assert body["errors"][0]["extensions"]["code"] == "TOO_MANY_KEYS"
 
 
+def test_a_body_over_the_limit_is_refused_before_it_is_read_whole(served) -> None:
+    limit = served.project.settings.max_request_bytes
+    padding = " " * limit  # a valid document, one byte per space, just too long
+    query = "{ trainDelaysRange(first: 1) { records { key } } }" + padding
+    url = served.nodes.url("node2") + "/graphql"
+    sized = served.nodes.client.post(url, json={"query": query})
+
+    def chunks():  # no Content-Length: the node counts what arrives
+        yield b'{"query": "{ trainDelaysRange(first: 1) { records { key } } }'
+        for _ in range(limit // 65_536 + 2):
+            yield b" " * 65_536
+        yield b'"}'
+
+    streamed = served.nodes.client.post(
+        url, content=chunks(), headers={"content-type": "application/json"}
+    )
+    for response in (sized, streamed):
+        assert response.status_code == 413, response.text[:200]
+        error = response.json()["errors"][0]
+        assert error["extensions"]["code"] == "REQUEST_TOO_LARGE"
+        assert str(limit) in error["message"]
+    fits = served.nodes.data("node2", "{ trainDelaysRange(first: 1) { records { key } } }")
+    assert len(fits["trainDelaysRange"]["records"]) == 1
+
+
 def test_one_bad_field_does_not_spoil_the_others(served) -> None:
     body = served.nodes.gql(
         "node1",
