@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import json
 import shutil
 import statistics
@@ -82,14 +83,12 @@ class Workload:
         self.info_path.write_text(json.dumps(self.info, indent=2, default=str))
 
     def is_built(self) -> bool:
-        """Generated with these parameters and published for every partition."""
+        """Generated with these parameters and stores, and published for every partition."""
         info = self.load_info()
-        if (info.get("customers"), info.get("events"), info.get("seed"), info.get("end_ms")) != (
-            self.customers,
-            self.events,
-            SEED,
-            END_MS,
-        ):
+        built = (info.get("customers"), info.get("events"), info.get("seed"), info.get("end_ms"))
+        if built != (self.customers, self.events, SEED, END_MS):
+            return False
+        if info.get("stores_sha256") != _stores_sha256():
             return False
         manifest = read_manifest(self.root / "snapshots")
         return len(manifest["partitions"]) == PARTITIONS
@@ -97,8 +96,7 @@ class Workload:
     def write_project(self, ports: list[int] | None = None) -> Project:
         """The project file: the demo's topics and stores, 9 partitions, 3 loopback nodes."""
         ports = ports or free_ports(NODES)
-        demo = DEMO.read_text()
-        stores = demo[demo.index("[[topics]]") :]
+        stores = _stores_text()
         nodes = "".join(
             f'[[cluster.nodes]]\nid = "node{i}"\naddress = "127.0.0.1:{port}"\n'
             f'data_dir = "node{i}"\n\n'
@@ -133,11 +131,22 @@ class Workload:
             events=self.events,
             seed=SEED,
             end_ms=END_MS,
+            stores_sha256=_stores_sha256(),
             records_per_partition=counts,
             generate_s=round(seconds, 2),
         )
         self.save_info()
         return seconds
+
+
+def _stores_text() -> str:
+    """The demo's topics and stores: the part of its project file the workload reuses."""
+    demo = DEMO.read_text()
+    return demo[demo.index("[[topics]]") :]
+
+
+def _stores_sha256() -> str:
+    return hashlib.sha256(_stores_text().encode()).hexdigest()
 
 
 def segment_files(project: Project, topic: str = "bookings") -> list[Path]:

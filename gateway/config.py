@@ -18,12 +18,12 @@ from gateway.partitioner import KeyType
 
 FieldType = Literal["string", "int", "long", "double", "boolean"]
 StoreKind = Literal["table", "aggregate", "window"]
-AggFunc = Literal["count", "sum", "min", "max"]
+AggFunc = Literal["count", "sum", "min", "max", "avg"]
 
 FIELD_TYPES: tuple[FieldType, ...] = ("string", "int", "long", "double", "boolean")
 KEY_TYPES: tuple[KeyType, ...] = ("string", "int", "long")
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
-_AGG = re.compile(r"^(count)(?:\(\))?$|^(sum|min|max)\((\w+)\)$")
+_AGG = re.compile(r"^(count)(?:\(\))?$|^(sum|min|max|avg)\((\w+)\)$")
 _DURATION = re.compile(r"^(\d+)(ms|s|m|h|d)$")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 RESERVED_COLUMNS = ("key", "window_start")  # a snapshot's own columns
@@ -44,16 +44,28 @@ class Topic:
 class Aggregate:
     name: str
     func: AggFunc
-    source: str | None  # the value field; None for count
+    source: str | None  # the value field; None for count (of records; else of values)
 
     def result_type(self, topic: Topic) -> FieldType:
         if self.func == "count":
             return "long"
+        if self.func == "avg":
+            return "double"
         assert self.source is not None
         source_type = topic.value[self.source]
         if self.func == "sum":
             return "double" if source_type == "double" else "long"
         return source_type
+
+    def parts(self) -> tuple[Aggregate, ...]:
+        """What a snapshot stores of it, so that two partial results can merge: itself, or
+        for avg the sum and the count of the values ("_" never occurs in declared names)."""
+        if self.func != "avg":
+            return (self,)
+        return (
+            Aggregate(f"{self.name}_sum", "sum", self.source),
+            Aggregate(f"{self.name}_n", "count", self.source),
+        )
 
 
 @dataclass(frozen=True)
@@ -75,6 +87,18 @@ class Store:
         if self.kind == "table":
             return dict(self.topic.value)
         return {a.name: a.result_type(self.topic) for a in self.aggregates}
+
+    @property
+    def partials(self) -> tuple[Aggregate, ...]:
+        """The aggregates as a snapshot stores them (Aggregate.parts)."""
+        return tuple(part for a in self.aggregates for part in a.parts())
+
+    @property
+    def stored_columns(self) -> dict[str, FieldType]:
+        """The typed value columns of the snapshot's table."""
+        if self.kind == "table":
+            return dict(self.topic.value)
+        return {a.name: a.result_type(self.topic) for a in self.partials}
 
 
 @dataclass(frozen=True)
@@ -230,8 +254,8 @@ def _aggregate(name: str, spec: str, topic: Topic, store: str) -> Aggregate:
     func, source = match.group(2), match.group(3)
     if source not in topic.value:
         raise ConfigError(f"store {store!r} aggregate {name!r}: no field {source!r} in the topic")
-    if func == "sum" and topic.value[source] not in ("int", "long", "double"):
-        raise ConfigError(f"store {store!r} aggregate {name!r}: sum needs a numeric field")
+    if func in ("sum", "avg") and topic.value[source] not in ("int", "long", "double"):
+        raise ConfigError(f"store {store!r} aggregate {name!r}: {func} needs a numeric field")
     return Aggregate(name=name, func=func, source=source)  # type: ignore[arg-type]
 
 

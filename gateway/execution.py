@@ -66,8 +66,16 @@ def _fail(answer: Answer, reason: str, message: str) -> Answer:
 
 
 def columns(store: Store) -> list[str]:
-    window = ["window_start"] if store.kind == "window" else []
-    return ["key", *window, *store.columns]
+    """The SELECT list of one row: key, [window_start,] then Store.columns, an avg computed
+    from the sum and count its snapshot keeps."""
+    window = ['"window_start"'] if store.kind == "window" else []
+    values = []
+    for name in store.columns:
+        if any(a.name == name and a.func == "avg" for a in store.aggregates):
+            values.append(f'CAST("{name}_sum" AS DOUBLE) / NULLIF("{name}_n", 0) AS "{name}"')
+        else:
+            values.append(f'"{name}"')
+    return ['"key"', *window, *values]
 
 
 def run(
@@ -78,7 +86,7 @@ def run(
     params: dict[str, Any],
 ) -> list[list[Any]]:
     where, args, order, limit = _predicate(store, kind, params)
-    cols = ", ".join(f'"{c}"' for c in columns(store))
+    cols = ", ".join(columns(store))
     sql = f'SELECT {cols} FROM {snapshot.alias}."{store.name}" WHERE {where}'
     if order:
         sql += f" ORDER BY {order}"

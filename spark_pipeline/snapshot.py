@@ -2,7 +2,8 @@
 
 Tables (identifiers quoted):
 - one per store, named by the store: `key` (VARCHAR | INTEGER | BIGINT), for a window store
-  `window_start BIGINT` (epoch ms), then Store.columns in order; rows ordered by key
+  `window_start BIGINT` (epoch ms), then Store.stored_columns in order (an avg is kept as
+  its sum and count, so that versions merge); rows ordered by key
   (, window_start) so zone maps prune lookups. Tombstoned table keys are absent.
 - `_position(topic VARCHAR, partition INTEGER, "offset" BIGINT)`: per topic, the next offset
   to read in this partition.
@@ -142,7 +143,7 @@ def _merge_sql(store: Store, has_previous: bool, delta_files: list[str] | None) 
         )
     combined = [
         f"CAST({_combine(a.func, _ident(a.name))} AS {columns[a.name]}) AS {_ident(a.name)}"
-        for a in store.aggregates
+        for a in store.partials
     ]
     return (
         f"INSERT INTO {target} SELECT {keys}, {', '.join(combined)} FROM ("
@@ -160,7 +161,7 @@ def _columns(store: Store) -> dict[str, str]:
     columns = {"key": DUCK_TYPES[store.key_type]}
     if store.kind == "window":
         columns["window_start"] = "BIGINT"
-    columns.update({name: DUCK_TYPES[kind] for name, kind in store.columns.items()})
+    columns.update({name: DUCK_TYPES[kind] for name, kind in store.stored_columns.items()})
     return columns
 
 

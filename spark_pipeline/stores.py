@@ -2,7 +2,7 @@
 
 Input rows are (partition, offset, timestamp, key, value), value being JSON text or null (a
 tombstone), parsed once per topic by parse_values. Every delta has the columns partition, key,
-[window_start,] then Store.columns; a table delta also has `_deleted`. snapshot.py merges a
+[window_start,] then Store.stored_columns; a table delta also has `_deleted`. snapshot.py merges a
 delta into the previous snapshot.
 """
 
@@ -81,15 +81,17 @@ def window_delta(store: Store, parsed: DataFrame) -> DataFrame:
 def _aggregated(store: Store, rows: DataFrame, group: list[str]) -> DataFrame:
     results = [
         _aggregate(a).cast(SPARK_TYPES[a.result_type(store.topic)]).alias(a.name)
-        for a in store.aggregates
+        for a in store.partials
     ]
     return rows.groupBy(*group).agg(*results)
 
 
 def _aggregate(aggregate: Aggregate) -> Column:
-    if aggregate.func == "count":
+    if aggregate.func == "count" and aggregate.source is None:
         return F.count(F.lit(1))
     field = F.col(field_column(aggregate.source or ""))
+    if aggregate.func == "count":
+        return F.count(field)  # the values present
     if aggregate.func == "sum":
         return F.sum(field)
     if aggregate.func == "min":

@@ -85,6 +85,8 @@ def _aggregate(aggregate: Aggregate, store: Store, values: list[dict]) -> object
     present = [v[aggregate.source] for v in values if v.get(aggregate.source) is not None]
     if not present:
         return None
+    if aggregate.func == "avg":
+        return sum(present) / len(present)
     combine = {"sum": sum, "min": min, "max": max}[aggregate.func]
     return _typed(combine(present), aggregate.result_type(store.topic))
 

@@ -41,7 +41,7 @@ name = "hourlyRevenue"
 kind = "window"
 topic = "bookings"
 size = "1h"
-aggregates = { bookings = "count", revenue = "sum(price)" }
+aggregates = { bookings = "count", revenue = "sum(price)", meanPrice = "avg(price)" }
 
 [[stores]]
 name = "trainStatus"
@@ -52,7 +52,8 @@ topic = "trains"
 name = "trainDelays"
 kind = "aggregate"
 topic = "trains"
-aggregates = { reports = "count", totalDelay = "sum(delay)", worstDelay = "max(delay)" }
+aggregates = { reports = "count", totalDelay = "sum(delay)", worstDelay = "max(delay)", \
+meanDelay = "avg(delay)" }
 
 [[stores]]
 name = "delaysHopping"

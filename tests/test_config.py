@@ -41,6 +41,12 @@ def test_the_base_project_loads(tmp_path: Path) -> None:
     assert project.stores["totals"].columns == {"n": "long", "total": "double"}
 
 
+def test_an_average_is_stored_as_its_sum_and_count(tmp_path: Path) -> None:
+    store = load(write(tmp_path, BASE.replace('"sum(price)"', '"avg(price)"'))).stores["totals"]
+    assert store.columns == {"n": "long", "total": "double"}
+    assert store.stored_columns == {"n": "long", "total_sum": "double", "total_n": "long"}
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
@@ -51,7 +57,8 @@ def test_the_base_project_loads(tmp_path: Path) -> None:
         ),
         (('value = { price = "double" }', 'value = { key = "string" }'), "reserved"),
         (('total = "sum(price)"', 'Key = "sum(price)"'), "reserved"),
-        (('total = "sum(price)"', 'total = "avg(price)"'), "not count or f(field)"),
+        (('total = "sum(price)"', 'total = "median(price)"'), "not count or f(field)"),
+        (('value = { price = "double" }', 'value = { price = "string" }'), "numeric field"),
         (('total = "sum(price)"', 'total = "sum(nope)"'), "no field 'nope'"),
         (('key = "string"', 'key = "uuid"'), "key must be one of"),
         (('name = "totals"', 'name = "to-tals"'), "GraphQL-style name"),
