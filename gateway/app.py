@@ -24,6 +24,7 @@ from gateway.config import Project
 from gateway.errors import GatewayError
 from gateway.node import GatewayNode
 from gateway.protocol import SECRET_HEADER, decode_request, encode_answers
+from gateway.sync import STORE_UNREACHABLE
 from resolvers.context import Context
 from resolvers.schema import build_schema
 
@@ -74,15 +75,7 @@ def create_app(project: Project, node_id: str) -> Starlette:
         return hmac.compare_digest(given, secret)
 
     def refused() -> Response:
-        return JSONResponse(
-            {
-                "error": {
-                    "code": "UNAUTHENTICATED",
-                    "message": f"{SECRET_HEADER} is missing or wrong",
-                }
-            },
-            status_code=401,
-        )
+        return _error(401, "UNAUTHENTICATED", f"{SECRET_HEADER} is missing or wrong")
 
     async def internal_query(request: Request) -> Response:
         if not authorized(request):
@@ -100,7 +93,10 @@ def create_app(project: Project, node_id: str) -> Starlette:
     async def internal_sync(request: Request) -> Response:
         if not authorized(request):
             return refused()
-        installed = await node.sync.run_once(force=True)
+        try:
+            installed = await node.sync.run_once(force=True)
+        except STORE_UNREACHABLE as exc:
+            return _error(502, "STORE_UNREACHABLE", f"the snapshot store: {exc!r}")
         return _json({"node": node.id, "installed": installed, "errors": node.sync.errors})
 
     async def cluster_map(request: Request) -> Response:
@@ -136,6 +132,11 @@ def create_app(project: Project, node_id: str) -> Starlette:
     )
     app.state.node = node
     return app
+
+
+def _error(status: int, code: str, message: str) -> Response:
+    """The internal endpoints' one error shape."""
+    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
 
 
 def _json(body: Any) -> Response:

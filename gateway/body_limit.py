@@ -26,9 +26,11 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        length = Headers(scope=scope).get("content-length", "")
+        headers = Headers(scope=scope)
+        length = headers.get("content-length", "")
         if length.isdigit() and int(length) > self.limit:
-            await _drain(receive)
+            if "100-continue" not in headers.get("expect", "").lower():
+                await _drain(receive)  # else the client waits: asking for it would invite it
             await self._refuse(send)
             return
         received = 0

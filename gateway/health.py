@@ -22,6 +22,8 @@ from gateway.config import Project
 from gateway.protocol import PEER_ERRORS, SECRET_HEADER
 
 log = logging.getLogger(__name__)
+# A poll that failed: the call, or an answer that is not a status (ValueError, KeyError...).
+_BAD_POLL: tuple[type[Exception], ...] = (*PEER_ERRORS, ValueError, KeyError, TypeError)
 
 
 @dataclass
@@ -51,8 +53,8 @@ class Membership:
 
     def mark_down(self, node_id: str, error: Exception) -> None:
         peer = self.peers.get(node_id)
-        if peer is None:
-            return
+        if peer is None or isinstance(error, httpx.PoolTimeout):
+            return  # no connection of our own was free: nothing is known of the peer
         peer.hung = isinstance(error, httpx.TimeoutException)
         if peer.alive:
             # A peer never seen yet is most likely still starting: not worth a warning.
@@ -92,10 +94,11 @@ class Membership:
                 timeout=self.project.settings.internal_timeout_s,
             )
             response.raise_for_status()
-        except PEER_ERRORS as exc:
+            status = orjson.loads(response.content)
+            partitions = {int(p): s for p, s in status["partitions"].items()}
+        except _BAD_POLL as exc:
             self.mark_down(peer.id, exc)
             return
-        status = orjson.loads(response.content)
-        peer.partitions = {int(p): s for p, s in status["partitions"].items()}
+        peer.partitions = partitions
         peer.seen_ms = int(time.time() * 1000)
         self.mark_up(peer.id)

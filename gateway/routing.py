@@ -95,7 +95,8 @@ class Router:
             by_id = {q.id: q for qs in by_node.values() for q in qs}
             pending = []
             for answer in (a for answers in batches for a in answers):
-                done[answer.id] = answer  # a failure stands unless a later replica answers
+                if not _hides(answer, done.get(answer.id)):
+                    done[answer.id] = answer  # a failure stands unless a later one says more
                 if answer.failure in RETRYABLE:
                     log.log(
                         logging.INFO if answer.failure in _ASKED_FOR else logging.WARNING,
@@ -177,15 +178,27 @@ class Router:
                 # read, so ask once more on a fresh connection; a dead peer refuses that.
                 response = await self._post(f"{node.url}/internal/query", body, headers)
             response.raise_for_status()
-            self.membership.mark_up(node_id)
-            return decode_answers(response.content)
+            answers = decode_answers(response.content)
         except httpx.HTTPStatusError as exc:
             return _all_failed(
                 subqueries, node_id, f"{node_id} answered {exc.response.status_code}"
             )
+        except (ValueError, TypeError) as exc:  # not our protocol: another version, a proxy
+            return _all_failed(subqueries, node_id, f"{node_id} answered garbage: {exc}")
         except PEER_ERRORS as exc:
             self.membership.mark_down(node_id, exc)
             return _all_failed(subqueries, node_id, f"{node_id} unreachable: {exc!r}")
+        self.membership.mark_up(node_id)
+        return answers
+
+
+def _hides(answer: Answer, earlier: Answer | None) -> bool:
+    """An unreachable replica asked last says less than what an earlier replica answered."""
+    return (
+        answer.failure == "NODE_UNAVAILABLE"
+        and earlier is not None
+        and earlier.failure not in (None, "NODE_UNAVAILABLE")
+    )
 
 
 def _all_failed(subqueries: list[SubQuery], node_id: str, message: str) -> list[Answer]:

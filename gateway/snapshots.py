@@ -55,21 +55,18 @@ class SnapshotCatalog:
 
     def open_existing(self, partitions: list[int]) -> None:
         """Serve the newest valid file of each hosted partition already on disk."""
-        newest: dict[int, tuple[int, Path]] = {}
+        found: dict[int, list[tuple[int, Path]]] = {}
         for path in self.folder.iterdir():
             match = _FILE.match(path.name)
-            if not match:
-                continue
-            partition, version = int(match.group(1)), int(match.group(2))
-            if partition not in partitions:
-                continue
-            if version > newest.get(partition, (0, path))[0]:
-                newest[partition] = (version, path)
-        for partition, (version, path) in sorted(newest.items()):
-            try:
-                self.install(partition, version, path)
-            except SnapshotError as exc:
-                log.warning("not serving %s: %s", path.name, exc)
+            if match and int(match.group(1)) in partitions:
+                found.setdefault(int(match.group(1)), []).append((int(match.group(2)), path))
+        for partition, files in sorted(found.items()):
+            for version, path in sorted(files, reverse=True):
+                try:
+                    self.install(partition, version, path)
+                    break
+                except SnapshotError as exc:
+                    log.warning("not serving %s: %s", path.name, exc)
         self._remove_strays()
 
     def install(self, partition: int, version: int, path: Path) -> Snapshot:
@@ -82,7 +79,7 @@ class SnapshotCatalog:
             raise SnapshotError(f"cannot open {path.name}: {exc}") from exc
         try:
             snapshot = self._inspect(cursor, partition, version, path, alias)
-        except (duckdb.Error, SnapshotError) as exc:
+        except (duckdb.Error, SnapshotError, TypeError, ValueError) as exc:
             cursor.execute(f"DETACH {alias}")
             raise SnapshotError(
                 f"{path.name} is not a snapshot of partition {partition}: {exc}"

@@ -39,7 +39,14 @@ class DeliveryError(Exception):
 
 # The store could not be read (down, or a manifest that is not JSON).
 STORE_UNREACHABLE: tuple[type[Exception], ...] = (ValueError, *PEER_ERRORS)
-_NOT_INSTALLED: tuple[type[Exception], ...] = (DeliveryError, SnapshotError, *PEER_ERRORS)
+# A manifest entry that did not install (KeyError, TypeError: an entry not as written).
+_NOT_INSTALLED: tuple[type[Exception], ...] = (
+    DeliveryError,
+    SnapshotError,
+    KeyError,
+    TypeError,
+    *PEER_ERRORS,
+)
 
 
 @dataclass
@@ -77,7 +84,7 @@ class SnapshotSync:
                 if entry is None or entry["version"] <= self.catalog.version(partition):
                     continue
                 refusal = self._refused.get(partition)
-                if refusal is not None and refusal.sha256 != entry["sha256"]:
+                if refusal is not None and refusal.sha256 != str(entry.get("sha256")):
                     refusal = None  # a new file: its own first attempt
                 if refusal is not None and not force and time.monotonic() < refusal.retry_at:
                     continue
@@ -96,7 +103,8 @@ class SnapshotSync:
     ) -> None:
         attempts = last.attempts + 1 if last else 1
         delay = min(self.project.settings.sync_interval_s * 2 ** (attempts - 1), _MAX_BACKOFF_S)
-        self._refused[partition] = _Refusal(entry["sha256"], attempts, time.monotonic() + delay)
+        retry_at = time.monotonic() + delay
+        self._refused[partition] = _Refusal(str(entry.get("sha256")), attempts, retry_at)
         self.errors[partition] = (
             f"version {entry['version']}: {exc} (attempt {attempts}, next in {delay:g} s)"
         )

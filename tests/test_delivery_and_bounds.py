@@ -20,7 +20,7 @@ from pyspark.sql import SparkSession
 
 from gateway.positions import decode_token, encode_token
 from gateway.protocol import SECRET_HEADER
-from gateway.snapshots import SnapshotCatalog
+from gateway.snapshots import SnapshotCatalog, file_name
 from gateway.sync import SnapshotSync
 from spark_pipeline import job
 from tests import oracle
@@ -142,6 +142,13 @@ def test_bounds_tokens_require_active_and_max_lag(remote, spark: SparkSession) -
     assert report["notify"]["node3"] != "ok" and report["notify"]["node1"] == "ok"
     store.stop()
     cluster.nodes.start("node3")  # the store is down: node3 serves the versions it has
+    unreachable = httpx.post(
+        f"{cluster.nodes.url('node3')}/internal/sync",
+        headers={SECRET_HEADER: cluster.project.cluster.secret},
+        timeout=30,
+    )
+    assert unreachable.status_code == 502, unreachable.text
+    assert unreachable.json()["error"]["code"] == "STORE_UNREACHABLE"
 
     fresh = scan(cluster, "node1")
     token = fresh["meta"]["consistencyToken"]
@@ -299,5 +306,26 @@ def test_a_damaged_version_waits_for_a_backoff_before_it_is_fetched_again(
 
     try:
         asyncio.run(main())
+    finally:
+        catalog.close()
+
+
+def test_a_node_starts_on_the_newest_file_that_opens(served: Served, tmp_path: Path) -> None:
+    """A newer file that does not open (a crash mid-install) gives way to the older valid
+    one, and is removed."""
+    entries = orjson.loads((Path(served.project.snapshot_store) / "manifest.json").read_bytes())
+    partition = served.project.cluster.hosted_by("node1")[0]
+    entry = entries["partitions"][str(partition)]
+    folder = tmp_path / "snapshots"
+    folder.mkdir()
+    older = folder / file_name(partition, entry["version"])
+    shutil.copyfile(Path(served.project.snapshot_store) / entry["path"], older)
+    broken = folder / file_name(partition, entry["version"] + 1)
+    broken.write_bytes(b"not a duckdb file" * 100)
+    catalog = SnapshotCatalog(folder, list(served.project.stores))
+    try:
+        catalog.open_existing([partition])
+        assert catalog.version(partition) == entry["version"]
+        assert not broken.exists() and older.exists()
     finally:
         catalog.close()

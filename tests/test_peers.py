@@ -5,6 +5,7 @@ a node's health polling (which froze its view of the peers) or a request."""
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import struct
 import threading
@@ -120,3 +121,32 @@ def test_a_peer_believed_down_is_still_asked_when_it_failed_fast(served: Served)
 
     answer, rounds, node2_alive = uvloop.run(ask(httpx.ReadTimeout("hung")))
     assert answer.failure == "NODE_UNAVAILABLE" and rounds == [] and not node2_alive
+
+
+def test_what_a_replica_answered_is_not_hidden_by_a_dead_one_asked_after_it(
+    served: Served,
+) -> None:
+    """node2 answers NOT_UP_TO_BOUND, then node3 (nothing listening) cannot be reached: the
+    caller learns the bound was the problem, not that a node is down."""
+    dead = free_ports(1)[0]
+    cluster = served.project.cluster
+    nodes = tuple(
+        dataclasses.replace(n, address=f"127.0.0.1:{dead}") if n.id == "node3" else n
+        for n in cluster.nodes
+    )
+    project = dataclasses.replace(served.project, cluster=dataclasses.replace(cluster, nodes=nodes))
+    query = SubQuery(0, 1, "trainDelays", "range", {"limit": 5}, bound={"trains": 10**9})
+
+    async def never_local(subqueries: list[SubQuery]) -> list[Answer]:
+        raise AssertionError("node1 does not host partition 1")
+
+    async def main() -> tuple[Answer, list[dict[str, int]]]:
+        async with httpx.AsyncClient() as client:
+            membership = Membership(project, "node1", client)
+            router = Router(project, "node1", membership, client, never_local, lambda p: None)
+            answers, trace = await router.execute([query])
+            return answers[0], trace.rounds
+
+    answer, rounds = uvloop.run(main())
+    assert rounds == [{"node2": 1}, {"node3": 1}]
+    assert answer.failure == "NOT_UP_TO_BOUND" and answer.node == "node2", answer
