@@ -97,7 +97,7 @@ class Store:
     def stored_columns(self) -> dict[str, FieldType]:
         """The typed value columns of the snapshot's table."""
         if self.kind == "table":
-            return dict(self.topic.value)
+            return self.columns
         return {a.name: a.result_type(self.topic) for a in self.partials}
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import duckdb
 
-from gateway.config import Project, Store
+from gateway.config import Aggregate, Project, Store
 from gateway.positions import satisfies
 from gateway.protocol import KINDS, Answer, SubQuery
 from gateway.snapshots import Snapshot, SnapshotCatalog
@@ -45,14 +45,15 @@ def _answer(catalog: SnapshotCatalog, project: Project, node_id: str, q: SubQuer
                 f"partition {q.partition} on {node_id} is at {snapshot.offsets}, "
                 f"the bound asks for {q.bound}",
             )
-        age_ms = int(time.time() * 1000) - snapshot.created_ms
-        if q.max_age_ms is not None and age_ms > q.max_age_ms:
-            return _fail(
-                answer,
-                "NOT_UP_TO_BOUND",
-                f"partition {q.partition} on {node_id} is a snapshot {age_ms} ms old, "
-                f"maxAgeMs is {q.max_age_ms}",
-            )
+        if q.max_age_ms is not None:
+            age_ms = int(time.time() * 1000) - snapshot.created_ms
+            if age_ms > q.max_age_ms:
+                return _fail(
+                    answer,
+                    "NOT_UP_TO_BOUND",
+                    f"partition {q.partition} on {node_id} is a snapshot {age_ms} ms old, "
+                    f"maxAgeMs is {q.max_age_ms}",
+                )
         try:
             answer.rows = run(catalog.cursor(), snapshot, store, q.kind, q.params)
         except (duckdb.Error, KeyError, TypeError, ValueError) as exc:
@@ -66,16 +67,19 @@ def _fail(answer: Answer, reason: str, message: str) -> Answer:
 
 
 def columns(store: Store) -> list[str]:
-    """The SELECT list of one row: key, [window_start,] then Store.columns, an avg computed
-    from the sum and count its snapshot keeps."""
+    """The SELECT list of one row: key, [window_start,] then Store.columns."""
     window = ['"window_start"'] if store.kind == "window" else []
-    values = []
-    for name in store.columns:
-        if any(a.name == name and a.func == "avg" for a in store.aggregates):
-            values.append(f'CAST("{name}_sum" AS DOUBLE) / NULLIF("{name}_n", 0) AS "{name}"')
-        else:
-            values.append(f'"{name}"')
-    return ['"key"', *window, *values]
+    if store.kind == "table":
+        return ['"key"', *window, *(f'"{name}"' for name in store.columns)]
+    return ['"key"', *window, *(_aggregate_sql(a) for a in store.aggregates)]
+
+
+def _aggregate_sql(aggregate: Aggregate) -> str:
+    """An aggregate's value from what its snapshot keeps (Aggregate.parts)."""
+    if aggregate.func != "avg":
+        return f'"{aggregate.name}"'
+    total, count = aggregate.parts()
+    return f'CAST("{total.name}" AS DOUBLE) / NULLIF("{count.name}", 0) AS "{aggregate.name}"'
 
 
 def run(

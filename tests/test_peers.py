@@ -51,6 +51,15 @@ def resetting_port() -> Iterator[int]:
     listener.close()
 
 
+def router_of_node1(project: config.Project, membership: Membership) -> Router:
+    """node1's router, for partitions node1 does not host (it never answers locally)."""
+
+    async def never_local(subqueries: list[SubQuery]) -> list[Answer]:
+        raise AssertionError("node1 does not host this partition")
+
+    return Router(project, "node1", membership, membership.client, never_local, lambda p: None)
+
+
 def project(tmp_path: Path, port: int) -> config.Project:
     """node2 is the resetting peer; node3's port has nothing listening."""
     node1, node3 = free_ports(2)
@@ -77,13 +86,10 @@ def test_calls_to_a_resetting_peer_fail_in_band(tmp_path: Path, resetting_port: 
     # Partition 1's replicas are node2 (resetting) and node3 (down); node1 hosts none of it.
     assert served.cluster.replica_map[1] == ("node2", "node3")
 
-    async def never_local(subqueries: list[SubQuery]) -> list[Answer]:
-        raise AssertionError("node1 does not host partition 1")
-
     async def main() -> None:
         async with httpx.AsyncClient() as client:
             membership = Membership(served, "node1", client)
-            router = Router(served, "node1", membership, client, never_local, lambda p: None)
+            router = router_of_node1(served, membership)
             query = SubQuery(id=0, partition=1, store="latestBooking", kind="get", params={})
             for _ in range(ROUNDS):
                 for peer in membership.peers.values():
@@ -103,15 +109,12 @@ def test_a_peer_believed_down_is_still_asked_when_it_failed_fast(served: Served)
     assert project.cluster.replica_map[1] == ("node2", "node3")
     query = SubQuery(id=0, partition=1, store="customerTotals", kind="range", params={"limit": 5})
 
-    async def never_local(subqueries: list[SubQuery]) -> list[Answer]:
-        raise AssertionError("node1 does not host partition 1")
-
     async def ask(error: Exception) -> tuple[Answer, list[dict[str, int]], bool]:
         async with httpx.AsyncClient() as client:
             membership = Membership(project, "node1", client)
             for peer in ("node2", "node3"):
                 membership.mark_down(peer, error)
-            router = Router(project, "node1", membership, client, never_local, lambda p: None)
+            router = router_of_node1(project, membership)
             answers, trace = await router.execute([query])
             return answers[0], trace.rounds, membership.alive("node2")
 
@@ -137,13 +140,10 @@ def test_what_a_replica_answered_is_not_hidden_by_a_dead_one_asked_after_it(
     project = dataclasses.replace(served.project, cluster=dataclasses.replace(cluster, nodes=nodes))
     query = SubQuery(0, 1, "trainDelays", "range", {"limit": 5}, bound={"trains": 10**9})
 
-    async def never_local(subqueries: list[SubQuery]) -> list[Answer]:
-        raise AssertionError("node1 does not host partition 1")
-
     async def main() -> tuple[Answer, list[dict[str, int]]]:
         async with httpx.AsyncClient() as client:
             membership = Membership(project, "node1", client)
-            router = Router(project, "node1", membership, client, never_local, lambda p: None)
+            router = router_of_node1(project, membership)
             answers, trace = await router.execute([query])
             return answers[0], trace.rounds
 
