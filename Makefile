@@ -15,12 +15,12 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 setup: $(VENV)/.installed
 
 demo: setup
-	$(PY) -m gateway.cli demo
+	$(PY) -m stategate.cli demo
 
 lint: setup
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
-	$(PY) -m mypy gateway resolvers spark_pipeline bench
+	$(PY) -m mypy contracts gateway resolvers spark_pipeline stategate bench
 
 test: lint
 	$(PY) -m pytest
@@ -29,4 +29,4 @@ bench: setup
 	$(PY) -m bench.run $(ARGS)
 
 schema: setup
-	$(PY) -m gateway.cli schema > schema.graphql
+	$(PY) -m stategate.cli schema > schema.graphql

@@ -16,8 +16,8 @@ from typing import Any
 
 import duckdb
 
-from gateway.partitioner import partition_for
-from spark_pipeline.publish import read_manifest
+from contracts.manifest import read_manifest
+from contracts.partitioner import partition_for
 
 TOTALS = '"key", "bookings", "revenue", "seats", "cheapest", "dearest"'
 LATEST = '"key", "trip", "price", "seats"'
@@ -29,9 +29,7 @@ class Floor:
     def __init__(self, store_dir: Path, partitions: int, threads: int = 2) -> None:
         manifest = read_manifest(store_dir)
         self.partitions = partitions
-        self.files = {
-            int(p): store_dir / entry["path"] for p, entry in manifest["partitions"].items()
-        }
+        self.files = {p: store_dir / entry.path for p, entry in manifest.partitions.items()}
         if sorted(self.files) != list(range(partitions)):
             raise RuntimeError(f"{store_dir}: manifest lists partitions {sorted(self.files)}")
         self.con = duckdb.connect(":memory:", config={"threads": threads, "memory_limit": "1GB"})

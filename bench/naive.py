@@ -12,7 +12,6 @@ asks each key with its own request.
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 import threading
 from collections.abc import AsyncIterator
@@ -31,23 +30,21 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from gateway import config
-from gateway.config import Project
-from gateway.partitioner import partition_for
+from contracts import project as config
+from contracts.partitioner import partition_for
+from contracts.project import Project
+from contracts.snapshot_file import parse_path
 
 COLUMNS = ("bookings", "revenue", "seats", "cheapest", "dearest")
-_FILE = re.compile(r"^p(\d{3})-v(\d{6})\.duckdb$")
 
 
 def local_files(folder: Path, hosted: list[int]) -> dict[int, Path]:
     """The newest snapshot file of each hosted partition in a node's snapshot folder."""
     newest: dict[int, tuple[int, Path]] = {}
-    for path in folder.iterdir():
-        match = _FILE.match(path.name)
-        if match and int(match.group(1)) in hosted:
-            partition, version = int(match.group(1)), int(match.group(2))
-            if version > newest.get(partition, (0, path))[0]:
-                newest[partition] = (version, path)
+    for path in folder.glob("p*/v*.duckdb"):
+        parsed = parse_path(str(path.relative_to(folder)))
+        if parsed and parsed[0] in hosted and parsed[1] > newest.get(parsed[0], (0, path))[0]:
+            newest[parsed[0]] = (parsed[1], path)
     return {p: path for p, (_, path) in newest.items()}
 
 

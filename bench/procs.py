@@ -1,43 +1,32 @@
-"""Node processes for the benchmark: start them, wait for /health, measure them, stop them."""
+"""Node processes for the benchmark: the gateway's or the naive layer's, started with the
+project's one launcher (stategate/launcher.py), measured with psutil."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
-import time
 from pathlib import Path
-from typing import IO
 
-import httpx
 import psutil
 
-from gateway import launcher
-from gateway.config import Project
-from gateway.protocol import SECRET_HEADER
-
-ROOT = Path(__file__).resolve().parent.parent
+from contracts.project import Project
+from stategate.launcher import Processes, node_command, wait_serving
 
 
 class NodeProcesses:
-    """One subprocess per node of a project, running `python -m <module...> --node <id>`."""
+    """One process per node of a project, from `command(node id)`."""
 
-    def __init__(self, project: Project, command: list[str], logs: Path, label: str) -> None:
+    def __init__(self, project: Project, logs: Path, label: str) -> None:
         self.project = project
-        self.command = command
-        self.logs = logs
         self.label = label
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
-        self._files: list[IO[bytes]] = []
+        self.processes_ = Processes(logs)
 
     @classmethod
     def gateway(cls, project: Project, logs: Path) -> NodeProcesses:
-        command = ["-m", "gateway.cli", "node", "--config", str(project.path)]
-        return cls(project, command, logs, "gateway")
+        return cls(project, logs, "gateway")
 
     @classmethod
     def naive(cls, project: Project, logs: Path) -> NodeProcesses:
-        return cls(project, ["-m", "bench.naive", "--config", str(project.path)], logs, "naive")
+        return cls(project, logs, "naive")
 
     def url(self, node_id: str) -> str:
         return self.project.cluster.node(node_id).url
@@ -46,67 +35,29 @@ class NodeProcesses:
     def ids(self) -> list[str]:
         return [n.id for n in self.project.cluster.nodes]
 
-    def log_path(self, node_id: str) -> Path:
-        return self.logs / f"{self.label}-{node_id}.log"
-
     def start(self, node_ids: list[str] | None = None, timeout_s: float = 120) -> None:
-        self.logs.mkdir(parents=True, exist_ok=True)
         for node_id in node_ids or self.ids:
-            log = open(self.log_path(node_id), "ab")  # noqa: SIM115 - closed in stop()
-            self._files.append(log)
-            self.procs[node_id] = subprocess.Popen(
-                [sys.executable, *self.command, "--node", node_id],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=ROOT,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            )
-        for node_id in node_ids or self.ids:
-            self._wait_healthy(node_id, timeout_s)
+            url = self.project.cluster.node(node_id).url
+            self.processes_.start(f"{self.label}-{node_id}", self._command(node_id), url, timeout_s)
 
-    def _wait_healthy(self, node_id: str, timeout_s: float) -> None:
-        try:
-            launcher.wait_healthy(self.url(node_id), self.procs[node_id], timeout_s)
-        except RuntimeError as exc:
-            tail = self.log_path(node_id).read_text()[-3000:]
-            raise RuntimeError(f"{self.label} {node_id}: {exc}: {tail}") from exc
+    def _command(self, node_id: str) -> list[str]:
+        if self.label == "gateway":
+            return node_command(self.project, node_id)
+        config = str(self.project.path)
+        return [sys.executable, "-m", "bench.naive", "--config", config, "--node", node_id]
 
     def wait_serving(self, timeout_s: float = 60) -> None:
-        """Gateway nodes: every node serves every partition it hosts, and has seen its peers."""
-        deadline = time.monotonic() + timeout_s
-        secret = {SECRET_HEADER: self.project.cluster.secret}
-        pending = set(self.procs)
-        while pending and time.monotonic() < deadline:
-            for node_id in sorted(pending):
-                status = httpx.get(f"{self.url(node_id)}/internal/status", headers=secret).json()
-                hosted = set(self.project.cluster.hosted_by(node_id))
-                if {int(p) for p in status["partitions"]} >= hosted:
-                    pending.discard(node_id)
-            time.sleep(0.3)
-        if pending:
-            raise RuntimeError(f"nodes {sorted(pending)} do not serve all their partitions")
-        time.sleep(1.5 * self.project.settings.health_interval_s)  # one membership poll
+        wait_serving(self.project, self.ids, timeout_s)
 
     def process(self, node_id: str) -> psutil.Process:
-        return psutil.Process(self.procs[node_id].pid)
+        return psutil.Process(self.processes_.pid(f"{self.label}-{node_id}"))
 
     def processes(self) -> list[psutil.Process]:
-        return [self.process(n) for n in self.procs]
+        return [self.process(n) for n in self.ids]
 
     def rss_mib(self, node_id: str) -> float:
-        return self.process(node_id).memory_info().rss / 2**20
+        rss: int = self.process(node_id).memory_info().rss
+        return rss / 2**20
 
     def stop(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in self.procs.values():
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
-        self.procs.clear()
-        for log in self._files:
-            log.close()
-        self._files.clear()
+        self.processes_.stop_all()

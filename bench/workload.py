@@ -25,17 +25,20 @@ from pyspark import StorageLevel
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from gateway import config
-from gateway.config import Project
-from gateway.launcher import free_ports
-from spark_pipeline import demo_data, eventlog, job
-from spark_pipeline.publish import read_manifest
+from contracts import eventlog
+from contracts import project as config
+from contracts.manifest import read_manifest
+from contracts.project import Project
+from spark_pipeline import job
 from spark_pipeline.source import segment_schema
 from spark_pipeline.stores import value_schema
+from stategate.demo import PROJECT_TEMPLATE
+from stategate.demo import bookings as demo_data
+from stategate.launcher import free_ports
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH_DIR = ROOT / ".bench"
-DEMO = ROOT / "demo" / "stategate.toml"
+DEMO = PROJECT_TEMPLATE
 PARTITIONS = 9
 REPLICAS = 2
 NODES = 3
@@ -91,7 +94,7 @@ class Workload:
         if info.get("stores_sha256") != _stores_sha256():
             return False
         manifest = read_manifest(self.root / "snapshots")
-        return len(manifest["partitions"]) == PARTITIONS
+        return len(manifest.partitions) == PARTITIONS
 
     def write_project(self, ports: list[int] | None = None) -> Project:
         """The project file: the demo's topics and stores, 9 partitions, 3 loopback nodes."""
@@ -157,7 +160,7 @@ def segment_files(project: Project, topic: str = "bookings") -> list[Path]:
     ]
 
 
-def run_pipeline(project: Project, spark: SparkSession) -> tuple[float, dict[str, Any]]:
+def run_pipeline(project: Project, spark: SparkSession) -> tuple[float, job.RunReport]:
     """One pipeline run (job.run, notify=False); seconds and its report."""
     started = time.monotonic()
     report = job.run(project, spark, notify=False)
@@ -170,8 +173,8 @@ def run_pipeline_scratch(project: Project, spark: SparkSession, scratch: Path) -
     other = dataclasses.replace(project, snapshot_store=str(scratch), snapshot_url=str(scratch))
     try:
         seconds, report = run_pipeline(other, spark)
-        if len(report["partitions"]) != project.cluster.partitions:
-            raise RuntimeError(f"scratch pipeline run published {report['partitions']}")
+        if len(report.versions) != project.cluster.partitions:
+            raise RuntimeError(f"scratch pipeline run published {report.versions}")
         return seconds
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -1,6 +1,6 @@
 """All the work of one GraphQL request, executed as one routed batch.
 
-Each root field contributes a Work item: a store, a query kind and its parameters, and its
+Each root field contributes a Work item: a store, a query, the partitions it reads and its
 consistency demands. The batch splits every item into per-partition sub-queries (key lookups
 of one partition with the same demands share one: a thousand aliased lookups become one
 IN-list per partition), hands them all to the router at once (so each owning node gets one
@@ -10,15 +10,16 @@ internal request per round), and gives every item back its own answers.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from typing import Any
 
-from gateway.config import Store
-from gateway.partitioner import Key, partition_for
-from gateway.positions import Position, restrict
-from gateway.protocol import Answer, SubQuery
+from contracts.partitioner import Key, partition_for
+from contracts.positions import Position, restrict
+from contracts.project import Store
+from gateway.queries import Answer, Get, Query, SubQuery, WindowsOfKey
 from gateway.routing import Router, Trace
+
+LogEnd = Callable[[str, int], "int | None"]
 
 
 @dataclass(frozen=True)
@@ -29,19 +30,18 @@ class Consistency:
     max_age_ms: int | None = None
 
 
-@dataclass(eq=False)
+@dataclass(frozen=True, eq=False)
 class Work:
     store: Store
-    kind: str
-    params: dict[str, Any]
-    partitions: list[int]  # the partitions this work reads
+    query: Query
+    partitions: tuple[int, ...]  # the partitions a scan reads (lookups derive theirs)
     consistency: Consistency = field(default_factory=Consistency)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Outcome:
     work: Work
-    parts: list[tuple[SubQuery, Answer]]
+    parts: list[tuple[SubQuery, Answer]]  # one per partition read, in partition order
 
 
 def keys_by_partition(store: Store, keys: list[Key], partitions: int) -> dict[int, list[Key]]:
@@ -51,12 +51,24 @@ def keys_by_partition(store: Store, keys: list[Key], partitions: int) -> dict[in
     return grouped
 
 
+@dataclass
+class _Slot:
+    """One sub-query in the making: lookups that share it pool their keys."""
+
+    partition: int
+    store: str
+    query: Query
+    bound: dict[str, int]
+    consistency: Consistency
+    keys: dict[Key, None] = field(default_factory=dict)
+
+
 class RequestBatch:
     def __init__(
         self,
         router: Router,
         num_partitions: int,
-        log_end: Callable[[str, int], int | None],
+        log_end: LogEnd,
         authorization: str | None = None,
     ) -> None:
         self.router = router
@@ -66,43 +78,30 @@ class RequestBatch:
         self.traces: list[Trace] = []
 
     async def run(self, works: list[Work]) -> list[Outcome]:
-        subqueries: list[SubQuery] = []
-        uses: list[list[int]] = [[] for _ in works]  # work -> the sub-queries it reads
-        lookups: dict[tuple[Any, ...], int] = {}  # key lookups of one partition share a query
+        slots: list[_Slot] = []
+        uses: list[list[int]] = [[] for _ in works]  # work -> the slots it reads
+        shared: dict[Hashable, int] = {}  # key lookups of one partition share a slot
         for index, work in enumerate(works):
-            require_active = work.consistency.require_active
-            max_age_ms = work.consistency.max_age_ms
-            for partition, params in self._split(work):
+            for partition, query in self._split(work):
                 bound = self._bound(work, partition)
-                if work.kind == "get":
-                    shared = (
+                slot = _Slot(partition, work.store.name, query, bound, work.consistency)
+                if isinstance(query, Get):
+                    share = (
                         work.store.name,
                         partition,
                         tuple(sorted(bound.items())),
-                        require_active,
-                        max_age_ms,
+                        work.consistency.require_active,
+                        work.consistency.max_age_ms,
                     )
-                    if shared in lookups:
-                        subqueries[lookups[shared]].params["keys"].extend(params["keys"])
-                        uses[index].append(lookups[shared])
-                        continue
-                    lookups[shared] = len(subqueries)
-                uses[index].append(len(subqueries))
-                subqueries.append(
-                    SubQuery(
-                        len(subqueries),
-                        partition,
-                        work.store.name,
-                        work.kind,
-                        params,
-                        bound,
-                        require_active,
-                        max_age_ms,
-                    )
-                )
-        for q in subqueries:
-            if q.kind == "get":
-                q.params["keys"] = list(dict.fromkeys(q.params["keys"]))
+                    if share not in shared:
+                        shared[share] = len(slots)
+                        slots.append(slot)
+                    slots[shared[share]].keys.update(dict.fromkeys(query.keys))
+                    uses[index].append(shared[share])
+                else:
+                    uses[index].append(len(slots))
+                    slots.append(slot)
+        subqueries = [_subquery(i, slot) for i, slot in enumerate(slots)]
         answers, trace = await self.router.execute(subqueries, self.authorization)
         self.traces.append(trace)
         return [
@@ -110,15 +109,15 @@ class RequestBatch:
             for work, ids in zip(works, uses, strict=True)
         ]
 
-    def _split(self, work: Work) -> list[tuple[int, dict[str, Any]]]:
-        """The partitions a work reads, each with its own parameters."""
-        if work.kind == "get":
-            grouped = keys_by_partition(work.store, work.params["keys"], self.num_partitions)
-            return [(p, {"keys": keys}) for p, keys in sorted(grouped.items())]
-        if work.kind == "window":
-            key = work.params["key"]
-            return [(partition_for(key, work.store.key_type, self.num_partitions), work.params)]
-        return [(p, work.params) for p in work.partitions]
+    def _split(self, work: Work) -> list[tuple[int, Query]]:
+        """The partitions a work reads, each with its own query."""
+        query = work.query
+        if isinstance(query, Get):
+            grouped = keys_by_partition(work.store, list(query.keys), self.num_partitions)
+            return [(p, Get(tuple(keys))) for p, keys in sorted(grouped.items())]
+        if isinstance(query, WindowsOfKey):
+            return [(partition_for(query.key, work.store.key_type, self.num_partitions), query)]
+        return [(p, query) for p in work.partitions]
 
     def _bound(self, work: Work, partition: int) -> dict[str, int]:
         """The caller's bound for this partition, raised to `log end - max lag` if asked."""
@@ -130,3 +129,16 @@ class RequestBatch:
             if end is not None:
                 bound[topic] = max(bound.get(topic, 0), end - max_lag)
         return bound
+
+
+def _subquery(index: int, slot: _Slot) -> SubQuery:
+    query = Get(tuple(slot.keys)) if isinstance(slot.query, Get) else slot.query
+    return SubQuery(
+        id=index,
+        partition=slot.partition,
+        store=slot.store,
+        query=query,
+        bound=slot.bound,
+        require_active=slot.consistency.require_active,
+        max_age_ms=slot.consistency.max_age_ms,
+    )

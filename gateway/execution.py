@@ -11,9 +11,10 @@ from typing import Any
 
 import duckdb
 
-from gateway.config import Aggregate, Project, Store
-from gateway.positions import satisfies
-from gateway.protocol import KINDS, Answer, SubQuery
+from contracts.errors import Failure
+from contracts.positions import satisfies
+from contracts.project import Aggregate, Project, Store
+from gateway.queries import Answer, Get, Prefix, Query, Range, Row, SubQuery, Windows, WindowsOfKey
 from gateway.snapshots import Snapshot, SnapshotCatalog
 
 
@@ -29,40 +30,31 @@ def _answer(catalog: SnapshotCatalog, project: Project, node_id: str, q: SubQuer
     answer = Answer(id=q.id, node=node_id, active=active)
     store = project.stores.get(q.store)
     if store is None:
-        return _fail(answer, "DOES_NOT_EXIST", f"no store {q.store!r} on node {node_id}")
-    if q.kind not in KINDS:
-        return _fail(answer, "UNKNOWN_QUERY_TYPE", f"unknown query kind {q.kind!r}")
+        return answer.fail(Failure.DOES_NOT_EXIST, f"no store {q.store!r} on node {node_id}")
     if q.require_active and not active:
-        return _fail(answer, "NOT_ACTIVE", f"{node_id} is a standby of partition {q.partition}")
+        return answer.fail(Failure.NOT_ACTIVE, f"{node_id} is a standby of {q.partition}")
     with catalog.lease(q.partition) as snapshot:
         if snapshot is None:
-            return _fail(answer, "NOT_PRESENT", f"{node_id} has no snapshot of {q.partition}")
+            return answer.fail(Failure.NOT_PRESENT, f"{node_id} has no snapshot of {q.partition}")
         answer.version, answer.offsets = snapshot.version, snapshot.offsets
         if not satisfies(snapshot.offsets, q.bound):
-            return _fail(
-                answer,
-                "NOT_UP_TO_BOUND",
+            return answer.fail(
+                Failure.NOT_UP_TO_BOUND,
                 f"partition {q.partition} on {node_id} is at {snapshot.offsets}, "
                 f"the bound asks for {q.bound}",
             )
         if q.max_age_ms is not None:
             age_ms = int(time.time() * 1000) - snapshot.created_ms
             if age_ms > q.max_age_ms:
-                return _fail(
-                    answer,
-                    "NOT_UP_TO_BOUND",
+                return answer.fail(
+                    Failure.NOT_UP_TO_BOUND,
                     f"partition {q.partition} on {node_id} is a snapshot {age_ms} ms old, "
                     f"maxAgeMs is {q.max_age_ms}",
                 )
         try:
-            answer.rows = run(catalog.cursor(), snapshot, store, q.kind, q.params)
-        except (duckdb.Error, KeyError, TypeError, ValueError) as exc:
-            return _fail(answer, "STORE_EXCEPTION", f"{type(exc).__name__}: {exc}")
-    return answer
-
-
-def _fail(answer: Answer, reason: str, message: str) -> Answer:
-    answer.failure, answer.message = reason, message
+            answer.rows = run(catalog.cursor(), snapshot, store, q.query)
+        except duckdb.Error as exc:
+            return answer.fail(Failure.STORE_EXCEPTION, f"{type(exc).__name__}: {exc}")
     return answer
 
 
@@ -83,13 +75,9 @@ def _aggregate_sql(aggregate: Aggregate) -> str:
 
 
 def run(
-    cursor: duckdb.DuckDBPyConnection,
-    snapshot: Snapshot,
-    store: Store,
-    kind: str,
-    params: dict[str, Any],
-) -> list[list[Any]]:
-    where, args, order, limit = _predicate(store, kind, params)
+    cursor: duckdb.DuckDBPyConnection, snapshot: Snapshot, store: Store, query: Query
+) -> list[Row]:
+    where, args, order, limit = _predicate(query)
     cols = ", ".join(columns(store))
     sql = f'SELECT {cols} FROM {snapshot.alias}."{store.name}" WHERE {where}'
     if order:
@@ -99,46 +87,48 @@ def run(
     return [list(row) for row in cursor.execute(sql, args).fetchall()]
 
 
-def _predicate(
-    store: Store, kind: str, p: dict[str, Any]
-) -> tuple[str, list[Any], str, int | None]:
-    if kind == "get":
-        if len(p["keys"]) == 1:
-            return "key = ?", p["keys"], "", None
-        return "key IN (SELECT unnest(?))", [p["keys"]], "", None
-    if kind == "window":
-        return (
-            "key = ? AND window_start BETWEEN ? AND ?",
-            [p["key"], p["from"], p["to"]],
-            "window_start",
-            None,
-        )
-    terms: list[str] = []
-    args: list[Any] = []
-    if kind == "prefix":
-        terms += ["key >= ?", "starts_with(key, ?)"]
-        args += [p["prefix"], p["prefix"]]
-        upper = prefix_upper_bound(p["prefix"])
-        if upper is not None:
-            terms.append("key < ?")
-            args.append(upper)
-    elif kind == "range":
-        for term, name in (("key >= ?", "from"), ("key <= ?", "to")):
-            if p.get(name) is not None:
-                terms.append(term)
-                args.append(p[name])
-    if kind == "windows":
-        terms.append("window_start BETWEEN ? AND ?")
-        args += [p["from"], p["to"]]
-        if p.get("after") is not None:
-            terms.append("(key > ? OR (key = ? AND window_start > ?))")
-            key, start = p["after"]
-            args += [key, key, start]
-        return " AND ".join(terms), args, "key, window_start", p["limit"]
-    if p.get("after") is not None:
+def _predicate(query: Query) -> tuple[str, list[Any], str, int | None]:
+    """WHERE clause, its arguments, ORDER BY and LIMIT of a query."""
+    match query:
+        case Get(keys) if len(keys) == 1:
+            return "key = ?", list(keys), "", None
+        case Get(keys):
+            return "key IN (SELECT unnest(?))", [list(keys)], "", None
+        case WindowsOfKey(key, from_ms, to_ms):
+            return (
+                "key = ? AND window_start BETWEEN ? AND ?",
+                [key, from_ms, to_ms],
+                "window_start",
+                None,
+            )
+        case Windows(from_ms, to_ms, limit, after):
+            terms = ["window_start BETWEEN ? AND ?"]
+            args: list[Any] = [from_ms, to_ms]
+            if after is not None:
+                terms.append("(key > ? OR (key = ? AND window_start > ?))")
+                args += [after[0], after[0], after[1]]
+            return " AND ".join(terms), args, "key, window_start", limit
+        case Prefix(prefix, limit, after):
+            terms, args = ["key >= ?", "starts_with(key, ?)"], [prefix, prefix]
+            upper = prefix_upper_bound(prefix)
+            if upper is not None:
+                terms.append("key < ?")
+                args.append(upper)
+            return _after(terms, args, after), args, "key", limit
+        case Range(low, high, limit, after):
+            terms, args = [], []
+            for term, value in (("key >= ?", low), ("key <= ?", high)):
+                if value is not None:
+                    terms.append(term)
+                    args.append(value)
+            return _after(terms, args, after), args, "key", limit
+
+
+def _after(terms: list[str], args: list[Any], after: object) -> str:
+    if after is not None:
         terms.append("key > ?")
-        args.append(p["after"])
-    return " AND ".join(terms) or "true", args, "key", p["limit"]
+        args.append(after)
+    return " AND ".join(terms) or "true"
 
 
 def prefix_upper_bound(prefix: str) -> str | None:

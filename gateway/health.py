@@ -13,17 +13,13 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
-import httpx
-import orjson
-
-from gateway.config import Project
-from gateway.protocol import PEER_ERRORS, SECRET_HEADER
+from contracts.project import Project
+from gateway.peers import PeerClient, PeerError, PeerUnreachable, PoolExhausted
+from gateway.protocol import ProtocolError
+from gateway.status import NodeStatus, PartitionState
 
 log = logging.getLogger(__name__)
-# A poll that failed: the call, or an answer that is not a status (ValueError, KeyError...).
-_BAD_POLL: tuple[type[Exception], ...] = (*PEER_ERRORS, ValueError, KeyError, TypeError)
 
 
 @dataclass
@@ -32,14 +28,14 @@ class Peer:
     alive: bool = True  # optimistic until a call or a poll says otherwise
     hung: bool = False  # down because a call timed out: asking again costs a whole timeout
     seen_ms: int = 0
-    partitions: dict[int, dict[str, Any]] = field(default_factory=dict)  # p -> version, offsets
+    partitions: dict[int, PartitionState] = field(default_factory=dict)
 
 
 class Membership:
-    def __init__(self, project: Project, node_id: str, client: httpx.AsyncClient) -> None:
+    def __init__(self, project: Project, node_id: str, peers: PeerClient) -> None:
         self.project = project
         self.node_id = node_id
-        self.client = client
+        self.client = peers
         self.peers = {n.id: Peer(n.id) for n in project.cluster.nodes if n.id != node_id}
 
     def alive(self, node_id: str) -> bool:
@@ -51,15 +47,15 @@ class Membership:
         peer = self.peers.get(node_id)
         return peer is None or not peer.hung
 
-    def mark_down(self, node_id: str, error: Exception) -> None:
+    def mark_down(self, node_id: str, error: PeerError | ProtocolError) -> None:
         peer = self.peers.get(node_id)
-        if peer is None or isinstance(error, httpx.PoolTimeout):
+        if peer is None or isinstance(error, PoolExhausted):
             return  # no connection of our own was free: nothing is known of the peer
-        peer.hung = isinstance(error, httpx.TimeoutException)
+        peer.hung = isinstance(error, PeerUnreachable) and error.hung
         if peer.alive:
             # A peer never seen yet is most likely still starting: not worth a warning.
             level = logging.WARNING if peer.seen_ms else logging.INFO
-            log.log(level, "peer %s is down: %r", node_id, error)
+            log.log(level, "peer %s is down: %s", node_id, error)
             peer.alive = False
 
     def mark_up(self, node_id: str) -> None:
@@ -68,11 +64,13 @@ class Membership:
             log.info("peer %s is back", node_id)
             peer.alive, peer.hung = True, False
 
-    def offsets(self, node_id: str, partition: int) -> dict[str, int] | None:
+    def state(self, node_id: str, partition: int) -> PartitionState | None:
         peer = self.peers.get(node_id)
-        if peer is None or partition not in peer.partitions:
-            return None
-        return peer.partitions[partition]["offsets"]
+        return None if peer is None else peer.partitions.get(partition)
+
+    def offsets(self, node_id: str, partition: int) -> dict[str, int] | None:
+        state = self.state(node_id, partition)
+        return None if state is None else state.offsets
 
     async def poll_forever(self) -> None:
         while True:
@@ -86,19 +84,12 @@ class Membership:
         await asyncio.gather(*(self._poll(peer) for peer in self.peers.values()))
 
     async def _poll(self, peer: Peer) -> None:
-        node = self.project.cluster.node(peer.id)
+        url = f"{self.project.cluster.node(peer.id).url}/internal/status"
         try:
-            response = await self.client.get(
-                f"{node.url}/internal/status",
-                headers={SECRET_HEADER: self.project.cluster.secret},
-                timeout=self.project.settings.internal_timeout_s,
-            )
-            response.raise_for_status()
-            status = orjson.loads(response.content)
-            partitions = {int(p): s for p, s in status["partitions"].items()}
-        except _BAD_POLL as exc:
+            status = NodeStatus.from_json(await self.client.get(url) or b"")
+        except (PeerError, ProtocolError) as exc:  # no status from it: down for routing
             self.mark_down(peer.id, exc)
             return
-        peer.partitions = partitions
+        peer.partitions = status.partitions
         peer.seen_ms = int(time.time() * 1000)
         self.mark_up(peer.id)

@@ -9,33 +9,31 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable
-from typing import Any
+from operator import itemgetter
 
-from gateway.positions import Position, merge, of_partition
-from gateway.protocol import Answer, SubQuery
+from contracts.partitioner import Key
+from contracts.positions import Position, merge, of_partition
+from gateway.queries import Answer, Row, SubQuery
 
-Row = list[Any]
+Part = tuple[SubQuery, Answer]
+_KEY = itemgetter(0)
+_KEY_AND_START = itemgetter(0, 1)
 
 
-def merged_position(parts: Iterable[tuple[SubQuery, Answer]]) -> Position:
+def merged_position(parts: Iterable[Part]) -> Position:
     return merge(of_partition(q.partition, a.offsets) for q, a in parts if a.ok)
 
 
-def lookup(parts: Iterable[tuple[SubQuery, Answer]]) -> dict[Any, Row]:
+def lookup(parts: Iterable[Part]) -> dict[Key, Row]:
     """Rows of key lookups by key (the first column)."""
     return {row[0]: row for _, answer in parts if answer.ok for row in answer.rows or ()}
 
 
-def page(
-    parts: Iterable[tuple[SubQuery, Answer]], limit: int, windowed: bool
-) -> tuple[list[Row], bool]:
+def page(parts: Iterable[Part], limit: int, windowed: bool) -> tuple[list[Row], bool]:
     """The first `limit` rows of all partitions in (key[, window start]) order, and whether
     more rows follow."""
     runs = [answer.rows or [] for _, answer in parts if answer.ok]
-    if windowed:
-        merged = heapq.merge(*runs, key=lambda r: (r[0], r[1]))
-    else:
-        merged = heapq.merge(*runs, key=lambda r: r[0])
+    merged = heapq.merge(*runs, key=_KEY_AND_START if windowed else _KEY)
     rows: list[Row] = []
     for row in merged:
         if len(rows) == limit:

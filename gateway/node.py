@@ -7,19 +7,18 @@ import contextlib
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
-import httpx
-
+from contracts import eventlog
+from contracts.project import Project
 from gateway import execution
 from gateway.batching import RequestBatch
-from gateway.config import Project
 from gateway.health import Membership
-from gateway.protocol import Answer, SubQuery
+from gateway.peers import PeerClient
+from gateway.queries import Answer, SubQuery
 from gateway.routing import Router
 from gateway.snapshots import SnapshotCatalog
-from gateway.sync import STORE_UNREACHABLE, SnapshotSync
-from spark_pipeline import eventlog
+from gateway.status import NodeStatus, PartitionInfo, PartitionMap, PartitionState, ReplicaInfo
+from gateway.sync import SnapshotSync, StoreUnreachable
 
 log = logging.getLogger(__name__)
 
@@ -33,20 +32,14 @@ class GatewayNode:
         self.catalog = SnapshotCatalog(
             self.config.data_dir / "snapshots",
             list(project.stores),
-            threads=2,
+            threads=settings.duckdb_threads,
             memory=settings.duckdb_memory_limit,
         )
-        self.client = httpx.AsyncClient(
-            # Idle connections expire well before a peer's 30 s keep-alive timeout closes them.
-            limits=httpx.Limits(
-                max_connections=64, max_keepalive_connections=32, keepalive_expiry=10
-            ),
-            timeout=settings.internal_timeout_s,
-        )
-        self.membership = Membership(project, node_id, self.client)
-        self.sync = SnapshotSync(project, node_id, self.catalog, self.client)
+        self.peers = PeerClient(project.cluster.secret, settings)
+        self.membership = Membership(project, node_id, self.peers)
+        self.sync = SnapshotSync(project, node_id, self.catalog, self.peers)
         self.router = Router(
-            project, node_id, self.membership, self.client, self.execute_local, self._local_offsets
+            project, node_id, self.membership, self.peers, self.execute_local, self._local_offsets
         )
         self.pool = ThreadPoolExecutor(settings.query_threads, thread_name_prefix="query")
         self.internal_requests = 0
@@ -58,12 +51,11 @@ class GatewayNode:
         await asyncio.to_thread(self.catalog.open_existing, hosted)
         try:
             await self.sync.run_once()
-        except STORE_UNREACHABLE as exc:
+        except StoreUnreachable as exc:
             log.warning("snapshot store unreachable at start: %s", exc)
-        settings = self.project.settings
         self._tasks = [
             asyncio.create_task(self.membership.poll_forever()),
-            asyncio.create_task(self.sync.run_forever(settings.sync_interval_s)),
+            asyncio.create_task(self.sync.run_forever()),
         ]
 
     async def stop(self) -> None:
@@ -71,7 +63,7 @@ class GatewayNode:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        await self.client.aclose()
+        await self.peers.aclose()
         self.pool.shutdown(wait=True)
         self.catalog.close()
 
@@ -113,57 +105,52 @@ class GatewayNode:
         snapshot = self.catalog.get(partition)
         return snapshot.offsets if snapshot else None
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> NodeStatus:
         """This node's own snapshots, as peers poll them."""
-        return {
-            "node": self.id,
-            "partitions": {
-                str(p): {"version": s.version, "offsets": s.offsets, "created_ms": s.created_ms}
+        return NodeStatus(
+            node=self.id,
+            partitions={
+                p: PartitionState(s.version, s.offsets, s.created_ms)
                 for p, s in sorted(self.catalog.current().items())
             },
-            "sync_errors": {str(p): e for p, e in self.sync.errors.items()},
-        }
+            sync_errors=dict(self.sync.errors),
+            internal_requests=self.internal_requests,
+        )
 
-    def partition_map(self) -> dict[str, Any]:
+    def partition_map(self) -> PartitionMap:
         """Partitions, their replicas and roles, each replica's position, version, lag and
         liveness, as this node knows them."""
         cluster = self.project.cluster
-        mine = self.catalog.current()
+        mine = self.status().partitions
         partitions = []
         for p, replica_ids in cluster.replica_map.items():
             replicas = []
             for rank, node_id in enumerate(replica_ids):
                 if node_id == self.id:
-                    snap = mine.get(p)
-                    state: dict[str, Any] | None = (
-                        {"version": snap.version, "offsets": snap.offsets} if snap else None
-                    )
-                    alive = True
+                    state, alive = mine.get(p), True
                 else:
-                    peer = self.membership.peers[node_id]
-                    state, alive = peer.partitions.get(p), peer.alive
-                offsets: dict[str, int] = state["offsets"] if state else {}
+                    state, alive = self.membership.state(node_id, p), self.membership.alive(node_id)
                 replicas.append(
-                    {
-                        "node": node_id,
-                        "address": cluster.node(node_id).address,
-                        "role": "ACTIVE" if rank == 0 else "STANDBY",
-                        "alive": alive,
-                        "version": state["version"] if state else None,
-                        "position": offsets,
-                        "lag": self._lag(p, offsets) if state else None,
-                    }
+                    ReplicaInfo(
+                        node=node_id,
+                        address=cluster.node(node_id).address,
+                        active=rank == 0,
+                        alive=alive,
+                        version=state.version if state else None,
+                        position=state.offsets if state else {},
+                        lag=self._lag(p, state.offsets) if state else None,
+                    )
                 )
-            partitions.append({"partition": p, "replicas": replicas})
-        return {
-            "node": self.id,
-            "partitions_count": cluster.partitions,
-            "replicas": cluster.replicas,
-            "topics": {t.name: t.key_type for t in self.project.topics.values()},
-            "nodes": [{"id": n.id, "address": n.address} for n in cluster.nodes],
-            "partitions": partitions,
-            "generated_ms": int(time.time() * 1000),
-        }
+            partitions.append(PartitionInfo(p, replicas))
+        return PartitionMap(
+            node=self.id,
+            partitions_count=cluster.partitions,
+            replicas=cluster.replicas,
+            topics={t.name: t.key_type for t in self.project.topics.values()},
+            nodes={n.id: n.address for n in cluster.nodes},
+            partitions=partitions,
+            generated_ms=int(time.time() * 1000),
+        )
 
     def _lag(self, partition: int, offsets: dict[str, int]) -> int | None:
         lags = []

@@ -21,24 +21,17 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-import httpx
-
-from gateway.config import Project
+from contracts.errors import Failure
+from contracts.positions import satisfies
+from contracts.project import Project
 from gateway.health import Membership
-from gateway.positions import satisfies
-from gateway.protocol import (
-    PEER_ERRORS,
-    RETRYABLE,
-    SECRET_HEADER,
-    Answer,
-    SubQuery,
-    decode_answers,
-    encode_request,
-)
+from gateway.peers import PeerClient, PeerError, PeerRefused
+from gateway.protocol import ProtocolError, decode_answers, encode_request
+from gateway.queries import Answer, SubQuery
 
 log = logging.getLogger(__name__)
 # Failures the caller's own demands cause (a bound, requireActive): not worth a warning.
-_ASKED_FOR = frozenset({"NOT_UP_TO_BOUND", "NOT_ACTIVE"})
+_ASKED_FOR = frozenset({Failure.NOT_UP_TO_BOUND, Failure.NOT_ACTIVE})
 
 
 @dataclass
@@ -58,14 +51,14 @@ class Router:
         project: Project,
         node_id: str,
         membership: Membership,
-        client: httpx.AsyncClient,
+        peers: PeerClient,
         local: Callable[[list[SubQuery]], Awaitable[list[Answer]]],
         local_offsets: Callable[[int], dict[str, int] | None],
     ) -> None:
         self.project = project
         self.node_id = node_id
         self.membership = membership
-        self.client = client
+        self.peers = peers
         self.local = local
         self.local_offsets = local_offsets
 
@@ -97,7 +90,7 @@ class Router:
             for answer in (a for answers in batches for a in answers):
                 if not _hides(answer, done.get(answer.id)):
                     done[answer.id] = answer  # a failure stands unless a later one says more
-                if answer.failure in RETRYABLE:
+                if answer.failure is not None and answer.failure.retryable:
                     log.log(
                         logging.INFO if answer.failure in _ASKED_FOR else logging.WARNING,
                         "partition %s on %s failed (%s): %s",
@@ -154,40 +147,25 @@ class Router:
             text = f"active replica {ids[0]} of partition {q.partition} is down"
         else:
             text = f"no live replica of partition {q.partition} ({', '.join(ids)} are down)"
-        return Answer(id=q.id, node="", failure="NODE_UNAVAILABLE", message=text)
-
-    async def _post(self, url: str, body: bytes, headers: dict[str, str]) -> httpx.Response:
-        timeout = self.project.settings.internal_timeout_s
-        return await self.client.post(url, content=body, headers=headers, timeout=timeout)
+        return Answer(id=q.id, node="").fail(Failure.NODE_UNAVAILABLE, text)
 
     async def _call(
         self, node_id: str, subqueries: list[SubQuery], authorization: str | None
     ) -> list[Answer]:
         if node_id == self.node_id:
             return await self.local(subqueries)
-        node = self.project.cluster.node(node_id)
-        headers = {SECRET_HEADER: self.project.cluster.secret}
-        if authorization:
-            headers["authorization"] = authorization
-        body = encode_request(subqueries)
+        url = f"{self.project.cluster.node(node_id).url}/internal/query"
         try:
-            try:
-                response = await self._post(f"{node.url}/internal/query", body, headers)
-            except (httpx.RemoteProtocolError, httpx.ReadError):
-                # A pooled connection the peer closed as we reused it. Sub-queries only
-                # read, so ask once more on a fresh connection; a dead peer refuses that.
-                response = await self._post(f"{node.url}/internal/query", body, headers)
-            response.raise_for_status()
-            answers = decode_answers(response.content)
-        except httpx.HTTPStatusError as exc:
-            return _all_failed(
-                subqueries, node_id, f"{node_id} answered {exc.response.status_code}"
+            answers = decode_answers(
+                await self.peers.post(url, encode_request(subqueries), authorization)
             )
-        except (ValueError, TypeError) as exc:  # not our protocol: another version, a proxy
+        except PeerRefused as exc:  # it is up, but did not answer these: fail them over
+            return _all_failed(subqueries, node_id, f"{node_id} {exc}")
+        except ProtocolError as exc:  # not our protocol: another version, a proxy
             return _all_failed(subqueries, node_id, f"{node_id} answered garbage: {exc}")
-        except PEER_ERRORS as exc:
+        except PeerError as exc:
             self.membership.mark_down(node_id, exc)
-            return _all_failed(subqueries, node_id, f"{node_id} unreachable: {exc!r}")
+            return _all_failed(subqueries, node_id, f"{node_id} unreachable: {exc}")
         self.membership.mark_up(node_id)
         return answers
 
@@ -195,14 +173,13 @@ class Router:
 def _hides(answer: Answer, earlier: Answer | None) -> bool:
     """An unreachable replica asked last says less than what an earlier replica answered."""
     return (
-        answer.failure == "NODE_UNAVAILABLE"
+        answer.failure is Failure.NODE_UNAVAILABLE
         and earlier is not None
-        and earlier.failure not in (None, "NODE_UNAVAILABLE")
+        and earlier.failure not in (None, Failure.NODE_UNAVAILABLE)
     )
 
 
 def _all_failed(subqueries: list[SubQuery], node_id: str, message: str) -> list[Answer]:
     return [
-        Answer(id=q.id, node=node_id, failure="NODE_UNAVAILABLE", message=message)
-        for q in subqueries
+        Answer(id=q.id, node=node_id).fail(Failure.NODE_UNAVAILABLE, message) for q in subqueries
     ]

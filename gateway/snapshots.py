@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,8 +18,16 @@ from pathlib import Path
 
 import duckdb
 
+from contracts.snapshot_file import (
+    POSITION_TABLE,
+    SNAPSHOT_TABLE,
+    FormatError,
+    check_format,
+    partition_folder,
+    version_of,
+)
+
 log = logging.getLogger(__name__)
-_FILE = re.compile(r"^p(\d{3})-v(\d{6})\.duckdb$")
 
 
 class SnapshotError(Exception):
@@ -39,12 +46,8 @@ class Snapshot:
     retired: bool = False
 
 
-def file_name(partition: int, version: int) -> str:
-    return f"p{partition:03d}-v{version:06d}.duckdb"
-
-
 class SnapshotCatalog:
-    def __init__(self, folder: Path, stores: list[str], threads: int = 2, memory: str = "1GB"):
+    def __init__(self, folder: Path, stores: list[str], threads: int, memory: str) -> None:
         self.folder = folder
         self.folder.mkdir(parents=True, exist_ok=True)
         self._stores = stores
@@ -55,19 +58,22 @@ class SnapshotCatalog:
 
     def open_existing(self, partitions: list[int]) -> None:
         """Serve the newest valid file of each hosted partition already on disk."""
-        found: dict[int, list[tuple[int, Path]]] = {}
-        for path in self.folder.iterdir():
-            match = _FILE.match(path.name)
-            if match and int(match.group(1)) in partitions:
-                found.setdefault(int(match.group(1)), []).append((int(match.group(2)), path))
-        for partition, files in sorted(found.items()):
-            for version, path in sorted(files, reverse=True):
+        for partition in partitions:
+            for version, path in sorted(self._files(partition), reverse=True):
                 try:
                     self.install(partition, version, path)
                     break
                 except SnapshotError as exc:
-                    log.warning("not serving %s: %s", path.name, exc)
-        self._remove_strays()
+                    log.warning("not serving %s: %s", path, exc)
+        self._remove_strays(partitions)
+
+    def _files(self, partition: int) -> list[tuple[int, Path]]:
+        """The versions of a partition on disk, as (version, path)."""
+        folder = self.folder / partition_folder(partition)
+        if not folder.is_dir():
+            return []
+        found = ((version_of(path.name), path) for path in folder.iterdir())
+        return [(version, path) for version, path in found if version is not None]
 
     def install(self, partition: int, version: int, path: Path) -> Snapshot:
         """Attach a verified file and make it the partition's current snapshot."""
@@ -79,7 +85,7 @@ class SnapshotCatalog:
             raise SnapshotError(f"cannot open {path.name}: {exc}") from exc
         try:
             snapshot = self._inspect(cursor, partition, version, path, alias)
-        except (duckdb.Error, SnapshotError, TypeError, ValueError) as exc:
+        except (duckdb.Error, SnapshotError, FormatError) as exc:
             cursor.execute(f"DETACH {alias}")
             raise SnapshotError(
                 f"{path.name} is not a snapshot of partition {partition}: {exc}"
@@ -107,10 +113,11 @@ class SnapshotCatalog:
         alias: str,
     ) -> Snapshot:
         row = cursor.execute(
-            f"SELECT partition, version, created_ms FROM {alias}._snapshot"
+            f"SELECT partition, version, created_ms, format FROM {alias}.{SNAPSHOT_TABLE}"
         ).fetchone()
         if row is None or row[0] != partition or row[1] != version:
-            raise SnapshotError(f"its _snapshot row says {row}")
+            raise SnapshotError(f"its {SNAPSHOT_TABLE} row says {row}")
+        check_format(row[3], path.name)
         tables = {
             r[0]
             for r in cursor.execute(
@@ -120,7 +127,9 @@ class SnapshotCatalog:
         missing = [s for s in self._stores if s not in tables]
         if missing:
             raise SnapshotError(f"stores {missing} are missing")
-        offsets = dict(cursor.execute(f'SELECT topic, "offset" FROM {alias}._position').fetchall())
+        offsets = dict(
+            cursor.execute(f'SELECT topic, "offset" FROM {alias}.{POSITION_TABLE}').fetchall()
+        )
         return Snapshot(partition, version, path, alias, offsets, int(row[2]))
 
     @contextmanager
@@ -170,12 +179,16 @@ class SnapshotCatalog:
             log.debug("detach %s: %s", alias, exc)
         snapshot.path.unlink(missing_ok=True)
 
-    def _remove_strays(self) -> None:
+    def _remove_strays(self, partitions: list[int]) -> None:
         """Delete older versions and unfinished downloads left by an earlier run."""
-        serving = {s.path.name for s in self.current().values()}
-        for path in self.folder.iterdir():
-            if path.name not in serving and (_FILE.match(path.name) or path.name.startswith(".")):
-                try:
-                    os.unlink(path)
-                except OSError as exc:
-                    log.warning("cannot remove %s: %s", path, exc)
+        serving = {s.path for s in self.current().values()}
+        for partition in partitions:
+            folder = self.folder / partition_folder(partition)
+            if not folder.is_dir():
+                continue
+            for path in folder.iterdir():
+                if path not in serving and (version_of(path.name) or path.name.startswith(".")):
+                    try:
+                        os.unlink(path)
+                    except OSError as exc:
+                        log.warning("cannot remove %s: %s", path, exc)

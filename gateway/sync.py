@@ -19,34 +19,24 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
-import httpx
-import orjson
-
-from gateway.config import Project
-from gateway.protocol import PEER_ERRORS, SECRET_HEADER
-from gateway.snapshots import SnapshotCatalog, SnapshotError, file_name
+from contracts.manifest import FILE_NAME, Manifest, PartitionEntry
+from contracts.project import Project
+from contracts.snapshot_file import FormatError, relative_path
+from gateway.peers import PeerClient, PeerError
+from gateway.snapshots import SnapshotCatalog, SnapshotError
 
 log = logging.getLogger(__name__)
 _CHUNK = 1 << 20
-_MAX_BACKOFF_S = 60.0
 
 
 class DeliveryError(Exception):
     """A snapshot that did not arrive intact."""
 
 
-# The store could not be read (down, or a manifest that is not JSON).
-STORE_UNREACHABLE: tuple[type[Exception], ...] = (ValueError, *PEER_ERRORS)
-# A manifest entry that did not install (KeyError, TypeError: an entry not as written).
-_NOT_INSTALLED: tuple[type[Exception], ...] = (
-    DeliveryError,
-    SnapshotError,
-    KeyError,
-    TypeError,
-    *PEER_ERRORS,
-)
+class StoreUnreachable(Exception):
+    """The snapshot store could not be read: down, or a manifest this node cannot read."""
 
 
 @dataclass
@@ -60,13 +50,13 @@ class _Refusal:
 
 class SnapshotSync:
     def __init__(
-        self, project: Project, node_id: str, catalog: SnapshotCatalog, client: httpx.AsyncClient
+        self, project: Project, node_id: str, catalog: SnapshotCatalog, peers: PeerClient
     ) -> None:
         self.project = project
         self.node_id = node_id
         self.catalog = catalog
-        self.client = client
-        self.manifest: dict[str, Any] = {}
+        self.peers = peers
+        self.manifest = Manifest()
         self.errors: dict[int, str] = {}
         self._refused: dict[int, _Refusal] = {}
         self._lock = asyncio.Lock()
@@ -78,79 +68,80 @@ class SnapshotSync:
         async with self._lock:
             self.manifest = await self._read_manifest()
             installed: dict[int, int] = {}
-            entries = self.manifest.get("partitions", {})
             for partition in self.project.cluster.hosted_by(self.node_id):
-                entry = entries.get(str(partition))
-                if entry is None or entry["version"] <= self.catalog.version(partition):
+                entry = self.manifest.partitions.get(partition)
+                if entry is None or entry.version <= self.catalog.version(partition):
                     continue
                 refusal = self._refused.get(partition)
-                if refusal is not None and refusal.sha256 != str(entry.get("sha256")):
+                if refusal is not None and refusal.sha256 != entry.sha256:
                     refusal = None  # a new file: its own first attempt
                 if refusal is not None and not force and time.monotonic() < refusal.retry_at:
                     continue
                 try:
                     await self._install(partition, entry)
-                except _NOT_INSTALLED as exc:
+                except (DeliveryError, SnapshotError, PeerError) as exc:
                     self._refuse(partition, entry, refusal, exc)
                 else:
                     self.errors.pop(partition, None)
                     self._refused.pop(partition, None)
-                    installed[partition] = entry["version"]
+                    installed[partition] = entry.version
             return installed
 
     def _refuse(
-        self, partition: int, entry: dict[str, Any], last: _Refusal | None, exc: Exception
+        self, partition: int, entry: PartitionEntry, last: _Refusal | None, exc: Exception
     ) -> None:
+        settings = self.project.settings
         attempts = last.attempts + 1 if last else 1
-        delay = min(self.project.settings.sync_interval_s * 2 ** (attempts - 1), _MAX_BACKOFF_S)
-        retry_at = time.monotonic() + delay
-        self._refused[partition] = _Refusal(str(entry.get("sha256")), attempts, retry_at)
+        delay = min(settings.sync_interval_s * 2 ** (attempts - 1), settings.sync_max_backoff_s)
+        self._refused[partition] = _Refusal(entry.sha256, attempts, time.monotonic() + delay)
         self.errors[partition] = (
-            f"version {entry['version']}: {exc} (attempt {attempts}, next in {delay:g} s)"
+            f"version {entry.version}: {exc} (attempt {attempts}, next in {delay:g} s)"
         )
         log.warning("partition %s not updated: %s", partition, self.errors[partition])
 
-    async def run_forever(self, interval_s: float) -> None:
+    async def run_forever(self) -> None:
         while True:
-            await asyncio.sleep(interval_s)
+            await asyncio.sleep(self.project.settings.sync_interval_s)
             try:
                 await self.run_once()
-            except STORE_UNREACHABLE as exc:
+            except StoreUnreachable as exc:
                 log.warning("snapshot store unreachable: %s", exc)
             except Exception:  # a bug must not end syncing for good
                 log.exception("syncing snapshots failed")
 
     def log_end(self, topic: str, partition: int) -> int | None:
-        return self.manifest.get("log_end", {}).get(topic, {}).get(str(partition))
+        """The log end offset the pipeline saw when it last published."""
+        return self.manifest.log_end.get(topic, {}).get(partition)
 
-    async def _read_manifest(self) -> dict[str, Any]:
-        if self._remote:
-            response = await self.client.get(
-                f"{self.project.snapshot_url}/manifest.json", headers=self._auth()
-            )
-            if response.status_code == 404:
-                return {}
-            response.raise_for_status()
-            return orjson.loads(response.content)
-        path = Path(self.project.snapshot_url) / "manifest.json"
-        return orjson.loads(path.read_bytes()) if path.exists() else {}
-
-    async def _install(self, partition: int, entry: dict[str, Any]) -> None:
-        version = int(entry["version"])
-        final = self.catalog.folder / file_name(partition, version)
-        tmp = self.catalog.folder / f".incoming-{final.name}"
+    async def _read_manifest(self) -> Manifest:
         try:
-            digest, size = await self._fetch(entry["path"], tmp)
-            if size != entry["size"] or digest != entry["sha256"]:
+            if self._remote:
+                raw = await self.peers.get(f"{self.project.snapshot_url}/{FILE_NAME}")
+            else:
+                path = Path(self.project.snapshot_url) / FILE_NAME
+                raw = await asyncio.to_thread(_read_if_exists, path)
+            return Manifest() if raw is None else Manifest.from_json(raw)
+        except (PeerError, FormatError, OSError) as exc:
+            raise StoreUnreachable(str(exc)) from exc
+
+    async def _install(self, partition: int, entry: PartitionEntry) -> None:
+        final = self.catalog.folder / relative_path(partition, entry.version)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = final.parent / f".incoming-{final.name}"
+        try:
+            digest, size = await self._fetch(entry.path, tmp)
+            if size != entry.size or digest != entry.sha256:
                 raise DeliveryError(
                     f"checksum mismatch: got {size} bytes sha256 {digest[:12]}, "
-                    f"manifest says {entry['size']} bytes sha256 {entry['sha256'][:12]}"
+                    f"manifest says {entry.size} bytes sha256 {entry.sha256[:12]}"
                 )
             os.rename(tmp, final)
+        except OSError as exc:
+            raise DeliveryError(f"cannot copy {entry.path}: {exc}") from exc
         finally:
             tmp.unlink(missing_ok=True)
         try:
-            await asyncio.to_thread(self.catalog.install, partition, version, final)
+            await asyncio.to_thread(self.catalog.install, partition, entry.version, final)
         except SnapshotError:
             final.unlink(missing_ok=True)
             raise
@@ -161,10 +152,8 @@ class SnapshotSync:
         digest = hashlib.sha256()
         with open(target, "wb") as out:
             if self._remote:
-                url = f"{self.project.snapshot_url}/{relative}"
-                async with self.client.stream("GET", url, headers=self._auth()) as response:
-                    response.raise_for_status()
-                    async for chunk in response.aiter_bytes(_CHUNK):
+                async with self.peers.stream(f"{self.project.snapshot_url}/{relative}") as chunks:
+                    async for chunk in chunks:
                         await asyncio.to_thread(_absorb, chunk, digest, out)
             else:
                 source = Path(self.project.snapshot_url) / relative
@@ -173,16 +162,20 @@ class SnapshotSync:
             size = out.tell()
         return digest.hexdigest(), size
 
-    def _auth(self) -> dict[str, str]:
-        return {SECRET_HEADER: self.project.cluster.secret}
+
+def _read_if_exists(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
 
 
-def _absorb(chunk: bytes, digest: Any, out: BinaryIO) -> None:
+def _absorb(chunk: bytes, digest: hashlib._Hash, out: BinaryIO) -> None:
     digest.update(chunk)
     out.write(chunk)
 
 
-def _copy(source: Path, digest: Any, out: BinaryIO) -> None:
+def _copy(source: Path, digest: hashlib._Hash, out: BinaryIO) -> None:
     with open(source, "rb") as src:
         while chunk := src.read(_CHUNK):
             _absorb(chunk, digest, out)

@@ -85,31 +85,31 @@ def stores(info: strawberry.Info[Context, None]) -> list[StoreInfo]:
 
 
 def cluster(info: strawberry.Info[Context, None]) -> ClusterInfo:
-    raw = info.context.node.partition_map()
+    partition_map = info.context.node.partition_map()
     return ClusterInfo(
-        node=raw["node"],
-        partitions_count=raw["partitions_count"],
-        replicas=raw["replicas"],
-        nodes=[NodeInfo(**n) for n in raw["nodes"]],
+        node=partition_map.node,
+        partitions_count=partition_map.partitions_count,
+        replicas=partition_map.replicas,
+        nodes=[NodeInfo(id=i, address=a) for i, a in partition_map.nodes.items()],
         partitions=[
             PartitionInfo(
-                partition=p["partition"],
+                partition=p.partition,
                 replicas=[
                     Replica(
-                        node=r["node"],
-                        address=r["address"],
-                        role=ReplicaRole(r["role"]),
-                        alive=r["alive"],
-                        version=r["version"],
+                        node=r.node,
+                        address=r.address,
+                        role=ReplicaRole.ACTIVE if r.active else ReplicaRole.STANDBY,
+                        alive=r.alive,
+                        version=r.version,
                         position=[
-                            TopicOffset(topic=t, partition=p["partition"], offset=o)
-                            for t, o in sorted(r["position"].items())
+                            TopicOffset(topic=t, partition=p.partition, offset=Long(o))
+                            for t, o in sorted(r.position.items())
                         ],
-                        lag=r["lag"],
+                        lag=None if r.lag is None else Long(r.lag),
                     )
-                    for r in p["replicas"]
+                    for r in p.replicas
                 ],
             )
-            for p in raw["partitions"]
+            for p in partition_map.partitions
         ],
     )

@@ -40,7 +40,7 @@ class PlainRecordExecutionContext(StrawberryGraphQLCoreExecutionContext):
         self,
         return_type: GraphQLOutputType,
         field_details_list: Any,
-        info: GraphQLResolveInfo,
+        info: GraphQLResolveInfo[Any],
         path: Path,
         result: Any,
         position_context: Any,

@@ -1,27 +1,25 @@
-"""The request context: one batch, behind one DataLoader, for all root fields of a request."""
+"""The request context: the gateway's query service for this request, behind one DataLoader,
+so every root field of a request joins one routed batch."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 from strawberry.dataloader import DataLoader
 
 from gateway.batching import Outcome, RequestBatch, Work
-from gateway.positions import Position
-
-if TYPE_CHECKING:
-    from gateway.node import GatewayNode
+from gateway.node import GatewayNode
+from gateway.service import RequestQueries
 
 
 @dataclass
 class Context:
     node: GatewayNode
     batch: RequestBatch
-    loader: DataLoader[Work, Outcome]
-    tokens: list[Position] = field(default_factory=list)  # one per result, for the response token
+    queries: RequestQueries
 
     @classmethod
     def create(cls, node: GatewayNode, authorization: str | None) -> Context:
         batch = node.request_batch(authorization)
-        return cls(node=node, batch=batch, loader=DataLoader(load_fn=batch.run, cache=False))
+        loader: DataLoader[Work, Outcome] = DataLoader(load_fn=batch.run, cache=False)
+        return cls(node, batch, RequestQueries(node.project, loader.load))

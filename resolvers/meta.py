@@ -7,22 +7,16 @@ from enum import Enum
 
 import strawberry
 
-from gateway.config import Cluster
-from gateway.merging import merged_position
-from gateway.positions import Position, encode_token, merge
-from gateway.protocol import Answer, SubQuery
+from contracts.errors import Failure
+from contracts.positions import Position, encode_token
+from gateway.service import Demand, Meta
 from resolvers.scalars import Long
 
-
-@strawberry.enum(description="Why a partition could not answer (KIP-796, plus NODE_UNAVAILABLE).")
-class FailureReason(Enum):
-    NOT_PRESENT = "NOT_PRESENT"
-    NOT_ACTIVE = "NOT_ACTIVE"
-    NOT_UP_TO_BOUND = "NOT_UP_TO_BOUND"
-    DOES_NOT_EXIST = "DOES_NOT_EXIST"
-    UNKNOWN_QUERY_TYPE = "UNKNOWN_QUERY_TYPE"
-    STORE_EXCEPTION = "STORE_EXCEPTION"
-    NODE_UNAVAILABLE = "NODE_UNAVAILABLE"
+FailureReason = strawberry.enum(
+    Failure,
+    name="FailureReason",
+    description="Why a partition could not answer (KIP-796, plus NODE_UNAVAILABLE).",
+)
 
 
 @strawberry.enum
@@ -45,7 +39,7 @@ class PartitionResult:
     role: ReplicaRole | None
     version: int | None
     position: list[TopicOffset]
-    failure: FailureReason | None
+    failure: Failure | None
     message: str | None
 
 
@@ -103,37 +97,41 @@ def offsets(position: Position) -> list[TopicOffset]:
     ]
 
 
-def partition_result(cluster: Cluster, q: SubQuery, a: Answer) -> PartitionResult:
-    role = None
-    if a.node:
-        active = cluster.replica_map[q.partition][0] == a.node
-        role = ReplicaRole.ACTIVE if active else ReplicaRole.STANDBY
-    return PartitionResult(
-        partition=q.partition,
-        node=a.node or None,
-        role=role,
-        version=a.version or None,
-        position=offsets({(t, q.partition): o for t, o in a.offsets.items()}),
-        failure=FailureReason(a.failure) if a.failure else None,
-        message=a.message,
-    )
-
-
-def result_meta(
-    cluster: Cluster, parts: list[tuple[SubQuery, Answer]], bound: Position
-) -> tuple[ResultMeta, Position]:
-    """The meta of one result, and the position its token stands for (bound included, so
-    tokens only move forward)."""
-    position = merged_position(parts)
-    failed = sum(1 for _, a in parts if not a.ok)
-    token_position = merge([bound, position])
-    meta = ResultMeta(
+def result_meta(meta: Meta) -> ResultMeta:
+    failed = meta.failed
+    return ResultMeta(
         partial=failed > 0,
-        partitions_asked=len(parts),
-        partitions_answered=len(parts) - failed,
+        partitions_asked=len(meta.partitions),
+        partitions_answered=len(meta.partitions) - failed,
         partitions_failed=failed,
-        position=offsets(position),
-        consistency_token=encode_token(token_position),
-        partitions=[partition_result(cluster, q, a) for q, a in parts],
+        position=offsets(meta.position),
+        consistency_token=encode_token(meta.token),
+        partitions=[
+            PartitionResult(
+                partition=p.partition,
+                node=p.node,
+                role=None
+                if p.node is None
+                else ReplicaRole.ACTIVE
+                if p.active
+                else ReplicaRole.STANDBY,
+                version=p.version,
+                position=offsets({(t, p.partition): o for t, o in p.offsets.items()}),
+                failure=p.failure,
+                message=p.message,
+            )
+            for p in meta.partitions
+        ],
     )
-    return meta, token_position
+
+
+def demand(given: ConsistencyInput | None) -> Demand | None:
+    if given is None:
+        return None
+    return Demand(
+        token=given.token,
+        position=tuple((p.topic, p.partition, p.offset) for p in given.position or ()),
+        require_active=given.require_active,
+        max_lag=given.max_lag,
+        max_age_ms=given.max_age_ms,
+    )

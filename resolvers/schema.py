@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from functools import lru_cache
 from typing import Any
 
+import graphql
 import strawberry
+from graphql import DocumentNode, GraphQLError
 from strawberry.extensions import (
     AddValidationRules,
     MaxAliasesLimiter,
-    ParserCache,
     QueryDepthLimiter,
     SchemaExtension,
     ValidationCache,
@@ -16,12 +19,48 @@ from strawberry.extensions import (
 from strawberry.schema.config import StrawberryConfig
 from strawberry.tools import create_type
 
-from gateway.config import Project
-from gateway.positions import encode_token, merge
+from contracts.positions import encode_token
+from contracts.project import Project
 from resolvers import cluster
 from resolvers.completion import PlainRecordExecutionContext
+from resolvers.context import Context
 from resolvers.scalars import SCALARS
 from resolvers.stores import store_fields
+
+
+class CachedParse(SchemaExtension):
+    """Parses a document once (LRU of `size`), coding a syntax error GRAPHQL_PARSE_FAILED."""
+
+    def __init__(self, parse: Callable[..., DocumentNode]) -> None:
+        self.parse = parse
+
+    def on_parse(self) -> Iterator[None]:
+        context = self.execution_context
+        try:
+            context.graphql_document = self.parse(context.query, **context.parse_options)
+        except GraphQLError as error:
+            error.extensions = {**(error.extensions or {}), "code": "GRAPHQL_PARSE_FAILED"}
+            raise
+        yield
+
+
+class PhaseCodes(SchemaExtension):
+    """Codes the errors of the phases after parsing: a document that does not validate,
+    variables that do not fit (graphql-core's errors have no code; GatewayErrors raised by
+    resolvers carry their own)."""
+
+    def on_validate(self) -> Iterator[None]:
+        yield
+        for error in self.execution_context.pre_execution_errors or ():
+            error.extensions = {"code": "GRAPHQL_VALIDATION_FAILED", **(error.extensions or {})}
+
+    def on_execute(self) -> Iterator[None]:
+        yield
+        result = self.execution_context.result
+        if result is not None and result.data is None:  # refused before any field ran
+            for error in result.errors or ():
+                if error.path is None:
+                    error.extensions = {**(error.extensions or {}), "code": "BAD_USER_INPUT"}
 
 
 class ResponseExtensions(SchemaExtension):
@@ -29,11 +68,11 @@ class ResponseExtensions(SchemaExtension):
 
     def get_results(self) -> dict[str, Any]:
         context = self.execution_context.context
-        if context is None or not hasattr(context, "batch"):
+        if not isinstance(context, Context):
             return {}
         traces = context.batch.traces
         return {
-            "consistencyToken": encode_token(merge(context.tokens)),
+            "consistencyToken": encode_token(context.queries.response_token()),
             "routing": {
                 "rounds": [r for t in traces for r in t.rounds],
                 "internalRequests": sum(t.calls() for t in traces),
@@ -48,18 +87,21 @@ def build_schema(project: Project) -> strawberry.Schema:
         strawberry.field(cluster.cluster, name="cluster", description="The partition map."),
     ]
     for store in project.stores.values():
-        fields.extend(store_fields(project, store))
+        fields.extend(store_fields(store, project.settings.default_page_size))
     query = create_type("Query", fields)
-    limit = project.settings.max_keys_per_request
+    settings = project.settings
     # The limiters' rule classes are built once: the validation cache is keyed by them.
     rules = [
-        *QueryDepthLimiter(max_depth=8).validation_rules,
-        *MaxAliasesLimiter(max_alias_count=limit).validation_rules,
+        *QueryDepthLimiter(max_depth=settings.max_query_depth).validation_rules,
+        *MaxAliasesLimiter(max_alias_count=settings.max_keys_per_request).validation_rules,
     ]
+    cached = settings.document_cache_size
+    parse = lru_cache(maxsize=cached)(graphql.parse)
     # Factories, not instances: strawberry shares an instance across concurrent requests.
     extensions: list[Any] = [
-        lambda: ParserCache(maxsize=256),
-        lambda: ValidationCache(maxsize=256),
+        PhaseCodes,
+        lambda: CachedParse(parse),
+        lambda: ValidationCache(maxsize=cached),
         lambda: AddValidationRules(rules),
         ResponseExtensions,
     ]

@@ -18,12 +18,13 @@ import shutil
 import sys
 import time
 import uuid
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 # spark-submit of this file from a source checkout: make the packages importable here and in
 # the Python workers.
 _CHECKOUT = (
-    None if importlib.util.find_spec("gateway") else str(Path(__file__).resolve().parents[1])
+    None if importlib.util.find_spec("contracts") else str(Path(__file__).resolve().parents[1])
 )
 if _CHECKOUT:
     sys.path.insert(0, _CHECKOUT)
@@ -32,37 +33,45 @@ import orjson  # noqa: E402
 from pyspark import StorageLevel  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
 
-from gateway.config import Project, load  # noqa: E402
-from spark_pipeline.durable import locked  # noqa: E402
-from spark_pipeline.eventlog import now_ms  # noqa: E402
+from contracts.durable import locked  # noqa: E402
+from contracts.eventlog import now_ms  # noqa: E402
+from contracts.manifest import Manifest, PartitionEntry, read_manifest, write_manifest  # noqa: E402
+from contracts.project import Project, load  # noqa: E402
 from spark_pipeline.plan import RunPlan, plan_run, stores_digest  # noqa: E402
-from spark_pipeline.publish import (  # noqa: E402
-    notify_nodes,
-    prune,
-    read_manifest,
-    versions_on_disk,
-    write_manifest,
-)
+from spark_pipeline.publish import notify_nodes, prune, versions_on_disk  # noqa: E402
 from spark_pipeline.session import spark_session  # noqa: E402
 from spark_pipeline.snapshot import SnapshotTask, build_snapshot  # noqa: E402
 from spark_pipeline.source import read_records  # noqa: E402
 from spark_pipeline.stores import parse_values, store_delta  # noqa: E402
 
 
-def run(project: Project, spark: SparkSession, notify: bool = True) -> dict:
-    """One incremental run; returns a report of what changed."""
+@dataclass
+class RunReport:
+    """What one run did."""
+
+    records: int  # new records read
+    rebuild: bool  # the stores changed, so every partition was rebuilt from offset 0
+    versions: dict[int, tuple[int | None, int]] = field(default_factory=dict)  # p -> old, new
+    notify: dict[str, str] = field(default_factory=dict)  # node -> "ok" or what went wrong
+    seconds: float = 0.0
+
+    def to_json(self) -> bytes:
+        body = {
+            **asdict(self),
+            "versions": {p: {"old": o, "new": n} for p, (o, n) in sorted(self.versions.items())},
+        }
+        return orjson.dumps(body, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS)
+
+
+def run(project: Project, spark: SparkSession, notify: bool = True) -> RunReport:
+    """One incremental run; returns what it changed (partitions not listed kept their version)."""
     started = time.monotonic()
     store_dir = snapshot_dir(project)
     topics = {s.topic.name for s in project.stores.values()}
     with locked(store_dir):
         manifest = read_manifest(store_dir)
         plan = plan_run(project, manifest)
-        report: dict = {
-            "partitions": {p: "unchanged" for p in range(project.cluster.partitions)},
-            "records": plan.records(topics),
-            "rebuild": plan.rebuild,
-            "notify": {},
-        }
+        report = RunReport(records=plan.records(topics), rebuild=plan.rebuild)
         if plan.changed:
             staging = store_dir / ".staging" / f"{now_ms()}-{uuid.uuid4().hex[:8]}"
             try:
@@ -74,15 +83,15 @@ def run(project: Project, spark: SparkSession, notify: bool = True) -> dict:
                 shutil.rmtree(staging, ignore_errors=True)
                 with contextlib.suppress(OSError):
                     staging.parent.rmdir()
-            for entry in entries:
-                old = manifest["partitions"].get(str(entry["partition"]), {}).get("version")
-                report["partitions"][entry["partition"]] = {"old": old, "new": entry["version"]}
-            manifest = _next_manifest(project, manifest, plan, entries)
+            for partition, entry in entries:
+                old = manifest.partitions.get(partition)
+                report.versions[partition] = (old.version if old else None, entry.version)
+            manifest = _next_manifest(project, manifest, plan, dict(entries))
             write_manifest(store_dir, manifest)
             prune(store_dir, manifest)
     if plan.changed and notify:
-        report["notify"] = notify_nodes(project, set(plan.changed))
-    report["seconds"] = round(time.monotonic() - started, 3)
+        report.notify = notify_nodes(project, set(plan.changed))
+    report.seconds = round(time.monotonic() - started, 3)
     return report
 
 
@@ -113,12 +122,12 @@ def _stage_deltas(spark: SparkSession, project: Project, plan: RunPlan, staging:
 
 
 def _snapshot_tasks(
-    project: Project, manifest: dict, plan: RunPlan, store_dir: Path, staging: Path
+    project: Project, manifest: Manifest, plan: RunPlan, store_dir: Path, staging: Path
 ) -> list[SnapshotTask]:
     tasks = []
     for partition in plan.changed:
-        entry = manifest["partitions"].get(str(partition))
-        latest = max([entry["version"] if entry else 0, *versions_on_disk(store_dir, partition)])
+        entry = manifest.partitions.get(partition)
+        latest = max([entry.version if entry else 0, *versions_on_disk(store_dir, partition)])
         deltas = {
             name: sorted(
                 str(f) for f in (staging / name / f"partition={partition}").glob("*.parquet")
@@ -130,7 +139,7 @@ def _snapshot_tasks(
                 partition=partition,
                 version=latest + 1,
                 store_root=str(store_dir),
-                previous=None if plan.rebuild or entry is None else entry["path"],
+                previous=None if plan.rebuild or entry is None else entry.path,
                 deltas=deltas,
                 positions=plan.positions(partition),
                 stores=tuple(project.stores.values()),
@@ -139,17 +148,15 @@ def _snapshot_tasks(
     return tasks
 
 
-def _next_manifest(project: Project, manifest: dict, plan: RunPlan, entries: list[dict]) -> dict:
-    partitions = dict(manifest["partitions"])
-    for entry in entries:
-        partitions[str(entry["partition"])] = {k: v for k, v in entry.items() if k != "partition"}
-    return {
-        "format": manifest["format"],
-        "partitions": partitions,
-        "log_end": plan.log_end(),
-        "stores_digest": stores_digest(project),
-        "updated_ms": now_ms(),
-    }
+def _next_manifest(
+    project: Project, manifest: Manifest, plan: RunPlan, entries: dict[int, PartitionEntry]
+) -> Manifest:
+    return Manifest(
+        partitions={**manifest.partitions, **entries},
+        log_end=plan.log_end(),
+        stores_digest=stores_digest(project),
+        updated_ms=now_ms(),
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -161,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     project = load(args.config)
     conf = {"spark.executorEnv.PYTHONPATH": _CHECKOUT} if _CHECKOUT else None
     report = run(project, spark_session(args.master, conf), notify=not args.no_notify)
-    print(orjson.dumps(report, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode())
+    print(report.to_json().decode())
     return 0
 
 

@@ -9,8 +9,9 @@ from dataclasses import dataclass
 
 import orjson
 
-from gateway.config import Project
-from spark_pipeline import eventlog
+from contracts import eventlog
+from contracts.manifest import Manifest
+from contracts.project import Project
 
 OffsetRange = tuple[int, int]  # [start, end)
 
@@ -28,38 +29,36 @@ class RunPlan:
     def positions(self, partition: int) -> dict[str, int]:
         return {topic: by_p[partition][1] for topic, by_p in self.ranges.items()}
 
-    def log_end(self) -> dict[str, dict[str, int]]:
-        return {t: {str(p): r[1] for p, r in by_p.items()} for t, by_p in self.ranges.items()}
+    def log_end(self) -> dict[str, dict[int, int]]:
+        return {t: {p: r[1] for p, r in by_p.items()} for t, by_p in self.ranges.items()}
 
     def records(self, topics: set[str]) -> int:
         return sum(e - s for t in topics for s, e in self.ranges[t].values())
 
 
-def plan_run(project: Project, manifest: dict) -> RunPlan:
+def plan_run(project: Project, manifest: Manifest) -> RunPlan:
     """Read from each partition's published position to the current log end. A partition is
     rebuilt when it has new records, has never been published, or the stores changed."""
-    published: dict[str, dict] = manifest["partitions"]
-    rebuild = bool(published) and manifest.get("stores_digest") != stores_digest(project)
+    published = manifest.partitions
+    rebuild = bool(published) and manifest.stores_digest != stores_digest(project)
     ranges: dict[str, dict[int, OffsetRange]] = {}
     for topic in project.topics:
         ranges[topic] = {}
         for partition in range(project.cluster.partitions):
-            entry = published.get(str(partition))
-            start = 0 if rebuild or entry is None else entry["position"].get(topic, 0)
+            entry = published.get(partition)
+            start = 0 if rebuild or entry is None else entry.position.get(topic, 0)
             end = eventlog.end_offset(project.log_dir, topic, partition)
             if end < start:
                 raise LogBehindError(
                     f"{topic}-{partition} ends at offset {end} but snapshot "
-                    f"v{entry and entry['version']} reflects offset {start}: the log was reset; "
+                    f"v{entry and entry.version} reflects offset {start}: the log was reset; "
                     f"delete {project.snapshot_store} to rebuild it"
                 )
             ranges[topic][partition] = (start, end)
     changed = [
         p
         for p in range(project.cluster.partitions)
-        if rebuild
-        or str(p) not in published
-        or any(by_p[p][1] > by_p[p][0] for by_p in ranges.values())
+        if rebuild or p not in published or any(by_p[p][1] > by_p[p][0] for by_p in ranges.values())
     ]
     return RunPlan(ranges=ranges, changed=changed, rebuild=rebuild)
 

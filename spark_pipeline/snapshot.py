@@ -1,13 +1,4 @@
-"""The snapshot file: one DuckDB file per partition holding every store of the project.
-
-Tables (identifiers quoted):
-- one per store, named by the store: `key` (VARCHAR | INTEGER | BIGINT), for a window store
-  `window_start BIGINT` (epoch ms), then Store.stored_columns in order (an avg is kept as
-  its sum and count, so that versions merge); rows ordered by key
-  (, window_start) so zone maps prune lookups. Tombstoned table keys are absent.
-- `_position(topic VARCHAR, partition INTEGER, "offset" BIGINT)`: per topic, the next offset
-  to read in this partition.
-- `_snapshot(partition INTEGER, version BIGINT, created_ms BIGINT, format INTEGER)`: one row.
+"""Building one partition's snapshot file (format: contracts/snapshot_file.py).
 
 build_snapshot runs inside a Spark task: it merges the staged deltas into the previous
 version and publishes the new file by rename, never touching the previous one.
@@ -23,19 +14,19 @@ from pathlib import Path
 
 import duckdb
 
-from gateway.config import FieldType, Store
-from spark_pipeline.durable import fsync_dir
-from spark_pipeline.eventlog import now_ms
-from spark_pipeline.publish import snapshot_path
+from contracts.durable import fsync_dir
+from contracts.eventlog import now_ms
+from contracts.manifest import PartitionEntry
+from contracts.project import Store
+from contracts.snapshot_file import (
+    FORMAT,
+    POSITION_TABLE,
+    SNAPSHOT_TABLE,
+    columns,
+    key_columns,
+    relative_path,
+)
 
-FORMAT = 1
-DUCK_TYPES: dict[FieldType, str] = {
-    "string": "VARCHAR",
-    "int": "INTEGER",
-    "long": "BIGINT",
-    "double": "DOUBLE",
-    "boolean": "BOOLEAN",
-}
 # Small row groups: a point lookup or a short scan reads one 8k-row group, not all 122,880
 # rows of DuckDB's default (2-3x faster lookups for ~20% more bytes; bench/README.md).
 ROW_GROUP_SIZE = 8192
@@ -56,9 +47,9 @@ class SnapshotTask:
     stores: tuple[Store, ...]
 
 
-def build_snapshot(task: SnapshotTask) -> dict:
-    """Write the partition's new version; returns its manifest entry plus partition and version."""
-    relative = snapshot_path(task.partition, task.version)
+def build_snapshot(task: SnapshotTask) -> tuple[int, PartitionEntry]:
+    """Write the partition's new version; returns the partition and its manifest entry."""
+    relative = relative_path(task.partition, task.version)
     final = Path(task.store_root) / relative
     if final.exists():
         raise FileExistsError(f"{final} exists: a snapshot path is never reused")
@@ -73,15 +64,8 @@ def build_snapshot(task: SnapshotTask) -> dict:
     finally:
         for leftover in (tmp, Path(f"{tmp}.wal")):
             leftover.unlink(missing_ok=True)
-    return {
-        "partition": task.partition,
-        "version": task.version,
-        "path": relative,
-        "sha256": digest,
-        "size": size,
-        "position": dict(task.positions),
-        "created_ms": created,
-    }
+    entry = PartitionEntry(task.version, relative, digest, size, dict(task.positions), created)
+    return task.partition, entry
 
 
 def _write(path: Path, task: SnapshotTask, created_ms: int) -> None:
@@ -95,15 +79,19 @@ def _write(path: Path, task: SnapshotTask, created_ms: int) -> None:
         for store in task.stores:
             con.execute(_create_sql(store))
             con.execute(_merge_sql(store, task.previous is not None, task.deltas.get(store.name)))
-        con.execute('CREATE TABLE _position (topic VARCHAR, "partition" INTEGER, "offset" BIGINT)')
-        for topic, offset in sorted(task.positions.items()):
-            con.execute("INSERT INTO _position VALUES (?, ?, ?)", [topic, task.partition, offset])
         con.execute(
-            'CREATE TABLE _snapshot ("partition" INTEGER, version BIGINT, created_ms BIGINT, '
-            "format INTEGER)"
+            f'CREATE TABLE {POSITION_TABLE} (topic VARCHAR, "partition" INTEGER, "offset" BIGINT)'
+        )
+        for topic, offset in sorted(task.positions.items()):
+            con.execute(
+                f"INSERT INTO {POSITION_TABLE} VALUES (?, ?, ?)", [topic, task.partition, offset]
+            )
+        con.execute(
+            f'CREATE TABLE {SNAPSHOT_TABLE} ("partition" INTEGER, version BIGINT, '
+            "created_ms BIGINT, format INTEGER)"
         )
         con.execute(
-            "INSERT INTO _snapshot VALUES (?, ?, ?, ?)",
+            f"INSERT INTO {SNAPSHOT_TABLE} VALUES (?, ?, ?, ?)",
             [task.partition, task.version, created_ms, FORMAT],
         )
         if task.previous is not None:
@@ -116,18 +104,17 @@ def _write(path: Path, task: SnapshotTask, created_ms: int) -> None:
 
 
 def _create_sql(store: Store) -> str:
-    columns = ", ".join(f"{_ident(name)} {kind}" for name, kind in _columns(store).items())
-    return f"CREATE TABLE {_ident(store.name)} ({columns})"
+    typed = ", ".join(f"{_ident(name)} {kind}" for name, kind in columns(store).items())
+    return f"CREATE TABLE {_ident(store.name)} ({typed})"
 
 
 def _merge_sql(store: Store, has_previous: bool, delta_files: list[str] | None) -> str:
     """The INSERT that fills the new table from the previous one and the delta, sorted."""
-    columns = _columns(store)
-    names = ", ".join(_ident(n) for n in columns)
-    key_columns = ["key", "window_start"] if store.kind == "window" else ["key"]
-    keys = ", ".join(_ident(k) for k in key_columns)
-    previous = f"prev.{_ident(store.name)}" if has_previous else _empty(columns)
-    delta_columns = {**columns, "_deleted": "BOOLEAN"} if store.kind == "table" else columns
+    typed = columns(store)
+    names = ", ".join(_ident(n) for n in typed)
+    keys = ", ".join(_ident(k) for k in key_columns(store))
+    previous = f"prev.{_ident(store.name)}" if has_previous else _empty(typed)
+    delta_columns = {**typed, "_deleted": "BOOLEAN"} if store.kind == "table" else typed
     if delta_files:
         delta = f"read_parquet([{', '.join(_literal(f) for f in delta_files)}])"
     else:
@@ -142,7 +129,7 @@ def _merge_sql(store: Store, has_previous: bool, delta_files: list[str] | None) 
             f"UNION ALL SELECT {names} FROM d WHERE NOT _deleted) ORDER BY {keys}"
         )
     combined = [
-        f"CAST({_combine(a.func, _ident(a.name))} AS {columns[a.name]}) AS {_ident(a.name)}"
+        f"CAST({_combine(a.func, _ident(a.name))} AS {typed[a.name]}) AS {_ident(a.name)}"
         for a in store.partials
     ]
     return (
@@ -155,14 +142,6 @@ def _merge_sql(store: Store, has_previous: bool, delta_files: list[str] | None) 
 def _combine(func: str, column: str) -> str:
     """How two partial results merge: counts and sums add (nulls ignored), min and max nest."""
     return f"sum({column})" if func in ("count", "sum") else f"{func}({column})"
-
-
-def _columns(store: Store) -> dict[str, str]:
-    columns = {"key": DUCK_TYPES[store.key_type]}
-    if store.kind == "window":
-        columns["window_start"] = "BIGINT"
-    columns.update({name: DUCK_TYPES[kind] for name, kind in store.stored_columns.items()})
-    return columns
 
 
 def _empty(columns: dict[str, str]) -> str:

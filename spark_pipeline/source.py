@@ -9,8 +9,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from gateway.config import Topic
-from spark_pipeline import eventlog
+from contracts import eventlog
+from contracts.project import Topic
 from spark_pipeline.plan import OffsetRange
 
 _KEY_TYPES: dict[str, T.DataType] = {

@@ -12,7 +12,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from gateway.config import Aggregate, FieldType, Store, Topic
+from contracts.project import Aggregate, FieldType, Store, Topic
 
 SPARK_TYPES: dict[FieldType, T.DataType] = {
     "string": T.StringType(),

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 
-from gateway.config import Aggregate, FieldType, Project, Store
-from spark_pipeline import eventlog
+from contracts import eventlog
+from contracts.project import Aggregate, FieldType, Project, Store
 
 Row = tuple  # (key, [window_start,] *Store.columns)
 

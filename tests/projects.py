@@ -5,10 +5,10 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from gateway.config import Project
-from gateway.partitioner import partition_for
-from spark_pipeline import eventlog
-from spark_pipeline.eventlog import Record
+from contracts import eventlog
+from contracts.eventlog import Record
+from contracts.partitioner import partition_for
+from contracts.project import Project
 
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z, a window boundary
 HOUR_MS = 3_600_000

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import http.client
 import shutil
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,13 +17,16 @@ import orjson
 import pytest
 from pyspark.sql import SparkSession
 
-from gateway.positions import decode_token, encode_token
-from gateway.protocol import SECRET_HEADER
-from gateway.snapshots import SnapshotCatalog, file_name
+from contracts.auth import SECRET_HEADER
+from contracts.positions import decode_token, encode_token
+from contracts.snapshot_file import relative_path
+from gateway.peers import PeerClient
+from gateway.snapshots import SnapshotCatalog
 from gateway.sync import SnapshotSync
 from spark_pipeline import job
+from stategate.launcher import Processes, free_ports, store_command
 from tests import oracle
-from tests.nodes import Served, free_ports, serve
+from tests.nodes import Served, serve
 from tests.projects import produce_test_events
 
 SCAN = """query($c: ConsistencyInput) {
@@ -41,36 +43,19 @@ class Store:
 
     def __init__(self, cluster: Served, port: int) -> None:
         self.cluster, self.port = cluster, port
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.processes = Processes(cluster.root)
 
     def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "gateway.cli",
-                "store",
-                "--config",
-                str(self.cluster.project.path),
-                "--listen",
-                f"127.0.0.1:{self.port}",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        for _ in range(200):
-            try:
-                httpx.get(f"http://127.0.0.1:{self.port}/manifest.json", timeout=1)
-                return
-            except httpx.HTTPError:
-                time.sleep(0.05)
-        raise RuntimeError("the snapshot store server did not start")
+        listen = f"127.0.0.1:{self.port}"
+        command = store_command(self.cluster.project, listen)
+        self.processes.start("store", command, f"http://{listen}")
 
     def stop(self) -> None:
-        if self.proc:
-            self.proc.terminate()
-            self.proc.wait(10)
-            self.proc = None
+        self.processes.stop_all()
+
+    def ensure_running(self) -> None:
+        if "store" not in self.processes.procs:
+            self.start()
 
 
 @pytest.fixture(scope="module")
@@ -109,9 +94,10 @@ def test_each_node_holds_exactly_its_partitions_pulled_over_http(remote) -> None
     cluster, _ = remote
     replica_map = cluster.project.cluster.replica_map
     for node in cluster.project.cluster.nodes:
-        files = sorted(p.name for p in (node.data_dir / "snapshots").iterdir())
+        folder = node.data_dir / "snapshots"
+        files = sorted(str(p.relative_to(folder)) for p in folder.glob("p*/v*.duckdb"))
         hosted = [p for p, ids in replica_map.items() if node.id in ids]
-        assert files == [f"p{p:03d}-v000001.duckdb" for p in hosted]
+        assert files == [relative_path(p, 1) for p in hosted]
     expected = sorted(
         r for rows in oracle.expected_store(cluster.project, "trainDelays").values() for r in rows
     )
@@ -125,10 +111,13 @@ def test_the_store_refuses_calls_without_the_secret(remote) -> None:
     url = f"http://127.0.0.1:{store.port}/manifest.json"
     assert httpx.get(url).status_code == 401
     assert httpx.get(url, headers={SECRET_HEADER: "test-secret"}).status_code == 200
-    escape = httpx.get(
-        f"http://127.0.0.1:{store.port}/../stategate.toml", headers={SECRET_HEADER: "test-secret"}
-    )
-    assert escape.status_code == 404
+    for escape in ("/../stategate.toml", "/%2e%2e/stategate.toml", "/p000/../../stategate.toml"):
+        # http.client sends the path as written (httpx would normalise the dots away).
+        connection = http.client.HTTPConnection("127.0.0.1", store.port, timeout=10)
+        connection.request("GET", escape, headers={SECRET_HEADER: "test-secret"})
+        response = connection.getresponse()
+        assert response.status == 404, (escape, response.status, response.read()[:200])
+        connection.close()
 
 
 def test_bounds_tokens_require_active_and_max_lag(remote, spark: SparkSession) -> None:
@@ -139,7 +128,7 @@ def test_bounds_tokens_require_active_and_max_lag(remote, spark: SparkSession) -
         cluster.project, seed=4, n_bookings=200, n_trains=300, start_ms=1_767_312_000_000
     )
     report = job.run(cluster.project, spark, notify=True)
-    assert report["notify"]["node3"] != "ok" and report["notify"]["node1"] == "ok"
+    assert report.notify["node3"] != "ok" and report.notify["node1"] == "ok"
     store.stop()
     cluster.nodes.start("node3")  # the store is down: node3 serves the versions it has
     unreachable = httpx.post(
@@ -231,8 +220,7 @@ def test_bounds_tokens_require_active_and_max_lag(remote, spark: SparkSession) -
 
 def test_a_damaged_snapshot_is_refused_and_the_previous_version_keeps_serving(remote) -> None:
     cluster, store = remote
-    if store.proc is None:
-        store.start()
+    store.ensure_running()
     manifest = orjson.loads((Path(cluster.project.snapshot_store) / "manifest.json").read_bytes())
     node3 = cluster.project.cluster.node("node3")
     status = cluster.nodes.status("node3")
@@ -264,8 +252,8 @@ def test_a_damaged_snapshot_is_refused_and_the_previous_version_keeps_serving(re
     # the damaged versions right now, so wait for a moment between its attempts).
     snapshots = node3.data_dir / "snapshots"
     deadline = time.monotonic() + 10
-    while any(p.name.startswith(".") for p in snapshots.iterdir()):
-        assert time.monotonic() < deadline, sorted(p.name for p in snapshots.iterdir())
+    while any(p.name.startswith(".") for p in snapshots.rglob("*")):
+        assert time.monotonic() < deadline, sorted(p.name for p in snapshots.rglob("*"))
         time.sleep(0.01)
 
     # The previous version keeps answering for the damaged partition.
@@ -288,11 +276,12 @@ def test_a_damaged_version_waits_for_a_backoff_before_it_is_fetched_again(
     path = store / entries[str(damaged)]["path"]
     intact = path.read_bytes()
     path.write_bytes(intact[: len(intact) // 2])
-    catalog = SnapshotCatalog(tmp_path / "node1", list(project.stores))
+    catalog = SnapshotCatalog(tmp_path / "node1", list(project.stores), 1, "256MB")
 
     async def main() -> None:
-        async with httpx.AsyncClient() as client:
-            sync = SnapshotSync(project, "node1", catalog, client)
+        peers = PeerClient(project.cluster.secret, project.settings)
+        try:
+            sync = SnapshotSync(project, "node1", catalog, peers)
             assert set(await sync.run_once()) == set(hosted) - {damaged}
             assert "checksum mismatch" in sync.errors[damaged]
             assert sync.errors[damaged].endswith("(attempt 1, next in 2 s)")
@@ -303,6 +292,8 @@ def test_a_damaged_version_waits_for_a_backoff_before_it_is_fetched_again(
             path.write_bytes(intact)
             assert await sync.run_once(force=True) == {damaged: entries[str(damaged)]["version"]}
             assert damaged not in sync.errors
+        finally:
+            await peers.aclose()
 
     try:
         asyncio.run(main())
@@ -318,11 +309,12 @@ def test_a_node_starts_on_the_newest_file_that_opens(served: Served, tmp_path: P
     entry = entries["partitions"][str(partition)]
     folder = tmp_path / "snapshots"
     folder.mkdir()
-    older = folder / file_name(partition, entry["version"])
+    older = folder / relative_path(partition, entry["version"])
+    older.parent.mkdir()
     shutil.copyfile(Path(served.project.snapshot_store) / entry["path"], older)
-    broken = folder / file_name(partition, entry["version"] + 1)
+    broken = folder / relative_path(partition, entry["version"] + 1)
     broken.write_bytes(b"not a duckdb file" * 100)
-    catalog = SnapshotCatalog(folder, list(served.project.stores))
+    catalog = SnapshotCatalog(folder, list(served.project.stores), 1, "256MB")
     try:
         catalog.open_existing([partition])
         assert catalog.version(partition) == entry["version"]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from contracts.auth import SECRET_HEADER
 from gateway import cursors
-from gateway.protocol import SECRET_HEADER
 
 WIDE = 'from: "2000-01-01T00:00:00Z", to: "2100-01-01T00:00:00Z"'
 BAD = [

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from gateway.partitioner import partition_for
+from contracts.partitioner import partition_for
 from tests import oracle
 from tests.nodes import Served, serve
 
@@ -105,7 +105,7 @@ def test_a_killed_node_costs_no_query_its_partitions_fail_over(cluster: Served) 
 
 
 def test_partitions_without_a_live_replica_fail_in_band(cluster: Served) -> None:
-    if "node3" in cluster.nodes.procs:
+    if "node3" in cluster.nodes.processes.procs:
         cluster.nodes.kill("node3")
     cluster.nodes.kill("node2")
     expected = expected_totals(cluster)
@@ -130,7 +130,7 @@ def test_partitions_without_a_live_replica_fail_in_band(cluster: Served) -> None
 
 def test_restarted_nodes_are_used_again(cluster: Served) -> None:
     for node in ("node2", "node3"):
-        if node not in cluster.nodes.procs:
+        if node not in cluster.nodes.processes.procs:
             cluster.nodes.start(node)
     keys = sorted(expected_totals(cluster))
     deadline = time.monotonic() + 15
@@ -147,7 +147,7 @@ def test_restarted_nodes_are_used_again(cluster: Served) -> None:
 def test_a_hung_node_costs_one_timeout_then_is_skipped(cluster: Served) -> None:
     keys = sorted(expected_totals(cluster))
     timeout = cluster.project.settings.internal_timeout_s
-    proc = cluster.nodes.procs["node3"]
+    proc = cluster.nodes.processes.procs["node3"]
     proc.send_signal(signal.SIGSTOP)
     try:
         took = []

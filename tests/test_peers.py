@@ -12,15 +12,16 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 import uvloop
 
-from gateway import config
+from contracts import project as config
+from contracts.errors import Failure
 from gateway.health import Membership
-from gateway.launcher import free_ports
-from gateway.protocol import Answer, SubQuery
+from gateway.peers import PeerClient, PeerError, PeerUnreachable
+from gateway.queries import Answer, Get, Range, SubQuery
 from gateway.routing import Router
+from stategate.launcher import free_ports
 from tests.nodes import Served
 from tests.projects import write_project
 
@@ -60,6 +61,10 @@ def router_of_node1(project: config.Project, membership: Membership) -> Router:
     return Router(project, "node1", membership, membership.client, never_local, lambda p: None)
 
 
+def peers(project: config.Project) -> PeerClient:
+    return PeerClient(project.cluster.secret, project.settings)
+
+
 def project(tmp_path: Path, port: int) -> config.Project:
     """node2 is the resetting peer; node3's port has nothing listening."""
     node1, node3 = free_ports(2)
@@ -70,13 +75,14 @@ def test_polls_of_a_resetting_peer_mark_it_down_and_never_raise(
     tmp_path: Path, resetting_port: int
 ) -> None:
     async def main() -> None:
-        async with httpx.AsyncClient() as client:
-            membership = Membership(project(tmp_path, resetting_port), "node1", client)
-            for _ in range(ROUNDS):
-                membership.peers["node2"].alive = True
-                await membership.poll_once()
-                assert not membership.alive("node2")
-                assert not membership.alive("node3")
+        served = project(tmp_path, resetting_port)
+        membership = Membership(served, "node1", peers(served))
+        for _ in range(ROUNDS):
+            membership.peers["node2"].alive = True
+            await membership.poll_once()
+            assert not membership.alive("node2")
+            assert not membership.alive("node3")
+        await membership.client.aclose()
 
     uvloop.run(main())
 
@@ -87,17 +93,17 @@ def test_calls_to_a_resetting_peer_fail_in_band(tmp_path: Path, resetting_port: 
     assert served.cluster.replica_map[1] == ("node2", "node3")
 
     async def main() -> None:
-        async with httpx.AsyncClient() as client:
-            membership = Membership(served, "node1", client)
-            router = router_of_node1(served, membership)
-            query = SubQuery(id=0, partition=1, store="latestBooking", kind="get", params={})
-            for _ in range(ROUNDS):
-                for peer in membership.peers.values():
-                    peer.alive = True
-                answers, trace = await router.execute([query])
-                assert answers[0].failure == "NODE_UNAVAILABLE", answers[0]
-                assert trace.rounds == [{"node2": 1}, {"node3": 1}]
-                assert not membership.alive("node2") and not membership.alive("node3")
+        membership = Membership(served, "node1", peers(served))
+        router = router_of_node1(served, membership)
+        query = SubQuery(id=0, partition=1, store="latestBooking", query=Get(("C1",)))
+        for _ in range(ROUNDS):
+            for peer in membership.peers.values():
+                peer.alive = True
+            answers, trace = await router.execute([query])
+            assert answers[0].failure is Failure.NODE_UNAVAILABLE, answers[0]
+            assert trace.rounds == [{"node2": 1}, {"node3": 1}]
+            assert not membership.alive("node2") and not membership.alive("node3")
+        await membership.client.aclose()
 
     uvloop.run(main())
 
@@ -107,23 +113,23 @@ def test_a_peer_believed_down_is_still_asked_when_it_failed_fast(served: Served)
     moment ago is asked again when no other replica is left; a hung one is not."""
     project = served.project
     assert project.cluster.replica_map[1] == ("node2", "node3")
-    query = SubQuery(id=0, partition=1, store="customerTotals", kind="range", params={"limit": 5})
+    query = SubQuery(id=0, partition=1, store="customerTotals", query=Range(None, None, 5))
 
-    async def ask(error: Exception) -> tuple[Answer, list[dict[str, int]], bool]:
-        async with httpx.AsyncClient() as client:
-            membership = Membership(project, "node1", client)
-            for peer in ("node2", "node3"):
-                membership.mark_down(peer, error)
-            router = router_of_node1(project, membership)
-            answers, trace = await router.execute([query])
-            return answers[0], trace.rounds, membership.alive("node2")
+    async def ask(error: PeerError) -> tuple[Answer, list[dict[str, int]], bool]:
+        membership = Membership(project, "node1", peers(project))
+        for peer in ("node2", "node3"):
+            membership.mark_down(peer, error)
+        router = router_of_node1(project, membership)
+        answers, trace = await router.execute([query])
+        await membership.client.aclose()
+        return answers[0], trace.rounds, membership.alive("node2")
 
-    answer, rounds, node2_alive = uvloop.run(ask(httpx.ConnectError("refused")))
+    answer, rounds, node2_alive = uvloop.run(ask(PeerUnreachable("refused", hung=False)))
     assert answer.ok and answer.node == "node2" and answer.rows
     assert rounds == [{"node2": 1}] and node2_alive, "the answer marks node2 up again"
 
-    answer, rounds, node2_alive = uvloop.run(ask(httpx.ReadTimeout("hung")))
-    assert answer.failure == "NODE_UNAVAILABLE" and rounds == [] and not node2_alive
+    answer, rounds, node2_alive = uvloop.run(ask(PeerUnreachable("timed out", hung=True)))
+    assert answer.failure is Failure.NODE_UNAVAILABLE and rounds == [] and not node2_alive
 
 
 def test_what_a_replica_answered_is_not_hidden_by_a_dead_one_asked_after_it(
@@ -138,15 +144,15 @@ def test_what_a_replica_answered_is_not_hidden_by_a_dead_one_asked_after_it(
         for n in cluster.nodes
     )
     project = dataclasses.replace(served.project, cluster=dataclasses.replace(cluster, nodes=nodes))
-    query = SubQuery(0, 1, "trainDelays", "range", {"limit": 5}, bound={"trains": 10**9})
+    query = SubQuery(0, 1, "trainDelays", Range(None, None, 5), bound={"trains": 10**9})
 
     async def main() -> tuple[Answer, list[dict[str, int]]]:
-        async with httpx.AsyncClient() as client:
-            membership = Membership(project, "node1", client)
-            router = router_of_node1(project, membership)
-            answers, trace = await router.execute([query])
-            return answers[0], trace.rounds
+        membership = Membership(project, "node1", peers(project))
+        router = router_of_node1(project, membership)
+        answers, trace = await router.execute([query])
+        await membership.client.aclose()
+        return answers[0], trace.rounds
 
     answer, rounds = uvloop.run(main())
     assert rounds == [{"node2": 1}, {"node3": 1}]
-    assert answer.failure == "NOT_UP_TO_BOUND" and answer.node == "node2", answer
+    assert answer.failure is Failure.NOT_UP_TO_BOUND and answer.node == "node2", answer

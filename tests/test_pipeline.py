@@ -12,18 +12,14 @@ import orjson
 import pytest
 from pyspark.sql import SparkSession
 
-from gateway.config import Project, load
+from contracts import eventlog
+from contracts.manifest import Manifest, PartitionEntry, read_manifest, write_manifest
+from contracts.project import Project, load
+from contracts.snapshot_file import relative_path as snapshot_path
 from gateway.execution import columns
-from spark_pipeline import eventlog
 from spark_pipeline.job import run
 from spark_pipeline.plan import LogBehindError, plan_run
-from spark_pipeline.publish import (
-    notify_nodes,
-    prune,
-    read_manifest,
-    snapshot_path,
-    write_manifest,
-)
+from spark_pipeline.publish import notify_nodes, prune
 from tests.oracle import expected_positions, expected_store
 from tests.projects import produce_test_events, write_project
 
@@ -59,9 +55,7 @@ def second(project: Project, spark: SparkSession, first: dict) -> dict:
 
 
 def test_first_run_builds_every_partition_as_the_oracle_says(project: Project, first: dict):
-    assert first["report"]["partitions"] == {
-        p: {"old": None, "new": 1} for p in range(project.cluster.partitions)
-    }
+    assert first["report"].versions == {p: (None, 1) for p in range(project.cluster.partitions)}
     _assert_published_state_is_the_oracles(project, first["manifest"])
 
 
@@ -87,11 +81,11 @@ def test_second_run_rebuilds_only_the_partitions_with_new_records(
     before, after = first["manifest"]["partitions"], second["manifest"]["partitions"]
     for p in range(project.cluster.partitions):
         if p in CHANGED:
-            assert second["report"]["partitions"][p] == {"old": 1, "new": 2}
+            assert second["report"].versions[p] == (1, 2)
             assert after[str(p)]["version"] == 2
             assert after[str(p)]["position"] != before[str(p)]["position"]
         else:
-            assert second["report"]["partitions"][p] == "unchanged"
+            assert p not in second["report"].versions
             assert after[str(p)] == before[str(p)]
     # no file of the first run was touched, the changed partitions' v1 included
     for path, digest in first["digests"].items():
@@ -104,15 +98,15 @@ def test_a_run_without_new_records_changes_nothing(
 ):
     manifest_bytes = (_store(project) / "manifest.json").read_bytes()
     report = run(project, spark, notify=False)
-    assert report["records"] == 0
-    assert set(report["partitions"].values()) == {"unchanged"}
+    assert report.records == 0
+    assert report.versions == {}
     assert (_store(project) / "manifest.json").read_bytes() == manifest_bytes
     assert _digests(project) == second["digests"]
     assert not (_store(project) / ".staging").exists()
 
 
 def test_changed_stores_rebuild_every_partition_from_the_start(project: Project, second: dict):
-    manifest = {**second["manifest"], "stores_digest": "another project's"}
+    manifest = Manifest.from_json(orjson.dumps({**second["manifest"], "stores_digest": "other"}))
     plan = plan_run(project, manifest)
     assert plan.rebuild
     assert plan.changed == list(range(project.cluster.partitions))
@@ -123,7 +117,7 @@ def test_a_log_behind_the_published_positions_is_refused(project: Project, secon
     manifest = orjson.loads(orjson.dumps(second["manifest"]))
     manifest["partitions"]["3"]["position"]["trains"] += 1
     with pytest.raises(LogBehindError, match="trains-3"):
-        plan_run(project, manifest)
+        plan_run(project, Manifest.from_json(orjson.dumps(manifest)))
 
 
 def test_prune_keeps_the_newest_versions_up_to_the_current_one(tmp_path: Path):
@@ -131,8 +125,8 @@ def test_prune_keeps_the_newest_versions_up_to_the_current_one(tmp_path: Path):
         path = tmp_path / snapshot_path(0, version)
         path.parent.mkdir(exist_ok=True)
         path.write_bytes(b"")
-    manifest = {"format": 1, "partitions": {"0": {"version": 5}}, "log_end": {}}
-    write_manifest(tmp_path, manifest)
+    entry = PartitionEntry(5, snapshot_path(0, 5), "", 0, {}, 0)
+    write_manifest(tmp_path, Manifest(partitions={0: entry}))
     prune(tmp_path, read_manifest(tmp_path), keep=3)
     assert sorted(p.name for p in (tmp_path / "p000").iterdir()) == [
         "v000003.duckdb",
@@ -234,7 +228,9 @@ def _store(project: Project) -> Path:
 
 
 def _manifest(project: Project) -> dict:
-    return read_manifest(_store(project))
+    """The manifest as written: JSON, read without the project's own parser."""
+    manifest: dict = orjson.loads((_store(project) / "manifest.json").read_bytes())
+    return manifest
 
 
 def _digests(project: Project) -> dict[str, str]:

@@ -8,9 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gateway import config
-from gateway.partitioner import partition_for
-from spark_pipeline import eventlog
+from contracts import eventlog
+from contracts import project as config
+from contracts.partitioner import partition_for
 from tests.projects import write_project
 
 
@@ -19,7 +19,7 @@ def produce(config_path: Path, topic: str, lines: list[str]) -> subprocess.Compl
         [
             sys.executable,
             "-m",
-            "gateway.cli",
+            "stategate.cli",
             "produce",
             "--config",
             str(config_path),

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from gateway.config import Project, Store
-from gateway.partitioner import partition_for
-from gateway.positions import decode_token
+from contracts.partitioner import partition_for
+from contracts.positions import decode_token
+from contracts.project import Project, Store
 from tests import oracle
 
 NODES = ["node1", "node2", "node3"]

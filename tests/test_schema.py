@@ -12,9 +12,9 @@ from graphql import (
     print_schema,
 )
 
-from gateway import config
-from gateway.cli import DEMO_CONFIG
+from contracts import project as config
 from resolvers.schema import sdl
+from stategate.demo import PROJECT_TEMPLATE as DEMO_CONFIG
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -22,9 +22,9 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from gateway.config import Topic
-from gateway.partitioner import Key, partition_for
-from spark_pipeline.durable import fsync_dir, locked
+from contracts.durable import fsync_dir, locked
+from contracts.partitioner import Key, partition_for
+from contracts.project import Topic
 
 _KEY_ARROW = {"string": pa.string(), "int": pa.int32(), "long": pa.int64()}
 
@@ -32,7 +32,7 @@ _KEY_ARROW = {"string": pa.string(), "int": pa.int32(), "long": pa.int64()}
 @dataclass(frozen=True)
 class Record:
     key: Key
-    value: dict | None
+    value: dict[str, object] | None
     timestamp_ms: int
 
 
@@ -70,7 +70,8 @@ def end_offset(log_dir: Path, topic: str, partition: int) -> int:
     if not segs:
         return 0
     base, path = segs[-1]
-    return base + pq.read_metadata(path).num_rows
+    rows: int = pq.read_metadata(path).num_rows
+    return base + rows
 
 
 def segments_from(log_dir: Path, topic: str, partition: int, offset: int) -> list[Path]:
@@ -122,7 +123,7 @@ def produce(
     return {p: len(b) for p, b in sorted(by_partition.items())}
 
 
-def read(log_dir: Path, topic: str, partition: int, start: int = 0) -> Iterator[dict]:
+def read(log_dir: Path, topic: str, partition: int, start: int = 0) -> Iterator[dict[str, object]]:
     """Every record of a partition from `start`, as dicts with the value decoded."""
     for path in segments_from(log_dir, topic, partition, start):
         for row in pq.read_table(path).to_pylist():

@@ -15,10 +15,10 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from gateway.config import Project, Topic
-from gateway.partitioner import partition_for
-from spark_pipeline import eventlog
-from spark_pipeline.eventlog import Record
+from contracts import eventlog
+from contracts.eventlog import Record
+from contracts.partitioner import partition_for
+from contracts.project import Project, Topic
 
 TOPIC = "bookings"
 CHUNK = 50_000
@@ -104,7 +104,9 @@ def _fares(rng: random.Random) -> list[tuple[str, float]]:
     return [(trip, rng.uniform(12.0, 180.0)) for trip in trips]
 
 
-def _values(rng: random.Random, fares: list[tuple[str, float]], size: int) -> list[dict | None]:
+def _values(
+    rng: random.Random, fares: list[tuple[str, float]], size: int
+) -> list[dict[str, object] | None]:
     """Booking values, or None (a tombstone) at TOMBSTONE_RATE; prices vary around the fare."""
     random_ = rng.random
     seats = rng.choices(SEATS, weights=SEAT_WEIGHTS, k=size)

@@ -6,7 +6,7 @@ import struct
 import pytest
 from kafka.partitioner.default import murmur2 as kafka_murmur2
 
-from gateway.partitioner import murmur2, partition_for, serialize_key
+from contracts.partitioner import murmur2, partition_for, serialize_key
 
 KAFKA_VECTORS = {b"": 681, b"a": 524, b"ab": 434, b"abc": 107, b"123456789": 566, b"\x00 ": 742}
 

@@ -1,7 +1,7 @@
 """The project file: the event log, the declared state stores, the cluster and its settings.
 
 One TOML file describes everything; relative paths are resolved against the file's folder.
-See demo/stategate.toml for a complete example and README.md for every setting.
+See stategate/demo/stategate.toml for a complete example and README.md for every setting.
 """
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ import tomllib
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from gateway.partitioner import KeyType
+from contracts.partitioner import KeyType
+from contracts.settings import Settings, SettingsError
 
 FieldType = Literal["string", "int", "long", "double", "boolean"]
 StoreKind = Literal["table", "aggregate", "window"]
@@ -113,21 +114,6 @@ class Node:
 
 
 @dataclass(frozen=True)
-class Settings:
-    """Serving limits and timings, each with a documented default (README: Settings)."""
-
-    default_page_size: int = 100
-    max_page_size: int = 1000
-    max_keys_per_request: int = 10_000
-    max_request_bytes: int = 4_000_000
-    internal_timeout_s: float = 2.0
-    health_interval_s: float = 1.0
-    sync_interval_s: float = 2.0
-    query_threads: int = 4
-    duckdb_memory_limit: str = "1GB"
-
-
-@dataclass(frozen=True)
 class Cluster:
     partitions: int
     replicas: int
@@ -174,10 +160,13 @@ def load(path: str | os.PathLike[str]) -> Project:
         raw = tomllib.loads(path.read_text())
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"{path}: {exc}") from exc
-    return parse(raw, path)
+    try:
+        return parse(raw, path)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from exc
 
 
-def parse(raw: dict, path: Path) -> Project:
+def parse(raw: dict[str, Any], path: Path) -> Project:
     base = path.parent
     topics = {t.name: t for t in (_topic(t) for t in raw.get("topics", []))}
     _unique([t.get("name", "") for t in raw.get("topics", [])], "topic")
@@ -195,11 +184,18 @@ def parse(raw: dict, path: Path) -> Project:
         topics=topics,
         stores=stores,
         cluster=_cluster(raw.get("cluster", {}), base),
-        settings=Settings(**raw.get("settings", {})),
+        settings=_settings(raw.get("settings", {})),
     )
 
 
-def _topic(raw: dict) -> Topic:
+def _settings(raw: object) -> Settings:
+    try:
+        return Settings.parse(raw)
+    except SettingsError as exc:
+        raise ConfigError(str(exc)) from exc
+
+
+def _topic(raw: dict[str, Any]) -> Topic:
     name = raw.get("name", "")
     if not re.match(r"^[A-Za-z0-9._-]+$", name):
         raise ConfigError(f"topic name {name!r} must be letters, digits, '.', '_' or '-'")
@@ -215,7 +211,7 @@ def _topic(raw: dict) -> Topic:
     return Topic(name=name, key_type=key_type, value=value)
 
 
-def _store(raw: dict, topics: dict[str, Topic]) -> Store:
+def _store(raw: dict[str, Any], topics: dict[str, Topic]) -> Store:
     name = raw.get("name", "")
     _check_name(name, "store name")
     topic = topics.get(raw.get("topic", ""))
@@ -259,7 +255,7 @@ def _aggregate(name: str, spec: str, topic: Topic, store: str) -> Aggregate:
     return Aggregate(name=name, func=func, source=source)  # type: ignore[arg-type]
 
 
-def _cluster(raw: dict, base: Path) -> Cluster:
+def _cluster(raw: dict[str, Any], base: Path) -> Cluster:
     nodes = tuple(
         Node(id=n["id"], address=n["address"], data_dir=base / n["data_dir"])
         for n in raw.get("nodes", [])
@@ -279,7 +275,7 @@ def _cluster(raw: dict, base: Path) -> Cluster:
     return Cluster(partitions=partitions, replicas=replicas, nodes=nodes, secret=secret)
 
 
-def _duration(text: str, store: str) -> int:
+def _duration(text: object, store: str) -> int:
     match = _DURATION.match(str(text))
     if not match or int(match.group(1)) == 0:
         raise ConfigError(f"store {store!r}: duration {text!r} must look like 1h, 15m, 30s")

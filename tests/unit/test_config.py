@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.config import ConfigError, load
+from contracts.project import ConfigError, load
 
 BASE = """
 [cluster]

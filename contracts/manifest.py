@@ -1,0 +1,108 @@
+"""The manifest: which version of each partition is current, written by the pipeline to the
+snapshot store and read by every node.
+
+    {"format": 1,
+     "partitions": {"<p>": {"version", "path", "sha256", "size", "position": {topic: offset},
+                            "created_ms"}},
+     "log_end": {"<topic>": {"<p>": offset}},
+     "stores_digest": "...", "updated_ms": ...}
+
+It is replaced atomically (write_manifest), so a reader sees the old one or the new one.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from contracts.durable import fsync_dir
+from contracts.snapshot_file import FORMAT, FormatError, check_format
+
+FILE_NAME = "manifest.json"
+
+
+@dataclass(frozen=True)
+class PartitionEntry:
+    version: int
+    path: str  # relative to the store
+    sha256: str
+    size: int
+    position: dict[str, int]  # topic -> next offset to read
+    created_ms: int
+
+
+@dataclass(frozen=True)
+class Manifest:
+    partitions: dict[int, PartitionEntry] = field(default_factory=dict)
+    log_end: dict[str, dict[int, int]] = field(default_factory=dict)  # what the pipeline saw
+    stores_digest: str | None = None
+    updated_ms: int = 0
+
+    def to_json(self) -> bytes:
+        body = {
+            "format": FORMAT,
+            "partitions": {str(p): vars(e) for p, e in sorted(self.partitions.items())},
+            "log_end": {
+                t: {str(p): o for p, o in ends.items()} for t, ends in self.log_end.items()
+            },
+            "stores_digest": self.stores_digest,
+            "updated_ms": self.updated_ms,
+        }
+        return orjson.dumps(body, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> Manifest:
+        """Parse and check a manifest; FormatError when it is not one this version reads."""
+        try:
+            body = orjson.loads(raw)
+            if not isinstance(body, dict):
+                raise FormatError("the manifest is not a JSON object")
+            check_format(body.get("format"), "the manifest")
+            return cls(
+                partitions={int(p): _entry(e) for p, e in body["partitions"].items()},
+                log_end={
+                    str(t): {int(p): int(o) for p, o in ends.items()}
+                    for t, ends in body["log_end"].items()
+                },
+                stores_digest=body.get("stores_digest"),
+                updated_ms=int(body.get("updated_ms", 0)),
+            )
+        except FormatError:
+            raise
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise FormatError(f"the manifest is malformed: {exc!r}") from exc
+
+
+def _entry(raw: dict[str, Any]) -> PartitionEntry:
+    return PartitionEntry(
+        version=int(raw["version"]),
+        path=str(raw["path"]),
+        sha256=str(raw["sha256"]),
+        size=int(raw["size"]),
+        position={str(t): int(o) for t, o in raw["position"].items()},
+        created_ms=int(raw["created_ms"]),
+    )
+
+
+def read_manifest(store_dir: Path) -> Manifest:
+    """The store's manifest; an empty one when nothing was published yet."""
+    try:
+        return Manifest.from_json((store_dir / FILE_NAME).read_bytes())
+    except FileNotFoundError:
+        return Manifest()
+
+
+def write_manifest(store_dir: Path, manifest: Manifest) -> None:
+    """Replace the manifest atomically: readers see the old one or the new one."""
+    store_dir.mkdir(parents=True, exist_ok=True)
+    tmp = store_dir / f".{FILE_NAME}.{os.getpid()}.tmp"
+    with open(tmp, "wb") as fh:
+        fh.write(manifest.to_json())
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, store_dir / FILE_NAME)
+    fsync_dir(store_dir)

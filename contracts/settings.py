@@ -1,0 +1,106 @@
+"""Settings: one table of every tunable, with its type, default, lower bound and meaning.
+
+The `[settings]` table of the project file overrides any of them; anything else in it (an
+unknown name, a wrong type, a value out of range) is a SettingsError naming the entry. The
+README's settings table is generated from this one (`stategate settings`; a test compares).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+class SettingsError(ValueError):
+    """One entry of [settings] is wrong; the message names it."""
+
+
+def _setting(default: Any, help: str, minimum: float | None = None) -> Any:
+    return field(default=default, metadata={"help": help, "minimum": minimum})
+
+
+@dataclass(frozen=True)
+class Settings:
+    default_page_size: int = _setting(100, "`first` of a scan when not given", 1)
+    max_page_size: int = _setting(
+        1000, "largest `first`; also the most windows one window query returns", 1
+    )
+    max_keys_per_request: int = _setting(
+        10_000, "most keys of one batch field, and most aliases in a request", 1
+    )
+    max_request_bytes: int = _setting(
+        4_000_000,
+        "largest GraphQL request body; a larger one is refused (413) before it is read whole",
+        1024,
+    )
+    max_query_depth: int = _setting(8, "deepest nesting of a GraphQL document's selections", 2)
+    internal_timeout_s: float = _setting(
+        2.0, "timeout of one internal call; a dead node costs at most this", 0.01
+    )
+    health_interval_s: float = _setting(
+        1.0, "how often a node polls its peers' liveness and positions", 0.05
+    )
+    sync_interval_s: float = _setting(
+        2.0, "how often a node checks the snapshot store for new versions", 0.05
+    )
+    sync_max_backoff_s: float = _setting(
+        60.0, "longest wait before a version that failed to install is fetched again", 0.05
+    )
+    keep_alive_s: float = _setting(
+        30.0,
+        "how long a node keeps an idle connection open; its own pooled connections to "
+        "peers expire after a third of that, so it never reuses one a peer is closing",
+        1,
+    )
+    peer_connections: int = _setting(64, "most connections a node opens to its peers", 1)
+    query_threads: int = _setting(
+        4, "threads answering sub-queries on a node (DuckDB releases the GIL)", 1
+    )
+    duckdb_threads: int = _setting(2, "threads of a node's DuckDB instance", 1)
+    duckdb_memory_limit: str = _setting("1GB", "DuckDB's memory limit on a node")
+    document_cache_size: int = _setting(
+        256, "parsed and validated GraphQL documents a node keeps", 0
+    )
+    log_level: str = _setting("info", f"a node's log level: {', '.join(LOG_LEVELS)}")
+
+    def __post_init__(self) -> None:
+        for item in fields(self):
+            value, minimum = getattr(self, item.name), item.metadata["minimum"]
+            if minimum is not None and value < minimum:
+                raise SettingsError(f"settings.{item.name} must be at least {minimum}, not {value}")
+        if self.default_page_size > self.max_page_size:
+            raise SettingsError("settings.default_page_size must not exceed max_page_size")
+        if self.log_level not in LOG_LEVELS:
+            raise SettingsError(f"settings.log_level must be one of {', '.join(LOG_LEVELS)}")
+
+    @property
+    def peer_pool_expiry_s(self) -> float:
+        return self.keep_alive_s / 3
+
+    @classmethod
+    def parse(cls, raw: object) -> Settings:
+        if not isinstance(raw, dict):
+            raise SettingsError("[settings] must be a table")
+        known = {item.name: item for item in fields(cls)}
+        values: dict[str, Any] = {}
+        for name, value in raw.items():
+            if name not in known:
+                raise SettingsError(f"settings.{name} is not a setting (see the README's table)")
+            values[name] = _typed(name, value, type(known[name].default))
+        return cls(**values)
+
+
+def table() -> list[tuple[str, object, str]]:
+    """(name, default, meaning) of every setting, in order."""
+    return [(item.name, item.default, item.metadata["help"]) for item in fields(Settings)]
+
+
+def _typed(name: str, value: object, expected: type) -> object:
+    if expected is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, expected) or isinstance(value, bool):
+        kind = {int: "an integer", float: "a number", str: "a string"}[expected]
+        raise SettingsError(f"settings.{name} must be {kind}, not {value!r}")
+    return value

@@ -1,0 +1,77 @@
+"""A node's HTTP endpoints besides GraphQL: /internal/* for peers and the pipeline (cluster
+secret required), /cluster for smart clients and proxies, /health.
+
+Errors share one shape, contracts.errors.error_document: UNAUTHENTICATED (401), BAD_REQUEST
+(400) for a body that is not the internal protocol, STORE_UNREACHABLE (502).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from contracts.auth import SECRET_HEADER, is_authentic
+from contracts.errors import error_document
+from gateway.node import GatewayNode
+from gateway.protocol import ProtocolError, decode_request, encode_answers
+from gateway.sync import StoreUnreachable
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+def error_response(status: int, code: str, message: str) -> Response:
+    return JSONResponse(error_document(code, message), status_code=status)
+
+
+def node_routes(node: GatewayNode) -> list[Route]:
+    secret = node.project.cluster.secret
+
+    def internal(endpoint: Endpoint) -> Endpoint:
+        async def checked(request: Request) -> Response:
+            if not is_authentic(request.headers.get(SECRET_HEADER), secret):
+                return error_response(
+                    401, "UNAUTHENTICATED", f"{SECRET_HEADER} is missing or wrong"
+                )
+            return await endpoint(request)
+
+        return checked
+
+    async def query(request: Request) -> Response:
+        try:
+            subqueries = decode_request(await request.body())
+        except ProtocolError as exc:
+            return error_response(400, "BAD_REQUEST", f"not the internal protocol: {exc}")
+        node.internal_requests += 1
+        answers = await node.execute_local(subqueries)
+        return Response(encode_answers(answers), media_type="application/json")
+
+    async def status(request: Request) -> Response:
+        return Response(node.status().to_json(), media_type="application/json")
+
+    async def sync(request: Request) -> Response:
+        try:
+            installed = await node.sync.run_once(force=True)
+        except StoreUnreachable as exc:
+            return error_response(502, "STORE_UNREACHABLE", f"the snapshot store: {exc}")
+        body = {"node": node.id, "installed": installed, "errors": node.sync.errors}
+        return Response(
+            orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS), media_type="application/json"
+        )
+
+    async def cluster_map(request: Request) -> Response:
+        return Response(node.partition_map().to_json(), media_type="application/json")
+
+    async def health(request: Request) -> Response:
+        return JSONResponse({"node": node.id, "status": "ok"})
+
+    return [
+        Route("/cluster", cluster_map),
+        Route("/health", health),
+        Route("/internal/query", internal(query), methods=["POST"]),
+        Route("/internal/status", internal(status)),
+        Route("/internal/sync", internal(sync), methods=["POST"]),
+    ]

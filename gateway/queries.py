@@ -1,0 +1,97 @@
+"""The query kinds a partition answers, and the sub-queries and answers that carry them.
+
+A sub-query asks one partition of one store one query; its answer is rows, or a failure with
+one of contracts.errors.Failure's reasons. Rows are lists: key, [window start,] then the
+store's columns (Store.columns).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from contracts.errors import Failure
+from contracts.partitioner import Key
+
+Row = list[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Get:
+    """The rows of these keys (absent keys have none)."""
+
+    keys: tuple[Key, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class WindowsOfKey:
+    """One key's windows with start in [from_ms, to_ms], by start."""
+
+    key: Key
+    from_ms: int
+    to_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Range:
+    """Up to `limit` rows with low <= key <= high (each optional) and key > after, by key."""
+
+    low: Key | None
+    high: Key | None
+    limit: int
+    after: Key | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Prefix:
+    """Up to `limit` rows whose (string) key starts with prefix and is > after, by key."""
+
+    prefix: str
+    limit: int
+    after: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Windows:
+    """Up to `limit` windows of all keys with start in [from_ms, to_ms], after the
+    (key, window start) `after`, by (key, window start)."""
+
+    from_ms: int
+    to_ms: int
+    limit: int
+    after: tuple[Key, int] | None = None
+
+
+Query = Get | WindowsOfKey | Range | Prefix | Windows
+Scan = Range | Prefix | Windows
+
+
+@dataclass(frozen=True, slots=True)
+class SubQuery:
+    id: int
+    partition: int
+    store: str
+    query: Query
+    bound: dict[str, int] = field(default_factory=dict)  # topic -> offset, this partition
+    require_active: bool = False
+    max_age_ms: int | None = None  # the oldest snapshot the caller accepts
+
+
+@dataclass(slots=True)
+class Answer:
+    id: int
+    node: str  # "" when no replica was reached
+    rows: list[Row] | None = None
+    version: int = 0
+    offsets: dict[str, int] = field(default_factory=dict)
+    active: bool = False
+    failure: Failure | None = None
+    message: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None
+
+    def fail(self, failure: Failure, message: str) -> Answer:
+        self.failure, self.message = failure, message
+        return self

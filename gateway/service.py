@@ -1,0 +1,269 @@
+"""The query service: what a front end (the GraphQL resolvers) asks of the gateway, with typed
+inputs and typed, merged results.
+
+One RequestQueries per client request. Each call checks its input (coded GatewayErrors),
+hands a Work item to the request's batch through `load` (a request-scoped DataLoader, so all
+root fields of a request share one routed batch), merges the partitions' answers and
+returns a result carrying its Meta: how each partition answered, the merged position and the
+position its consistency token stands for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from contracts.errors import Failure, GatewayError, bad_input
+from contracts.partitioner import Key
+from contracts.positions import Position, decode_token, merge
+from contracts.project import Project, Store
+from gateway import cursors, merging
+from gateway.batching import Consistency, Outcome, Work
+from gateway.queries import Answer, Get, Prefix, Range, Row, Scan, SubQuery, Windows, WindowsOfKey
+
+Load = Callable[[Work], Awaitable[Outcome]]
+
+
+@dataclass(frozen=True)
+class Demand:
+    """A caller's freshness and replica demands, as given (checked by RequestQueries)."""
+
+    token: str | None = None
+    position: tuple[tuple[str, int, int], ...] = ()  # (topic, partition, offset)
+    require_active: bool = False
+    max_lag: int | None = None
+    max_age_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionOutcome:
+    partition: int
+    node: str | None  # None when no replica was reached
+    active: bool
+    version: int | None
+    offsets: dict[str, int]
+    failure: Failure | None
+    message: str | None
+
+
+@dataclass(frozen=True)
+class Meta:
+    partitions: list[PartitionOutcome]
+    position: Position  # merged over the partitions that answered
+    token: Position  # what the result's consistency token stands for (bound included)
+
+    @property
+    def failed(self) -> int:
+        return sum(1 for p in self.partitions if p.failure is not None)
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    key: Key
+    partition: int
+    row: Row | None
+    failure: Failure | None  # set when the key's partition could not answer
+
+
+@dataclass(frozen=True)
+class Lookup:
+    entries: list[Entry]  # aligned with the keys asked
+    meta: Meta
+
+
+@dataclass(frozen=True)
+class KeyWindows:
+    key: Key
+    partition: int
+    rows: list[Row]
+    failure: Failure | None
+    meta: Meta
+
+
+@dataclass(frozen=True)
+class Page:
+    rows: list[Row]
+    has_next: bool
+    end_cursor: str | None
+    meta: Meta
+
+
+@dataclass
+class RequestQueries:
+    project: Project
+    load: Load
+    tokens: list[Position] = field(default_factory=list)  # one per result
+
+    def response_token(self) -> Position:
+        """What the whole response's consistency token stands for."""
+        return merge(self.tokens)
+
+    async def lookup(self, store: Store, keys: list[Key], demand: Demand | None) -> Lookup:
+        limit = self.project.settings.max_keys_per_request
+        if len(keys) > limit:
+            raise GatewayError(
+                "TOO_MANY_KEYS",
+                f"{len(keys)} keys asked, the limit is {limit} (max_keys_per_request)",
+            )
+        outcome = await self._load(store, Get(tuple(keys)), (), demand)
+        rows = merging.lookup(outcome.parts)
+        answers: dict[Key, tuple[SubQuery, Answer]] = {
+            key: (q, a)
+            for q, a in outcome.parts
+            if isinstance(q.query, Get)
+            for key in q.query.keys
+        }
+        entries = []
+        for key in keys:
+            q, answer = answers[key]
+            entries.append(Entry(key, q.partition, rows.get(key), answer.failure))
+        return Lookup(entries, self._meta(outcome))
+
+    async def windows_of_key(
+        self, store: Store, key: Key, from_ms: int, to_ms: int, demand: Demand | None
+    ) -> KeyWindows:
+        self._check_window_range(store, from_ms, to_ms, limit=True)
+        outcome = await self._load(store, WindowsOfKey(key, from_ms, to_ms), (), demand)
+        ((q, answer),) = outcome.parts
+        return KeyWindows(key, q.partition, answer.rows or [], answer.failure, self._meta(outcome))
+
+    async def range(
+        self,
+        store: Store,
+        low: Key | None,
+        high: Key | None,
+        first: int,
+        after: str | None,
+        partitions: list[int] | None,
+        demand: Demand | None,
+    ) -> Page:
+        if low is not None and high is not None and low > high:  # type: ignore[operator]
+            raise GatewayError("INVALID_RANGE", f"from {low!r} is after to {high!r}")
+        last = self._after(store, after, 1, first)
+        scan = Range(low, high, first + 1, None if last is None else last[0])
+        return await self._scan(store, scan, first, partitions, demand)
+
+    async def prefix(
+        self,
+        store: Store,
+        prefix: str,
+        first: int,
+        after: str | None,
+        partitions: list[int] | None,
+        demand: Demand | None,
+    ) -> Page:
+        last = self._after(store, after, 1, first)
+        scan = Prefix(prefix, first + 1, None if last is None else str(last[0]))
+        return await self._scan(store, scan, first, partitions, demand)
+
+    async def windows(
+        self,
+        store: Store,
+        from_ms: int,
+        to_ms: int,
+        first: int,
+        after: str | None,
+        partitions: list[int] | None,
+        demand: Demand | None,
+    ) -> Page:
+        self._check_window_range(store, from_ms, to_ms, limit=False)
+        last = self._after(store, after, 2, first)
+        start = None if last is None else (last[0], int(last[1]))
+        scan = Windows(from_ms, to_ms, first + 1, start)
+        return await self._scan(store, scan, first, partitions, demand)
+
+    async def _scan(
+        self,
+        store: Store,
+        scan: Scan,
+        first: int,
+        partitions: list[int] | None,
+        demand: Demand | None,
+    ) -> Page:
+        outcome = await self._load(store, scan, self._partitions(partitions), demand)
+        windowed = isinstance(scan, Windows)
+        rows, more = merging.page(outcome.parts, first, windowed)
+        end = None
+        if rows:
+            end = cursors.encode(store.name, rows[-1][:2] if windowed else rows[-1][:1])
+        return Page(rows, more, end, self._meta(outcome))
+
+    async def _load(
+        self,
+        store: Store,
+        query: Get | WindowsOfKey | Scan,
+        partitions: tuple[int, ...],
+        demand: Demand | None,
+    ) -> Outcome:
+        return await self.load(Work(store, query, partitions, self._consistency(demand)))
+
+    def _meta(self, outcome: Outcome) -> Meta:
+        replicas = self.project.cluster.replica_map
+        position = merging.merged_position(outcome.parts)
+        token = merge([outcome.work.consistency.bound, position])  # tokens only move forward
+        self.tokens.append(token)
+        partitions = [
+            PartitionOutcome(
+                partition=q.partition,
+                node=a.node or None,
+                active=bool(a.node) and replicas[q.partition][0] == a.node,
+                version=a.version or None,
+                offsets=a.offsets,
+                failure=a.failure,
+                message=a.message,
+            )
+            for q, a in outcome.parts
+        ]
+        return Meta(partitions, position, token)
+
+    def _after(self, store: Store, after: str | None, width: int, first: int) -> list[Key] | None:
+        maximum = self.project.settings.max_page_size
+        if not 1 <= first <= maximum:
+            raise GatewayError(
+                "PAGE_SIZE_OUT_OF_RANGE", f"first must be between 1 and {maximum}, not {first}"
+            )
+        return None if after is None else cursors.decode(store.name, store.key_type, after, width)
+
+    def _partitions(self, partitions: list[int] | None) -> tuple[int, ...]:
+        count = self.project.cluster.partitions
+        if partitions is None:
+            return tuple(range(count))
+        unknown = sorted({p for p in partitions if not 0 <= p < count})
+        if unknown:
+            raise GatewayError(
+                "UNKNOWN_PARTITION",
+                f"partitions {unknown} do not exist; this cluster has 0..{count - 1}",
+            )
+        return tuple(sorted(set(partitions)))
+
+    def _check_window_range(self, store: Store, from_ms: int, to_ms: int, limit: bool) -> None:
+        if from_ms > to_ms:
+            raise GatewayError("INVALID_RANGE", f"from ({from_ms} ms) is after to ({to_ms} ms)")
+        maximum = self.project.settings.max_page_size
+        count = (to_ms - from_ms) // store.window_advance_ms + 1
+        if limit and count > maximum:
+            raise GatewayError(
+                "WINDOW_RANGE_TOO_LARGE",
+                f"[from, to] spans {count} windows, the limit is {maximum} "
+                "(max_page_size); use the paginated All query",
+            )
+
+    def _consistency(self, demand: Demand | None) -> Consistency:
+        if demand is None:
+            return Consistency()
+        cluster = self.project.cluster
+        bound: Position = decode_token(demand.token) if demand.token else {}
+        for topic, partition, offset in demand.position:
+            if topic not in self.project.topics:
+                raise bad_input(f"position names unknown topic {topic!r}")
+            if not 0 <= partition < cluster.partitions:
+                raise GatewayError(
+                    "UNKNOWN_PARTITION",
+                    f"position names partition {partition}; "
+                    f"this cluster has 0..{cluster.partitions - 1}",
+                )
+            bound[(topic, partition)] = max(bound.get((topic, partition), 0), offset)
+        for name, value in (("maxLag", demand.max_lag), ("maxAgeMs", demand.max_age_ms)):
+            if value is not None and value < 0:
+                raise bad_input(f"{name} must not be negative, got {value}")
+        return Consistency(bound, demand.require_active, demand.max_lag, demand.max_age_ms)

@@ -1,0 +1,42 @@
+"""A node's ASGI app: the gateway's own endpoints plus the GraphQL API, and their lifecycle."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import Route
+
+from contracts.project import Project
+from gateway.body_limit import BodyLimit
+from gateway.http import node_routes
+from gateway.node import GatewayNode
+from resolvers.view import GraphQLView
+
+
+def create_app(project: Project, node_id: str) -> Starlette:
+    node = GatewayNode(project, node_id)
+
+    async def home(request: Request) -> Response:
+        return RedirectResponse("/graphql")
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await node.start()
+        yield
+        await node.stop()
+
+    graphql = BodyLimit(GraphQLView(node), project.settings.max_request_bytes)
+    app = Starlette(
+        routes=[
+            Route("/", home),
+            Route("/graphql", graphql, methods=["GET", "POST"]),
+            *node_routes(node),
+        ],
+        lifespan=lifespan,
+    )
+    app.state.node = node
+    return app

@@ -1,0 +1,178 @@
+"""`stategate`: run the demo, a node, the pipeline, the producer, the snapshot store; print
+the schema or the settings."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from importlib import metadata
+from pathlib import Path
+
+from contracts import eventlog
+from contracts import project as projects
+from contracts.partitioner import serialize_key
+from contracts.project import Project
+from contracts.settings import table
+from stategate import demo, logs
+
+Command = Callable[[Project, argparse.Namespace], int]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command == "demo":
+        return demo.run(Path(args.dir), args.customers, args.events, args.fresh, args.check)
+    if args.command == "settings":
+        return print_settings()
+    try:
+        project = projects.load(args.config)
+    except projects.ConfigError as exc:
+        print(f"stategate: {exc}", file=sys.stderr)
+        return 2
+    command: Command = COMMANDS[args.command]
+    return command(project, args)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="stategate", description=__doc__)
+    parser.add_argument("--version", action="version", version=metadata.version("stategate"))
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    run_demo = commands.add_parser(
+        "demo", help="generate bookings, run the pipeline, start 3 nodes"
+    )
+    run_demo.add_argument("--dir", default=".demo", help="the demo's folder (default .demo)")
+    run_demo.add_argument("--customers", type=int, default=50_000)
+    run_demo.add_argument("--events", type=int, default=250_000)
+    run_demo.add_argument("--fresh", action="store_true", help="delete the demo data first")
+    run_demo.add_argument("--check", action="store_true", help="run the example queries, stop")
+
+    node = commands.add_parser("node", help="serve one gateway node")
+    node.add_argument("--config", required=True)
+    node.add_argument("--node", required=True, help="the node id in the config")
+
+    pipeline = commands.add_parser("pipeline", help="compute and publish the state snapshots")
+    pipeline.add_argument("--config", required=True)
+    pipeline.add_argument("--master", help="Spark master URL (default: local[2])")
+    pipeline.add_argument("--no-notify", action="store_true", help="do not tell the nodes")
+
+    produce = commands.add_parser("produce", help="append JSON lines from stdin to a topic")
+    produce.add_argument("--config", required=True)
+    produce.add_argument("--topic", required=True)
+
+    store = commands.add_parser("store", help="serve the snapshot store to remote nodes")
+    store.add_argument("--config", required=True)
+    store.add_argument("--listen", default="0.0.0.0:8100", help="host:port (default 0.0.0.0:8100)")
+
+    schema = commands.add_parser("schema", help="print the GraphQL SDL of a project")
+    schema.add_argument("--config", default=str(demo.PROJECT_TEMPLATE))
+
+    commands.add_parser("settings", help="print the settings table (Markdown)")
+    return parser
+
+
+def run_node(project: Project, args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from stategate.app import create_app
+
+    logs.configure(args.node, project.settings.log_level)
+    host, port = project.cluster.node(args.node).address.rsplit(":", 1)
+    uvicorn.run(
+        create_app(project, args.node),
+        host=host,
+        port=int(port),
+        log_config=None,
+        log_level=project.settings.log_level,
+        access_log=False,
+        loop="uvloop",
+        http="httptools",
+        timeout_keep_alive=int(project.settings.keep_alive_s),
+    )
+    return 0
+
+
+def run_pipeline(project: Project, args: argparse.Namespace) -> int:
+    from spark_pipeline.job import run
+    from spark_pipeline.session import spark_session
+
+    logs.configure("pipeline", project.settings.log_level)
+    report = run(project, spark_session(args.master), notify=not args.no_notify)
+    print(json.dumps(report, indent=2, default=str))
+    return 0
+
+
+def run_produce(project: Project, args: argparse.Namespace) -> int:
+    topic = project.topics.get(args.topic)
+    if topic is None:
+        print(f"stategate: unknown topic {args.topic!r}", file=sys.stderr)
+        return 2
+    records = []
+    for number, line in enumerate(sys.stdin, 1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+            if not isinstance(item, dict):
+                raise TypeError("each line must be a JSON object with a key and a value")
+            serialize_key(item["key"], topic.key_type)
+            if not isinstance(item.get("value"), dict | None):
+                raise TypeError("value must be a JSON object or null (a tombstone)")
+            timestamp = item.get("timestamp")
+            if timestamp is None:
+                timestamp = eventlog.now_ms()
+            records.append(eventlog.Record(item["key"], item.get("value"), timestamp))
+        except (ValueError, KeyError, TypeError) as exc:
+            print(f"stategate: line {number}: {exc}; nothing was appended", file=sys.stderr)
+            return 2
+    counts = eventlog.produce(project.log_dir, topic, project.cluster.partitions, records)
+    print(json.dumps({"appended": sum(counts.values()), "partitions": counts}))
+    return 0
+
+
+def serve_store(project: Project, args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from spark_pipeline.store_server import create_store_app
+
+    logs.configure("store", project.settings.log_level)
+    host, port = args.listen.rsplit(":", 1)
+    uvicorn.run(
+        create_store_app(project),
+        host=host,
+        port=int(port),
+        log_config=None,
+        log_level=project.settings.log_level,
+        access_log=False,
+        timeout_keep_alive=int(project.settings.keep_alive_s),
+    )
+    return 0
+
+
+def print_schema(project: Project, args: argparse.Namespace) -> int:
+    from resolvers.schema import sdl
+
+    sys.stdout.write(sdl(project))
+    return 0
+
+
+def print_settings() -> int:
+    print("| setting | default | meaning |\n| --- | --- | --- |")
+    for name, default, meaning in table():
+        print(f"| `{name}` | {default} | {meaning} |")
+    return 0
+
+
+COMMANDS: dict[str, Command] = {
+    "node": run_node,
+    "pipeline": run_pipeline,
+    "produce": run_produce,
+    "schema": print_schema,
+    "store": serve_store,
+}
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,152 @@
+"""Local processes of a cluster: its nodes, a snapshot store server, or any other server that
+answers GET /health. What the demo, the tests and the benchmark share (on real machines each
+node is started with `stategate node` by its own supervisor)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import IO
+
+import httpx
+
+from contracts.auth import secret_headers
+from contracts.project import Project
+
+STOP_TIMEOUT_S = 15.0
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct loopback ports free right now."""
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def node_command(project: Project, node_id: str) -> list[str]:
+    return [sys.executable, "-m", "stategate.cli", "node", "--config", str(project.path),
+            "--node", node_id]  # fmt: skip
+
+
+def store_command(project: Project, listen: str) -> list[str]:
+    return [sys.executable, "-m", "stategate.cli", "store", "--config", str(project.path),
+            "--listen", listen]  # fmt: skip
+
+
+class Processes:
+    """Named server processes, each logging to `<logs>/<name>.log` (or to this terminal when
+    logs is None)."""
+
+    def __init__(self, logs: Path | None = None) -> None:
+        self.logs = logs
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self._files: dict[str, IO[bytes]] = {}
+
+    def log_path(self, name: str) -> Path | None:
+        return None if self.logs is None else self.logs / f"{name}.log"
+
+    def start(self, name: str, command: list[str], url: str, timeout_s: float = 60) -> None:
+        """Start a server and wait until GET {url}/health answers 200."""
+        output = None
+        path = self.log_path(name)
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            output = self._files[name] = open(path, "ab")  # noqa: SIM115 - closed in stop()
+        self.procs[name] = subprocess.Popen(
+            command,
+            stdout=output,
+            stderr=subprocess.STDOUT if output is not None else None,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        try:
+            wait_healthy(url, self.procs[name], timeout_s)
+        except RuntimeError as exc:
+            raise RuntimeError(f"{name}: {exc}\n{self.tail(name)}") from exc
+
+    def start_nodes(self, project: Project, node_ids: list[str] | None = None) -> None:
+        for node_id in node_ids or [n.id for n in project.cluster.nodes]:
+            self.start(node_id, node_command(project, node_id), project.cluster.node(node_id).url)
+
+    def pid(self, name: str) -> int:
+        return self.procs[name].pid
+
+    def kill(self, name: str) -> None:
+        """SIGKILL: the process dies without a word, as a crashed machine would."""
+        proc = self.procs.pop(name)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        self._close(name)
+
+    def stop(self, name: str) -> None:
+        proc = self.procs.pop(name)
+        if proc.poll() is None:
+            proc.terminate()
+        try:
+            proc.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+        self._close(name)
+
+    def stop_all(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.terminate()
+        for name in list(self.procs):
+            self.stop(name)
+
+    def tail(self, name: str, lines: int = 40) -> str:
+        path = self.log_path(name)
+        if path is None or not path.exists():
+            return ""
+        text = path.read_text(errors="replace").splitlines()[-lines:]
+        return f"--- {path.name}\n" + "\n".join(text)
+
+    def _close(self, name: str) -> None:
+        log = self._files.pop(name, None)
+        if log is not None:
+            log.close()
+
+
+def wait_healthy(
+    url: str, proc: subprocess.Popen[bytes] | None = None, timeout_s: float = 60
+) -> None:
+    """Wait until GET {url}/health answers 200; fail early if the process exits."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"the process serving {url} exited with {proc.returncode}")
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{url} did not come up in {timeout_s} s")
+
+
+def wait_serving(project: Project, node_ids: list[str], timeout_s: float = 60) -> None:
+    """Wait until every node serves every partition it hosts, then one membership poll, so
+    that each has seen its peers' positions."""
+    deadline = time.monotonic() + timeout_s
+    pending = set(node_ids)
+    headers = secret_headers(project.cluster.secret)
+    while pending and time.monotonic() < deadline:
+        for node_id in sorted(pending):
+            url = f"{project.cluster.node(node_id).url}/internal/status"
+            serving = httpx.get(url, headers=headers, timeout=5).json()["partitions"]
+            if {int(p) for p in serving} >= set(project.cluster.hosted_by(node_id)):
+                pending.discard(node_id)
+        time.sleep(0.2)
+    if pending:
+        raise RuntimeError(f"nodes {sorted(pending)} do not serve all their partitions")
+    time.sleep(1.5 * project.settings.health_interval_s)
