@@ -1,10 +1,10 @@
 """The packages import in one direction; a test that walks every import keeps it so.
 
-    contracts        the shared formats and vocabulary: imports none of ours
-    gateway          a node's query service, routing, storage: contracts
-    spark_pipeline   the pipeline: contracts
-    resolvers        the GraphQL schema over the query service: gateway, contracts
-    stategate        composition (CLI, demo, the ASGI app): any of them
+contracts        the shared formats and vocabulary: imports none of ours
+gateway          a node's query service, routing, storage: contracts
+spark_pipeline   the pipeline: contracts
+resolvers        the GraphQL schema over the query service: gateway, contracts
+stategate        composition (CLI, demo, the ASGI app): any of them
 """
 
 from __future__ import annotations
