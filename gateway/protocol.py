@@ -61,7 +61,9 @@ def decode_answers(body: bytes) -> list[Answer]:
         if rows is not None and not all(isinstance(r, list) for r in _array(rows, "rows")):
             raise ProtocolError("rows must be arrays")
         failure = item[6]
-        if failure is not None and failure not in Failure.__members__:
+        if failure is not None and (
+            not isinstance(failure, str) or failure not in Failure.__members__
+        ):
             raise ProtocolError(f"unknown failure {failure!r}")
         answers.append(
             Answer(
