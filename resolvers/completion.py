@@ -48,7 +48,11 @@ class PlainRecordExecutionContext(StrawberryGraphQLCoreExecutionContext):
         if not isinstance(result, Exception):
             plan = self._plan(return_type, field_details_list)
             if plan is not None:
-                return plan(result)
+                try:
+                    return plan(result)
+                except Exception:  # noqa: BLE001 - a value the schema refuses somewhere below:
+                    pass  # graphql-core's own path reports it at its field and nulls as little
+
         return super().complete_value(
             return_type, field_details_list, info, path, result, position_context
         )
