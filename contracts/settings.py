@@ -7,6 +7,7 @@ README's settings table is generated from this one (`stategate settings`; a test
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -68,7 +69,9 @@ class Settings:
     def __post_init__(self) -> None:
         for item in fields(self):
             value, minimum = getattr(self, item.name), item.metadata["minimum"]
-            if minimum is not None and value < minimum:
+            if isinstance(value, float) and not math.isfinite(value):
+                raise SettingsError(f"settings.{item.name} must be a finite number, not {value}")
+            if minimum is not None and not value >= minimum:
                 raise SettingsError(f"settings.{item.name} must be at least {minimum}, not {value}")
         if self.default_page_size > self.max_page_size:
             raise SettingsError("settings.default_page_size must not exceed max_page_size")
