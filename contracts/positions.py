@@ -49,13 +49,15 @@ def encode_token(position: Position) -> str:
 def decode_token(token: str) -> Position:
     try:
         body = opaque.decode(token)
-        if not isinstance(body, dict) or body.get("v") != TOKEN_VERSION:
+        if not isinstance(body, dict) or type(body.get("v")) is not int:
+            raise ValueError("not a token")
+        if body["v"] != TOKEN_VERSION:
             raise ValueError("unknown token version")
-        tree = body["p"]
+        tree = body.get("p")
         if not isinstance(tree, dict) or not all(isinstance(v, dict) for v in tree.values()):
             raise ValueError("no position in it")
         return {
-            (str(topic), int(p)): _offset(offset)
+            (str(topic), _partition(p)): _offset(offset)
             for topic, parts in tree.items()
             for p, offset in parts.items()
         }
@@ -63,6 +65,12 @@ def decode_token(token: str) -> Position:
         raise GatewayError(
             "BAD_CONSISTENCY_TOKEN", f"consistency token is not one this gateway issued: {exc}"
         ) from exc
+
+
+def _partition(text: str) -> int:
+    if not (text.isascii() and text.isdigit()) or (text != "0" and text.startswith("0")):
+        raise ValueError(f"partition {text!r} is not a partition number")
+    return int(text)
 
 
 def _offset(value: object) -> int:
