@@ -1,0 +1,198 @@
+"""The [settings] table: every default parses back, every wrong entry is refused with a message
+naming `settings.<name>`, and the README documents exactly these settings."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from contracts.project import ConfigError, load
+from contracts.settings import Settings, SettingsError, table
+from tests.projects import write_project
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+FIELDS = {item.name: item for item in fields(Settings)}
+DEFAULTS: dict[str, Any] = {name: getattr(Settings(), name) for name in FIELDS}
+NUMBERS = [name for name, item in FIELDS.items() if type(item.default) in (int, float)]
+INTS = [name for name, item in FIELDS.items() if type(item.default) is int]
+FLOATS = [name for name, item in FIELDS.items() if type(item.default) is float]
+STRINGS = [name for name, item in FIELDS.items() if type(item.default) is str]
+BOUNDED = [name for name, item in FIELDS.items() if item.metadata["minimum"] is not None]
+
+
+def refused(raw: dict[str, Any], name: str) -> str:
+    with pytest.raises(SettingsError) as caught:
+        Settings.parse(raw)
+    message = str(caught.value)
+    assert f"settings.{name}" in message
+    return message
+
+
+def test_the_setting_kinds_cover_every_field() -> None:
+    assert sorted(INTS + FLOATS + STRINGS) == sorted(FIELDS)
+    assert INTS and FLOATS and STRINGS and BOUNDED
+
+
+def test_an_empty_table_gives_the_defaults() -> None:
+    assert Settings.parse({}) == Settings()
+
+
+def test_every_default_given_explicitly_parses_to_the_defaults() -> None:
+    explicit = {name: default for name, default, _ in table()}
+    assert Settings.parse(explicit) == Settings()
+
+
+@pytest.mark.parametrize("name", list(FIELDS))
+def test_each_default_given_alone_parses_to_the_defaults(name: str) -> None:
+    assert Settings.parse({name: DEFAULTS[name]}) == Settings()
+
+
+def test_the_table_lists_every_field_in_order_with_its_default_and_meaning() -> None:
+    rows = table()
+    assert [name for name, _, _ in rows] == list(FIELDS)
+    assert [default for _, default, _ in rows] == [getattr(Settings(), n) for n in FIELDS]
+    assert all(isinstance(meaning, str) and meaning for _, _, meaning in rows)
+
+
+@pytest.mark.parametrize("name", ["nope", "defaultPageSize", "DEFAULT_PAGE_SIZE", ""])
+def test_an_unknown_setting_is_refused_by_name(name: str) -> None:
+    refused({name: 1}, name)
+
+
+def test_a_table_that_is_not_a_table_is_refused() -> None:
+    not_tables: list[object] = [[], "x", 1, None]
+    for raw in not_tables:
+        with pytest.raises(SettingsError, match=r"\[settings\]"):
+            Settings.parse(raw)
+
+
+@pytest.mark.parametrize("name", NUMBERS)
+@pytest.mark.parametrize("value", [True, False, "10", "1GB", None, [1], {"a": 1}])
+def test_a_number_setting_refuses_values_that_are_not_numbers(name: str, value: object) -> None:
+    refused({name: value}, name)
+
+
+@pytest.mark.parametrize("name", INTS)
+def test_an_integer_setting_refuses_a_fraction(name: str) -> None:
+    refused({name: DEFAULTS[name] + 0.5}, name)
+
+
+@pytest.mark.parametrize("name", FLOATS)
+def test_a_number_setting_takes_an_integer_as_a_float(name: str) -> None:
+    value = math.ceil(DEFAULTS[name])
+    parsed = getattr(Settings.parse({name: value}), name)
+    assert parsed == value and type(parsed) is float
+
+
+@pytest.mark.parametrize("name", STRINGS)
+@pytest.mark.parametrize("value", [1, 1.5, True, None, ["info"]])
+def test_a_string_setting_refuses_values_that_are_not_strings(name: str, value: object) -> None:
+    refused({name: value}, name)
+
+
+@pytest.mark.parametrize("name", BOUNDED)
+def test_a_value_below_the_minimum_is_refused(name: str) -> None:
+    minimum = FIELDS[name].metadata["minimum"]
+    below = minimum - 1 if name in INTS else minimum / 2
+    message = refused({name: below}, name)
+    assert str(minimum) in message
+
+
+@pytest.mark.parametrize("name", BOUNDED)
+def test_the_minimum_itself_is_accepted(name: str) -> None:
+    minimum = FIELDS[name].metadata["minimum"]
+    raw: dict[str, Any] = {name: minimum}
+    if name == "max_page_size":
+        raw["default_page_size"] = minimum  # the default page must fit in the largest
+    assert getattr(Settings.parse(raw), name) == minimum
+
+
+def test_a_nan_is_refused_for_every_bounded_number() -> None:
+    # TOML has `nan`; NaN compares false with everything, so `value < minimum` lets it in.
+    bounded_floats = [name for name in FLOATS if name in BOUNDED]
+    assert bounded_floats
+    accepted = []
+    for name in bounded_floats:
+        try:
+            Settings.parse({name: math.nan})
+        except SettingsError as exc:
+            assert f"settings.{name}" in str(exc)
+        else:
+            accepted.append(name)
+    assert accepted == []
+
+
+def test_the_default_page_must_not_exceed_the_largest_page() -> None:
+    refused({"default_page_size": 11, "max_page_size": 10}, "default_page_size")
+    assert Settings.parse({"default_page_size": 10, "max_page_size": 10}).max_page_size == 10
+
+
+def test_an_unknown_log_level_is_refused() -> None:
+    refused({"log_level": "verbose"}, "log_level")
+    assert Settings.parse({"log_level": "debug"}).log_level == "debug"
+
+
+# --- in the project file ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("entry", "name"),
+    [
+        ("nope = 1", "nope"),
+        ("max_page_size = true", "max_page_size"),
+        ('default_page_size = "5"', "default_page_size"),
+        ("query_threads = 0", "query_threads"),
+        ("internal_timeout_s = 0.001", "internal_timeout_s"),
+        ("log_level = 3", "log_level"),
+    ],
+)
+def test_a_bad_settings_entry_in_the_project_file_names_the_file_and_the_setting(
+    tmp_path: Path, entry: str, name: str
+) -> None:
+    path = write_project(tmp_path, [1, 2])
+    path.write_text(path.read_text() + f"\n[settings]\n{entry}\n")
+    with pytest.raises(ConfigError) as caught:
+        load(path)
+    message = str(caught.value)
+    assert message.startswith(f"{path.resolve()}: ")
+    assert f"settings.{name}" in message
+
+
+def test_good_settings_in_the_project_file_are_applied(tmp_path: Path) -> None:
+    path = write_project(tmp_path, [1, 2])
+    path.write_text(path.read_text() + "\n[settings]\nmax_page_size = 500\nkeep_alive_s = 3\n")
+    settings = load(path).settings
+    assert (settings.max_page_size, settings.keep_alive_s) == (500, 3.0)
+    assert settings.peer_pool_expiry_s == pytest.approx(1.0)
+
+
+# --- the README -------------------------------------------------------------------------
+
+
+def settings_rows(text: str) -> list[tuple[str, str]]:
+    """(name, default) of every row of the settings table of a README, in order."""
+    heading = "### Settings"
+    section = text[text.index(heading) + len(heading) :]
+    end = re.search(r"^#", section, flags=re.MULTILINE)
+    section = section if end is None else section[: end.start()]
+    return re.findall(r"^\| `(\w+)` \| ([^|]*?) \| [^\n]*\|[ \t]*$", section, flags=re.MULTILINE)
+
+
+def test_the_settings_row_parser_reads_only_the_settings_section() -> None:
+    text = (
+        "| `outside` | 1 | before |\n### Settings\n\n| setting | default | meaning |\n"
+        "| --- | --- | --- |\n| `a` | 100 | x, y |\n| `b` | 1GB | z |\n\n## Next\n| `c` | 2 | w |\n"
+    )
+    assert settings_rows(text) == [("a", "100"), ("b", "1GB")]
+
+
+def test_the_readme_lists_every_setting_in_order_with_its_default() -> None:
+    documented = settings_rows(README.read_text())
+    expected = [(name, str(default)) for name, default, _ in table()]
+    assert [n for n, _ in documented] == [n for n, _ in expected]
+    assert documented == expected
