@@ -1,4 +1,5 @@
-"""Answering sub-queries from this node's snapshots: one SQL statement per sub-query.
+"""Answering sub-queries from this node's snapshots: lookups from the in-memory tables,
+everything else with one SQL statement per sub-query.
 
 Snapshots are sorted by key (and window start), so every statement below is a range
 predicate DuckDB prunes with zone maps, and a scan reads only its page plus one row.
@@ -13,16 +14,24 @@ import duckdb
 
 from contracts.errors import Failure
 from contracts.positions import satisfies
-from contracts.project import Aggregate, Project, Store
+from contracts.project import Project, Store
 from gateway.queries import Answer, Get, Prefix, Query, Range, Row, SubQuery, Windows, WindowsOfKey
+from gateway.row_select import columns
 from gateway.snapshots import Snapshot, SnapshotCatalog
 
 
 def execute(
     catalog: SnapshotCatalog, project: Project, node_id: str, subqueries: list[SubQuery]
 ) -> list[Answer]:
-    """Run a batch of sub-queries on this node (blocking: call it from a worker thread)."""
+    """Run a batch of sub-queries on this node (blocking unless all are in_memory)."""
     return [_answer(catalog, project, node_id, q) for q in subqueries]
+
+
+def in_memory(catalog: SnapshotCatalog, q: SubQuery) -> bool:
+    """Whether a sub-query is a lookup the current snapshot answers from memory (so it can
+    run on the event loop: microseconds, no thread hop)."""
+    snapshot = catalog.get(q.partition)
+    return isinstance(q.query, Get) and snapshot is not None and q.store in snapshot.tables
 
 
 def _answer(catalog: SnapshotCatalog, project: Project, node_id: str, q: SubQuery) -> Answer:
@@ -51,27 +60,15 @@ def _answer(catalog: SnapshotCatalog, project: Project, node_id: str, q: SubQuer
                     f"partition {q.partition} on {node_id} is a snapshot {age_ms} ms old, "
                     f"maxAgeMs is {q.max_age_ms}",
                 )
+        table = snapshot.tables.get(store.name)
+        if table is not None and isinstance(q.query, Get):
+            answer.rows = table.get(q.query.keys)
+            return answer
         try:
             answer.rows = run(catalog.cursor(), snapshot, store, q.query)
         except duckdb.Error as exc:
             return answer.fail(Failure.STORE_EXCEPTION, f"{type(exc).__name__}: {exc}")
     return answer
-
-
-def columns(store: Store) -> list[str]:
-    """The SELECT list of one row: key, [window_start,] then Store.columns."""
-    window = ['"window_start"'] if store.kind == "window" else []
-    if store.kind == "table":
-        return ['"key"', *window, *(f'"{name}"' for name in store.columns)]
-    return ['"key"', *window, *(_aggregate_sql(a) for a in store.aggregates)]
-
-
-def _aggregate_sql(aggregate: Aggregate) -> str:
-    """An aggregate's value from what its snapshot keeps (Aggregate.parts)."""
-    if aggregate.func != "avg":
-        return f'"{aggregate.name}"'
-    total, count = aggregate.parts()
-    return f'CAST("{total.name}" AS DOUBLE) / NULLIF("{count.name}", 0) AS "{aggregate.name}"'
 
 
 def run(

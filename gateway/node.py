@@ -31,7 +31,7 @@ class GatewayNode:
         settings = project.settings
         self.catalog = SnapshotCatalog(
             self.config.data_dir / "snapshots",
-            list(project.stores),
+            list(project.stores.values()),
             threads=settings.duckdb_threads,
             memory=settings.duckdb_memory_limit,
         )
@@ -68,8 +68,10 @@ class GatewayNode:
         self.catalog.close()
 
     async def execute_local(self, subqueries: list[SubQuery]) -> list[Answer]:
-        """Answer sub-queries from this node's snapshots, one pool task per partition (DuckDB
-        releases the GIL, so partitions run in parallel)."""
+        """Answer sub-queries from this node's snapshots: in-memory lookups at once, the rest
+        one pool task per partition (DuckDB releases the GIL, so partitions run in parallel)."""
+        if all(execution.in_memory(self.catalog, q) for q in subqueries):
+            return execution.execute(self.catalog, self.project, self.id, subqueries)
         loop = asyncio.get_running_loop()
         by_partition: dict[int, list[SubQuery]] = {}
         for q in subqueries:

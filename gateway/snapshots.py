@@ -1,5 +1,5 @@
 """The node's snapshot files: one DuckDB hub connection, one read-only ATTACH per
-(partition, version), a cursor per thread.
+(partition, version), a cursor per thread, and each keyed store's rows in memory for lookups.
 
 A query leases the partition's current snapshot; installing a new version switches the
 pointer at once and retires the old one, which is detached and deleted when its last lease
@@ -13,11 +13,12 @@ import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
 
+from contracts.project import Store
 from contracts.snapshot_file import (
     POSITION_TABLE,
     SNAPSHOT_TABLE,
@@ -26,6 +27,7 @@ from contracts.snapshot_file import (
     partition_folder,
     version_of,
 )
+from gateway.lookup_table import LookupTable
 
 log = logging.getLogger(__name__)
 
@@ -42,12 +44,13 @@ class Snapshot:
     alias: str
     offsets: dict[str, int]  # topic -> next offset to read
     created_ms: int
+    tables: dict[str, LookupTable] = field(default_factory=dict)  # keyed stores, in memory
     leases: int = 0
     retired: bool = False
 
 
 class SnapshotCatalog:
-    def __init__(self, folder: Path, stores: list[str], threads: int, memory: str) -> None:
+    def __init__(self, folder: Path, stores: list[Store], threads: int, memory: str) -> None:
         self.folder = folder
         self.folder.mkdir(parents=True, exist_ok=True)
         self._stores = stores
@@ -85,6 +88,7 @@ class SnapshotCatalog:
             raise SnapshotError(f"cannot open {path.name}: {exc}") from exc
         try:
             snapshot = self._inspect(cursor, partition, version, path, alias)
+            snapshot.tables = self._load_tables(cursor, alias)
         except (duckdb.Error, SnapshotError, FormatError) as exc:
             cursor.execute(f"DETACH {alias}")
             raise SnapshotError(
@@ -124,13 +128,24 @@ class SnapshotCatalog:
                 "SELECT table_name FROM duckdb_tables() WHERE database_name = ?", [alias]
             ).fetchall()
         }
-        missing = [s for s in self._stores if s not in tables]
+        missing = [s.name for s in self._stores if s.name not in tables]
         if missing:
             raise SnapshotError(f"stores {missing} are missing")
         offsets = dict(
             cursor.execute(f'SELECT topic, "offset" FROM {alias}.{POSITION_TABLE}').fetchall()
         )
         return Snapshot(partition, version, path, alias, offsets, int(row[2]))
+
+    def _load_tables(self, cursor: duckdb.DuckDBPyConnection, alias: str) -> dict[str, LookupTable]:
+        loaded = {}
+        for store in self._stores:
+            if store.kind != "window":
+                table = LookupTable.load(cursor, alias, store)
+                if table is None:
+                    log.info("%s: keys too wide for the in-memory index", store.name)
+                else:
+                    loaded[store.name] = table
+        return loaded
 
     @contextmanager
     def lease(self, partition: int) -> Iterator[Snapshot | None]:

@@ -276,7 +276,7 @@ def test_a_damaged_version_waits_for_a_backoff_before_it_is_fetched_again(
     path = store / entries[str(damaged)]["path"]
     intact = path.read_bytes()
     path.write_bytes(intact[: len(intact) // 2])
-    catalog = SnapshotCatalog(tmp_path / "node1", list(project.stores), 1, "256MB")
+    catalog = SnapshotCatalog(tmp_path / "node1", list(project.stores.values()), 1, "256MB")
 
     async def main() -> None:
         peers = PeerClient(project.cluster.secret, project.settings)
@@ -314,7 +314,7 @@ def test_a_node_starts_on_the_newest_file_that_opens(served: Served, tmp_path: P
     shutil.copyfile(Path(served.project.snapshot_store) / entry["path"], older)
     broken = folder / relative_path(partition, entry["version"] + 1)
     broken.write_bytes(b"not a duckdb file" * 100)
-    catalog = SnapshotCatalog(folder, list(served.project.stores), 1, "256MB")
+    catalog = SnapshotCatalog(folder, list(served.project.stores.values()), 1, "256MB")
     try:
         catalog.open_existing([partition])
         assert catalog.version(partition) == entry["version"]

@@ -16,7 +16,7 @@ from contracts import eventlog
 from contracts.manifest import Manifest, PartitionEntry, read_manifest, write_manifest
 from contracts.project import Project, load
 from contracts.snapshot_file import relative_path as snapshot_path
-from gateway.execution import columns
+from gateway.row_select import columns
 from spark_pipeline.job import run
 from spark_pipeline.plan import LogBehindError, plan_run
 from spark_pipeline.publish import notify_nodes, prune

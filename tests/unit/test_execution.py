@@ -17,6 +17,7 @@ from contracts.errors import Failure
 from contracts.project import Project, Store, load
 from contracts.snapshot_file import columns as stored_columns
 from gateway import execution
+from gateway.lookup_table import MAX_KEY_BYTES, LookupTable
 from gateway.queries import Get, Prefix, Query, Range, Row, SubQuery, Windows, WindowsOfKey
 from gateway.snapshots import Snapshot
 from tests.projects import write_project
@@ -379,3 +380,31 @@ def test_execute_refuses_a_standby_when_the_active_replica_is_required(fx: Fixtu
     q = SubQuery(0, 0, TABLE, Get(("a",)), require_active=True)
     assert answer(fx, q, snapshot_at({}), standby).failure is Failure.NOT_ACTIVE
     assert answer(fx, q, snapshot_at({}), active).ok
+
+
+@pytest.mark.parametrize("store", [TABLE, AGGREGATE])
+def test_the_in_memory_table_answers_lookups_like_the_sql(fx: Fixture, store: str) -> None:
+    table = LookupTable.load(fx.cursor, "snap", fx.project.stores[store])
+    assert table is not None and table.rows == len(fx.rows[store])
+    rng = random.Random(40)
+    probes = ["", "a\x00", "x" * (MAX_KEY_BYTES + 1), "\ud800", 2**70, -(2**70), 1.5]
+    for _ in range(200):
+        keys = tuple(candidate_key(rng, fx, store) for _ in range(rng.choice([1, 1, 2, 30])))
+        if rng.random() < 0.2:
+            keys += (rng.choice(probes),)
+        expected = [r for r in fx.rows[store] if r[0] in set(keys)]
+        assert by_key(table.get(keys)) == by_key(expected), keys
+
+
+@pytest.mark.parametrize("awkward", ["a\x00", "y" * (MAX_KEY_BYTES + 1)])
+def test_keys_the_index_cannot_hold_leave_the_store_to_duckdb(awkward: str, tmp_path: Path) -> None:
+    project = load(write_project(tmp_path, [1, 2, 3]))
+    store = project.stores[TABLE]
+    connection = duckdb.connect(":memory:")
+    connection.execute("ATTACH ':memory:' AS snap")
+    typed = stored_columns(store)
+    definitions = ", ".join(f'"{column}" {duck_type}' for column, duck_type in typed.items())
+    connection.execute(f'CREATE TABLE snap."{TABLE}" ({definitions})')
+    connection.execute(f'INSERT INTO snap."{TABLE}" (key) VALUES (?), (?)', ["a", awkward])
+    assert LookupTable.load(connection.cursor(), "snap", store) is None
+    connection.close()
