@@ -27,12 +27,68 @@ from graphql.pyutils import Path
 from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
 
 Plan = Callable[[Any], Any]
-_DEFINITION = "strawberry-definition"
+DEFINITION = "strawberry-definition"
+
+
+Collect = Callable[[GraphQLObjectType, Any], Any]  # (type, field details) -> CollectedFields
+
+
+class PlanCompiler:
+    """Compiles the completion of a value of a type, for a selection (its field details),
+    into a Plan; None when some part of it needs graphql-core's own path."""
+
+    def __init__(self, collect: Collect) -> None:
+        self.collect = collect
+
+    def compile(self, gql_type: GraphQLOutputType, field_details_list: Any) -> Plan | None:
+        non_null = is_non_null_type(gql_type)
+        inner = gql_type.of_type if non_null else gql_type  # type: ignore[union-attr]
+        body: Plan | None
+        if is_list_type(inner):
+            item = self.compile(inner.of_type, field_details_list)
+            body = None if item is None else _list(item)
+        elif is_leaf_type(inner):
+            body = inner.serialize
+        elif is_object_type(inner):
+            body = self._compile_object(inner, field_details_list)
+        else:
+            body = None
+        if body is None:
+            return None
+        return _non_null(body, str(gql_type)) if non_null else _nullable(body)
+
+    def _compile_object(self, obj: GraphQLObjectType, field_details_list: Any) -> Plan | None:
+        collected = self.collect(obj, field_details_list)
+        if collected.new_defer_usages:
+            return None
+        fields: list[tuple[str, str | None, Plan]] = []
+        for response_key, sub_fields in collected.grouped_field_set.items():
+            name = sub_fields[0].node.name.value
+            if name == "__typename":
+                fields.append((response_key, None, _constant(obj.name)))
+                continue
+            field = obj.fields.get(name)
+            definition = field.extensions.get(DEFINITION) if field else None
+            if (
+                field is None
+                or field.args
+                or definition is None
+                or definition.base_resolver is not None
+                or definition.extensions
+                or definition.permission_classes
+            ):
+                return None
+            plan = self.compile(field.type, sub_fields)
+            if plan is None:
+                return None
+            fields.append((response_key, definition.python_name, plan))
+        return _object(fields)
 
 
 class PlainRecordExecutionContext(StrawberryGraphQLCoreExecutionContext):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self._compiler = PlanCompiler(self.collect_subfields)
         # Keyed like graphql-core's own memo: the field list is kept alive with its plan.
         self._plans: dict[tuple[int, int], tuple[Any, Plan | None]] = {}
 
@@ -61,53 +117,9 @@ class PlainRecordExecutionContext(StrawberryGraphQLCoreExecutionContext):
         key = (id(return_type), id(field_details_list))
         cached = self._plans.get(key)
         if cached is None:
-            cached = (field_details_list, self._compile(return_type, field_details_list))
+            cached = (field_details_list, self._compiler.compile(return_type, field_details_list))
             self._plans[key] = cached
         return cached[1]
-
-    def _compile(self, gql_type: GraphQLOutputType, field_details_list: Any) -> Plan | None:
-        non_null = is_non_null_type(gql_type)
-        inner = gql_type.of_type if non_null else gql_type  # type: ignore[union-attr]
-        body: Plan | None
-        if is_list_type(inner):
-            item = self._compile(inner.of_type, field_details_list)
-            body = None if item is None else _list(item)
-        elif is_leaf_type(inner):
-            body = inner.serialize
-        elif is_object_type(inner):
-            body = self._compile_object(inner, field_details_list)
-        else:
-            body = None
-        if body is None:
-            return None
-        return _non_null(body, str(gql_type)) if non_null else _nullable(body)
-
-    def _compile_object(self, obj: GraphQLObjectType, field_details_list: Any) -> Plan | None:
-        collected = self.collect_subfields(obj, field_details_list)
-        if collected.new_defer_usages:
-            return None
-        fields: list[tuple[str, str | None, Plan]] = []
-        for response_key, sub_fields in collected.grouped_field_set.items():
-            name = sub_fields[0].node.name.value
-            if name == "__typename":
-                fields.append((response_key, None, _constant(obj.name)))
-                continue
-            field = obj.fields.get(name)
-            definition = field.extensions.get(_DEFINITION) if field else None
-            if (
-                field is None
-                or field.args
-                or definition is None
-                or definition.base_resolver is not None
-                or definition.extensions
-                or definition.permission_classes
-            ):
-                return None
-            plan = self._compile(field.type, sub_fields)
-            if plan is None:
-                return None
-            fields.append((response_key, definition.python_name, plan))
-        return _object(fields)
 
 
 def _object(fields: list[tuple[str, str | None, Plan]]) -> Plan:

@@ -8,7 +8,7 @@ from typing import Any
 
 import graphql
 import strawberry
-from graphql import DocumentNode, GraphQLError
+from graphql import ASTValidationRule, DocumentNode, GraphQLError
 from strawberry.extensions import (
     AddValidationRules,
     MaxAliasesLimiter,
@@ -21,6 +21,7 @@ from strawberry.tools import create_type
 
 from contracts.positions import encode_token
 from contracts.project import Project
+from contracts.settings import Settings
 from resolvers import cluster
 from resolvers.completion import PlainRecordExecutionContext
 from resolvers.context import Context
@@ -68,17 +69,27 @@ class ResponseExtensions(SchemaExtension):
 
     def get_results(self) -> dict[str, Any]:
         context = self.execution_context.context
-        if not isinstance(context, Context):
-            return {}
-        traces = context.batch.traces
-        return {
-            "consistencyToken": encode_token(context.queries.response_token()),
-            "routing": {
-                "rounds": [r for t in traces for r in t.rounds],
-                "internalRequests": sum(t.calls() for t in traces),
-                "millis": round(sum(t.millis for t in traces), 3),
-            },
-        }
+        return response_extensions(context) if isinstance(context, Context) else {}
+
+
+def response_extensions(context: Context) -> dict[str, Any]:
+    traces = context.batch.traces
+    return {
+        "consistencyToken": encode_token(context.queries.response_token()),
+        "routing": {
+            "rounds": [r for t in traces for r in t.rounds],
+            "internalRequests": sum(t.calls() for t in traces),
+            "millis": round(sum(t.millis for t in traces), 3),
+        },
+    }
+
+
+def limit_rules(settings: Settings) -> list[type[ASTValidationRule]]:
+    """The depth and alias limits, as validation rules."""
+    return [
+        *QueryDepthLimiter(max_depth=settings.max_query_depth).validation_rules,
+        *MaxAliasesLimiter(max_alias_count=settings.max_keys_per_request).validation_rules,
+    ]
 
 
 def build_schema(project: Project) -> strawberry.Schema:
@@ -91,10 +102,7 @@ def build_schema(project: Project) -> strawberry.Schema:
     query = create_type("Query", fields)
     settings = project.settings
     # The limiters' rule classes are built once: the validation cache is keyed by them.
-    rules = [
-        *QueryDepthLimiter(max_depth=settings.max_query_depth).validation_rules,
-        *MaxAliasesLimiter(max_alias_count=settings.max_keys_per_request).validation_rules,
-    ]
+    rules = limit_rules(settings)
     cached = settings.document_cache_size
     parse = lru_cache(maxsize=cached)(graphql.parse)
     # Factories, not instances: strawberry shares an instance across concurrent requests.

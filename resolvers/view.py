@@ -1,5 +1,6 @@
 """The GraphQL endpoint of a node: Strawberry's ASGI view with our context, orjson, and one
-`extensions.code` on every error."""
+`extensions.code` on every error; a POSTed query a compiled plan covers (resolvers/plans.py)
+skips the view's per-request machinery and is answered from its plan."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ from typing import Any, cast
 
 import orjson
 from graphql import GraphQLError
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import Message, Receive, Scope, Send
 from strawberry.asgi import GraphQL
 from strawberry.http import GraphQLHTTPResponse
 from strawberry.types import ExecutionResult
@@ -15,9 +19,11 @@ from strawberry.types import ExecutionResult
 from contracts.errors import GatewayError
 from gateway.node import GatewayNode
 from resolvers.context import Context
+from resolvers.plans import PlanCache
 from resolvers.schema import build_schema
 
 log = logging.getLogger(__name__)
+_PLAIN_KEYS = {"query", "variables", "operationName"}
 
 
 def error_code(error: GraphQLError) -> str:
@@ -30,8 +36,46 @@ def error_code(error: GraphQLError) -> str:
 
 class GraphQLView(GraphQL[Context, None]):
     def __init__(self, node: GatewayNode) -> None:
-        super().__init__(build_schema(node.project))
+        schema = build_schema(node.project)
+        super().__init__(schema)
         self.node = node
+        self.plans = PlanCache(schema, node.project.settings)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST" or not _json(scope):
+            await super().__call__(scope, receive, send)
+            return
+        body = await _read(receive)
+        response = await self._planned(Request(scope), body)
+        if response is None:
+            await super().__call__(scope, _replay(body, receive), send)
+        else:
+            await response(scope, receive, send)
+
+    async def _planned(self, request: Request, body: bytes) -> Response | None:
+        """The answer of a compiled plan, or None for the view to answer."""
+        try:
+            data = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return None
+        if not isinstance(data, dict) or set(data) - _PLAIN_KEYS:
+            return None
+        query, variables, name = (data.get(k) for k in ("query", "variables", "operationName"))
+        if not (
+            isinstance(query, str)
+            and (variables is None or isinstance(variables, dict))
+            and (name is None or isinstance(name, str))
+        ):
+            return None
+        plan = self.plans.get(query, name)
+        if plan is None:
+            return None
+        context = Context.create(self.node, request.headers.get("authorization"))
+        result = await plan.run(self.plans.schema, context, variables)
+        if result is None:
+            return None
+        response = await self.process_result(request, result)
+        return Response(self.encode_json(response), media_type="application/json")
 
     def encode_json(self, data: object) -> bytes:
         return orjson.dumps(data)
@@ -48,3 +92,36 @@ class GraphQLView(GraphQL[Context, None]):
             if code == "INTERNAL_SERVER_ERROR":
                 log.error("unexpected error", exc_info=error.original_error)
         return response
+
+
+def _json(scope: Scope) -> bool:
+    for name, value in scope["headers"]:
+        if name == b"content-type":
+            return bool(value.split(b";")[0].strip().lower() == b"application/json")
+    return False
+
+
+async def _read(receive: Receive) -> bytes:
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A receive that gives the body already read, then the connection's own messages."""
+    sent = False
+
+    async def replayed() -> Message:
+        nonlocal sent
+        if sent:
+            return await receive()
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replayed

@@ -1,0 +1,201 @@
+"""Plan once, run many: a query document seen once is parsed, validated and compiled into an
+OperationPlan; later requests with the same document only bind their variables, call the
+root fields' resolvers (one routed batch, as always) and complete the results with compiled
+plans, without graphql-core's per-request execution machinery or Strawberry's hooks.
+
+A plan covers queries without directives whose root fields are resolvers returning plain
+records (resolvers/completion.py). Whatever a plan cannot answer exactly, it refuses:
+compile() returns None, and OperationPlan.run returns None (variables that do not coerce,
+an error other than a GatewayError, a value the schema refuses). The caller then takes the
+general path, which answers it, errors included, as it always did.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import graphql
+import strawberry
+from graphql import (
+    DocumentNode,
+    FieldNode,
+    GraphQLError,
+    GraphQLField,
+    OperationDefinitionNode,
+    OperationType,
+    VariableDefinitionNode,
+    is_non_null_type,
+    located_error,
+    specified_rules,
+)
+from graphql.execution.collect_fields import FragmentDetails, collect_fields, collect_subfields
+from graphql.execution.values import get_argument_values, get_variable_values
+from strawberry.schema.schema_converter import get_arguments
+from strawberry.types import ExecutionResult
+from strawberry.types.field import StrawberryField
+
+from contracts.errors import GatewayError
+from contracts.settings import Settings
+from resolvers.completion import DEFINITION, Plan, PlanCompiler
+from resolvers.context import Context
+from resolvers.schema import limit_rules, response_extensions
+
+
+@dataclass(frozen=True)
+class _Info:
+    """What our resolvers read of strawberry.Info."""
+
+    context: Context
+
+
+@dataclass(frozen=True)
+class RootField:
+    key: str  # the response key (alias or name)
+    definition: GraphQLField
+    field: StrawberryField
+    nodes: list[FieldNode]
+    complete: Plan
+
+
+@dataclass(frozen=True)
+class OperationPlan:
+    variables: tuple[VariableDefinitionNode, ...]
+    fields: tuple[RootField, ...]
+
+    async def run(
+        self, schema: strawberry.Schema, context: Context, variables: dict[str, Any] | None
+    ) -> ExecutionResult | None:
+        """The response, or None when the general path must answer this request."""
+        core = schema._schema
+        coerced = get_variable_values(core, self.variables, variables or {})
+        if isinstance(coerced, list):
+            return None  # the general path words the coercion errors
+        info = _Info(context)
+        calls = []
+        for root in self.fields:
+            try:
+                raw = get_argument_values(root.definition, root.nodes[0], coerced)
+                args, kwargs = get_arguments(
+                    field=root.field,
+                    source=None,
+                    info=info,  # type: ignore[arg-type]
+                    kwargs=raw,
+                    config=schema.config,
+                    scalar_registry=schema.schema_converter.scalar_registry,
+                )
+            except Exception:  # noqa: BLE001 - any refusal is the general path's to word
+                return None
+            calls.append(_call(root.field, args, kwargs))
+        results = await asyncio.gather(*calls, return_exceptions=True)
+        data: dict[str, Any] = {}
+        errors: list[GraphQLError] = []
+        for root, result in zip(self.fields, results, strict=True):
+            if isinstance(result, GatewayError) and not is_non_null_type(root.definition.type):
+                data[root.key] = None
+                errors.append(located_error(result, root.nodes, [root.key]))
+                continue
+            if isinstance(result, BaseException):
+                return None
+            try:
+                data[root.key] = root.complete(result)
+            except Exception:  # noqa: BLE001 - a value the schema refuses: graphql-core words it
+                return None
+        return ExecutionResult(data, errors or None, response_extensions(context))
+
+
+async def _call(field: StrawberryField, args: list[Any], kwargs: dict[str, Any]) -> Any:
+    assert field.base_resolver is not None
+    result = field.base_resolver(*args, **kwargs)
+    return await result if inspect.isawaitable(result) else result
+
+
+def compile_plan(
+    schema: strawberry.Schema, document: DocumentNode, operation_name: str | None
+) -> OperationPlan | None:
+    """The plan of a valid document's operation, or None when it needs the general path."""
+    core = schema._schema
+    operations = [d for d in document.definitions if isinstance(d, OperationDefinitionNode)]
+    if operation_name is None and len(operations) == 1:
+        operation = operations[0]
+    else:
+        named = [o for o in operations if o.name and o.name.value == operation_name]
+        if len(named) != 1:
+            return None
+        operation = named[0]
+    if operation.operation != OperationType.QUERY:
+        return None
+    fragments = {
+        d.name.value: FragmentDetails(d)
+        for d in document.definitions
+        if isinstance(d, graphql.FragmentDefinitionNode)
+    }
+    no_variables = get_variable_values(core, (), {})
+    assert not isinstance(no_variables, list)
+
+    def collect(obj: Any, field_details_list: Any) -> Any:
+        return collect_subfields(core, fragments, no_variables, operation, obj, field_details_list)
+
+    compiler = PlanCompiler(collect)
+    root_type = core.query_type
+    assert root_type is not None
+    collected = collect_fields(core, fragments, no_variables, root_type, operation)
+    if collected.new_defer_usages:
+        return None
+    fields = []
+    for key, details in collected.grouped_field_set.items():
+        name = details[0].node.name.value
+        definition = root_type.fields.get(name)
+        field = definition.extensions.get(DEFINITION) if definition else None
+        if definition is None or not isinstance(field, StrawberryField):
+            return None  # __typename and introspection: the general path
+        if field.base_resolver is None or field.extensions or field.permission_classes:
+            return None
+        complete = compiler.compile(definition.type, details)
+        if complete is None:
+            return None
+        fields.append(RootField(key, definition, field, [d.node for d in details], complete))
+    return OperationPlan(tuple(operation.variable_definitions or ()), tuple(fields))
+
+
+class PlanCache:
+    """Compiled plans by (document, operation name): an LRU of `size` entries that also
+    remembers the documents no plan covers, so that they are compiled once."""
+
+    def __init__(self, schema: strawberry.Schema, settings: Settings) -> None:
+        self.schema = schema
+        self.size = settings.document_cache_size
+        self._rules = [*specified_rules, *limit_rules(settings)]
+        self._plans: OrderedDict[tuple[str, str | None], OperationPlan | None] = OrderedDict()
+
+    def get(self, query: str, operation_name: str | None) -> OperationPlan | None:
+        key = (query, operation_name)
+        try:
+            self._plans.move_to_end(key)
+            return self._plans[key]
+        except KeyError:
+            pass
+        plan = self._compile(query, operation_name)
+        self._plans[key] = plan
+        if len(self._plans) > self.size:
+            self._plans.popitem(last=False)
+        return plan
+
+    def _compile(self, query: str, operation_name: str | None) -> OperationPlan | None:
+        if "@" in query:  # directives (@skip, @include, @defer) bind at run time
+            return None
+        try:
+            document = graphql.parse(query)
+        except GraphQLError:
+            return None
+        if _invalid(self.schema, document, self._rules):
+            return None
+        return compile_plan(self.schema, document, operation_name)
+
+
+def _invalid(schema: strawberry.Schema, document: DocumentNode, rules: Sequence[Any]) -> bool:
+    return bool(graphql.validate(schema._schema, document, rules))

@@ -1,0 +1,209 @@
+"""The compiled path and the general path give identical responses.
+
+Documents are generated from the real generated schema: random root fields of every store
+with random aliases, selections, fragments, literal or variable arguments (real keys, missing
+keys, and inputs that raise coded errors). Each is sent over HTTP as a POST (a compiled plan
+answers it when one covers it) and as a GET (Strawberry's general path always answers a
+GET); data, errors with their paths and codes, and extensions must be equal.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from graphql import (
+    GraphQLField,
+    GraphQLInputObjectType,
+    GraphQLInputType,
+    GraphQLList,
+    GraphQLNamedType,
+    GraphQLNonNull,
+    GraphQLObjectType,
+    GraphQLOutputType,
+    GraphQLScalarType,
+    get_named_type,
+    is_enum_type,
+    is_leaf_type,
+)
+
+from resolvers.plans import PlanCache
+from resolvers.schema import build_schema
+from tests import oracle
+
+DOCUMENTS = 240
+DAY = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+class Documents:
+    """A random document generator over one schema, with keys taken from the served data."""
+
+    def __init__(self, served: Any, rng: random.Random) -> None:
+        self.schema = build_schema(served.project)._schema
+        self.rng = rng
+        self.keys: dict[str, list[Any]] = {}
+        for name in served.project.stores:
+            rows = [
+                r for part in oracle.expected_store(served.project, name).values() for r in part
+            ]
+            self.keys[name] = sorted({r[0] for r in rows}, key=str)
+        self.fragments: list[str] = []
+        self.variables: dict[str, Any] = {}
+        self.definitions: list[str] = []
+
+    def document(self) -> tuple[str, dict[str, Any]]:
+        self.fragments, self.variables, self.definitions = [], {}, []
+        query = self.schema.query_type
+        assert query is not None
+        names = [n for n in query.fields if n not in ("stores", "cluster")]
+        parts = []
+        for i in range(self.rng.choice([1, 1, 2, 3])):
+            name = self.rng.choice(names)
+            alias = f"a{i}: " if i or self.rng.random() < 0.3 else ""
+            parts.append(alias + self.field(name, query.fields[name], store=name))
+        if self.rng.random() < 0.1:
+            parts.append("__typename")
+        variables = f"({', '.join(self.definitions)})" if self.definitions else ""
+        text = f"query Q{variables} {{ {' '.join(parts)} }}"
+        return "\n".join([text, *self.fragments]), self.variables
+
+    def field(self, name: str, field: GraphQLField, store: str = "") -> str:
+        arguments = []
+        for arg_name, arg in field.args.items():
+            required = isinstance(arg.type, GraphQLNonNull)
+            if not required and self.rng.random() < 0.6:
+                continue
+            value = self.value(arg_name, arg.type, _store(store))
+            if self.rng.random() < 0.5:
+                variable = f"v{len(self.definitions)}"
+                self.definitions.append(f"${variable}: {arg.type}")
+                self.variables[variable] = value
+                arguments.append(f"{arg_name}: ${variable}")
+            else:
+                arguments.append(f"{arg_name}: {_literal(value, arg.type)}")
+        args = f"({', '.join(arguments)})" if arguments else ""
+        return f"{name}{args}{self.selection(field.type)}"
+
+    def selection(self, output: GraphQLOutputType) -> str:
+        named = get_named_type(output)
+        if is_leaf_type(named):
+            return ""
+        assert isinstance(named, GraphQLObjectType)
+        names = list(named.fields)
+        chosen = self.rng.sample(names, self.rng.randint(1, len(names)))
+        parts = []
+        for i, name in enumerate(chosen):
+            alias = f"x{i}: " if self.rng.random() < 0.15 else ""
+            parts.append(alias + name + self.selection(named.fields[name].type))
+        if self.rng.random() < 0.1:
+            parts.append("__typename")
+        roll = self.rng.random()
+        if roll < 0.1:
+            return f" {{ ... on {named.name} {{ {' '.join(parts)} }} }}"
+        if roll < 0.2:
+            fragment = f"F{len(self.fragments)}"
+            self.fragments.append(f"fragment {fragment} on {named.name} {{ {' '.join(parts)} }}")
+            return f" {{ ...{fragment} }}"
+        return f" {{ {' '.join(parts)} }}"
+
+    def value(self, name: str, kind: GraphQLInputType, store: str) -> Any:
+        rng = self.rng
+        inner = kind.of_type if isinstance(kind, GraphQLNonNull) else kind
+        if name in ("key", "prefix") or (name in ("from", "to") and _scalar(inner) != "DateTime"):
+            key = self.key(store)
+            if name == "prefix":
+                return str(key)[: rng.randint(0, 4)]
+            return key
+        if name == "keys":
+            return [self.key(store) for _ in range(rng.choice([0, 1, 3, 12]))]
+        if name in ("from", "to"):
+            start = DAY + timedelta(hours=rng.randint(-30, 200))
+            return start.isoformat()
+        if name == "first":
+            return rng.choice([1, 2, 5, 40, 0, -1])
+        if name == "after":
+            return rng.choice(["garbage", "", "eyJ4IjoxfQ"])
+        if name == "partitions":
+            return rng.sample(range(12), rng.randint(0, 3))
+        if name == "consistency":
+            assert isinstance(get_named_type(inner), GraphQLInputObjectType)
+            return rng.choice(
+                [
+                    {"requireActive": True},
+                    {"maxLag": 0},
+                    {"token": "nonsense"},
+                    {"maxAgeMs": 10**12},
+                    {},
+                ]
+            )
+        raise AssertionError(f"no value for argument {name}")
+
+    def key(self, store: str) -> Any:
+        keys = self.keys.get(store) or [0]
+        if self.rng.random() < 0.75:
+            return self.rng.choice(keys)
+        return "zz-missing" if isinstance(keys[0], str) else 987_654_321
+
+
+def _store(field_name: str) -> str:
+    for suffix in ("Batch", "Range", "Prefix", "All"):
+        if field_name.endswith(suffix):
+            return field_name[: -len(suffix)]
+    return field_name
+
+
+def _scalar(kind: GraphQLInputType) -> str:
+    named: GraphQLNamedType = get_named_type(kind)
+    return named.name if isinstance(named, GraphQLScalarType) else ""
+
+
+def _literal(value: Any, kind: GraphQLInputType) -> str:
+    inner = kind.of_type if isinstance(kind, GraphQLNonNull) else kind
+    if value is None:
+        return "null"
+    if isinstance(inner, GraphQLList):
+        return "[" + ", ".join(_literal(v, inner.of_type) for v in value) + "]"
+    if isinstance(inner, GraphQLInputObjectType):
+        fields = (f"{k}: {_literal(v, inner.fields[k].type)}" for k, v in value.items())
+        return "{" + ", ".join(fields) + "}"
+    if is_enum_type(inner):
+        return str(value)
+    return json.dumps(value, ensure_ascii=False)
+
+
+def comparable(response: dict[str, Any]) -> dict[str, Any]:
+    """A response without what differs between two runs of the same request (timings), with
+    errors in path order (the order of concurrent root fields' errors is not specified)."""
+    out = dict(response)
+    routing = (out.get("extensions") or {}).get("routing")
+    if routing is not None:
+        out["extensions"] = {**out["extensions"], "routing": {**routing, "millis": 0}}
+    if "errors" in out:
+        out["errors"] = sorted(out["errors"], key=lambda e: json.dumps(e.get("path")))
+    return out
+
+
+@pytest.mark.parametrize("node", ["node1", "node3"])
+def test_compiled_and_general_paths_answer_alike(served: Any, node: str) -> None:
+    rng = random.Random(7 if node == "node1" else 8)
+    documents = Documents(served, rng)
+    plans = PlanCache(build_schema(served.project), served.project.settings)
+    client, url = served.nodes.client, f"{served.nodes.url(node)}/graphql"
+    planned = errors = 0
+    for _ in range(DOCUMENTS):
+        query, variables = documents.document()
+        planned += plans.get(query, None) is not None
+        fast = client.post(url, json={"query": query, "variables": variables})
+        general = client.get(url, params={"query": query, "variables": json.dumps(variables)})
+        assert (fast.status_code, fast.headers["content-type"]) == (
+            general.status_code,
+            general.headers["content-type"],
+        ), query
+        answer = fast.json()
+        assert comparable(answer) == comparable(general.json()), (query, variables)
+        errors += bool(answer.get("errors"))
+    assert planned > DOCUMENTS * 0.8, "most generated documents must take the compiled path"
+    assert DOCUMENTS * 0.1 < errors < DOCUMENTS * 0.9, "both answers and errors are compared"
