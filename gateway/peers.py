@@ -18,6 +18,7 @@ import httpx
 
 from contracts.auth import secret_headers
 from contracts.settings import Settings
+from gateway.hop import HopPool, PoolFull
 
 # Modules of the transport stack: an AttributeError raised inside them is a connection that
 # a peer reset as it was made (uvloop hands anyio a transport without a socket,
@@ -48,6 +49,9 @@ class PoolExhausted(PeerError):
 class PeerClient:
     def __init__(self, secret: str, settings: Settings) -> None:
         self._headers = secret_headers(secret)
+        self._hop = HopPool(
+            settings.peer_connections, settings.peer_pool_expiry_s, settings.internal_timeout_s
+        )
         self._client = httpx.AsyncClient(
             limits=httpx.Limits(
                 max_connections=settings.peer_connections,
@@ -58,17 +62,22 @@ class PeerClient:
         )
 
     async def post(self, url: str, body: bytes, authorization: str | None = None) -> bytes:
-        """POST an idempotent internal call; a pooled connection the peer closed as it was
-        reused is retried once on a fresh one (a dead peer refuses that)."""
-        headers = dict(self._headers)
+        """POST an idempotent internal call (the query hop: gateway/hop.py); a pooled
+        connection the peer closed as it was reused is retried once on a fresh one."""
+        headers = {**self._headers, "content-type": "application/json"}
         if authorization:
             headers["authorization"] = authorization
-        async with _translated():
-            try:
-                response = await self._client.post(url, content=body, headers=headers)
-            except (httpx.RemoteProtocolError, httpx.ReadError):
-                response = await self._client.post(url, content=body, headers=headers)
-            return _body(response)
+        try:
+            status, reply = await self._hop.post(url, body, headers)
+        except PoolFull as exc:
+            raise PoolExhausted(str(exc)) from exc
+        except TimeoutError as exc:
+            raise PeerUnreachable(f"no reply within the timeout: {exc!r}", hung=True) from exc
+        except OSError as exc:
+            raise PeerUnreachable(repr(exc), hung=False) from exc
+        if not 200 <= status < 300:
+            raise PeerRefused(status)
+        return reply
 
     async def get(self, url: str) -> bytes | None:
         """GET a document; None when it does not exist (404)."""
@@ -90,6 +99,7 @@ class PeerClient:
             yield response.aiter_bytes(1 << 20)
 
     async def aclose(self) -> None:
+        await self._hop.aclose()
         await self._client.aclose()
 
 
