@@ -18,9 +18,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import httpx
 import orjson
 import psutil
+
+from bench.rawhttp import Pool
 
 Operation = Callable[[int], Awaitable[str | None]]
 SyncOperation = Callable[[int], str | None]
@@ -165,17 +166,16 @@ def run_sync(
     return summarize(name, 1, latencies, errors, wall, cpu, None, first_error)
 
 
-def http_client(concurrency: int = 64) -> httpx.AsyncClient:
-    """One keep-alive client for the whole run."""
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    return httpx.AsyncClient(limits=limits, timeout=120)
+def http_client() -> Pool:
+    """One keep-alive client for the whole run (a raw one: httpx would be the bottleneck)."""
+    return Pool()
 
 
 _JSON = {"content-type": "application/json", "accept": "application/json"}
 
 
 def graphql_operation(
-    client: httpx.AsyncClient,
+    client: Pool,
     urls: Sequence[str],
     bodies: Sequence[bytes],
     check: Callable[[Any], str | None] | None = None,
@@ -199,7 +199,7 @@ def graphql_operation(
     return operation
 
 
-def get_operation(client: httpx.AsyncClient, urls: Sequence[str]) -> Operation:
+def get_operation(client: Pool, urls: Sequence[str]) -> Operation:
     """GET urls[i % len]; 200 and 404 (no such key) both count as answers."""
 
     async def operation(i: int) -> str | None:
@@ -213,7 +213,7 @@ def get_operation(client: httpx.AsyncClient, urls: Sequence[str]) -> Operation:
 
 
 def batch_operation(
-    client: httpx.AsyncClient, batches: Sequence[Sequence[str]], inner_concurrency: int
+    client: Pool, batches: Sequence[Sequence[str]], inner_concurrency: int
 ) -> Operation:
     """One operation = every URL of batches[i % len] fetched by `inner_concurrency` tasks (the
     naive client asking 1000 keys with 1000 requests)."""

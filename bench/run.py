@@ -4,7 +4,7 @@
    bookings from spark_pipeline.demo_data, then the pipeline (timed), and a plain Spark job
    over the same log segments for comparison (both on a warm JVM, median of --spark-runs).
    A tenth-size workload is built as well, for the memory comparison.
-2. Starts 3 gateway nodes and measures the query mix with an asyncio httpx driver.
+2. Starts 3 gateway nodes and measures the query mix with a raw asyncio HTTP/1.1 driver.
 3. Measures the same lookups directly on the snapshot files (the storage floor), each case
    right after its gateway case so both see the same load on a shared machine.
 4. Starts the naive per-key layer (bench/naive.py) on the same ports and measures it.
@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
-import httpx
 import orjson
 
 from bench import queries, report
@@ -45,6 +44,7 @@ from bench.driver import (
 from bench.floor import Floor, Rows, shapes
 from bench.procs import NodeProcesses
 from bench.queries import Bodies, KeySet
+from bench.rawhttp import Pool
 from bench.report import at_least, at_most, below, info, ratio
 from bench.workload import (
     BENCH_DIR,
@@ -262,7 +262,7 @@ def gateway_cases(urls: list[str], b: Bodies) -> list[Case]:
     ]  # fmt: skip
 
 
-async def warm_mix(client: httpx.AsyncClient, urls: list[str], b: Bodies) -> dict[str, int]:
+async def warm_mix(client: Pool, urls: list[str], b: Bodies) -> dict[str, int]:
     """The same short warm-up on every cluster before its RSS is read (2 requests in flight);
     returns the errors per kind (a request with a partial answer counts as one)."""
     mix = [
@@ -281,9 +281,7 @@ async def warm_mix(client: httpx.AsyncClient, urls: list[str], b: Bodies) -> dic
     return errors
 
 
-async def verify_gateway(
-    client: httpx.AsyncClient, url: str, b: Bodies, floor: Floor
-) -> dict[str, Any]:
+async def verify_gateway(client: Pool, url: str, b: Bodies, floor: Floor) -> dict[str, Any]:
     """The gateway's answers equal the floor's on one request of each main kind."""
 
     async def ask(body: bytes) -> dict[str, Any]:
@@ -328,7 +326,7 @@ async def measure_gateway(
 ) -> None:
     urls = [f"{gw.url(n)}/graphql" for n in gw.ids]
     servers = gw.processes()
-    async with http_client(64) as client:
+    async with http_client() as client:
         results.verification.update(await verify_gateway(client, urls[0], b, floor))
         log(f"verification: {results.verification}")
         results.memory["main_warmup_errors"] = await warm_mix(client, urls, b)
@@ -433,7 +431,7 @@ async def measure_naive(nv: NodeProcesses, b: Bodies, duration: float, results: 
         (NAIVE_LIST, 1, batch_operation, 0, 3, "1 GET at a time"),
         (NAIVE_LIST, 16, batch_operation, 0, 3, "16 GETs in flight"),
     ]
-    async with http_client(64) as client:
+    async with http_client() as client:
         for url in (one_rr[0], one_rr[1], one_rr[2]):
             response = await client.get(url)
             if response.status_code != 200:
@@ -462,7 +460,7 @@ async def measure_naive(nv: NodeProcesses, b: Bodies, duration: float, results: 
 
 async def _warm(gw: NodeProcesses, b: Bodies) -> dict[str, int]:
     urls = [f"{gw.url(n)}/graphql" for n in gw.ids]
-    async with http_client(64) as client:
+    async with http_client() as client:
         return await warm_mix(client, urls, b)
 
 
@@ -594,7 +592,7 @@ def print_table(r: Results, timings: SparkTimings) -> None:
             + ", ".join(f"{k}={r.small_workload[k]}" for k in ("customers", "events", "keys"))
         )
     lines.append(
-        f"settings: {r.settings['duration']} s per measurement, single asyncio httpx client "
+        f"settings: {r.settings['duration']} s per measurement, single asyncio raw HTTP/1.1 client "
         "process, keep-alive; p50/p99 per operation; srv ms/op = CPU of all 3 node processes "
         "per operation"
     )
