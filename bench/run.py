@@ -31,7 +31,7 @@ from urllib.parse import quote
 
 import orjson
 
-from bench import queries, report
+from bench import queries, report, versus
 from bench.driver import (
     Stats,
     batch_operation,
@@ -42,6 +42,7 @@ from bench.driver import (
     run_sync,
 )
 from bench.floor import Floor, Rows, shapes
+from bench.peer import Peer
 from bench.procs import NodeProcesses
 from bench.queries import Bodies, KeySet
 from bench.rawhttp import Pool
@@ -88,6 +89,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="100k/500k, 3 s measurements")
     parser.add_argument("--reuse", action="store_true", help="reuse .bench data when present")
     parser.add_argument("--spark-runs", type=int, default=2, help="warm runs of each Spark job")
+    parser.add_argument(
+        "--skip-peer", action="store_true", help="skip PostgreSQL + PostGraphile (no apt/npm)"
+    )
     args = parser.parse_args(argv)
     quick = args.quick
     args.customers = args.customers or (100_000 if quick else DEFAULT_CUSTOMERS)
@@ -108,6 +112,8 @@ class Results:
     floor: list[Stats] = field(default_factory=list)
     floor_best: dict[str, str] = field(default_factory=dict)
     naive: list[Stats] = field(default_factory=list)
+    versus: list[Stats] = field(default_factory=list)
+    peer: dict[str, Any] = field(default_factory=dict)
     memory: dict[str, Any] = field(default_factory=dict)
     comparisons: list[report.Comparison] = field(default_factory=list)
 
@@ -126,6 +132,8 @@ class Results:
             "floor": [s.as_dict() for s in self.floor],
             "floor_best": self.floor_best,
             "naive": [s.as_dict() for s in self.naive],
+            "versus": [s.as_dict() for s in self.versus],
+            "peer": self.peer,
             "memory": self.memory,
             "comparisons": [c.as_dict() for c in self.comparisons],
         }
@@ -455,7 +463,48 @@ async def measure_naive(nv: NodeProcesses, b: Bodies, duration: float, results: 
             results.naive.append(stats)
 
 
-# -- 5. memory on the small workload ----------------------------------------------------------
+# -- 5. side by side with PostgreSQL + PostGraphile --------------------------------------------
+
+
+def measure_versus(
+    project: Any, floor: Floor, gw: NodeProcesses, duration: float, r: Results, stack: ExitStack
+) -> None:
+    peer = Peer(BENCH_DIR / "peer")
+    log("peer: installing PostgreSQL + PostGraphile under .bench/peer (first time: minutes) ...")
+    peer.setup()
+    csv = BENCH_DIR / "peer" / "latest_booking.csv"
+    keys = versus.export_rows(project, floor.files, csv)
+
+    log(f"versus: the gateway alone, {len(keys):,} latestBooking keys, all to node1 ...")
+    gw.start()
+    stack.callback(gw.stop)
+    gw.wait_serving()
+    gateway = versus.bodies(versus.GATEWAY, keys)
+    r.versus += asyncio.run(
+        versus.measure("gw", f"{gw.url('node1')}/graphql", gateway, gw.processes(), duration)
+    )
+    gw.stop()
+
+    log("versus: PostgreSQL + PostGraphile alone, the same rows and keys ...")
+    stack.callback(peer.stop_postgres)
+    peer.start_postgres()
+    started = time.monotonic()
+    peer.load(versus.TABLE, versus.pg_columns(project), csv)
+    r.peer["load_s"] = round(time.monotonic() - started, 1)
+    stack.callback(peer.stop_postgraphile)
+    peer.start_postgraphile()
+    r.peer.update(peer.versions())
+    postgraphile = versus.bodies(versus.POSTGRAPHILE, keys)
+    r.versus += asyncio.run(
+        versus.measure("pg", peer.url, postgraphile, peer.processes(), duration)
+    )
+    peer.stop_postgraphile()
+    peer.stop_postgres()
+    for stats in r.versus:
+        log(report.stats_line(stats))
+
+
+# -- 6. memory on the small workload ----------------------------------------------------------
 
 
 async def _warm(gw: NodeProcesses, b: Bodies) -> dict[str, int]:
@@ -501,8 +550,42 @@ def comparisons(r: Results, timings: SparkTimings) -> list[report.Comparison]:
     one_node = r.find(r.gateway, GW_ONE_NODE)
     health = r.find(r.gateway, GW_HEALTH)
     rss_main = r.memory.get("main_node1_rss_mib_after_warmup")
+
+    def vs(case: str) -> tuple[Stats | None, Stats | None]:
+        return r.find(r.versus, f"gw {case}"), r.find(r.versus, f"pg {case}")
+
+    def p50_ratio(case: str) -> float | None:
+        gw, pg = vs(case)
+        return ratio(gw.p50_ms if gw else None, pg.p50_ms if pg else None)
+
+    gw16, pg16 = vs(versus.ONE_16)
     rss_small = r.memory.get("small_node1_rss_mib_after_warmup")
     return [
+        at_least(
+            "one key, 16 clients to one node: gateway req/s / PostGraphile req/s",
+            ratio(gw16.qps if gw16 else None, pg16.qps if pg16 else None),
+            1, "x", f"{gw16.qps:.0f} vs {pg16.qps:.0f} req/s" if gw16 and pg16 else "",
+        ),
+        at_most(
+            "one key, sequential: gateway p50 / PostGraphile p50",
+            p50_ratio(versus.ONE), 1, "x", "concurrency 1",
+        ),
+        at_most(
+            "1000 keys as a list: gateway p50 / PostGraphile p50",
+            p50_ratio(versus.LIST), 0.5, "x", "latestBookingBatch vs latestBookingByKeys",
+        ),
+        at_most(
+            "1000 aliased fields (variables): gateway p50 / PostGraphile p50",
+            p50_ratio(versus.ALIASES), 0.25, "x", "one document per key set",
+        ),
+        at_most(
+            "node CPU per one-key request (16 clients)",
+            gw16.server_cpu_ms if gw16 else None, 0.3, "ms", "all 3 nodes, hops included",
+        ),
+        below(
+            "node1 RSS at the big workload",
+            rss_main, 400, "MiB", "after the warm-up mix",
+        ),
         at_most(
             "1000 keys, one list: gateway p50 / floor p50",
             ratio(gw_list, floor_p50("1000 keys")),
@@ -541,9 +624,10 @@ def comparisons(r: Results, timings: SparkTimings) -> list[report.Comparison]:
             "x",
             "the same keys, sequential GETs",
         ),
-        info(
+        at_least(
             "one key: naive p50 / gateway p50",
             ratio(p50(r.naive, NAIVE_ONE), gw_one),
+            1,
             "x",
             "both concurrency 1, round-robin",
         ),
@@ -614,6 +698,12 @@ def print_table(r: Results, timings: SparkTimings) -> None:
     lines.append("")
     lines += [report.stats_line(s) for s in r.naive]
     lines.append("")
+    if r.versus:
+        lines.append(
+            f"versus (all to node1 / one PostGraphile; both alone on the machine): {r.peer}"
+        )
+        lines += [report.stats_line(s) for s in r.versus]
+        lines.append("")
     lines += report.comparison_lines(r.comparisons)
     m = r.memory
     lines.append("")
@@ -668,6 +758,9 @@ def main(argv: list[str] | None = None) -> int:
         nv.start()
         asyncio.run(measure_naive(nv, b, args.duration, results))
         nv.stop()
+
+        if not args.skip_peer:
+            measure_versus(project, floor, gw, args.duration, results, stack)
 
         log(f"memory: small workload {small_w.root.name} ...")
         measure_small(small_w, logs, results, stack)
