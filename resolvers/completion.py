@@ -12,6 +12,7 @@ fields, @defer, fields with resolvers or extensions) takes graphql-core's own pa
 from __future__ import annotations
 
 from collections.abc import Callable
+from math import isfinite
 from typing import Any
 
 from graphql import (
@@ -48,7 +49,7 @@ class PlanCompiler:
             item = self.compile(inner.of_type, field_details_list)
             body = None if item is None else _list(item)
         elif is_leaf_type(inner):
-            body = inner.serialize
+            body = _leaf(inner)
         elif is_object_type(inner):
             body = self._compile_object(inner, field_details_list)
         else:
@@ -153,6 +154,23 @@ def _non_null(body: Plan, type_name: str) -> Plan:
         return body(value)
 
     return complete
+
+
+def _leaf(leaf: Any) -> Plan:
+    """A leaf's serializer, with the common case of each built-in scalar inlined (a value
+    graphql-core's serializer returns unchanged); anything else takes the serializer."""
+    serialize: Plan = leaf.serialize
+    low, high = -(2**31), 2**31 - 1
+    match leaf.name:
+        case "String":
+            return lambda v: v if type(v) is str else serialize(v)
+        case "Boolean":
+            return lambda v: v if type(v) is bool else serialize(v)
+        case "Int":
+            return lambda v: v if type(v) is int and low <= v <= high else serialize(v)
+        case "Float":
+            return lambda v: v if type(v) is float and isfinite(v) else serialize(v)
+    return serialize
 
 
 def _constant(value: str) -> Plan:
