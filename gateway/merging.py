@@ -11,7 +11,6 @@ import heapq
 from collections.abc import Iterable
 from operator import itemgetter
 
-from contracts.partitioner import Key
 from contracts.positions import Position, merge, of_partition
 from gateway.queries import Answer, Row, SubQuery
 
@@ -22,11 +21,6 @@ _KEY_AND_START = itemgetter(0, 1)
 
 def merged_position(parts: Iterable[Part]) -> Position:
     return merge(of_partition(q.partition, a.offsets) for q, a in parts if a.ok)
-
-
-def lookup(parts: Iterable[Part]) -> dict[Key, Row]:
-    """Rows of key lookups by key (the first column)."""
-    return {row[0]: row for _, answer in parts if answer.ok for row in answer.rows or ()}
 
 
 def page(parts: Iterable[Part], limit: int, windowed: bool) -> tuple[list[Row], bool]:

@@ -87,10 +87,18 @@ class Answer:
     active: bool = False
     failure: Failure | None = None
     message: str | None = None
+    _by_key: dict[Key, Row] | None = field(default=None, repr=False, compare=False)
 
     @property
     def ok(self) -> bool:
         return self.failure is None
+
+    def row_of(self, key: Key) -> Row | None:
+        """The row of a key in a lookup's answer (indexed once: lookups that share a
+        sub-query each ask it for their own keys)."""
+        if self._by_key is None:
+            self._by_key = {row[0]: row for row in self.rows or ()}
+        return self._by_key.get(key)
 
     def fail(self, failure: Failure, message: str) -> Answer:
         self.failure, self.message = failure, message

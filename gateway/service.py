@@ -14,12 +14,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from contracts.errors import Failure, GatewayError, bad_input
-from contracts.partitioner import Key
+from contracts.partitioner import Key, partition_for
 from contracts.positions import Position, decode_token, merge
 from contracts.project import Project, Store
 from gateway import cursors, merging
 from gateway.batching import Consistency, Outcome, Work
-from gateway.queries import Answer, Get, Prefix, Range, Row, Scan, SubQuery, Windows, WindowsOfKey
+from gateway.queries import Get, Prefix, Range, Row, Scan, Windows, WindowsOfKey
 
 Load = Callable[[Work], Awaitable[Outcome]]
 
@@ -106,17 +106,13 @@ class RequestQueries:
                 f"{len(keys)} keys asked, the limit is {limit} (max_keys_per_request)",
             )
         outcome = await self._load(store, Get(tuple(keys)), (), demand)
-        rows = merging.lookup(outcome.parts)
-        answers: dict[Key, tuple[SubQuery, Answer]] = {
-            key: (q, a)
-            for q, a in outcome.parts
-            if isinstance(q.query, Get)
-            for key in q.query.keys
-        }
+        parts = {q.partition: (q, a) for q, a in outcome.parts}
+        partitions = self.project.cluster.partitions
         entries = []
         for key in keys:
-            q, answer = answers[key]
-            entries.append(Entry(key, q.partition, rows.get(key), answer.failure))
+            q, answer = parts[partition_for(key, store.key_type, partitions)]
+            row = answer.row_of(key) if answer.ok else None
+            entries.append(Entry(key, q.partition, row, answer.failure))
         return Lookup(entries, self._meta(outcome))
 
     async def windows_of_key(

@@ -111,19 +111,12 @@ def test_merged_position_is_the_max_per_topic_partition_of_answers_that_succeede
         assert merging.merged_position(parts) == expected
 
 
-def test_lookup_maps_each_key_to_its_row_from_answers_that_succeeded() -> None:
+def test_an_answer_gives_the_row_of_each_key_it_has() -> None:
     rng = random.Random(23)
     for _ in range(200):
-        parts: list[Part] = []
-        expected: dict[str | int, Row] = {}
         keys = rng.sample(range(1000), rng.randrange(0, 30))
-        for i in range(4):
-            mine = keys[i::4]
-            rows: list[Row] = [[key, f"v{key}"] for key in mine if rng.random() < 0.7]
-            answer = Answer(id=i, node="n", rows=rows)
-            if rng.random() < 0.3:
-                answer.fail(Failure.NODE_UNAVAILABLE, "down")
-            else:
-                expected.update({row[0]: row for row in rows})
-            parts.append((SubQuery(i, i, "s", Get(tuple(mine))), answer))
-        assert merging.lookup(parts) == expected
+        rows: list[Row] = [[key, f"v{key}"] for key in keys if rng.random() < 0.7]
+        answer = Answer(id=0, node="n", rows=list(rows))
+        expected = {row[0]: row for row in rows}
+        for key in [*keys, *rng.sample(range(1000, 2000), 5)]:
+            assert answer.row_of(key) == expected.get(key)
