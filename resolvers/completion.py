@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from math import isfinite
+from operator import attrgetter
 from typing import Any
 
 from graphql import (
@@ -29,6 +30,7 @@ from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
 
 Plan = Callable[[Any], Any]
 DEFINITION = "strawberry-definition"
+_READS = "__stategate_reads__"
 
 
 Collect = Callable[[GraphQLObjectType, Any], Any]  # (type, field details) -> CollectedFields
@@ -62,11 +64,11 @@ class PlanCompiler:
         collected = self.collect(obj, field_details_list)
         if collected.new_defer_usages:
             return None
-        fields: list[tuple[str, str | None, Plan]] = []
+        fields: list[tuple[str, Plan, Plan]] = []
         for response_key, sub_fields in collected.grouped_field_set.items():
             name = sub_fields[0].node.name.value
             if name == "__typename":
-                fields.append((response_key, None, _constant(obj.name)))
+                fields.append((response_key, _itself, _constant(obj.name)))
                 continue
             field = obj.fields.get(name)
             definition = field.extensions.get(DEFINITION) if field else None
@@ -74,15 +76,15 @@ class PlanCompiler:
                 field is None
                 or field.args
                 or definition is None
-                or definition.base_resolver is not None
                 or definition.extensions
                 or definition.permission_classes
             ):
                 return None
-            plan = self.compile(field.type, sub_fields)
-            if plan is None:
+            read = _reader(definition)
+            plan = None if read is None else self.compile(field.type, sub_fields)
+            if read is None or plan is None:
                 return None
-            fields.append((response_key, definition.python_name, plan))
+            fields.append((response_key, read, plan))
         return _object(fields)
 
 
@@ -123,12 +125,35 @@ class PlainRecordExecutionContext(StrawberryGraphQLCoreExecutionContext):
         return cached[1]
 
 
-def _object(fields: list[tuple[str, str | None, Plan]]) -> Plan:
+def reads(read: Plan, returns: Any) -> Callable[..., Any]:
+    """A field resolver that reads its parent value with `read`: graphql-core calls it as a
+    resolver, compiled plans call `read` itself."""
+
+    def resolve(root: Any) -> Any:
+        return read(root)
+
+    resolve.__annotations__ = {"root": Any, "return": returns}
+    setattr(resolve, _READS, read)
+    return resolve
+
+
+def _reader(definition: Any) -> Plan | None:
+    """How a plan reads a field: an attribute, a `reads` function, or None (graphql-core's
+    path: a resolver of any other kind)."""
+    resolver = definition.base_resolver
+    if resolver is None:
+        return attrgetter(definition.python_name)
+    read: Plan | None = getattr(resolver.wrapped_func, _READS, None)
+    return read
+
+
+def _itself(value: Any) -> Any:
+    return value
+
+
+def _object(fields: list[tuple[str, Plan, Plan]]) -> Plan:
     def complete(value: Any) -> dict[str, Any]:
-        return {
-            key: plan(value if attribute is None else getattr(value, attribute))
-            for key, attribute, plan in fields
-        }
+        return {key: plan(read(value)) for key, read, plan in fields}
 
     return complete
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
+from operator import attrgetter, itemgetter
 from typing import Annotated, Any
 
 import strawberry
@@ -21,8 +22,8 @@ from strawberry.types.field import StrawberryField
 
 from contracts.errors import Failure
 from contracts.project import FieldType, Store
-from gateway.queries import Row
 from gateway.service import Page
+from resolvers.completion import reads
 from resolvers.context import Context
 from resolvers.meta import ConsistencyInput, PageInfo, ResultMeta, demand, result_meta
 from resolvers.scalars import Long
@@ -35,7 +36,7 @@ _PY: dict[FieldType, Any] = {
     "boolean": bool,
 }
 Info = strawberry.Info[Context, None]
-Make = Callable[[Row], Any]
+Read = Callable[[Any], Any]
 FROM = strawberry.argument(name="from")
 
 
@@ -48,39 +49,42 @@ def store_fields(store: Store, default_page_size: int) -> list[StrawberryField]:
 def _keyed_fields(store: Store, page_size: int) -> list[StrawberryField]:
     name = _pascal(store.name)
     Record, K = _record_type(store), _PY[store.key_type]
-    make = _row_builder(store, Record)
-    Lookup = _object_type(
+    first = itemgetter(0)  # the one entry of a one-key lookup
+    Lookup = _view(
         f"{name}Lookup",
-        {"key": K, "partition": int, "record": Record | None, "failure": Failure | None,
-         "meta": ResultMeta},
-    )  # fmt: skip
-    Entry = _object_type(
+        {
+            "key": (K, lambda lookup: first(lookup.entries).key),
+            "partition": (int, lambda lookup: first(lookup.entries).partition),
+            "record": (Record | None, lambda lookup: first(lookup.entries).row),
+            "failure": (Failure | None, lambda lookup: first(lookup.entries).failure),
+            "meta": (ResultMeta, _meta),
+        },
+    )
+    Entry = _view(
         f"{name}Entry",
-        {"key": K, "partition": int, "record": Record | None, "failure": Failure | None},
+        {
+            "key": (K, attrgetter("key")),
+            "partition": (int, attrgetter("partition")),
+            "record": (Record | None, attrgetter("row")),
+            "failure": (Failure | None, attrgetter("failure")),
+        },
         description="One input key: record is null when the key has no value; failure is set "
         "when its partition could not answer.",
     )
-    Batch = _object_type(f"{name}Batch", {"entries": _list_of(Entry), "meta": ResultMeta})
+    Batch = _view(
+        f"{name}Batch",
+        {"entries": (_list_of(Entry), attrgetter("entries")), "meta": (ResultMeta, _meta)},
+    )
     Page = _page_type(name, Record)
     consistency = ConsistencyInput | None
 
     async def get(info: Info, key: Any, consistency: ConsistencyInput | None = None) -> Any:
-        lookup = await info.context.queries.lookup(store, [key], demand(consistency))
-        (entry,) = lookup.entries
-        record = None if entry.row is None else make(entry.row)
-        return Lookup(key=key, partition=entry.partition, record=record, failure=entry.failure,
-                      meta=result_meta(lookup.meta))  # fmt: skip
+        return await info.context.queries.lookup(store, [key], demand(consistency))
 
     async def batch(
         info: Info, keys: list[Any], consistency: ConsistencyInput | None = None
     ) -> Any:
-        lookup = await info.context.queries.lookup(store, keys, demand(consistency))
-        entries = [
-            Entry(key=e.key, partition=e.partition, record=None if e.row is None else make(e.row),
-                  failure=e.failure)
-            for e in lookup.entries
-        ]  # fmt: skip
-        return Batch(entries=entries, meta=result_meta(lookup.meta))
+        return await info.context.queries.lookup(store, keys, demand(consistency))
 
     async def range_(
         info: Info,
@@ -91,10 +95,9 @@ def _keyed_fields(store: Store, page_size: int) -> list[StrawberryField]:
         partitions: list[int] | None = None,
         consistency: ConsistencyInput | None = None,
     ) -> Any:
-        page = await info.context.queries.range(
+        return await info.context.queries.range(
             store, from_, to, first, after, partitions, demand(consistency)
         )
-        return _page(Page, page, make)
 
     async def prefix(
         info: Info,
@@ -104,10 +107,9 @@ def _keyed_fields(store: Store, page_size: int) -> list[StrawberryField]:
         partitions: list[int] | None = None,
         consistency: ConsistencyInput | None = None,
     ) -> Any:
-        page = await info.context.queries.prefix(
+        return await info.context.queries.prefix(
             store, prefix, first, after, partitions, demand(consistency)
         )
-        return _page(Page, page, make)
 
     scan = {"first": int, "after": str | None, "partitions": list[int] | None}
     fields = [
@@ -148,12 +150,16 @@ def _keyed_fields(store: Store, page_size: int) -> list[StrawberryField]:
 def _window_fields(store: Store, page_size: int) -> list[StrawberryField]:
     name = _pascal(store.name)
     Record, K = _record_type(store), _PY[store.key_type]
-    make = _row_builder(store, Record)
-    Windows = _object_type(
+    Windows = _view(
         f"{name}Windows",
-        {"key": K, "partition": int, "windows": _list_of(Record), "failure": Failure | None,
-         "meta": ResultMeta},
-    )  # fmt: skip
+        {
+            "key": (K, attrgetter("key")),
+            "partition": (int, attrgetter("partition")),
+            "windows": (_list_of(Record), attrgetter("rows")),
+            "failure": (Failure | None, attrgetter("failure")),
+            "meta": (ResultMeta, _meta),
+        },
+    )
     Page = _page_type(name, Record)
     consistency = ConsistencyInput | None
 
@@ -161,11 +167,9 @@ def _window_fields(store: Store, page_size: int) -> list[StrawberryField]:
         info: Info, key: Any, from_: datetime, to: datetime,
         consistency: ConsistencyInput | None = None,
     ) -> Any:  # fmt: skip
-        result = await info.context.queries.windows_of_key(
+        return await info.context.queries.windows_of_key(
             store, key, _millis(from_), _millis(to), demand(consistency)
         )
-        return Windows(key=key, partition=result.partition, windows=[make(r) for r in result.rows],
-                       failure=result.failure, meta=result_meta(result.meta))  # fmt: skip
 
     async def all_(
         info: Info,
@@ -176,10 +180,9 @@ def _window_fields(store: Store, page_size: int) -> list[StrawberryField]:
         partitions: list[int] | None = None,
         consistency: ConsistencyInput | None = None,
     ) -> Any:
-        page = await info.context.queries.windows(
+        return await info.context.queries.windows(
             store, _millis(from_), _millis(to), first, after, partitions, demand(consistency)
         )
-        return _page(Page, page, make)
 
     span = {"from_": Annotated[datetime, FROM], "to": datetime}
     return [
@@ -206,54 +209,51 @@ def _window_fields(store: Store, page_size: int) -> list[StrawberryField]:
 
 
 def _record_type(store: Store) -> type:
-    annotations: dict[str, Any] = {"key": _PY[store.key_type]}
+    """A record: a view of one row (key, [window start,] then Store.columns)."""
+    fields: dict[str, tuple[Any, Read]] = {"key": (_PY[store.key_type], itemgetter(0))}
+    offset = 1
     if store.kind == "window":
-        annotations["window_start"] = datetime
-        annotations["window_end"] = datetime
-    for column, ftype in store.columns.items():
-        annotations[column] = _PY[ftype] | None
+        size = store.window_size_ms
+        fields["window_start"] = (datetime, lambda row: _datetime(row[1]))
+        fields["window_end"] = (datetime, lambda row: _datetime(row[1] + size))
+        offset = 2
+    for i, (column, ftype) in enumerate(store.columns.items()):
+        fields[column] = (_PY[ftype] | None, itemgetter(offset + i))
     description = f"A record of the {store.kind} store {store.name} (topic {store.topic.name})."
-    return _object_type(_pascal(store.name), annotations, description)
+    return _view(_pascal(store.name), fields, description)
 
 
-def _row_builder(store: Store, record: type) -> Make:
-    names = list(store.columns)
-    if store.kind != "window":
-        return lambda row: record(key=row[0], **dict(zip(names, row[1:], strict=True)))
-    size = store.window_size_ms
-    return lambda row: record(
-        key=row[0],
-        window_start=_datetime(row[1]),
-        window_end=_datetime(row[1] + size),
-        **dict(zip(names, row[2:], strict=True)),
-    )
+def _meta(result: Any) -> ResultMeta:
+    return result_meta(result.meta)
 
 
-def _page(page_type: type, page: Page, make: Make) -> Any:
-    return page_type(
-        records=[make(r) for r in page.rows],
-        page_info=PageInfo(has_next_page=page.has_next, end_cursor=page.end_cursor),
-        meta=result_meta(page.meta),
-    )
+def _page_info(page: Page) -> PageInfo:
+    return PageInfo(has_next_page=page.has_next, end_cursor=page.end_cursor)
 
 
 def _page_type(name: str, record: type) -> type:
-    return _object_type(
-        f"{name}Page", {"records": _list_of(record), "page_info": PageInfo, "meta": ResultMeta}
+    return _view(
+        f"{name}Page",
+        {
+            "records": (_list_of(record), attrgetter("rows")),
+            "page_info": (PageInfo, _page_info),
+            "meta": (ResultMeta, _meta),
+        },
     )
+
+
+def _view(name: str, fields: dict[str, tuple[Any, Read]], description: str | None = None) -> type:
+    """A GraphQL object type over a value of the query service (or a row): each field reads
+    the value with its function (compiled plans call the function directly)."""
+    namespace = {field: strawberry.field(resolver=reads(read, returns))
+                 for field, (returns, read) in fields.items()}  # fmt: skip
+    made: type = strawberry.type(type(name, (), namespace), description=description)
+    return made
 
 
 def _list_of(item: Any) -> Any:
     """`list[item]` for a type made at run time."""
     return list.__class_getitem__(item)
-
-
-def _object_type(name: str, fields: dict[str, Any], description: str | None = None) -> type:
-    """A strawberry object type built at run time from field annotations."""
-    made: type = strawberry.type(
-        type(name, (), {"__annotations__": fields}), description=description
-    )
-    return made
 
 
 def _signed(resolver: Any, returns: Any, **arguments: Any) -> Any:
