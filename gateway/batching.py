@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
-from contracts.partitioner import Key, partition_for
+from contracts.partitioner import Key, partition_for, partitions_for
 from contracts.positions import Position, restrict
 from contracts.project import Store
 from gateway.queries import Answer, Get, Query, SubQuery, WindowsOfKey
@@ -46,8 +46,11 @@ class Outcome:
 
 def keys_by_partition(store: Store, keys: list[Key], partitions: int) -> dict[int, list[Key]]:
     grouped: dict[int, list[Key]] = defaultdict(list)
-    for key in dict.fromkeys(keys):
-        grouped[partition_for(key, store.key_type, partitions)].append(key)
+    unique = list(dict.fromkeys(keys))
+    for key, partition in zip(
+        unique, partitions_for(unique, store.key_type, partitions), strict=True
+    ):
+        grouped[partition].append(key)
     return grouped
 
 

@@ -6,7 +6,7 @@ import struct
 import pytest
 from kafka.partitioner.default import murmur2 as kafka_murmur2
 
-from contracts.partitioner import murmur2, partition_for, serialize_key
+from contracts.partitioner import murmur2, partition_for, partitions_for, serialize_key
 
 KAFKA_VECTORS = {b"": 681, b"a": 524, b"ab": 434, b"abc": 107, b"123456789": 566, b"\x00 ": 742}
 
@@ -41,3 +41,24 @@ def test_integer_keys_route_like_kafka_python() -> None:
     for key in [0, 1, -1, 42, 2**31 - 1, -(2**31)]:
         expected = (kafka_murmur2(struct.pack(">i", key)) & 0x7FFFFFFF) % 9
         assert partition_for(key, "int", 9) == expected
+
+
+@pytest.mark.parametrize("key_type", ["string", "int", "long"])
+def test_many_keys_at_once_route_like_kafka_python(key_type: str) -> None:
+    rng = random.Random(8)
+    alphabet = "abcXYZ09é日🚆\x00"
+    for _ in range(60):
+        size = rng.choice([1, 5, 31, 32, 33, 300])
+        if key_type == "string":
+            keys: list = [
+                "".join(rng.choices(alphabet, k=rng.randrange(0, 13))) for _ in range(size)
+            ]
+        else:
+            bits = 31 if key_type == "int" else 63
+            keys = [rng.randrange(-(2**bits), 2**bits) for _ in range(size)]
+        partitions = rng.choice([1, 3, 9, 1000])
+        expected = [
+            (kafka_murmur2(serialize_key(k, key_type)) & 0x7FFFFFFF) % partitions  # type: ignore[arg-type]
+            for k in keys
+        ]
+        assert partitions_for(keys, key_type, partitions) == expected  # type: ignore[arg-type]
