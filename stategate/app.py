@@ -9,6 +9,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from contracts.project import Project
 from gateway.body_limit import BodyLimit
@@ -17,7 +18,22 @@ from gateway.node import GatewayNode
 from resolvers.view import GraphQLView
 
 
-def create_app(project: Project, node_id: str) -> Starlette:
+class PostsFirst:
+    """POST /graphql goes straight to the GraphQL endpoint (it answers every request
+    itself, errors included); everything else through Starlette's routing."""
+
+    def __init__(self, graphql: ASGIApp, app: Starlette) -> None:
+        self.graphql = graphql
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] == "/graphql":
+            await self.graphql(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)
+
+
+def create_app(project: Project, node_id: str) -> PostsFirst:
     node = GatewayNode(project, node_id)
 
     async def home(request: Request) -> Response:
@@ -38,5 +54,4 @@ def create_app(project: Project, node_id: str) -> Starlette:
         ],
         lifespan=lifespan,
     )
-    app.state.node = node
-    return app
+    return PostsFirst(graphql, app)
