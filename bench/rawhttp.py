@@ -100,8 +100,16 @@ class Pool:
         origin = (parts.hostname or "127.0.0.1", parts.port or 80)
         target = parts.path + (f"?{parts.query}" if parts.query else "")
         idle = self._idle[origin]
-        connection = idle.pop() if idle else await Connection.open(*origin)
+        reused = bool(idle)
+        connection = idle.pop() if reused else await Connection.open(*origin)
         try:
+            answer = await connection.request(method, target, body)
+        except (asyncio.IncompleteReadError, ConnectionResetError, BrokenPipeError):
+            connection.close()
+            if not reused:
+                raise
+            # the server closed the idle connection (its keep-alive timeout): once more
+            connection = await Connection.open(*origin)
             answer = await connection.request(method, target, body)
         except BaseException:
             connection.close()
