@@ -16,6 +16,7 @@ from typing import Any
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from contracts.partitioner import Key
 from contracts.project import Store
@@ -24,31 +25,32 @@ from gateway.row_select import columns
 
 MAX_KEY_BYTES = 64  # wider string keys are looked up with DuckDB (index memory is n x width)
 _INT64 = (-(2**63), 2**63 - 1)
+_DICTIONARY_RATIO = 4  # a string column with at most 1/4 distinct values is dictionary-encoded
 
 
 class LookupTable:
-    def __init__(self, sorted_keys: np.ndarray, order: np.ndarray | None, table: pa.Table):
+    def __init__(self, sorted_keys: np.ndarray, order: np.ndarray | None, values: pa.Table):
         self._keys = sorted_keys
         self._order = order  # row number of each sorted key; None: rows are in key order
-        self._columns = table.columns
+        self._columns = values.columns  # every column but the key (the index holds the keys)
         self._strings = sorted_keys.dtype.kind == "S"
-        self.rows = table.num_rows
+        self.rows = values.num_rows
 
     @classmethod
     def load(
-        cls, cursor: duckdb.DuckDBPyConnection, alias: str, store: Store
+        cls, connection: duckdb.DuckDBPyConnection, alias: str, store: Store
     ) -> LookupTable | None:
         """Read a keyed store of an attached snapshot; None when its keys cannot be indexed."""
         select = ", ".join(columns(store))
-        table = cursor.sql(f'SELECT {select} FROM {alias}."{store.name}"').to_arrow_table()
-        keys = _index_keys(table.column(0).to_pylist(), store.key_type != "string")
+        table = connection.sql(f'SELECT {select} FROM {alias}."{store.name}"').to_arrow_table()
+        keys = _index_keys(table.column(0), store.key_type != "string")
         if keys is None:
             return None
         order: np.ndarray | None = None
         if len(keys) > 1 and not bool(np.all(keys[:-1] < keys[1:])):
             order = np.argsort(keys, kind="stable")
             keys = keys[order]
-        return cls(keys, order, table)
+        return cls(keys, order, _compact(table.remove_column(0)))
 
     @property
     def nbytes(self) -> int:
@@ -63,13 +65,14 @@ class LookupTable:
         return self._rows(self._find_many(keys))
 
     def _find_one(self, key: Key) -> int | None:
+        """The position of a key in the sorted index, or None."""
         probe = self._probe(key)
         if probe is None:
             return None
         at = int(np.searchsorted(self._keys, probe))
         if at == len(self._keys) or self._keys[at] != probe:
             return None
-        return at if self._order is None else int(self._order[at])
+        return at
 
     def _find_many(self, keys: Sequence[Key]) -> np.ndarray:
         probes = [p for p in map(self._probe, dict.fromkeys(keys)) if p is not None]
@@ -80,7 +83,7 @@ class LookupTable:
         inside = at < len(self._keys)
         at, wanted = at[inside], wanted[inside]
         found: np.ndarray = at[self._keys[at] == wanted]
-        return found if self._order is None else self._order[found]
+        return found
 
     def _probe(self, key: Key) -> Any:
         """The key as the index stores it, or None when no indexed key can equal it."""
@@ -97,22 +100,48 @@ class LookupTable:
             return None
         return raw
 
-    def _row(self, index: int) -> Row:
-        return [column[index].as_py() for column in self._columns]
+    def _row(self, at: int) -> Row:
+        index = at if self._order is None else int(self._order[at])
+        key = self._keys[at].item()
+        return [key.decode() if self._strings else key, *(c[index].as_py() for c in self._columns)]
 
-    def _rows(self, indices: np.ndarray) -> list[Row]:
-        if len(indices) == 0:
+    def _rows(self, positions: np.ndarray) -> list[Row]:
+        if len(positions) == 0:
             return []
-        picked = pa.array(indices)
+        keys = self._keys[positions].tolist()
+        if self._strings:
+            keys = [k.decode() for k in keys]
+        picked = pa.array(positions if self._order is None else self._order[positions])
         values = [column.take(picked).to_pylist() for column in self._columns]
-        return [list(row) for row in zip(*values, strict=True)]
+        return [list(row) for row in zip(keys, *values, strict=True)]
 
 
-def _index_keys(keys: list[Any], integers: bool) -> np.ndarray | None:
+def _compact(table: pa.Table) -> pa.Table:
+    """String columns with few distinct values, dictionary-encoded (as Parquet would)."""
+    for i, column in enumerate(table.columns):
+        few = pa.types.is_string(column.type) and len(column) > 0
+        if few and pc.count_distinct(column).as_py() <= len(column) // _DICTIONARY_RATIO:
+            table = table.set_column(i, table.field(i).name, pc.dictionary_encode(column))
+    return table
+
+
+def _index_keys(keys: pa.ChunkedArray, integers: bool) -> np.ndarray | None:
+    """The keys as a numpy array, built from Arrow's buffers (no Python object per key)."""
     if integers:
-        return np.array(keys, dtype=np.int64)
-    raw = [k.encode() for k in keys]
-    if any(len(r) > MAX_KEY_BYTES or r.endswith(b"\x00") for r in raw):
+        integer_keys: np.ndarray = keys.to_numpy().astype(np.int64)
+        return integer_keys
+    array = keys.combine_chunks().cast(pa.string())
+    offsets = np.frombuffer(array.buffers()[1], dtype=np.int32)[
+        array.offset : array.offset + len(array) + 1
+    ]
+    data = np.frombuffer(array.buffers()[2] or b"", dtype=np.uint8)[offsets[0] : offsets[-1]]
+    lengths = np.diff(offsets)
+    width = int(lengths.max(initial=0)) or 1
+    if width > MAX_KEY_BYTES:
         return None
-    width = max((len(r) for r in raw), default=1) or 1
-    return np.array(raw, dtype=f"S{width}")
+    rows = np.zeros((len(array), width), dtype=np.uint8)
+    rows[np.arange(width) < lengths[:, None]] = data  # row-major: each key's bytes in order
+    ends = rows[np.arange(len(array)), np.maximum(lengths - 1, 0)]
+    if bool(np.any((ends == 0) & (lengths > 0))):
+        return None  # a key ending in NUL: numpy's fixed-width bytes would drop it
+    return rows.view(f"S{width}").ravel()

@@ -55,6 +55,7 @@ class SnapshotCatalog:
         self.folder.mkdir(parents=True, exist_ok=True)
         self._stores = stores
         self._hub = duckdb.connect(":memory:", config={"threads": threads, "memory_limit": memory})
+        self._memory = memory
         self._lock = threading.Lock()
         self._current: dict[int, Snapshot] = {}
         self._local = threading.local()
@@ -88,7 +89,7 @@ class SnapshotCatalog:
             raise SnapshotError(f"cannot open {path.name}: {exc}") from exc
         try:
             snapshot = self._inspect(cursor, partition, version, path, alias)
-            snapshot.tables = self._load_tables(cursor, alias)
+            snapshot.tables = self._load_tables(path)
         except (duckdb.Error, SnapshotError, FormatError) as exc:
             cursor.execute(f"DETACH {alias}")
             raise SnapshotError(
@@ -136,11 +137,20 @@ class SnapshotCatalog:
         )
         return Snapshot(partition, version, path, alias, offsets, int(row[2]))
 
-    def _load_tables(self, cursor: duckdb.DuckDBPyConnection, alias: str) -> dict[str, LookupTable]:
+    def _load_tables(self, path: Path) -> dict[str, LookupTable]:
+        """The keyed stores of a file, read by a DuckDB instance of their own (closed after),
+        so that the hub's buffer pool does not keep every row of them."""
         loaded = {}
-        for store in self._stores:
-            if store.kind != "window":
-                table = LookupTable.load(cursor, alias, store)
+        config: dict[str, str | bool | int | float | list[str]] = {
+            "threads": 1,
+            "memory_limit": self._memory,
+        }
+        with duckdb.connect(":memory:", config=config) as connection:
+            connection.execute(f"ATTACH '{path}' AS snapshot (READ_ONLY)")
+            for store in self._stores:
+                if store.kind == "window":
+                    continue
+                table = LookupTable.load(connection, "snapshot", store)
                 if table is None:
                     log.info("%s: keys too wide for the in-memory index", store.name)
                 else:
