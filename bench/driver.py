@@ -88,12 +88,27 @@ def summarize(
     )
 
 
-def _cpu_seconds(processes: Sequence[psutil.Process]) -> float:
-    total = 0.0
-    for process in processes:
-        times = process.cpu_times()
-        total += times.user + times.system
-    return total
+Servers = Sequence[psutil.Process] | Callable[[], Sequence[psutil.Process]]
+
+
+def _cpu_by_pid(servers: Servers) -> dict[int, float]:
+    """CPU seconds of each server process alive now (a callable is asked for the current
+    processes: a database starts and ends backends while it is measured)."""
+    found = {}
+    for process in servers() if callable(servers) else servers:
+        try:
+            times = process.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        found[process.pid] = times.user + times.system
+    return found
+
+
+def _cpu_used(before: dict[int, float], servers: Servers) -> float:
+    """CPU seconds since `before` of the processes alive now (a process that ended in
+    between is not counted; one that started is counted whole)."""
+    after = _cpu_by_pid(servers)
+    return sum(seconds - before.get(pid, 0.0) for pid, seconds in after.items())
 
 
 async def run_async(
@@ -103,7 +118,7 @@ async def run_async(
     duration_s: float,
     max_count: int,
     warmup: int = 0,
-    servers: Sequence[psutil.Process] = (),
+    servers: Servers = (),
     note: str = "",
     min_count: int = 1,
 ) -> Stats:
@@ -132,11 +147,11 @@ async def run_async(
                 errors += 1
                 first_error = first_error or error
 
-    cpu0, server0 = time.process_time(), _cpu_seconds(servers)
+    cpu0, server0 = time.process_time(), _cpu_by_pid(servers)
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     wall = time.perf_counter() - started
     cpu = time.process_time() - cpu0
-    server = _cpu_seconds(servers) - server0 if servers else None
+    server = _cpu_used(server0, servers) if servers else None
     return summarize(name, concurrency, latencies, errors, wall, cpu, server, first_error, note)
 
 

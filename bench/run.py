@@ -495,9 +495,7 @@ def measure_versus(
     peer.start_postgraphile()
     r.peer.update(peer.versions())
     postgraphile = versus.bodies(versus.POSTGRAPHILE, keys)
-    r.versus += asyncio.run(
-        versus.measure("pg", peer.url, postgraphile, peer.processes(), duration)
-    )
+    r.versus += asyncio.run(versus.measure("pg", peer.url, postgraphile, peer.processes, duration))
     peer.stop_postgraphile()
     peer.stop_postgres()
     for stats in r.versus:

@@ -17,9 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
-import psutil
 
-from bench.driver import Stats, graphql_operation, http_client, run_async
+from bench.driver import Servers, Stats, graphql_operation, http_client, run_async
 from bench.queries import body
 from contracts.project import Project
 
@@ -118,7 +117,7 @@ def _count(expected: int) -> Callable[[Any], str | None]:
 
 
 async def measure(
-    label: str, url: str, b: Bodies, servers: list[psutil.Process], duration: float
+    label: str, url: str, b: Bodies, servers: Servers, duration: float
 ) -> list[Stats]:
     """The four reads against one server, one case at a time."""
     cases = [
