@@ -2,10 +2,10 @@
 cost microseconds instead of a DuckDB query each.
 
 The key index is a sorted numpy array (int64 for integer keys, fixed-width UTF-8 bytes for
-string keys) searched with `searchsorted`; the rows stay in Arrow columns, in the order the
-snapshot stores them. String keys wider than MAX_KEY_BYTES, or ending in NUL (numpy's
-fixed-width bytes drop trailing NULs), are not indexed: such a store keeps answering
-lookups with DuckDB.
+string keys) searched with `searchsorted`; the other columns stay in the order the snapshot
+stores them, each in the form that reads fastest (gateway/columns.py). String keys wider
+than MAX_KEY_BYTES, or ending in NUL (numpy's fixed-width bytes drop trailing NULs), are not
+indexed: such a store keeps answering lookups with DuckDB.
 """
 
 from __future__ import annotations
@@ -16,23 +16,23 @@ from typing import Any
 import duckdb
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from contracts.partitioner import Key
 from contracts.project import Store
+from gateway.columns import column_of
 from gateway.queries import Row
 from gateway.row_select import columns
 
 MAX_KEY_BYTES = 64  # wider string keys are looked up with DuckDB (index memory is n x width)
 _INT64 = (-(2**63), 2**63 - 1)
-_DICTIONARY_RATIO = 4  # a string column with at most 1/4 distinct values is dictionary-encoded
 
 
 class LookupTable:
     def __init__(self, sorted_keys: np.ndarray, order: np.ndarray | None, values: pa.Table):
         self._keys = sorted_keys
         self._order = order  # row number of each sorted key; None: rows are in key order
-        self._columns = values.columns  # every column but the key (the index holds the keys)
+        # every column but the key (the index holds the keys)
+        self._columns = [column_of(column) for column in values.columns]
         self._strings = sorted_keys.dtype.kind == "S"
         self.rows = values.num_rows
 
@@ -50,7 +50,7 @@ class LookupTable:
         if len(keys) > 1 and not bool(np.all(keys[:-1] < keys[1:])):
             order = np.argsort(keys, kind="stable")
             keys = keys[order]
-        return cls(keys, order, _compact(table.remove_column(0)))
+        return cls(keys, order, table.remove_column(0))
 
     @property
     def nbytes(self) -> int:
@@ -103,7 +103,7 @@ class LookupTable:
     def _row(self, at: int) -> Row:
         index = at if self._order is None else int(self._order[at])
         key = self._keys[at].item()
-        return [key.decode() if self._strings else key, *(c[index].as_py() for c in self._columns)]
+        return [key.decode() if self._strings else key, *(c.value(index) for c in self._columns)]
 
     def _rows(self, positions: np.ndarray) -> list[Row]:
         if len(positions) == 0:
@@ -111,18 +111,9 @@ class LookupTable:
         keys = self._keys[positions].tolist()
         if self._strings:
             keys = [k.decode() for k in keys]
-        picked = pa.array(positions if self._order is None else self._order[positions])
-        values = [column.take(picked).to_pylist() for column in self._columns]
+        picked = positions if self._order is None else self._order[positions]
+        values = [column.values(picked) for column in self._columns]
         return [list(row) for row in zip(keys, *values, strict=True)]
-
-
-def _compact(table: pa.Table) -> pa.Table:
-    """String columns with few distinct values, dictionary-encoded (as Parquet would)."""
-    for i, column in enumerate(table.columns):
-        few = pa.types.is_string(column.type) and len(column) > 0
-        if few and pc.count_distinct(column).as_py() <= len(column) // _DICTIONARY_RATIO:
-            table = table.set_column(i, table.field(i).name, pc.dictionary_encode(column))
-    return table
 
 
 def _index_keys(keys: pa.ChunkedArray, integers: bool) -> np.ndarray | None:
