@@ -82,9 +82,8 @@ class Router:
             if not by_node:
                 break
             trace.rounds.append({n: len(qs) for n, qs in by_node.items()})
-            batches = await asyncio.gather(
-                *(self._call(n, qs, authorization) for n, qs in by_node.items())
-            )
+            calls = [self._call(n, qs, authorization) for n, qs in by_node.items()]
+            batches = [await calls[0]] if len(calls) == 1 else await asyncio.gather(*calls)
             by_id = {q.id: q for qs in by_node.values() for q in qs}
             pending = []
             for answer in (a for answers in batches for a in answers):

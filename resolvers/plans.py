@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +26,9 @@ from graphql import (
     FieldNode,
     GraphQLError,
     GraphQLField,
+    GraphQLList,
+    GraphQLNonNull,
+    GraphQLScalarType,
     OperationDefinitionNode,
     OperationType,
     VariableDefinitionNode,
@@ -60,6 +63,25 @@ class RootField:
     field: StrawberryField
     nodes: list[FieldNode]
     complete: Plan
+    plain: dict[str, str]  # GraphQL -> Python name of the scalar (or list of scalar) arguments
+    info: str | None  # the name of the resolver's info parameter
+
+    def arguments(self, schema: strawberry.Schema, info: _Info, raw: dict[str, Any]) -> Any:
+        """The resolver's (args, kwargs): Strawberry's conversion, unless every argument
+        given is a scalar (or a list of them), which Strawberry passes unchanged."""
+        if raw.keys() <= self.plain.keys():
+            kwargs = {self.plain[name]: value for name, value in raw.items()}
+            if self.info is not None:
+                kwargs[self.info] = info
+            return [], kwargs
+        return get_arguments(
+            field=self.field,
+            source=None,
+            info=info,  # type: ignore[arg-type]
+            kwargs=raw,
+            config=schema.config,
+            scalar_registry=schema.schema_converter.scalar_registry,
+        )
 
 
 @dataclass(frozen=True)
@@ -80,18 +102,14 @@ class OperationPlan:
         for root in self.fields:
             try:
                 raw = get_argument_values(root.definition, root.nodes[0], coerced)
-                args, kwargs = get_arguments(
-                    field=root.field,
-                    source=None,
-                    info=info,  # type: ignore[arg-type]
-                    kwargs=raw,
-                    config=schema.config,
-                    scalar_registry=schema.schema_converter.scalar_registry,
-                )
+                args, kwargs = root.arguments(schema, info, raw)
             except Exception:  # noqa: BLE001 - any refusal is the general path's to word
                 return None
             calls.append(_call(root.field, args, kwargs))
-        results = await asyncio.gather(*calls, return_exceptions=True)
+        if len(calls) == 1:  # no task to gather
+            results = [await _settled(calls[0])]
+        else:
+            results = await asyncio.gather(*calls, return_exceptions=True)
         data: dict[str, Any] = {}
         errors: list[GraphQLError] = []
         for root, result in zip(self.fields, results, strict=True):
@@ -112,6 +130,13 @@ async def _call(field: StrawberryField, args: list[Any], kwargs: dict[str, Any])
     assert field.base_resolver is not None
     result = field.base_resolver(*args, **kwargs)
     return await result if inspect.isawaitable(result) else result
+
+
+async def _settled(call: Awaitable[Any]) -> Any:
+    try:
+        return await call
+    except Exception as exc:  # noqa: BLE001 - handled like gather(return_exceptions=True)
+        return exc
 
 
 def compile_plan(
@@ -158,8 +183,33 @@ def compile_plan(
         complete = compiler.compile(definition.type, details)
         if complete is None:
             return None
-        fields.append(RootField(key, definition, field, [d.node for d in details], complete))
+        info = field.base_resolver.info_parameter
+        fields.append(
+            RootField(
+                key,
+                definition,
+                field,
+                [d.node for d in details],
+                complete,
+                _plain_arguments(schema, definition, field),
+                info.name if info else None,
+            )
+        )
     return OperationPlan(tuple(operation.variable_definitions or ()), tuple(fields))
+
+
+def _plain_arguments(
+    schema: strawberry.Schema, definition: GraphQLField, field: StrawberryField
+) -> dict[str, str]:
+    python = {schema.config.name_converter.from_argument(a): a.python_name for a in field.arguments}
+    plain = {}
+    for name, argument in definition.args.items():
+        kind = argument.type
+        while isinstance(kind, GraphQLNonNull | GraphQLList):
+            kind = kind.of_type
+        if isinstance(kind, GraphQLScalarType) and argument.out_name is None and name in python:
+            plain[name] = python[name]
+    return plain
 
 
 class PlanCache:
