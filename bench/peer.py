@@ -199,9 +199,10 @@ class Peer:
         package = self.root / "node_modules" / "postgraphile" / "package.json"
         node = self._node22() or "node"
         postgres = self.psql("state", "SHOW server_version").strip()
+        node_version = subprocess.run([node, "--version"], capture_output=True, text=True)
         return {
             "postgraphile": json.loads(package.read_text())["version"],
-            "node": subprocess.run([node, "--version"], capture_output=True, text=True).stdout,
+            "node": node_version.stdout.strip(),
             "postgresql": postgres,
         }
 
