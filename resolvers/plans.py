@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections import OrderedDict
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +29,7 @@ from graphql import (
     GraphQLList,
     GraphQLNonNull,
     GraphQLScalarType,
+    GraphQLSchema,
     OperationDefinitionNode,
     OperationType,
     VariableDefinitionNode,
@@ -37,7 +38,18 @@ from graphql import (
     specified_rules,
 )
 from graphql.execution.collect_fields import FragmentDetails, collect_fields, collect_subfields
-from graphql.execution.values import get_argument_values, get_variable_values
+from graphql.execution.get_variable_signature import (
+    GraphQLVariableSignature,
+    get_variable_signature,
+)
+from graphql.execution.values import (
+    VariableValues,
+    VariableValuesOrErrors,
+    VariableValueSource,
+    get_argument_values,
+    get_variable_values,
+)
+from graphql.pyutils import Undefined
 from strawberry.schema.schema_converter import get_arguments
 from strawberry.types import ExecutionResult
 from strawberry.types.field import StrawberryField
@@ -85,16 +97,43 @@ class RootField:
 
 
 @dataclass(frozen=True)
+class Variable:
+    """A variable whose values need no coercion when `accepts` them (a string for String,
+    a list of strings for [String!]...): graphql-core would return them unchanged."""
+
+    name: str
+    signature: GraphQLVariableSignature
+    required: bool
+    accepts: Callable[[Any], bool]
+
+
+@dataclass(frozen=True)
 class OperationPlan:
     variables: tuple[VariableDefinitionNode, ...]
     fields: tuple[RootField, ...]
+    plain: tuple[Variable, ...] | None  # None: some variable always needs coercion
+
+    def bind(self, schema: GraphQLSchema, given: dict[str, Any]) -> VariableValuesOrErrors:
+        """The variables' values as graphql-core's get_variable_values gives them."""
+        if self.plain is None:
+            return get_variable_values(schema, self.variables, given)
+        sources, coerced = {}, {}
+        for variable in self.plain:
+            value = given.get(variable.name, Undefined)
+            if value is Undefined and not variable.required:
+                sources[variable.name] = VariableValueSource(variable.signature)
+                continue
+            if value is Undefined or not variable.accepts(value):
+                return get_variable_values(schema, self.variables, given)
+            sources[variable.name] = VariableValueSource(variable.signature, value)
+            coerced[variable.name] = value
+        return VariableValues(sources, coerced)
 
     async def run(
         self, schema: strawberry.Schema, context: Context, variables: dict[str, Any] | None
     ) -> ExecutionResult | None:
         """The response, or None when the general path must answer this request."""
-        core = schema._schema
-        coerced = get_variable_values(core, self.variables, variables or {})
+        coerced = self.bind(schema._schema, variables or {})
         if isinstance(coerced, list):
             return None  # the general path words the coercion errors
         info = _Info(context)
@@ -195,7 +234,45 @@ def compile_plan(
                 info.name if info else None,
             )
         )
-    return OperationPlan(tuple(operation.variable_definitions or ()), tuple(fields))
+    definitions = tuple(operation.variable_definitions or ())
+    return OperationPlan(definitions, tuple(fields), _plain_variables(core, definitions))
+
+
+def _plain_variables(
+    schema: GraphQLSchema, definitions: tuple[VariableDefinitionNode, ...]
+) -> tuple[Variable, ...] | None:
+    plain = []
+    for definition in definitions:
+        signature = get_variable_signature(schema, definition)
+        if isinstance(signature, GraphQLError) or definition.default_value is not None:
+            return None
+        accepts = _accepts(signature.type)
+        if accepts is None:
+            return None
+        required = is_non_null_type(signature.type)
+        plain.append(Variable(signature.name, signature, required, accepts))
+    return tuple(plain)
+
+
+_SCALARS: dict[str, Callable[[Any], bool]] = {
+    "String": lambda v: type(v) is str,
+    "Boolean": lambda v: type(v) is bool,
+    "Int": lambda v: type(v) is int and -(2**31) <= v < 2**31,
+}
+
+
+def _accepts(kind: Any) -> Callable[[Any], bool] | None:
+    """What values of a variable type graphql-core returns unchanged; None: too many to say."""
+    if isinstance(kind, GraphQLNonNull):
+        inner = _accepts(kind.of_type)
+        return None if inner is None else (lambda v: v is not None and inner(v))
+    if isinstance(kind, GraphQLList):
+        item = _accepts(kind.of_type)
+        if item is None:
+            return None
+        return lambda v: v is None or (type(v) is list and all(map(item, v)))
+    scalar = _SCALARS.get(kind.name) if isinstance(kind, GraphQLScalarType) else None
+    return None if scalar is None else (lambda v: v is None or scalar(v))
 
 
 def _plain_arguments(
