@@ -65,6 +65,11 @@ class Settings:
         256, "parsed and validated GraphQL documents a node keeps", 0
     )
     log_level: str = _setting("info", f"a node's log level: {', '.join(LOG_LEVELS)}")
+    cors_origins: tuple[str, ...] = _setting(
+        (),
+        'origins (`"https://dash.example.com"`) whose pages may call the API from a browser; '
+        '`"*"` for any; none: same origin only',
+    )
 
     def __post_init__(self) -> None:
         for item in fields(self):
@@ -95,12 +100,23 @@ class Settings:
         return cls(**values)
 
 
+def shown(value: object) -> str:
+    """A setting's value as the README and `stategate settings` show it (lists as TOML)."""
+    if isinstance(value, tuple):
+        return "[" + ", ".join(f'"{item}"' for item in value) + "]"
+    return str(value)
+
+
 def table() -> list[tuple[str, object, str]]:
     """(name, default, meaning) of every setting, in order."""
     return [(item.name, item.default, item.metadata["help"]) for item in fields(Settings)]
 
 
 def _typed(name: str, value: object, expected: type) -> object:
+    if expected is tuple:
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise SettingsError(f"settings.{name} must be a list of strings, not {value!r}")
+        return tuple(value)
     if expected is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if not isinstance(value, expected) or isinstance(value, bool):

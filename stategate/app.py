@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from starlette.applications import Starlette
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
@@ -16,6 +17,8 @@ from gateway.body_limit import BodyLimit
 from gateway.http import node_routes
 from gateway.node import GatewayNode
 from resolvers.view import GraphQLView
+
+CORS_MAX_AGE_S = 600  # how long a browser may cache a preflight's answer
 
 
 class PostsFirst:
@@ -33,7 +36,7 @@ class PostsFirst:
             await self.app(scope, receive, send)
 
 
-def create_app(project: Project, node_id: str) -> PostsFirst:
+def create_app(project: Project, node_id: str) -> ASGIApp:
     node = GatewayNode(project, node_id)
 
     async def home(request: Request) -> Response:
@@ -54,4 +57,14 @@ def create_app(project: Project, node_id: str) -> PostsFirst:
         ],
         lifespan=lifespan,
     )
-    return PostsFirst(graphql, app)
+    served = PostsFirst(graphql, app)
+    origins = project.settings.cors_origins
+    if not origins:
+        return served
+    return CORSMiddleware(
+        served,
+        allow_origins=list(origins),
+        allow_methods=["GET", "POST"],
+        allow_headers=["authorization", "content-type", "accept"],
+        max_age=CORS_MAX_AGE_S,
+    )

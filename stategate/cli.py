@@ -14,7 +14,7 @@ from contracts import eventlog
 from contracts import project as projects
 from contracts.partitioner import serialize_key
 from contracts.project import Project
-from contracts.settings import table
+from contracts.settings import shown, table
 from stategate import demo, logs
 
 Command = Callable[[Project, argparse.Namespace], int]
@@ -162,7 +162,7 @@ def print_schema(project: Project, args: argparse.Namespace) -> int:
 def print_settings() -> int:
     print("| setting | default | meaning |\n| --- | --- | --- |")
     for name, default, meaning in table():
-        print(f"| `{name}` | {default} | {meaning} |")
+        print(f"| `{name}` | {shown(default)} | {meaning} |")
     return 0
 
 

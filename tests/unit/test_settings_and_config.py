@@ -12,16 +12,24 @@ from typing import Any
 import pytest
 
 from contracts.project import ConfigError, load
-from contracts.settings import Settings, SettingsError, table
+from contracts.settings import Settings, SettingsError, shown, table
 from tests.projects import write_project
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 FIELDS = {item.name: item for item in fields(Settings)}
-DEFAULTS: dict[str, Any] = {name: getattr(Settings(), name) for name in FIELDS}
+
+
+def as_toml(value: Any) -> Any:
+    """A default as a project file gives it (TOML has lists, not tuples)."""
+    return list(value) if isinstance(value, tuple) else value
+
+
+DEFAULTS: dict[str, Any] = {name: as_toml(getattr(Settings(), name)) for name in FIELDS}
 NUMBERS = [name for name, item in FIELDS.items() if type(item.default) in (int, float)]
 INTS = [name for name, item in FIELDS.items() if type(item.default) is int]
 FLOATS = [name for name, item in FIELDS.items() if type(item.default) is float]
 STRINGS = [name for name, item in FIELDS.items() if type(item.default) is str]
+LISTS = [name for name, item in FIELDS.items() if type(item.default) is tuple]
 BOUNDED = [name for name, item in FIELDS.items() if item.metadata["minimum"] is not None]
 
 
@@ -34,8 +42,8 @@ def refused(raw: dict[str, Any], name: str) -> str:
 
 
 def test_the_setting_kinds_cover_every_field() -> None:
-    assert sorted(INTS + FLOATS + STRINGS) == sorted(FIELDS)
-    assert INTS and FLOATS and STRINGS and BOUNDED
+    assert sorted(INTS + FLOATS + STRINGS + LISTS) == sorted(FIELDS)
+    assert INTS and FLOATS and STRINGS and LISTS and BOUNDED
 
 
 def test_an_empty_table_gives_the_defaults() -> None:
@@ -43,7 +51,7 @@ def test_an_empty_table_gives_the_defaults() -> None:
 
 
 def test_every_default_given_explicitly_parses_to_the_defaults() -> None:
-    explicit = {name: default for name, default, _ in table()}
+    explicit = {name: as_toml(default) for name, default, _ in table()}
     assert Settings.parse(explicit) == Settings()
 
 
@@ -57,6 +65,13 @@ def test_the_table_lists_every_field_in_order_with_its_default_and_meaning() -> 
     assert [name for name, _, _ in rows] == list(FIELDS)
     assert [default for _, default, _ in rows] == [getattr(Settings(), n) for n in FIELDS]
     assert all(isinstance(meaning, str) and meaning for _, _, meaning in rows)
+
+
+@pytest.mark.parametrize("name", LISTS)
+def test_a_list_setting_takes_a_list_of_strings_only(name: str) -> None:
+    assert getattr(Settings.parse({name: ["a", "b"]}), name) == ("a", "b")
+    for wrong in ["a", [1], ["a", None], {"a": 1}, 3]:
+        assert "list of strings" in refused({name: wrong}, name)
 
 
 @pytest.mark.parametrize("name", ["nope", "defaultPageSize", "DEFAULT_PAGE_SIZE", ""])
@@ -193,6 +208,6 @@ def test_the_settings_row_parser_reads_only_the_settings_section() -> None:
 
 def test_the_readme_lists_every_setting_in_order_with_its_default() -> None:
     documented = settings_rows(README.read_text())
-    expected = [(name, str(default)) for name, default, _ in table()]
+    expected = [(name, shown(default)) for name, default, _ in table()]
     assert [n for n, _ in documented] == [n for n, _ in expected]
     assert documented == expected
