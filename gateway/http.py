@@ -1,8 +1,9 @@
 """A node's HTTP endpoints besides GraphQL: /internal/* for peers and the pipeline (cluster
-secret required), /cluster for smart clients and proxies, /health.
+secret required), /cluster for smart clients and proxies, /health (liveness: the process
+answers) and /ready (readiness: it serves a snapshot of every partition it hosts).
 
 Errors share one shape, contracts.errors.error_document: UNAUTHENTICATED (401), BAD_REQUEST
-(400) for a body that is not the internal protocol, STORE_UNREACHABLE (502).
+(400) for a body that is not the internal protocol, STORE_UNREACHABLE (502), NOT_READY (503).
 """
 
 from __future__ import annotations
@@ -68,9 +69,20 @@ def node_routes(node: GatewayNode) -> list[Route]:
     async def health(request: Request) -> Response:
         return JSONResponse({"node": node.id, "status": "ok"})
 
+    async def ready(request: Request) -> Response:
+        hosted = node.project.cluster.hosted_by(node.id)
+        serving = node.catalog.current()
+        missing = [p for p in hosted if p not in serving]
+        if missing:
+            message = f"{node.id} has no snapshot yet of partitions {missing}"
+            return error_response(503, "NOT_READY", message)
+        versions = {str(p): serving[p].version for p in hosted}
+        return JSONResponse({"node": node.id, "ready": True, "versions": versions})
+
     return [
         Route("/cluster", cluster_map),
         Route("/health", health),
+        Route("/ready", ready),
         Route("/internal/query", internal(query), methods=["POST"]),
         Route("/internal/status", internal(status)),
         Route("/internal/sync", internal(sync), methods=["POST"]),
