@@ -42,6 +42,11 @@ class Work:
 class Outcome:
     work: Work
     parts: list[tuple[SubQuery, Answer]]  # one per partition read, in partition order
+    key_parts: dict[Key, int] = field(default_factory=dict)  # a lookup's key -> its part
+
+    def part_of(self, key: Key) -> tuple[SubQuery, Answer]:
+        """The sub-query and answer of a lookup's key (its partition's)."""
+        return self.parts[self.key_parts[key]]
 
 
 def keys_by_partition(store: Store, keys: list[Key], partitions: int) -> dict[int, list[Key]]:
@@ -83,9 +88,10 @@ class RequestBatch:
     async def run(self, works: list[Work]) -> list[Outcome]:
         slots: list[_Slot] = []
         uses: list[list[int]] = [[] for _ in works]  # work -> the slots it reads
+        key_parts: list[dict[Key, int]] = [{} for _ in works]  # work -> key -> part
         shared: dict[Hashable, int] = {}  # key lookups of one partition share a slot
         for index, work in enumerate(works):
-            for partition, query in self._split(work):
+            for part, (partition, query) in enumerate(self._split(work)):
                 bound = self._bound(work, partition)
                 slot = _Slot(partition, work.store.name, query, bound, work.consistency)
                 if isinstance(query, Get):
@@ -101,6 +107,7 @@ class RequestBatch:
                         slots.append(slot)
                     slots[shared[share]].keys.update(dict.fromkeys(query.keys))
                     uses[index].append(shared[share])
+                    key_parts[index].update(dict.fromkeys(query.keys, part))
                 else:
                     uses[index].append(len(slots))
                     slots.append(slot)
@@ -108,8 +115,8 @@ class RequestBatch:
         answers, trace = await self.router.execute(subqueries, self.authorization)
         self.traces.append(trace)
         return [
-            Outcome(work, [(subqueries[i], answers[i]) for i in ids])
-            for work, ids in zip(works, uses, strict=True)
+            Outcome(work, [(subqueries[i], answers[i]) for i in ids], parts)
+            for work, ids, parts in zip(works, uses, key_parts, strict=True)
         ]
 
     def _split(self, work: Work) -> list[tuple[int, Query]]:

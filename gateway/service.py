@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from contracts.errors import Failure, GatewayError, bad_input
-from contracts.partitioner import Key, partitions_for
+from contracts.partitioner import Key
 from contracts.positions import Position, decode_token, merge
 from contracts.project import Project, Store
 from gateway import cursors, merging
@@ -106,11 +106,9 @@ class RequestQueries:
                 f"{len(keys)} keys asked, the limit is {limit} (max_keys_per_request)",
             )
         outcome = await self._load(store, Get(tuple(keys)), (), demand)
-        parts = {q.partition: (q, a) for q, a in outcome.parts}
-        partitions = partitions_for(keys, store.key_type, self.project.cluster.partitions)
         entries = []
-        for key, partition in zip(keys, partitions, strict=True):
-            q, answer = parts[partition]
+        for key in keys:
+            q, answer = outcome.part_of(key)
             row = answer.row_of(key) if answer.ok else None
             entries.append(Entry(key, q.partition, row, answer.failure))
         return Lookup(entries, self._meta(outcome))
