@@ -61,13 +61,14 @@ class HopPool:
         head += [f"{name}: {value}" for name, value in headers.items()]
         head.append(f"content-length: {len(body)}")
         request = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
-        deadline = time.monotonic() + self.timeout_s
+        deadline = asyncio.get_running_loop().time() + self.timeout_s
         try:
-            await asyncio.wait_for(origin.slots.acquire(), self.timeout_s)
+            async with asyncio.timeout_at(deadline):
+                await origin.slots.acquire()
         except TimeoutError as exc:
             raise PoolFull(f"no free connection to {host}:{port}") from exc
         try:
-            async with asyncio.timeout_at(asyncio.get_running_loop().time() + self._left(deadline)):
+            async with asyncio.timeout_at(deadline):
                 connection, reused = await self._connection(origin, host, port)
                 try:
                     status, reply, keep = await _exchange(connection, request)
@@ -84,9 +85,6 @@ class HopPool:
         else:
             connection.close()
         return status, reply
-
-    def _left(self, deadline: float) -> float:
-        return max(0.0, deadline - time.monotonic())
 
     async def _connection(self, origin: _Origin, host: str, port: int) -> tuple[_Connection, bool]:
         now = time.monotonic()
