@@ -137,14 +137,15 @@ class OperationPlan:
         if isinstance(coerced, list):
             return None  # the general path words the coercion errors
         info = _Info(context)
-        calls = []
+        bound = []
         for root in self.fields:
             try:
                 raw = get_argument_values(root.definition, root.nodes[0], coerced)
-                args, kwargs = root.arguments(schema, info, raw)
+                bound.append(root.arguments(schema, info, raw))
             except Exception:  # noqa: BLE001 - any refusal is the general path's to word
                 return None
-            calls.append(_call(root.field, args, kwargs))
+        # made only once every field bound: a coroutine never awaited would warn
+        calls = [_call(r.field, a, k) for r, (a, k) in zip(self.fields, bound, strict=True)]
         if len(calls) == 1:  # no task to gather
             results = [await _settled(calls[0])]
         else:
