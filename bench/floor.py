@@ -29,7 +29,10 @@ class Floor:
     def __init__(self, store_dir: Path, partitions: int, threads: int = 2) -> None:
         manifest = read_manifest(store_dir)
         self.partitions = partitions
-        self.files = {p: store_dir / entry.path for p, entry in manifest.partitions.items()}
+        # the bench's state is built in one run: every chain is a base alone
+        if any(len(entry.layers) > 1 for entry in manifest.partitions.values()):
+            raise RuntimeError(f"{store_dir}: chains with deltas; rebuild the bench state")
+        self.files = {p: store_dir / entry.base.path for p, entry in manifest.partitions.items()}
         if sorted(self.files) != list(range(partitions)):
             raise RuntimeError(f"{store_dir}: manifest lists partitions {sorted(self.files)}")
         self.con = duckdb.connect(":memory:", config={"threads": threads, "memory_limit": "1GB"})

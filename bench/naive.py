@@ -33,18 +33,20 @@ from starlette.routing import Route
 from contracts import project as config
 from contracts.partitioner import partition_for
 from contracts.project import Project
-from contracts.snapshot_file import parse_path
+from contracts.snapshot_file import parse_file_name
 
 COLUMNS = ("bookings", "revenue", "seats", "cheapest", "dearest")
 
 
 def local_files(folder: Path, hosted: list[int]) -> dict[int, Path]:
-    """The newest snapshot file of each hosted partition in a node's snapshot folder."""
+    """The newest base file of each hosted partition in a node's snapshot folder (the bench's
+    state is built in one run: a base alone)."""
     newest: dict[int, tuple[int, Path]] = {}
-    for path in folder.glob("p*/v*.duckdb"):
-        parsed = parse_path(str(path.relative_to(folder)))
-        if parsed and parsed[0] in hosted and parsed[1] > newest.get(parsed[0], (0, path))[0]:
-            newest[parsed[0]] = (parsed[1], path)
+    for partition in hosted:
+        for path in folder.glob(f"p{partition:03d}/v*.base.duckdb"):
+            parsed = parse_file_name(path.name)
+            if parsed and parsed[0] > newest.get(partition, (0, path))[0]:
+                newest[partition] = (parsed[0], path)
     return {p: path for p, (_, path) in newest.items()}
 
 

@@ -1,13 +1,15 @@
 """The manifest: which version of each partition is current, written by the pipeline to the
 snapshot store and read by every node.
 
-    {"format": 1,
-     "partitions": {"<p>": {"version", "path", "sha256", "size", "position": {topic: offset},
-                            "created_ms"}},
+    {"format": 2,
+     "partitions": {"<p>": {"layers": [{"version", "kind", "path", "sha256", "size",
+                                        "position": {topic: offset}, "created_ms"}, ...]}},
      "log_end": {"<topic>": {"<p>": offset}},
      "stores_digest": "...", "updated_ms": ...}
 
-It is replaced atomically (write_manifest), so a reader sees the old one or the new one.
+A partition's layers are its chain (contracts/snapshot_file.py): a base, then deltas of
+consecutive versions, oldest first. It is replaced atomically (write_manifest), so a reader
+sees the old one or the new one.
 """
 
 from __future__ import annotations
@@ -20,19 +22,54 @@ from typing import Any
 import orjson
 
 from contracts.durable import fsync_dir
-from contracts.snapshot_file import FORMAT, FormatError, check_format
+from contracts.snapshot_file import FORMAT, FormatError, Kind, check_format
 
 FILE_NAME = "manifest.json"
 
 
 @dataclass(frozen=True)
-class PartitionEntry:
+class Layer:
     version: int
+    kind: Kind
     path: str  # relative to the store
     sha256: str
     size: int
     position: dict[str, int]  # topic -> next offset to read
     created_ms: int
+
+
+@dataclass(frozen=True)
+class PartitionEntry:
+    layers: tuple[Layer, ...]  # a base, then deltas of consecutive versions
+
+    def __post_init__(self) -> None:
+        base, *deltas = self.layers
+        kinds_ok = base.kind == "base" and all(d.kind == "delta" for d in deltas)
+        versions = [layer.version for layer in self.layers]
+        if not kinds_ok or versions != list(range(base.version, base.version + len(versions))):
+            raise FormatError(
+                f"not a chain of layers: {[(x.kind, x.version) for x in self.layers]}"
+            )
+
+    @property
+    def base(self) -> Layer:
+        return self.layers[0]
+
+    @property
+    def top(self) -> Layer:
+        return self.layers[-1]
+
+    @property
+    def version(self) -> int:
+        return self.top.version
+
+    @property
+    def position(self) -> dict[str, int]:
+        return self.top.position
+
+    @property
+    def created_ms(self) -> int:
+        return self.top.created_ms
 
 
 @dataclass(frozen=True)
@@ -45,7 +82,10 @@ class Manifest:
     def to_json(self) -> bytes:
         body = {
             "format": FORMAT,
-            "partitions": {str(p): vars(e) for p, e in sorted(self.partitions.items())},
+            "partitions": {
+                str(p): {"layers": [vars(layer) for layer in e.layers]}
+                for p, e in sorted(self.partitions.items())
+            },
             "log_end": {
                 t: {str(p): o for p, o in ends.items()} for t, ends in self.log_end.items()
             },
@@ -78,8 +118,16 @@ class Manifest:
 
 
 def _entry(raw: dict[str, Any]) -> PartitionEntry:
-    return PartitionEntry(
+    return PartitionEntry(tuple(_layer(layer) for layer in raw["layers"]))
+
+
+def _layer(raw: dict[str, Any]) -> Layer:
+    kind = raw["kind"]
+    if kind not in ("base", "delta"):
+        raise FormatError(f"a layer of kind {kind!r}")
+    return Layer(
         version=int(raw["version"]),
+        kind=kind,
         path=str(raw["path"]),
         sha256=str(raw["sha256"]),
         size=int(raw["size"]),

@@ -71,6 +71,22 @@ class Settings:
         '`"*"` for any; none: same origin only',
     )
 
+    trigger_interval_s: float = _setting(
+        1.0,
+        "how often the continuous pipeline (`stategate pipeline --follow`) starts a "
+        "micro-batch of the records appended since the last one",
+        0.05,
+    )
+    max_records_per_batch: int = _setting(
+        200_000, "most log records one micro-batch reads; the rest wait for the next", 1
+    )
+    compact_after_deltas: int = _setting(
+        64, "a partition's delta layers before they are folded into a new base", 1
+    )
+    compact_delta_ratio: float = _setting(
+        0.5, "fold the deltas sooner once their bytes reach this fraction of the base's", 0.01
+    )
+
     def __post_init__(self) -> None:
         for item in fields(self):
             value, minimum = getattr(self, item.name), item.metadata["minimum"]

@@ -1,26 +1,40 @@
-"""The snapshot file: one DuckDB file per (partition, version) holding every store.
+"""The snapshot files: a partition's state is a chain of layers, one DuckDB file each, every
+file holding every store.
+
+- a **base** holds the whole state at its version;
+- a **delta** holds, for the keys changed since the version below it, their full new rows (a
+  deleted table key as a row with `_deleted` true). Reading a chain: the newest layer holding a
+  key wins, and a deleted key is absent. A delta's version is the one below it plus one.
+
+A compaction folds a chain into a new base *at the same version* (the state is the same), so
+a base and a delta may share a version number but never a path.
 
 Tables (identifiers quoted):
 - one per store, named by the store: `key` (VARCHAR | INTEGER | BIGINT), for a window store
   `window_start BIGINT` (epoch ms), then Store.stored_columns in order (an avg is kept as its
   sum and count, so that versions merge); rows ordered by key (, window_start) so zone maps
-  prune lookups. Tombstoned table keys are absent.
+  prune lookups. Deleted table keys are absent from a base; a delta's table stores add
+  `_deleted BOOLEAN` after the other columns.
 - `_position(topic VARCHAR, partition INTEGER, "offset" BIGINT)`: per topic, the next offset
   to read in this partition.
-- `_snapshot(partition INTEGER, version BIGINT, created_ms BIGINT, format INTEGER)`: one row.
+- `_snapshot(partition INTEGER, version BIGINT, created_ms BIGINT, format INTEGER,
+  kind VARCHAR)`: one row; kind is "base" or "delta".
 
-A version's file lives at the same relative path in the snapshot store and on every node that
-hosts it, `p<partition>/v<version>.duckdb`, and a path is never reused.
+A layer lives at the same relative path in the snapshot store and on every node that hosts
+it, `p<partition>/v<version>.<kind>.duckdb`, and a path is never reused.
 """
 
 from __future__ import annotations
 
 import re
+from typing import Literal
 
 from contracts.project import FieldType, Store
 
-FORMAT = 1
+Kind = Literal["base", "delta"]
+FORMAT = 2
 POSITION_TABLE = "_position"
+DELETED = "_deleted"
 SNAPSHOT_TABLE = "_snapshot"
 DUCK_TYPES: dict[FieldType, str] = {
     "string": "VARCHAR",
@@ -29,33 +43,29 @@ DUCK_TYPES: dict[FieldType, str] = {
     "double": "DOUBLE",
     "boolean": "BOOLEAN",
 }
-_PATH = re.compile(r"^p(\d+)/v(\d+)\.duckdb$")
-_VERSION_FILE = re.compile(r"^v(\d+)\.duckdb$")
+_FILE = re.compile(r"^v(\d+)\.(base|delta)\.duckdb$")
 
 
 class FormatError(ValueError):
     """A snapshot file or manifest written in a format this version does not read."""
 
 
-def relative_path(partition: int, version: int) -> str:
-    """Where one version lives, relative to the store folder or a node's snapshot folder."""
-    return f"{partition_folder(partition)}/v{version:06d}.duckdb"
+def relative_path(partition: int, version: int, kind: Kind) -> str:
+    """Where one layer lives, relative to the store folder or a node's snapshot folder."""
+    return f"{partition_folder(partition)}/v{version:06d}.{kind}.duckdb"
 
 
 def partition_folder(partition: int) -> str:
     return f"p{partition:03d}"
 
 
-def parse_path(relative: str) -> tuple[int, int] | None:
-    """(partition, version) of a relative path written by relative_path, else None."""
-    match = _PATH.match(relative)
-    return (int(match.group(1)), int(match.group(2))) if match else None
-
-
-def version_of(file_name: str) -> int | None:
-    """The version of a file in a partition folder, else None."""
-    match = _VERSION_FILE.match(file_name)
-    return int(match.group(1)) if match else None
+def parse_file_name(file_name: str) -> tuple[int, Kind] | None:
+    """(version, kind) of a layer's file name in a partition folder, else None."""
+    match = _FILE.match(file_name)
+    if match is None:
+        return None
+    kind: Kind = "base" if match.group(2) == "base" else "delta"
+    return int(match.group(1)), kind
 
 
 def check_format(found: object, what: str) -> None:

@@ -15,6 +15,7 @@ import duckdb
 from contracts.errors import Failure
 from contracts.positions import satisfies
 from contracts.project import Project, Store
+from contracts.snapshot_file import DELETED, key_columns
 from gateway.queries import Answer, Get, Prefix, Query, Range, Row, SubQuery, Windows, WindowsOfKey
 from gateway.row_select import columns
 from gateway.snapshots import Snapshot, SnapshotCatalog
@@ -74,9 +75,44 @@ def _answer(catalog: SnapshotCatalog, project: Project, node_id: str, q: SubQuer
 def run(
     cursor: duckdb.DuckDBPyConnection, snapshot: Snapshot, store: Store, query: Query
 ) -> list[Row]:
+    """Answer a query from the snapshot's base and, when it has deltas, its overlay: the
+    overlay's rows replace the base's of the same key, and a page asks the base for as many
+    more rows as the overlay could shadow."""
     where, args, order, limit = _predicate(query)
     cols = ", ".join(columns(store))
-    sql = f'SELECT {cols} FROM {snapshot.alias}."{store.name}" WHERE {where}'
+    table = f'"{store.name}"'
+    overlay = snapshot.overlay
+    if overlay is None:
+        return _fetch(cursor, f"{snapshot.base.alias}.{table}", cols, where, args, order, limit)
+    changed = _fetch(
+        cursor, f"{overlay.alias}.{table}", f"{cols}, {DELETED}", where, args, order, None
+    )
+    more = None if limit is None else limit + len(changed)
+    rows = _fetch(cursor, f"{snapshot.base.alias}.{table}", cols, where, args, order, more)
+    return layered(rows, changed, len(key_columns(store)), limit)
+
+
+def layered(rows: list[Row], changed: list[Row], width: int, limit: int | None) -> list[Row]:
+    """Base rows under the overlay's `changed` rows (`_deleted` last), in key order."""
+    if not changed:
+        return rows if limit is None else rows[:limit]
+    replaced = {tuple(row[:width]) for row in changed}
+    merged = [row for row in rows if tuple(row[:width]) not in replaced]
+    merged.extend(row[:-1] for row in changed if not row[-1])
+    merged.sort(key=lambda row: tuple(row[:width]))
+    return merged if limit is None else merged[:limit]
+
+
+def _fetch(
+    cursor: duckdb.DuckDBPyConnection,
+    table: str,
+    cols: str,
+    where: str,
+    args: list[Any],
+    order: str,
+    limit: int | None,
+) -> list[Row]:
+    sql = f"SELECT {cols} FROM {table} WHERE {where}"
     if order:
         sql += f" ORDER BY {order}"
     if limit is not None:

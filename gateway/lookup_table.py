@@ -43,7 +43,12 @@ class LookupTable:
         """Read a keyed store of an attached snapshot; None when its keys cannot be indexed."""
         select = ", ".join(columns(store))
         table = connection.sql(f'SELECT {select} FROM {alias}."{store.name}"').to_arrow_table()
-        keys = _index_keys(table.column(0), store.key_type != "string")
+        return cls.from_arrow(table, store.key_type != "string")
+
+    @classmethod
+    def from_arrow(cls, table: pa.Table, integer_keys: bool) -> LookupTable | None:
+        """Index rows whose first column is the key; None when the keys cannot be indexed."""
+        keys = _index_keys(table.column(0), integer_keys)
         if keys is None:
             return None
         order: np.ndarray | None = None

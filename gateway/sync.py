@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from contracts.manifest import FILE_NAME, Manifest, PartitionEntry
+from contracts.manifest import FILE_NAME, Layer, Manifest, PartitionEntry
 from contracts.project import Project
 from contracts.snapshot_file import FormatError, relative_path
+from gateway.layers import LocalLayer
 from gateway.peers import PeerClient, PeerError
 from gateway.snapshots import SnapshotCatalog, SnapshotError
 
@@ -70,10 +71,10 @@ class SnapshotSync:
             installed: dict[int, int] = {}
             for partition in self.project.cluster.hosted_by(self.node_id):
                 entry = self.manifest.partitions.get(partition)
-                if entry is None or entry.version <= self.catalog.version(partition):
+                if entry is None or not self._is_newer(partition, entry):
                     continue
                 refusal = self._refused.get(partition)
-                if refusal is not None and refusal.sha256 != entry.sha256:
+                if refusal is not None and refusal.sha256 != entry.top.sha256:
                     refusal = None  # a new file: its own first attempt
                 if refusal is not None and not force and time.monotonic() < refusal.retry_at:
                     continue
@@ -93,7 +94,7 @@ class SnapshotSync:
         settings = self.project.settings
         attempts = last.attempts + 1 if last else 1
         delay = min(settings.sync_interval_s * 2 ** (attempts - 1), settings.sync_max_backoff_s)
-        self._refused[partition] = _Refusal(entry.sha256, attempts, time.monotonic() + delay)
+        self._refused[partition] = _Refusal(entry.top.sha256, attempts, time.monotonic() + delay)
         self.errors[partition] = (
             f"version {entry.version}: {exc} (attempt {attempts}, next in {delay:g} s)"
         )
@@ -124,27 +125,50 @@ class SnapshotSync:
         except (PeerError, FormatError, OSError) as exc:
             raise StoreUnreachable(str(exc)) from exc
 
+    def _is_newer(self, partition: int, entry: PartitionEntry) -> bool:
+        """Whether the manifest's chain is newer than the one served: a higher version, or a
+        newer base at the same version (a compaction)."""
+        snapshot = self.catalog.get(partition)
+        return snapshot is None or (entry.version, entry.base.version) > snapshot.order
+
     async def _install(self, partition: int, entry: PartitionEntry) -> None:
-        final = self.catalog.folder / relative_path(partition, entry.version)
+        """Download the chain's layers this node lacks, check them, and serve the chain."""
+        chain: list[LocalLayer] = []
+        fetched: list[Path] = []
+        served = self.catalog.get(partition)
+        have = {layer.path for layer in served.layers} if served else set()
+        try:
+            for layer in entry.layers:
+                local = LocalLayer(layer.version, layer.kind, self._local_path(partition, layer))
+                if local.path not in have:
+                    await self._download(layer, local.path)
+                    fetched.append(local.path)
+                chain.append(local)
+            await asyncio.to_thread(self.catalog.install, partition, chain)
+        except (DeliveryError, SnapshotError, PeerError):
+            for path in fetched:
+                path.unlink(missing_ok=True)
+            raise
+
+    def _local_path(self, partition: int, layer: Layer) -> Path:
+        """Where a layer goes on this node: named by the node, never by the manifest."""
+        return self.catalog.folder / relative_path(partition, layer.version, layer.kind)
+
+    async def _download(self, layer: Layer, final: Path) -> None:
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp = final.parent / f".incoming-{final.name}"
         try:
-            digest, size = await self._fetch(entry.path, tmp)
-            if size != entry.size or digest != entry.sha256:
+            digest, size = await self._fetch(layer.path, tmp)
+            if size != layer.size or digest != layer.sha256:
                 raise DeliveryError(
                     f"checksum mismatch: got {size} bytes sha256 {digest[:12]}, "
-                    f"manifest says {entry.size} bytes sha256 {entry.sha256[:12]}"
+                    f"manifest says {layer.size} bytes sha256 {layer.sha256[:12]}"
                 )
             os.rename(tmp, final)
         except OSError as exc:
-            raise DeliveryError(f"cannot copy {entry.path}: {exc}") from exc
+            raise DeliveryError(f"cannot copy {layer.path}: {exc}") from exc
         finally:
             tmp.unlink(missing_ok=True)
-        try:
-            await asyncio.to_thread(self.catalog.install, partition, entry.version, final)
-        except SnapshotError:
-            final.unlink(missing_ok=True)
-            raise
 
     async def _fetch(self, relative: str, target: Path) -> tuple[str, int]:
         """Copy one file of the store to target; returns its sha256 and size. Disk writes,

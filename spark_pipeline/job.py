@@ -1,23 +1,18 @@
-"""The pipeline job: read the log's new records, compute each store's delta with Spark, merge it
-into the previous snapshot of every changed partition, publish the manifest, tell the nodes.
+"""The one-shot pipeline job: read the log's records since the published positions, publish
+them as one new layer per changed partition (spark_pipeline/batch.py), tell the nodes.
 
     spark-submit spark_pipeline/job.py --config path/to/stategate.toml
 
-Snapshots are built by Spark tasks that write straight into the snapshot store, and the
-deltas are staged there too: in local mode every task sees the same disk; on a real cluster
-the snapshot store must be a file system shared by the driver and every executor (NFS, a
-mounted volume), or tasks would leave their files on whichever machine ran them.
+The continuous pipeline (spark_pipeline/stream.py) publishes the same way, micro-batch by
+micro-batch.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib.util
-import shutil
 import sys
 import time
-import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -30,19 +25,16 @@ if _CHECKOUT:
     sys.path.insert(0, _CHECKOUT)
 
 import orjson  # noqa: E402
-from pyspark import StorageLevel  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
 
 from contracts.durable import locked  # noqa: E402
-from contracts.eventlog import now_ms  # noqa: E402
-from contracts.manifest import Manifest, PartitionEntry, read_manifest, write_manifest  # noqa: E402
+from contracts.manifest import Layer, PartitionEntry, read_manifest, write_manifest  # noqa: E402
 from contracts.project import Project, load  # noqa: E402
-from spark_pipeline.plan import RunPlan, plan_run, stores_digest  # noqa: E402
-from spark_pipeline.publish import notify_nodes, prune, versions_on_disk  # noqa: E402
+from spark_pipeline.batch import publish  # noqa: E402
+from spark_pipeline.plan import plan_run  # noqa: E402
+from spark_pipeline.publish import notify_nodes, prune  # noqa: E402
 from spark_pipeline.session import spark_session  # noqa: E402
-from spark_pipeline.snapshot import SnapshotTask, build_snapshot  # noqa: E402
 from spark_pipeline.source import read_records  # noqa: E402
-from spark_pipeline.stores import parse_values, store_delta  # noqa: E402
 
 
 @dataclass
@@ -52,8 +44,15 @@ class RunReport:
     records: int  # new records read
     rebuild: bool  # the stores changed, so every partition was rebuilt from offset 0
     versions: dict[int, tuple[int | None, int]] = field(default_factory=dict)  # p -> old, new
+    layers: dict[int, str] = field(default_factory=dict)  # p -> "base" or "delta"
     notify: dict[str, str] = field(default_factory=dict)  # node -> "ok" or what went wrong
     seconds: float = 0.0
+
+    def add(self, before: dict[int, PartitionEntry], layers: dict[int, Layer]) -> None:
+        for partition, layer in sorted(layers.items()):
+            old = before.get(partition)
+            self.versions[partition] = (old.version if old else None, layer.version)
+            self.layers[partition] = layer.kind
 
     def to_json(self) -> bytes:
         body = {
@@ -72,25 +71,17 @@ def run(project: Project, spark: SparkSession, notify: bool = True) -> RunReport
         manifest = read_manifest(store_dir)
         plan = plan_run(project, manifest)
         report = RunReport(records=plan.records(topics), rebuild=plan.rebuild)
-        if plan.changed:
-            staging = store_dir / ".staging" / f"{now_ms()}-{uuid.uuid4().hex[:8]}"
-            try:
-                _stage_deltas(spark, project, plan, staging)
-                tasks = _snapshot_tasks(project, manifest, plan, store_dir, staging)
-                built = spark.sparkContext.parallelize(tasks, len(tasks))
-                entries = built.map(build_snapshot).collect()
-            finally:
-                shutil.rmtree(staging, ignore_errors=True)
-                with contextlib.suppress(OSError):
-                    staging.parent.rmdir()
-            for partition, entry in entries:
-                old = manifest.partitions.get(partition)
-                report.versions[partition] = (old.version if old else None, entry.version)
-            manifest = _next_manifest(project, manifest, plan, dict(entries))
-            write_manifest(store_dir, manifest)
-            prune(store_dir, manifest)
-    if plan.changed and notify:
-        report.notify = notify_nodes(project, set(plan.changed))
+        records = {
+            name: read_records(spark, project.log_dir, topic, plan.ranges[name])
+            for name, topic in project.topics.items()
+        }
+        published = publish(project, spark, store_dir, manifest, plan, records)
+        if published.layers:
+            write_manifest(store_dir, published.manifest)
+            prune(store_dir, published.manifest)
+        report.add(manifest.partitions, published.layers)
+    if published.layers and notify:
+        report.notify = notify_nodes(project, set(published.layers))
     report.seconds = round(time.monotonic() - started, 3)
     return report
 
@@ -99,64 +90,6 @@ def snapshot_dir(project: Project) -> Path:
     if "://" in project.snapshot_store:
         raise ValueError(f"the pipeline writes to a folder, not {project.snapshot_store}")
     return Path(project.snapshot_store)
-
-
-def _stage_deltas(spark: SparkSession, project: Project, plan: RunPlan, staging: Path) -> None:
-    """Write every store's delta to staging/<store>/partition=<p>/*.parquet."""
-    for topic in project.topics.values():
-        stores = [s for s in project.stores.values() if s.topic.name == topic.name]
-        if not stores:
-            continue
-        records = read_records(spark, project.log_dir, topic, plan.ranges[topic.name])
-        if records is None:
-            continue
-        parsed = parse_values(records, topic)
-        if len(stores) > 1:  # parse once, not once per store
-            parsed = parsed.persist(StorageLevel.MEMORY_AND_DISK)
-        try:
-            for store in stores:
-                delta = store_delta(store, parsed)
-                delta.write.partitionBy("partition").parquet(str(staging / store.name))
-        finally:
-            parsed.unpersist()
-
-
-def _snapshot_tasks(
-    project: Project, manifest: Manifest, plan: RunPlan, store_dir: Path, staging: Path
-) -> list[SnapshotTask]:
-    tasks = []
-    for partition in plan.changed:
-        entry = manifest.partitions.get(partition)
-        latest = max([entry.version if entry else 0, *versions_on_disk(store_dir, partition)])
-        deltas = {
-            name: sorted(
-                str(f) for f in (staging / name / f"partition={partition}").glob("*.parquet")
-            )
-            for name in project.stores
-        }
-        tasks.append(
-            SnapshotTask(
-                partition=partition,
-                version=latest + 1,
-                store_root=str(store_dir),
-                previous=None if plan.rebuild or entry is None else entry.path,
-                deltas=deltas,
-                positions=plan.positions(partition),
-                stores=tuple(project.stores.values()),
-            )
-        )
-    return tasks
-
-
-def _next_manifest(
-    project: Project, manifest: Manifest, plan: RunPlan, entries: dict[int, PartitionEntry]
-) -> Manifest:
-    return Manifest(
-        partitions={**manifest.partitions, **entries},
-        log_end=plan.log_end(),
-        stores_digest=stores_digest(project),
-        updated_ms=now_ms(),
-    )
 
 
 def main(argv: list[str] | None = None) -> int:

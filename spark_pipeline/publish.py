@@ -1,13 +1,15 @@
 """The snapshot store: the folder the pipeline publishes snapshots and their manifest to.
 
-<store>/p<partition>/v<version>.duckdb   contracts/snapshot_file.py; a path is never reused
-<store>/manifest.json                    contracts/manifest.py: which version is current
+<store>/p<partition>/v<version>.<kind>.duckdb   contracts/snapshot_file.py: one layer
+<store>/manifest.json                           contracts/manifest.py: each partition's chain
 
 Serving nodes read the manifest and copy the files they host; notify_nodes tells them to look.
 """
 
 from __future__ import annotations
 
+import contextlib
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -16,30 +18,28 @@ import httpx
 from contracts.auth import secret_headers
 from contracts.manifest import Manifest
 from contracts.project import Node, Project
-from contracts.snapshot_file import partition_folder, relative_path, version_of
+from contracts.snapshot_file import parse_file_name, partition_folder
 
 NOTIFY_TIMEOUT_S = 30.0
+PRUNE_GRACE_S = 60.0  # how long an unnamed layer stays for nodes still downloading it
 
 
-def versions_on_disk(store_dir: Path, partition: int) -> list[int]:
-    """Every published version of a partition, oldest first (manifest or not)."""
-    folder = store_dir / partition_folder(partition)
-    if not folder.is_dir():
-        return []
-    versions = (version_of(p.name) for p in folder.iterdir())
-    return sorted(v for v in versions if v is not None)
-
-
-def prune(store_dir: Path, manifest: Manifest, keep: int = 3) -> list[Path]:
-    """Delete all but the newest `keep` versions up to the current one, per partition; versions
-    above the current one (a run in progress or one that crashed) are left alone."""
+def prune(store_dir: Path, manifest: Manifest, grace_s: float = PRUNE_GRACE_S) -> list[Path]:
+    """Delete the layer files no chain of the manifest names, once they are `grace_s` old: a
+    node that read the previous manifest may still be downloading them."""
+    named = {layer.path for entry in manifest.partitions.values() for layer in entry.layers}
+    cutoff = time.time() - grace_s
     removed = []
-    for partition, entry in manifest.partitions.items():
-        older = [v for v in versions_on_disk(store_dir, partition) if v <= entry.version]
-        for version in older[:-keep] if keep > 0 else older:
-            path = store_dir / relative_path(partition, version)
-            path.unlink(missing_ok=True)
-            removed.append(path)
+    for partition in manifest.partitions:
+        folder = store_dir / partition_folder(partition)
+        for path in folder.iterdir() if folder.is_dir() else ():
+            relative = f"{folder.name}/{path.name}"
+            if parse_file_name(path.name) is None or relative in named:
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                if path.stat().st_mtime < cutoff:
+                    path.unlink()
+                    removed.append(path)
     return removed
 
 

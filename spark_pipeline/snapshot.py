@@ -1,7 +1,11 @@
-"""Building one partition's snapshot file (format: contracts/snapshot_file.py).
+"""Building one layer of a partition's snapshot (format: contracts/snapshot_file.py).
 
-build_snapshot runs inside a Spark task: it merges the staged deltas into the previous
-version and publishes the new file by rename, never touching the previous one.
+build_layer runs inside a Spark task. It reads the layers below the new one and the staged
+delta of the new records, and writes either
+- a delta: the changed keys' full new rows (a table's deleted keys as `_deleted` rows), read
+  from the newest layer holding each key and combined with the new records; or
+- a base: the whole state, which is how a chain is started, rebuilt or compacted.
+The new file is published by rename and never touches the layers below it.
 """
 
 from __future__ import annotations
@@ -16,12 +20,14 @@ import duckdb
 
 from contracts.durable import fsync_dir
 from contracts.eventlog import now_ms
-from contracts.manifest import PartitionEntry
+from contracts.manifest import Layer
 from contracts.project import Store
 from contracts.snapshot_file import (
+    DELETED,
     FORMAT,
     POSITION_TABLE,
     SNAPSHOT_TABLE,
+    Kind,
     columns,
     key_columns,
     relative_path,
@@ -30,6 +36,9 @@ from contracts.snapshot_file import (
 # Small row groups: a point lookup or a short scan reads one 8k-row group, not all 122,880
 # rows of DuckDB's default (2-3x faster lookups for ~20% more bytes; bench/README.md).
 ROW_GROUP_SIZE = 8192
+# A delta holds a few hundred rows: with DuckDB's 256 KiB blocks its file would weigh ~1.8 MB
+# whatever it holds; 16 KiB blocks make it ~130 KB.
+DELTA_BLOCK_SIZE = 16384
 _DUCKDB_CONFIG: dict[str, str | bool | int | float | list[str]] = {
     "threads": 1,
     "memory_limit": "512MB",
@@ -37,48 +46,59 @@ _DUCKDB_CONFIG: dict[str, str | bool | int | float | list[str]] = {
 
 
 @dataclass(frozen=True)
-class SnapshotTask:
+class LayerTask:
     partition: int
     version: int
+    kind: Kind
     store_root: str
-    previous: str | None  # the previous snapshot's path relative to store_root
+    below: tuple[Layer, ...]  # the chain under the new layer, base first (none: from scratch)
     deltas: dict[str, list[str]]  # store name -> this partition's staged parquet files
     positions: dict[str, int]  # topic -> next offset to read
     stores: tuple[Store, ...]
 
 
-def build_snapshot(task: SnapshotTask) -> tuple[int, PartitionEntry]:
-    """Write the partition's new version; returns the partition and its manifest entry."""
-    relative = relative_path(task.partition, task.version)
+def build_layer(task: LayerTask) -> tuple[int, Layer]:
+    """Write the partition's new layer; returns the partition and its manifest entry. A file
+    already at the path is a leftover of a run that crashed before publishing: replaced."""
+    relative = relative_path(task.partition, task.version, task.kind)
     final = Path(task.store_root) / relative
-    if final.exists():
-        raise FileExistsError(f"{final} exists: a snapshot path is never reused")
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.parent / f".{final.name}.{uuid.uuid4().hex}.tmp"
     created = now_ms()
     try:
         _write(tmp, task, created)
         digest, size = _seal(tmp)
-        os.rename(tmp, final)
+        os.replace(tmp, final)
         fsync_dir(final.parent)
     finally:
         for leftover in (tmp, Path(f"{tmp}.wal")):
             leftover.unlink(missing_ok=True)
-    entry = PartitionEntry(task.version, relative, digest, size, dict(task.positions), created)
-    return task.partition, entry
+    layer = Layer(task.version, task.kind, relative, digest, size, dict(task.positions), created)
+    return task.partition, layer
 
 
-def _write(path: Path, task: SnapshotTask, created_ms: int) -> None:
+def _write(path: Path, task: LayerTask, created_ms: int) -> None:
     con = duckdb.connect(":memory:", config=_DUCKDB_CONFIG)
     try:
-        con.execute(f"ATTACH {_literal(str(path))} AS snap (ROW_GROUP_SIZE {ROW_GROUP_SIZE})")
+        options = f"ROW_GROUP_SIZE {ROW_GROUP_SIZE}"
+        if task.kind == "delta":
+            options += f", BLOCK_SIZE {DELTA_BLOCK_SIZE}"
+        con.execute(f"ATTACH {_literal(str(path))} AS snap ({options})")
         con.execute("USE snap")
-        if task.previous is not None:
-            previous = Path(task.store_root) / task.previous
-            con.execute(f"ATTACH {_literal(str(previous))} AS prev (READ_ONLY)")
+        below = []
+        for i, layer in enumerate(task.below):
+            alias = f"below{i}"
+            con.execute(
+                f"ATTACH {_literal(str(Path(task.store_root) / layer.path))} AS {alias} (READ_ONLY)"
+            )
+            below.append((alias, layer.kind))
         for store in task.stores:
-            con.execute(_create_sql(store))
-            con.execute(_merge_sql(store, task.previous is not None, task.deltas.get(store.name)))
+            delta = _staged(store, task.deltas.get(store.name))
+            con.execute(_create_sql(store, task.kind))
+            if task.kind == "base":
+                con.execute(_base_sql(store, below, delta))
+            else:
+                con.execute(_delta_sql(store, below, delta))
         con.execute(
             f'CREATE TABLE {POSITION_TABLE} (topic VARCHAR, "partition" INTEGER, "offset" BIGINT)'
         )
@@ -88,54 +108,108 @@ def _write(path: Path, task: SnapshotTask, created_ms: int) -> None:
             )
         con.execute(
             f'CREATE TABLE {SNAPSHOT_TABLE} ("partition" INTEGER, version BIGINT, '
-            "created_ms BIGINT, format INTEGER)"
+            "created_ms BIGINT, format INTEGER, kind VARCHAR)"
         )
         con.execute(
-            f"INSERT INTO {SNAPSHOT_TABLE} VALUES (?, ?, ?, ?)",
-            [task.partition, task.version, created_ms, FORMAT],
+            f"INSERT INTO {SNAPSHOT_TABLE} VALUES (?, ?, ?, ?, ?)",
+            [task.partition, task.version, created_ms, FORMAT, task.kind],
         )
-        if task.previous is not None:
-            con.execute("DETACH prev")
         con.execute("CHECKPOINT")
         con.execute("USE memory")
+        for alias, _ in below:
+            con.execute(f"DETACH {alias}")
         con.execute("DETACH snap")
     finally:
         con.close()
 
 
-def _create_sql(store: Store) -> str:
-    typed = ", ".join(f"{_ident(name)} {kind}" for name, kind in columns(store).items())
-    return f"CREATE TABLE {_ident(store.name)} ({typed})"
+def _create_sql(store: Store, kind: Kind) -> str:
+    typed = {**columns(store), **({DELETED: "BOOLEAN"} if _marks_deletes(store, kind) else {})}
+    listed = ", ".join(f"{_ident(name)} {duck}" for name, duck in typed.items())
+    return f"CREATE TABLE {_ident(store.name)} ({listed})"
 
 
-def _merge_sql(store: Store, has_previous: bool, delta_files: list[str] | None) -> str:
-    """The INSERT that fills the new table from the previous one and the delta, sorted."""
+def _marks_deletes(store: Store, kind: Kind) -> bool:
+    return store.kind == "table" and kind == "delta"
+
+
+def _staged(store: Store, files: list[str] | None) -> str:
+    """The new records' delta of a store as a subquery (a table's with `_deleted`)."""
     typed = columns(store)
-    names = ", ".join(_ident(n) for n in typed)
+    if store.kind == "table":
+        typed = {**typed, DELETED: "BOOLEAN"}
+    if files:
+        listed = ", ".join(_ident(n) for n in typed)
+        return f"(SELECT {listed} FROM read_parquet([{', '.join(_literal(f) for f in files)}]))"
+    return _empty(typed)
+
+
+def _current(store: Store, below: list[tuple[str, Kind]], only_keys_of: str | None) -> str:
+    """The state the layers below hold, as a subquery with `_deleted`: per key, the row of
+    the newest layer holding it. `only_keys_of` restricts it to the keys of a subquery."""
+    names = ", ".join(_ident(n) for n in columns(store))
+    keys = key_columns(store)
+    if not below:
+        return _empty({**columns(store), DELETED: "BOOLEAN"})
+    match = ""
+    if only_keys_of is not None:
+        same = " AND ".join(f"o.{_ident(k)} = l.{_ident(k)}" for k in keys)
+        match = f" WHERE EXISTS (SELECT 1 FROM {only_keys_of} AS o WHERE {same})"
+    branches = [
+        f"SELECT {names}, {DELETED if _marks_deletes(store, kind) else 'false'} AS {DELETED}, "
+        f"{i} AS _layer FROM {alias}.{_ident(store.name)} AS l{match}"
+        for i, (alias, kind) in enumerate(below)
+    ]
+    if len(branches) == 1:
+        return f"(SELECT {names}, {DELETED} FROM ({branches[0]}))"
+    by_key = ", ".join(_ident(k) for k in keys)
+    return (
+        f"(SELECT {names}, {DELETED} FROM ({' UNION ALL '.join(branches)}) "
+        f"QUALIFY row_number() OVER (PARTITION BY {by_key} ORDER BY _layer DESC) = 1)"
+    )
+
+
+def _base_sql(store: Store, below: list[tuple[str, Kind]], delta: str) -> str:
+    """The INSERT that writes the whole state: the layers below, then the new records."""
+    names = ", ".join(_ident(n) for n in columns(store))
     keys = ", ".join(_ident(k) for k in key_columns(store))
-    previous = f"prev.{_ident(store.name)}" if has_previous else _empty(typed)
-    delta_columns = {**typed, "_deleted": "BOOLEAN"} if store.kind == "table" else typed
-    if delta_files:
-        delta = f"read_parquet([{', '.join(_literal(f) for f in delta_files)}])"
-    else:
-        delta = _empty(delta_columns)
+    current = _current(store, below, None)
     target = _ident(store.name)
     if store.kind == "table":
         return (
-            f"INSERT INTO {target} WITH d AS (SELECT {names}, _deleted FROM {delta}) "
+            f"INSERT INTO {target} WITH d AS {delta}, c AS {current} "
             f"SELECT {names} FROM ("
-            f"SELECT {names} FROM {previous} AS p WHERE NOT EXISTS "
-            f"(SELECT 1 FROM d WHERE d.key = p.key) "
-            f"UNION ALL SELECT {names} FROM d WHERE NOT _deleted) ORDER BY {keys}"
+            f"SELECT {names} FROM c WHERE NOT c.{DELETED} AND NOT EXISTS "
+            f"(SELECT 1 FROM d WHERE d.key = c.key) "
+            f"UNION ALL SELECT {names} FROM d WHERE NOT {DELETED}) ORDER BY {keys}"
         )
-    combined = [
+    return (
+        f"INSERT INTO {target} SELECT {keys}, {_combined(store)} FROM ("
+        f"SELECT {names} FROM {current} UNION ALL SELECT {names} FROM {delta}) "
+        f"GROUP BY {keys} ORDER BY {keys}"
+    )
+
+
+def _delta_sql(store: Store, below: list[tuple[str, Kind]], delta: str) -> str:
+    """The INSERT that writes the changed keys' full new rows."""
+    names = ", ".join(_ident(n) for n in columns(store))
+    keys = ", ".join(_ident(k) for k in key_columns(store))
+    target = _ident(store.name)
+    if store.kind == "table":
+        return f"INSERT INTO {target} SELECT {names}, {DELETED} FROM {delta} ORDER BY {keys}"
+    current = _current(store, below, "d")
+    return (
+        f"INSERT INTO {target} WITH d AS {delta} SELECT {keys}, {_combined(store)} FROM ("
+        f"SELECT {names} FROM {current} UNION ALL SELECT {names} FROM d) "
+        f"GROUP BY {keys} ORDER BY {keys}"
+    )
+
+
+def _combined(store: Store) -> str:
+    typed = columns(store)
+    return ", ".join(
         f"CAST({_combine(a.func, _ident(a.name))} AS {typed[a.name]}) AS {_ident(a.name)}"
         for a in store.partials
-    ]
-    return (
-        f"INSERT INTO {target} SELECT {keys}, {', '.join(combined)} FROM ("
-        f"SELECT {names} FROM {previous} UNION ALL SELECT {names} FROM {delta}) "
-        f"GROUP BY {keys} ORDER BY {keys}"
     )
 
 

@@ -84,6 +84,12 @@ def scan(cluster: Served, node: str, consistency: dict[str, Any] | None = None) 
     return data["trainDelaysRange"]
 
 
+def top(manifest: dict, partition: int) -> dict:
+    """A partition's newest layer in a manifest."""
+    layer: dict = manifest["partitions"][str(partition)]["layers"][-1]
+    return layer
+
+
 def failures(answer: dict) -> list[tuple[int, str, str]]:
     """The failed partitions of an answer, with reason and message, for assertions."""
     parts = answer["meta"]["partitions"]
@@ -97,7 +103,7 @@ def test_each_node_holds_exactly_its_partitions_pulled_over_http(remote) -> None
         folder = node.data_dir / "snapshots"
         files = sorted(str(p.relative_to(folder)) for p in folder.glob("p*/v*.duckdb"))
         hosted = [p for p, ids in replica_map.items() if node.id in ids]
-        assert files == [relative_path(p, 1) for p in hosted]
+        assert files == [relative_path(p, 1, "base") for p in hosted]
     expected = sorted(
         r for rows in oracle.expected_store(cluster.project, "trainDelays").values() for r in rows
     )
@@ -227,10 +233,10 @@ def test_a_damaged_snapshot_is_refused_and_the_previous_version_keeps_serving(re
     stale = [p for p in (2, 5, 8) if status["partitions"][str(p)]["version"] == 1]
     assert stale, "node3 should still hold version 1 of its active partitions"
     damaged, flipped = stale[0], stale[1] if len(stale) > 1 else None
-    path = Path(cluster.project.snapshot_store) / manifest["partitions"][str(damaged)]["path"]
+    path = Path(cluster.project.snapshot_store) / top(manifest, damaged)["path"]
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])  # truncated
     if flipped is not None:
-        other = Path(cluster.project.snapshot_store) / manifest["partitions"][str(flipped)]["path"]
+        other = Path(cluster.project.snapshot_store) / top(manifest, flipped)["path"]
         raw = bytearray(other.read_bytes())
         raw[len(raw) // 2] ^= 0xFF  # same size, one bit pattern changed
         other.write_bytes(bytes(raw))
@@ -273,7 +279,7 @@ def test_a_damaged_version_waits_for_a_backoff_before_it_is_fetched_again(
     entries = orjson.loads((store / "manifest.json").read_bytes())["partitions"]
     hosted = project.cluster.hosted_by("node1")
     damaged = hosted[0]
-    path = store / entries[str(damaged)]["path"]
+    path = store / entries[str(damaged)]["layers"][-1]["path"]
     intact = path.read_bytes()
     path.write_bytes(intact[: len(intact) // 2])
     catalog = SnapshotCatalog(tmp_path / "node1", list(project.stores.values()), 1, "256MB")
@@ -290,7 +296,8 @@ def test_a_damaged_version_waits_for_a_backoff_before_it_is_fetched_again(
             assert await sync.run_once(force=True) == {}
             assert sync.errors[damaged].endswith("(attempt 2, next in 4 s)")
             path.write_bytes(intact)
-            assert await sync.run_once(force=True) == {damaged: entries[str(damaged)]["version"]}
+            version = entries[str(damaged)]["layers"][-1]["version"]
+            assert await sync.run_once(force=True) == {damaged: version}
             assert damaged not in sync.errors
         finally:
             await peers.aclose()
@@ -306,13 +313,13 @@ def test_a_node_starts_on_the_newest_file_that_opens(served: Served, tmp_path: P
     one, and is removed."""
     entries = orjson.loads((Path(served.project.snapshot_store) / "manifest.json").read_bytes())
     partition = served.project.cluster.hosted_by("node1")[0]
-    entry = entries["partitions"][str(partition)]
+    (entry,) = entries["partitions"][str(partition)]["layers"]
     folder = tmp_path / "snapshots"
     folder.mkdir()
-    older = folder / relative_path(partition, entry["version"])
+    older = folder / relative_path(partition, entry["version"], "base")
     older.parent.mkdir()
     shutil.copyfile(Path(served.project.snapshot_store) / entry["path"], older)
-    broken = folder / relative_path(partition, entry["version"] + 1)
+    broken = folder / relative_path(partition, entry["version"] + 1, "base")
     broken.write_bytes(b"not a duckdb file" * 100)
     catalog = SnapshotCatalog(folder, list(served.project.stores.values()), 1, "256MB")
     try:

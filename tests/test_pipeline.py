@@ -1,9 +1,12 @@
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
+import os
 import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -13,13 +16,15 @@ import pytest
 from pyspark.sql import SparkSession
 
 from contracts import eventlog
-from contracts.manifest import Manifest, PartitionEntry, read_manifest, write_manifest
+from contracts.manifest import Layer, Manifest, PartitionEntry, read_manifest, write_manifest
 from contracts.project import Project, load
+from contracts.snapshot_file import Kind
 from contracts.snapshot_file import relative_path as snapshot_path
-from gateway.row_select import columns
+from spark_pipeline.compaction import compact, rebase
 from spark_pipeline.job import run
 from spark_pipeline.plan import LogBehindError, plan_run
 from spark_pipeline.publish import notify_nodes, prune
+from tests.chains import chain_state
 from tests.oracle import expected_positions, expected_store
 from tests.projects import produce_test_events, write_project
 
@@ -75,15 +80,20 @@ def test_the_oracle_sees_the_awkward_cases(project: Project, first: dict):
     assert any(r["value"] and None in r["value"].values() for r in records)
 
 
-def test_second_run_rebuilds_only_the_partitions_with_new_records(
+def test_second_run_adds_a_delta_to_the_partitions_with_new_records_only(
     project: Project, first: dict, second: dict
 ):
     before, after = first["manifest"]["partitions"], second["manifest"]["partitions"]
     for p in range(project.cluster.partitions):
         if p in CHANGED:
             assert second["report"].versions[p] == (1, 2)
-            assert after[str(p)]["version"] == 2
-            assert after[str(p)]["position"] != before[str(p)]["position"]
+            assert second["report"].layers[p] == "delta"
+            base, delta = after[str(p)]["layers"]
+            assert base == before[str(p)]["layers"][0]
+            assert (delta["version"], delta["kind"]) == (2, "delta")
+            assert delta["position"] != base["position"]
+            # a delta holds the changed keys only: far smaller than its base
+            assert delta["size"] < base["size"]
         else:
             assert p not in second["report"].versions
             assert after[str(p)] == before[str(p)]
@@ -115,24 +125,33 @@ def test_changed_stores_rebuild_every_partition_from_the_start(project: Project,
 
 def test_a_log_behind_the_published_positions_is_refused(project: Project, second: dict):
     manifest = orjson.loads(orjson.dumps(second["manifest"]))
-    manifest["partitions"]["3"]["position"]["trains"] += 1
+    manifest["partitions"]["3"]["layers"][-1]["position"]["trains"] += 1
     with pytest.raises(LogBehindError, match="trains-3"):
         plan_run(project, Manifest.from_json(orjson.dumps(manifest)))
 
 
-def test_prune_keeps_the_newest_versions_up_to_the_current_one(tmp_path: Path):
-    for version in range(1, 7):
-        path = tmp_path / snapshot_path(0, version)
-        path.parent.mkdir(exist_ok=True)
+def test_prune_removes_unnamed_layers_once_nodes_had_time_to_fetch_them(tmp_path: Path):
+    named = [Layer(4, "base", snapshot_path(0, 4, "base"), "", 0, {}, 0)]
+    named.append(Layer(5, "delta", snapshot_path(0, 5, "delta"), "", 0, {}, 0))
+    folder = tmp_path / "p000"
+    folder.mkdir()
+    old, young = time.time() - 120, time.time()
+    for version, kind, mtime in [
+        (3, "base", old),  # folded into v4's base: gone
+        (4, "delta", old),  # folded too
+        (4, "base", old),  # named
+        (5, "delta", old),  # named
+        (6, "delta", young),  # a run publishing now, or just replaced: a node may fetch it
+    ]:
+        path = tmp_path / snapshot_path(0, version, kind)
         path.write_bytes(b"")
-    entry = PartitionEntry(5, snapshot_path(0, 5), "", 0, {}, 0)
-    write_manifest(tmp_path, Manifest(partitions={0: entry}))
-    prune(tmp_path, read_manifest(tmp_path), keep=3)
-    assert sorted(p.name for p in (tmp_path / "p000").iterdir()) == [
-        "v000003.duckdb",
-        "v000004.duckdb",
-        "v000005.duckdb",
-        "v000006.duckdb",  # newer than the manifest: a run in progress
+        os.utime(path, (mtime, mtime))
+    write_manifest(tmp_path, Manifest(partitions={0: PartitionEntry(tuple(named))}))
+    prune(tmp_path, read_manifest(tmp_path), grace_s=60)
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "v000004.base.duckdb",
+        "v000005.delta.duckdb",
+        "v000006.delta.duckdb",
     ]
 
 
@@ -176,24 +195,23 @@ def _assert_published_state_is_the_oracles(project: Project, manifest: dict) -> 
     }
     for p in range(project.cluster.partitions):
         entry = manifest["partitions"][str(p)]
-        path = store_dir / entry["path"]
-        assert entry["path"] == snapshot_path(p, entry["version"])
-        assert entry["position"] == positions[p]
-        assert entry["size"] == path.stat().st_size
-        assert entry["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
-        with duckdb.connect(str(path), read_only=True) as con:
-            for name, store in project.stores.items():
-                assert _schema(con, name) == _expected_schema(project, name)
-                select = ", ".join(columns(project.store(name)))
-                rows = con.execute(f'SELECT {select} FROM "{name}" ORDER BY rowid').fetchall()
-                _assert_rows_equal(rows, expected[name][p], f"{name} p{p}")
-                assert store.kind == "table" or rows, f"{name} p{p} is empty: weak test data"
-            assert con.execute(
-                'SELECT topic, "partition", "offset" FROM _position ORDER BY topic'
-            ).fetchall() == [(t, p, positions[p][t]) for t in sorted(project.topics)]
-            assert con.execute("SELECT * FROM _snapshot").fetchall() == [
-                (p, entry["version"], entry["created_ms"], 1)
-            ]
+        assert entry["layers"][-1]["position"] == positions[p]
+        for layer in entry["layers"]:
+            assert layer["path"] == snapshot_path(p, layer["version"], layer["kind"])
+            with duckdb.connect(str(store_dir / layer["path"]), read_only=True) as con:
+                for name in project.stores:
+                    deleted = (
+                        [("_deleted", "BOOLEAN")] if _marks_deletes(project, name, layer) else []
+                    )
+                    assert _schema(con, name) == _expected_schema(project, name) + deleted
+        state = chain_state(project, store_dir, entry, p)
+        for name, store in project.stores.items():
+            _assert_rows_equal(state[name], expected[name][p], f"{name} p{p}")
+            assert store.kind == "table" or state[name], f"{name} p{p} is empty: weak test data"
+
+
+def _marks_deletes(project: Project, name: str, layer: dict) -> bool:
+    return project.store(name).kind == "table" and layer["kind"] == "delta"
 
 
 def _schema(con: duckdb.DuckDBPyConnection, table: str) -> list[tuple[str, str]]:
@@ -238,3 +256,51 @@ def _digests(project: Project) -> dict[str, str]:
         str(p.relative_to(_store(project))): hashlib.sha256(p.read_bytes()).hexdigest()
         for p in sorted(_store(project).glob("p*/v*.duckdb"))
     }
+
+
+def test_compaction_folds_a_chain_into_a_base_at_the_same_version(
+    project: Project, spark: SparkSession, second: dict
+):
+    store_dir = _store(project)
+    manifest = read_manifest(store_dir)
+    chains = {p: manifest.partitions[p] for p in CHANGED}
+    bases = compact(project, spark, store_dir, chains)
+    write_manifest(store_dir, rebase(manifest, chains, bases))
+    after = _manifest(project)["partitions"]
+    for p in CHANGED:
+        (base,) = after[str(p)]["layers"]
+        assert (base["kind"], base["version"]) == ("base", 2)
+        folded = second["manifest"]["partitions"][str(p)]["layers"]
+        assert base["position"] == folded[-1]["position"]
+    _assert_published_state_is_the_oracles(project, _manifest(project))
+
+
+def test_rebase_keeps_the_deltas_published_while_a_compaction_ran() -> None:
+    def layer(version: int, kind: Kind) -> Layer:
+        return Layer(version, kind, snapshot_path(0, version, kind), "", 0, {}, version)
+
+    folded = PartitionEntry((layer(1, "base"), layer(2, "delta")))
+    now = PartitionEntry((*folded.layers, layer(3, "delta")))
+    rebuilt = PartitionEntry((layer(4, "base"),))
+    new_base = layer(2, "base")
+    rebased = rebase(Manifest({0: now}), {0: folded}, {0: new_base})
+    assert rebased.partitions[0].layers == (new_base, layer(3, "delta"))
+    untouched = rebase(Manifest({0: rebuilt}), {0: folded}, {0: new_base})
+    assert untouched.partitions[0] == rebuilt
+
+
+def test_a_run_folds_a_chain_due_for_compaction_into_its_new_layer(
+    project: Project, spark: SparkSession, second: dict
+):
+    produce_test_events(project, seed=4, n_bookings=200, n_trains=0, only={2})
+    produce_test_events(project, seed=5, n_bookings=100, n_trains=0, only={2})
+    eager = dataclasses.replace(
+        project, settings=dataclasses.replace(project.settings, compact_after_deltas=1)
+    )
+    assert run(eager, spark, notify=False).layers == {2: "delta"}  # [v1 base, v2 delta]
+    produce_test_events(project, seed=6, n_bookings=100, n_trains=30, only={2})
+    report = run(eager, spark, notify=False)
+    assert report.layers == {2: "base"}  # [v1, v2] is due: v3 folds it
+    (base,) = _manifest(project)["partitions"]["2"]["layers"]
+    assert base["version"] == 3
+    _assert_published_state_is_the_oracles(project, _manifest(project))

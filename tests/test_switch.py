@@ -100,10 +100,13 @@ def test_nodes_switch_to_new_versions_under_load(cluster: Served, spark: SparkSe
         for part in answer["meta"]["partitions"]:
             assert got[part["partition"]] == expected[part["version"]][part["partition"]]
     assert seen[0]["meta"]["partitions"][0]["version"] == 1
-    # Old versions are gone once no query uses them.
+    # Each node holds its partitions' chains: the base and the new delta over it, nothing else.
     for node in cluster.project.cluster.nodes:
-        names = sorted(p.name for p in (node.data_dir / "snapshots").rglob("*.duckdb"))
-        assert names and all(name == "v000002.duckdb" for name in names), names
+        folders = sorted((node.data_dir / "snapshots").glob("p*"))
+        assert folders
+        for folder in folders:
+            names = sorted(p.name for p in folder.glob("*.duckdb"))
+            assert names == ["v000001.base.duckdb", "v000002.delta.duckdb"], (folder, names)
 
 
 def test_a_token_from_a_node_that_just_switched_is_served_by_every_node(

@@ -1,5 +1,6 @@
 """Sub-queries against a real (in-memory) DuckDB snapshot: every query kind returns what a
-plain Python filter over the same rows returns, for awkward string keys and integer keys."""
+plain Python filter over the same rows returns, for awkward string keys and integer keys, on
+a base alone and on a base under an overlay of changed, added and deleted rows."""
 
 from __future__ import annotations
 
@@ -17,9 +18,11 @@ from contracts.errors import Failure
 from contracts.project import Project, Store, load
 from contracts.snapshot_file import columns as stored_columns
 from gateway import execution
+from gateway.layers import LayeredTable, LayerHeader, LocalLayer, Overlay
 from gateway.lookup_table import MAX_KEY_BYTES, LookupTable
 from gateway.queries import Get, Prefix, Query, Range, Row, SubQuery, Windows, WindowsOfKey
-from gateway.snapshots import Snapshot
+from gateway.row_select import columns
+from gateway.snapshots import Base, Snapshot
 from tests.projects import write_project
 
 MAX = "\U0010ffff"
@@ -90,11 +93,7 @@ def expected_row(store: Store, stored: dict[str, Any]) -> Row:
     return row
 
 
-def fill(rng: random.Random, cursor: duckdb.DuckDBPyConnection, store: Store, n: int) -> list[Row]:
-    typed = stored_columns(store)
-    table = f'snap."{store.name}"'
-    definitions = ", ".join(f'"{column}" {duck_type}' for column, duck_type in typed.items())
-    cursor.execute(f"CREATE TABLE {table} ({definitions})")
+def random_rows(rng: random.Random, store: Store, n: int) -> list[dict[str, Any]]:
     make_key: Callable[[random.Random], Any] = (
         random_string_key if store.key_type == "string" else random_int_key
     )
@@ -107,29 +106,73 @@ def fill(rng: random.Random, cursor: duckdb.DuckDBPyConnection, store: Store, n:
             continue
         seen.add((key, start))
         stored.append(stored_row(rng, store, key, start))
-    stored.sort(key=lambda r: (r["key"], r.get("window_start", 0)))  # as the pipeline writes
-    names = list(typed)
-    one = f"({', '.join('?' for _ in names)})"
-    cursor.execute(
-        f"INSERT INTO {table} VALUES {', '.join(one for _ in stored)}",
-        [row[name] for row in stored for name in names],
-    )
-    return [expected_row(store, row) for row in stored]
+    return stored
 
 
-@pytest.fixture(scope="module")
-def fx(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fixture]:
+def identity(row: dict[str, Any]) -> tuple[Any, ...]:
+    return (row["key"], row.get("window_start", 0))
+
+
+def insert(
+    cursor: duckdb.DuckDBPyConnection, table: str, typed: dict[str, str], rows: list
+) -> None:
+    definitions = ", ".join(f'"{column}" {duck_type}' for column, duck_type in typed.items())
+    cursor.execute(f"CREATE TABLE {table} ({definitions})")
+    rows = sorted(rows, key=identity)  # as the pipeline writes
+    if rows:
+        one = f"({', '.join('?' for _ in typed)})"
+        cursor.execute(
+            f"INSERT INTO {table} VALUES {', '.join(one for _ in rows)}",
+            [row[name] for row in rows for name in typed],
+        )
+
+
+def fill(
+    rng: random.Random, cursor: duckdb.DuckDBPyConnection, store: Store, n: int, layered: bool
+) -> list[Row]:
+    """A base of n random rows in `snap`; when layered, an overlay in `ov` that changes about
+    a third of them, deletes a tenth (a table's), and adds new ones. The rows a reader of the
+    chain must see."""
+    base = random_rows(rng, store, n)
+    insert(cursor, f'snap."{store.name}"', stored_columns(store), base)
+    if not layered:
+        return [expected_row(store, row) for row in sorted(base, key=identity)]
+    state = {identity(row): row for row in base}
+    changes = [
+        {**stored_row(rng, store, row["key"], row.get("window_start")), "_deleted": False}
+        for row in rng.sample(base, n // 3)
+    ]
+    changes += [{**row, "_deleted": False} for row in random_rows(rng, store, n // 5)]
+    if store.kind == "table":
+        for row in rng.sample(base, n // 10):
+            changes.append({**row, "_deleted": True})
+    overlay = {identity(row): row for row in changes}  # one row per key, as an overlay holds
+    for key, row in overlay.items():
+        if row["_deleted"]:
+            state.pop(key, None)
+        else:
+            state[key] = row
+    typed = {**stored_columns(store), "_deleted": "BOOLEAN"}
+    insert(cursor, f'ov."{store.name}"', typed, list(overlay.values()))
+    return [expected_row(store, state[key]) for key in sorted(state)]
+
+
+@pytest.fixture(scope="module", params=["base", "layered"])
+def fx(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Fixture]:
     project = load(write_project(tmp_path_factory.mktemp("execution"), [1, 2, 3]))
     connection = duckdb.connect(":memory:", config={"threads": 1})
     connection.execute("ATTACH ':memory:' AS snap")
+    connection.execute("ATTACH ':memory:' AS ov")
     rng = random.Random(31)
+    layered = request.param == "layered"
     rows = {
-        name: fill(rng, connection, project.stores[name], 260)
+        name: fill(rng, connection, project.stores[name], 260, layered)
         for name in (TABLE, AGGREGATE, WINDOW, INT_WINDOW)
     }
-    snapshot = Snapshot(
-        partition=0, version=1, path=Path("x"), alias="snap", offsets={}, created_ms=0
-    )
+    overlay = Overlay("ov", LayerHeader({}, 0), frames={}) if layered else None
+    snapshot = snapshot_at({}, overlay=overlay)
     yield Fixture(project, connection.cursor(), snapshot, rows)
     connection.close()
 
@@ -320,14 +363,23 @@ def answer(fx: Fixture, q: SubQuery, snapshot: Snapshot | None, node: str = "nod
     return result
 
 
-def snapshot_at(offsets: dict[str, int], created_ms: int = 0) -> Snapshot:
-    return Snapshot(0, 7, Path("x"), "snap", offsets, created_ms)
+def snapshot_at(
+    offsets: dict[str, int], created_ms: int = 0, overlay: Overlay | None = None
+) -> Snapshot:
+    layer = LocalLayer(7, "base", Path("x"))
+    header = LayerHeader(offsets, created_ms)
+    base = Base(layer, "snap", header, tables={})
+    if overlay is not None:  # the newest layer's header is the snapshot's
+        overlay = Overlay(overlay.alias, header, overlay.frames)
+    return Snapshot(0, base, overlay, (layer,))
 
 
 def test_execute_answers_rows_with_the_snapshot_version_and_offsets(fx: Fixture) -> None:
     key = fx.rows[TABLE][5][0]
     result = answer(
-        fx, SubQuery(3, 0, TABLE, Get((key,)), bound={"bookings": 4}), snapshot_at({"bookings": 4})
+        fx,
+        SubQuery(3, 0, TABLE, Get((key,)), bound={"bookings": 4}),
+        snapshot_at({"bookings": 4}, overlay=fx.snapshot.overlay),
     )
     assert result.ok and result.rows == [fx.rows[TABLE][5]]
     assert (result.id, result.version, result.offsets) == (3, 7, {"bookings": 4})
@@ -382,10 +434,22 @@ def test_execute_refuses_a_standby_when_the_active_replica_is_required(fx: Fixtu
     assert answer(fx, q, snapshot_at({}), active).ok
 
 
+def in_memory(fx: Fixture, store: Store) -> LayeredTable:
+    """The lookups a node builds for the fixture's snapshot: the base, under the overlay."""
+    base = LookupTable.load(fx.cursor, "snap", store)
+    assert base is not None
+    overlay = None
+    if fx.snapshot.overlay is not None:
+        select = f'SELECT {", ".join(columns(store))}, _deleted FROM ov."{store.name}"'
+        frame = fx.cursor.sql(select).to_arrow_table()
+        overlay = LookupTable.from_arrow(frame, store.key_type != "string")
+        assert overlay is not None and overlay.rows > 0
+    return LayeredTable(base, overlay)
+
+
 @pytest.mark.parametrize("store", [TABLE, AGGREGATE])
 def test_the_in_memory_table_answers_lookups_like_the_sql(fx: Fixture, store: str) -> None:
-    table = LookupTable.load(fx.cursor, "snap", fx.project.stores[store])
-    assert table is not None and table.rows == len(fx.rows[store])
+    table = in_memory(fx, fx.project.stores[store])
     rng = random.Random(40)
     probes = ["", "a\x00", "x" * (MAX_KEY_BYTES + 1), "\ud800", 2**70, -(2**70), 1.5]
     for _ in range(200):

@@ -1,0 +1,63 @@
+"""Compaction: fold a partition's chain into a new base at the same version.
+
+The state does not change, only how many layers hold it, so the version and positions stay;
+nodes see a newer base (contracts/snapshot_file.py) and switch to it like to any version. A
+compaction reads the chain as it was when it started and runs beside the micro-batches; the
+deltas published meanwhile stay on top of the new base (rebase).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from contracts.eventlog import now_ms
+from contracts.manifest import Layer, Manifest, PartitionEntry
+from contracts.project import Project
+from spark_pipeline.batch import due_for_compaction
+from spark_pipeline.snapshot import LayerTask, build_layer
+
+
+def due(project: Project, manifest: Manifest) -> list[int]:
+    """The partitions whose chains are due, longest chain first."""
+    entries = manifest.partitions
+    ready = [p for p, e in entries.items() if due_for_compaction(e, project.settings)]
+    return sorted(ready, key=lambda p: -len(entries[p].layers))
+
+
+def compact(
+    project: Project, spark: SparkSession, store_dir: Path, chains: dict[int, PartitionEntry]
+) -> dict[int, Layer]:
+    """Write a base folding each chain; returns partition -> the new base (not published)."""
+    if not chains:
+        return {}
+    tasks = [
+        LayerTask(
+            partition=partition,
+            version=entry.version,
+            kind="base",
+            store_root=str(store_dir),
+            below=entry.layers,
+            deltas={},
+            positions=dict(entry.position),
+            stores=tuple(project.stores.values()),
+        )
+        for partition, entry in sorted(chains.items())
+    ]
+    return dict(spark.sparkContext.parallelize(tasks, len(tasks)).map(build_layer).collect())
+
+
+def rebase(
+    manifest: Manifest, folded: dict[int, PartitionEntry], bases: dict[int, Layer]
+) -> Manifest:
+    """The manifest with each new base replacing the layers it folded, when the chain still
+    starts with them (deltas published since stay above it); other chains are left alone."""
+    partitions = dict(manifest.partitions)
+    for partition, base in bases.items():
+        entry = partitions.get(partition)
+        before = folded[partition].layers
+        if entry is None or entry.layers[: len(before)] != before:
+            continue  # rebuilt or rebased meanwhile: this base folds a chain no longer served
+        partitions[partition] = PartitionEntry((base, *entry.layers[len(before) :]))
+    return Manifest(partitions, manifest.log_end, manifest.stores_digest, now_ms())
