@@ -13,7 +13,7 @@ from contracts import eventlog
 from contracts.project import Topic
 from spark_pipeline.plan import OffsetRange
 
-_KEY_TYPES: dict[str, T.DataType] = {
+KEY_TYPES: dict[str, T.DataType] = {
     "string": T.StringType(),
     "int": T.IntegerType(),
     "long": T.LongType(),
@@ -25,7 +25,7 @@ def segment_schema(topic: Topic) -> T.StructType:
         [
             T.StructField("offset", T.LongType()),
             T.StructField("timestamp", T.LongType()),
-            T.StructField("key", _KEY_TYPES[topic.key_type]),
+            T.StructField("key", KEY_TYPES[topic.key_type]),
             T.StructField("value", T.StringType()),
         ]
     )

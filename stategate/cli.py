@@ -4,7 +4,9 @@ the schema or the settings."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import signal
 import sys
 from collections.abc import Callable
 from importlib import metadata
@@ -58,6 +60,11 @@ def _parser() -> argparse.ArgumentParser:
     pipeline.add_argument("--config", required=True)
     pipeline.add_argument("--master", help="Spark master URL (default: local[2])")
     pipeline.add_argument("--no-notify", action="store_true", help="do not tell the nodes")
+    pipeline.add_argument(
+        "--follow",
+        action="store_true",
+        help="keep running: publish new records every settings.trigger_interval_s (SIGTERM stops)",
+    )
 
     produce = commands.add_parser("produce", help="append JSON lines from stdin to a topic")
     produce.add_argument("--config", required=True)
@@ -100,8 +107,27 @@ def run_pipeline(project: Project, args: argparse.Namespace) -> int:
     from spark_pipeline.session import spark_session
 
     logs.configure("pipeline", project.settings.log_level)
-    report = run(project, spark_session(args.master), notify=not args.no_notify)
+    spark = spark_session(args.master)
+    if args.follow:
+        return follow(project, spark, notify=not args.no_notify)
+    report = run(project, spark, notify=not args.no_notify)
     print(json.dumps(report, indent=2, default=str))
+    return 0
+
+
+def follow(project: Project, spark: object, notify: bool) -> int:
+    """Run the continuous pipeline until SIGTERM or SIGINT, then stop it cleanly."""
+    from spark_pipeline.stream import Follower
+
+    follower = Follower(project, spark, notify=notify)  # type: ignore[arg-type]
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: follower.stopping.set())
+    follower.start()
+    try:
+        follower.wait()
+    finally:
+        follower.stop()
+    print(json.dumps(dataclasses.asdict(follower.progress), default=str))
     return 0
 
 

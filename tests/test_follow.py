@@ -1,0 +1,212 @@
+"""`stategate pipeline --follow` as a user runs it, in its own process: a driver killed in the
+middle of a micro-batch (after writing its layers, or after publishing them but before Spark
+committed the batch) loses and doubles nothing once restarted; SIGTERM stops it cleanly; and
+it runs on a Spark standalone cluster (a master and two workers started from the pyspark
+package) as well as on local[*]."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyspark
+import pytest
+
+from contracts.project import Project, load
+from spark_pipeline.stream import CRASH_AT
+from tests.oracle import expected_positions
+from tests.projects import HOUR_MS, START_MS, produce_test_events, write_project
+from tests.test_stream import assert_state_is_the_oracles, manifest_of, wait_caught_up
+
+CRASHED = 86  # the exit code of stream._crash_point
+START_S = 120
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def follow_project(root: Path) -> Project:
+    path = write_project(root, ports=[free_port() for _ in range(3)])
+    path.write_text(path.read_text() + "\n[settings]\ntrigger_interval_s = 0.5\n")
+    return load(path)
+
+
+class Follow:
+    """One `stategate pipeline --follow` process, its output in a file."""
+
+    def __init__(
+        self, project: Project, log: Path, crash_at: str | None = None, master: str | None = None
+    ) -> None:
+        self.log = log
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env.pop(CRASH_AT, None)
+        if crash_at:
+            env[CRASH_AT] = crash_at
+        command = [sys.executable, "-m", "stategate.cli", "pipeline"]
+        command += ["--config", str(project.path), "--follow", "--no-notify"]
+        if master:
+            command += ["--master", master]
+        with open(log, "ab") as out:
+            self.proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+
+    def wait_following(self) -> None:
+        deadline = time.monotonic() + START_S
+        while b"following" not in self.log.read_bytes():
+            assert self.proc.poll() is None, self.tail()
+            assert time.monotonic() < deadline, self.tail()
+            time.sleep(0.2)
+
+    def wait_exit(self, timeout_s: float = START_S) -> int:
+        try:
+            return self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise AssertionError(self.tail()) from None
+
+    def tail(self) -> str:
+        return self.log.read_text(errors="replace")[-3000:]
+
+
+def produce_round(project: Project, round_: int) -> None:
+    produce_test_events(
+        project,
+        seed=40 + round_,
+        n_bookings=120,
+        n_trains=50,
+        start_ms=START_MS + round_ * HOUR_MS,
+    )
+
+
+def published_positions(project: Project) -> dict[int, dict[str, int]]:
+    entries = manifest_of(project)["partitions"]
+    return {int(p): e["layers"][-1]["position"] for p, e in entries.items()}
+
+
+def test_a_driver_killed_mid_batch_loses_and_doubles_nothing(tmp_path: Path) -> None:
+    project = follow_project(tmp_path)
+    produce_round(project, 0)
+
+    # Killed after writing a micro-batch's layers, before publishing them.
+    first = Follow(project, tmp_path / "follow.log", crash_at="layers-written")
+    first.wait_following()
+    before = published_positions(project)
+    assert before == expected_positions(project), "the first start catches up"
+    produce_round(project, 1)
+    assert first.wait_exit() == CRASHED, first.tail()
+    assert published_positions(project) == before, "nothing of the batch was published"
+
+    # Restarted from the checkpoint: Spark replays the batch; killed after publishing it,
+    # before Spark could commit it.
+    second = Follow(project, tmp_path / "follow.log", crash_at="manifest-written")
+    assert second.wait_exit() == CRASHED, second.tail()
+    assert_state_is_the_oracles(project, wait_caught_up(project, timeout_s=1))
+
+    # Restarted again: the replay finds the batch published and adds nothing; new records
+    # flow; SIGTERM stops the pipeline cleanly.
+    third = Follow(project, tmp_path / "follow.log")
+    third.wait_following()
+    produce_round(project, 2)
+    assert_state_is_the_oracles(project, wait_caught_up(project))
+    third.proc.send_signal(signal.SIGTERM)
+    assert third.wait_exit(60) == 0, third.tail()
+    assert '"batches"' in third.tail()
+
+
+@dataclass(frozen=True)
+class SparkCluster:
+    url: str
+    work: Path  # the workers' folder: one app-* folder per application, one per executor in it
+
+
+@pytest.fixture(scope="module")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkCluster]:
+    """A standalone master and two one-core workers on loopback."""
+    home = Path(pyspark.__file__).parent
+    logs = tmp_path_factory.mktemp("spark-cluster")
+    env = {
+        **os.environ,
+        "SPARK_HOME": str(home),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
+        "SPARK_WORKER_DIR": str(logs / "work"),
+    }
+    spark_class = str(home / "bin" / "spark-class")
+    port = free_port()
+    url = f"spark://127.0.0.1:{port}"
+    commands = [
+        [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1"]
+        + ["--port", str(port), "--webui-port", str(free_port())],
+        *(
+            [spark_class, "org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1"]
+            + ["--cores", "1", "--memory", "1g", "--webui-port", str(free_port())]
+            for _ in range(2)
+        ),
+    ]
+    procs = []
+    try:
+        for number, command in enumerate(commands):
+            with open(logs / f"{number}.log", "wb") as out:
+                procs.append(
+                    subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+                )
+            if number == 0:
+                wait_listening(port, procs[0], logs / "0.log")
+        deadline = time.monotonic() + START_S
+        while (
+            sum(b"Successfully registered" in (logs / f"{n}.log").read_bytes() for n in (1, 2)) < 2
+        ):
+            assert time.monotonic() < deadline, (logs / "1.log").read_text()[-2000:]
+            time.sleep(0.2)
+        yield SparkCluster(url, logs / "work")
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def wait_listening(port: int, proc: subprocess.Popen, log: Path) -> None:
+    deadline = time.monotonic() + START_S
+    while True:
+        assert proc.poll() is None, log.read_text()[-2000:]
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        assert time.monotonic() < deadline, log.read_text()[-2000:]
+        time.sleep(0.2)
+
+
+def test_the_continuous_pipeline_runs_on_a_standalone_cluster(
+    spark_cluster: SparkCluster, tmp_path: Path
+) -> None:
+    project = follow_project(tmp_path)
+    produce_round(project, 0)
+    follow = Follow(project, tmp_path / "follow.log", master=spark_cluster.url)
+    try:
+        follow.wait_following()
+        assert_state_is_the_oracles(project, wait_caught_up(project))
+        produce_round(project, 1)
+        manifest = wait_caught_up(project)
+        assert_state_is_the_oracles(project, manifest)
+        kinds = {layer["kind"] for e in manifest["partitions"].values() for layer in e["layers"]}
+        assert kinds == {"base", "delta"}
+    finally:
+        follow.proc.send_signal(signal.SIGTERM)
+        assert follow.wait_exit(60) == 0, follow.tail()
+    # it ran on the cluster: both workers started an executor for the application
+    (app,) = [d for d in spark_cluster.work.iterdir() if d.name.startswith("app-")]
+    assert len([d for d in app.iterdir() if d.is_dir()]) == 2

@@ -1,0 +1,107 @@
+"""The continuous pipeline on real Spark Structured Streaming: after several micro-batches the
+published chains hold what the oracle computes from the raw log (tables with tombstones,
+aggregates, windows, positions), each micro-batch adding small deltas, with compaction
+folding them beside it."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+from pyspark.sql import SparkSession
+
+from contracts.project import Project, load
+from spark_pipeline.stream import Follower
+from tests.chains import chain_state
+from tests.oracle import expected_positions, expected_store
+from tests.projects import HOUR_MS, START_MS, produce_test_events, write_project
+
+CAUGHT_UP_S = 90
+
+
+def manifest_of(project: Project) -> dict:
+    body: dict = orjson.loads((Path(project.snapshot_store) / "manifest.json").read_bytes())
+    return body
+
+
+def wait_caught_up(project: Project, timeout_s: float = CAUGHT_UP_S) -> dict:
+    """The manifest once every partition's top layer is at the log's end."""
+    expected = expected_positions(project)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        manifest = manifest_of(project)
+        tops = {
+            int(p): e["layers"][-1]["position"] for p, e in manifest.get("partitions", {}).items()
+        }
+        if tops == expected:
+            return manifest
+        assert time.monotonic() < deadline, f"not caught up: {tops} vs {expected}"
+        time.sleep(0.2)
+
+
+def assert_state_is_the_oracles(project: Project, manifest: dict) -> None:
+    expected = {name: expected_store(project, name) for name in project.stores}
+    for p, entry in manifest["partitions"].items():
+        state = chain_state(project, Path(project.snapshot_store), entry, int(p))
+        for name in project.stores:
+            assert_rows_close(state[name], [tuple(r) for r in expected[name][int(p)]], name)
+
+
+def assert_rows_close(actual: list, expected: list, where: str) -> None:
+    assert len(actual) == len(expected), where
+    for got, want in zip(actual, expected, strict=True):
+        for a, b in zip(got, want, strict=True):
+            if isinstance(b, float):
+                assert a == pytest.approx(b, rel=1e-12), (where, got, want)
+            else:
+                assert a == b, (where, got, want)
+
+
+@pytest.fixture(scope="module")
+def follower(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Follower]:
+    root = tmp_path_factory.mktemp("stream")
+    project = load(write_project(root, ports=[18201, 18202, 18203]))
+    fast = dataclasses.replace(
+        project.settings, trigger_interval_s=0.5, compact_after_deltas=3, compact_delta_ratio=10.0
+    )
+    project = dataclasses.replace(project, settings=fast)
+    produce_test_events(project, seed=11, n_bookings=600, n_trains=200)
+    running = Follower(project, spark, notify=False)
+    running.start()
+    yield running
+    running.stop()
+
+
+def test_micro_batches_publish_what_the_oracle_computes(follower: Follower) -> None:
+    project = follower.project
+    first = wait_caught_up(project)
+    assert all(len(e["layers"]) == 1 for e in first["partitions"].values()), "caught up: bases"
+    for round_ in range(3):  # later hours, tombstones and all: windows, tables and aggregates move
+        produce_test_events(
+            project,
+            seed=20 + round_,
+            n_bookings=150,
+            n_trains=60,
+            start_ms=START_MS + (round_ + 1) * HOUR_MS,
+        )
+        manifest = wait_caught_up(project)
+        assert_state_is_the_oracles(project, manifest)
+    kinds = [layer["kind"] for e in manifest["partitions"].values() for layer in e["layers"]]
+    assert "delta" in kinds
+    assert follower.progress.batches >= 3 and follower.progress.records > 0
+
+
+def test_compaction_folds_chains_beside_the_micro_batches(follower: Follower) -> None:
+    project = follower.project
+    deadline = time.monotonic() + CAUGHT_UP_S
+    while follower.progress.compactions == 0:
+        assert time.monotonic() < deadline, "no compaction ran"
+        time.sleep(0.2)
+    manifest = wait_caught_up(project)
+    bases = [e["layers"][0] for e in manifest["partitions"].values()]
+    assert any(b["version"] > 1 for b in bases), "a base folded deltas at a later version"
+    assert_state_is_the_oracles(project, manifest)
