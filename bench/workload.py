@@ -24,14 +24,14 @@ from typing import Any
 from pyspark import StorageLevel
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from contracts import eventlog
 from contracts import project as config
 from contracts.manifest import read_manifest
-from contracts.project import Project
+from contracts.project import Project, Topic
+from contracts.snapshot_file import FormatError
 from spark_pipeline import job
-from spark_pipeline.source import segment_schema
-from spark_pipeline.stores import value_schema
 from stategate.demo import PROJECT_TEMPLATE
 from stategate.demo import bookings as demo_data
 from stategate.launcher import free_ports
@@ -93,7 +93,10 @@ class Workload:
             return False
         if info.get("stores_sha256") != _stores_sha256():
             return False
-        manifest = read_manifest(self.root / "snapshots")
+        try:
+            manifest = read_manifest(self.root / "snapshots")
+        except FormatError:  # written by an older version: rebuild
+            return False
         return len(manifest.partitions) == PARTITIONS
 
     def write_project(self, ports: list[int] | None = None) -> Project:
@@ -178,6 +181,29 @@ def run_pipeline_scratch(project: Project, spark: SparkSession, scratch: Path) -
         return seconds
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def segment_schema(topic: Topic) -> T.StructType:
+    keys = {"string": T.StringType(), "int": T.IntegerType(), "long": T.LongType()}
+    return T.StructType(
+        [
+            T.StructField("offset", T.LongType()),
+            T.StructField("timestamp", T.LongType()),
+            T.StructField("key", keys[topic.key_type]),
+            T.StructField("value", T.StringType()),
+        ]
+    )
+
+
+def value_schema(topic: Topic) -> T.StructType:
+    types = {
+        "string": T.StringType(),
+        "int": T.IntegerType(),
+        "long": T.LongType(),
+        "double": T.DoubleType(),
+        "boolean": T.BooleanType(),
+    }
+    return T.StructType([T.StructField(n, types[t]) for n, t in topic.value.items()])
 
 
 def plain_spark_job(project: Project, spark: SparkSession, out: Path) -> float:

@@ -1,26 +1,29 @@
-"""Publishing a batch of new records: compute each store's delta with Spark, write one new
-layer per changed partition (a delta, or a base when the chain starts or is due for
-compaction), then replace the manifest. The one-shot run and every micro-batch of the
-continuous pipeline publish through here.
+"""Publishing a batch of new records as one new layer per changed partition: a delta, or a
+base when the chain starts, is rebuilt or is due for compaction. The one-shot run and every
+micro-batch of the continuous pipeline publish through here.
 
-Publication is idempotent, keyed by positions: records below a partition's published
-position are not in the plan (plan.py), a layer is written at the version above the
-published chain (a leftover file there, from a run that crashed, is replaced), and nothing
-is visible until the manifest names it.
+One Spark stage does it: the records come partitioned as the log is (log_source.py: Spark
+partition i holds Kafka partition i's records), so each task holds one partition's records
+and nothing is shuffled (a partition's records only touch its own state); it computes every
+store's delta and writes the partition's layer (spark_pipeline/snapshot.py). Tasks write
+straight into the snapshot store: on a real cluster it must be a file system shared by the
+driver and every executor (NFS, a mounted volume).
 
-Layers and staged deltas are written by Spark tasks straight into the snapshot store: on a
-real cluster it must be a file system shared by the driver and every executor.
+Publication is idempotent, keyed by positions: a task keeps only the records at or past its
+partition's published position, writes at the version above the published chain (replacing
+a leftover of a run that crashed there), and nothing is visible until the manifest names it.
 """
 
 from __future__ import annotations
 
-import contextlib
-import shutil
-import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pyspark import StorageLevel
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark import TaskContext
 from pyspark.sql import DataFrame, SparkSession
 
 from contracts.eventlog import now_ms
@@ -28,9 +31,14 @@ from contracts.manifest import Layer, Manifest, PartitionEntry
 from contracts.project import Project
 from contracts.settings import Settings
 from contracts.snapshot_file import Kind
-from spark_pipeline.plan import RunPlan, stores_digest
+from spark_pipeline.plan import stores_digest
 from spark_pipeline.snapshot import LayerTask, build_layer
-from spark_pipeline.stores import parse_values, store_delta
+
+_BUILT = "partition int, layer string"  # what each task returns: its layer as JSON
+
+
+class GapError(RuntimeError):
+    """New records start past a partition's published position: some would be lost."""
 
 
 @dataclass
@@ -39,6 +47,22 @@ class Published:
 
     manifest: Manifest
     layers: dict[int, Layer] = field(default_factory=dict)  # partition -> its new layer
+    records: int = 0  # new records published
+
+
+@dataclass(frozen=True)
+class Batch:
+    """What every task needs to know: the published chains and how to extend them."""
+
+    project: Project
+    store_root: str
+    chains: dict[int, PartitionEntry]
+    rebuild: bool  # the stores changed: every partition gets a base from its whole log
+    compact: bool  # a due chain is folded into the new layer (else a compactor does it)
+
+    def published(self, partition: int) -> dict[str, int]:
+        entry = None if self.rebuild else self.chains.get(partition)
+        return {t: entry.position.get(t, 0) if entry else 0 for t in self.project.topics}
 
 
 def publish(
@@ -46,39 +70,29 @@ def publish(
     spark: SparkSession,
     store_dir: Path,
     manifest: Manifest,
-    plan: RunPlan,
-    records: dict[str, DataFrame | None],
+    records: DataFrame,
+    rebuild: bool = False,
     compact: bool = True,
 ) -> Published:
-    """Write the plan's changed partitions and return the new manifest (not yet written).
-    `records` are each topic's new records, as plan.ranges says; `compact` lets a due chain
-    be folded into a base right here (the continuous pipeline compacts in the background)."""
-    if not plan.changed:
-        return Published(manifest)
-    staging = store_dir / ".staging" / f"{now_ms()}-{uuid.uuid4().hex[:8]}"
-    try:
-        _stage_deltas(project, records, staging)
-        tasks = [
-            _task(project, store_dir, manifest, plan, p, staging, compact) for p in plan.changed
-        ]
-        built = spark.sparkContext.parallelize(tasks, len(tasks)).map(build_layer).collect()
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-        with contextlib.suppress(OSError):
-            staging.parent.rmdir()
-    layers = dict(built)
-    partitions = dict(manifest.partitions)
+    """Write a layer for each partition with new `records` (rows of log_source.SCHEMA, one
+    Spark partition per Kafka partition; records below the published positions are ignored),
+    or for every partition when rebuilding or when some were never published; returns the new
+    manifest, not yet written."""
+    batch = Batch(project, str(store_dir), dict(manifest.partitions), rebuild, compact)
+    built = records.mapInArrow(lambda batches: _build(batch, batches), _BUILT).collect()
+    layers = {row["partition"]: _layer(orjson.loads(row["layer"])) for row in built}
+    chains = dict(manifest.partitions)
+    count = 0
     for partition, layer in layers.items():
-        below = () if layer.kind == "base" else partitions[partition].layers
-        partitions[partition] = PartitionEntry((*below, layer))
-    log_end = {t: {**manifest.log_end.get(t, {}), **ends} for t, ends in plan.log_end().items()}
-    next_manifest = Manifest(
-        partitions=partitions,
-        log_end=log_end,
-        stores_digest=stores_digest(project),
-        updated_ms=now_ms(),
-    )
-    return Published(next_manifest, layers)
+        below = () if layer.kind == "base" else chains[partition].layers
+        old = batch.published(partition)
+        count += sum(layer.position[t] - old[t] for t in project.topics)
+        chains[partition] = PartitionEntry((*below, layer))
+    log_end = {t: {p: e.position.get(t, 0) for p, e in chains.items()} for t in project.topics}
+    if not layers:
+        return Published(manifest)
+    next_manifest = Manifest(chains, log_end, stores_digest(project), now_ms())
+    return Published(next_manifest, layers, count)
 
 
 def due_for_compaction(entry: PartitionEntry, settings: Settings) -> bool:
@@ -94,49 +108,63 @@ def due_for_compaction(entry: PartitionEntry, settings: Settings) -> bool:
     )
 
 
-def _task(
-    project: Project,
-    store_dir: Path,
-    manifest: Manifest,
-    plan: RunPlan,
-    partition: int,
-    staging: Path,
-    compact: bool,
-) -> LayerTask:
-    entry = manifest.partitions.get(partition)
+def _build(batch: Batch, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """One task: the new layer of its partition, from the partition's records."""
+    context = TaskContext.get()
+    assert context is not None
+    partition = context.partitionId()
+    records = _fresh(batch, partition, list(batches))
+    entry = None if batch.rebuild else batch.chains.get(partition)
+    if entry is not None and not any(len(t) for t in records.values()):
+        return
     kind: Kind = "delta"
-    below = () if entry is None or plan.rebuild else entry.layers
-    if not below or (compact and entry and due_for_compaction(entry, project.settings)):
+    if entry is None or (batch.compact and due_for_compaction(entry, batch.project.settings)):
         kind = "base"
-    deltas = {
-        name: sorted(str(f) for f in (staging / name / f"partition={partition}").glob("*.parquet"))
-        for name in project.stores
-    }
-    return LayerTask(
+    positions = batch.published(partition)
+    for topic, table in records.items():
+        if len(table):
+            positions[topic] = int(pc.max(table.column("offset")).as_py()) + 1
+    version = (batch.chains[partition].version if partition in batch.chains else 0) + 1
+    task = LayerTask(
         partition=partition,
-        version=(entry.version if entry else 0) + 1,
+        version=version,
         kind=kind,
-        store_root=str(store_dir),
-        below=below,
-        deltas=deltas,
-        positions=plan.positions(partition),
-        stores=tuple(project.stores.values()),
+        store_root=batch.store_root,
+        below=() if entry is None else entry.layers,
+        positions=positions,
+        topics=tuple(batch.project.topics.values()),
+        stores=tuple(batch.project.stores.values()),
+    )
+    _, layer = build_layer(task, records)
+    yield pa.RecordBatch.from_pydict(
+        {"partition": [partition], "layer": [orjson.dumps(vars(layer)).decode()]},
+        schema=pa.schema([("partition", pa.int32()), ("layer", pa.string())]),
     )
 
 
-def _stage_deltas(project: Project, records: dict[str, DataFrame | None], staging: Path) -> None:
-    """Write every store's delta to staging/<store>/partition=<p>/*.parquet."""
-    for topic in project.topics.values():
-        stores = [s for s in project.stores.values() if s.topic.name == topic.name]
-        frame = records.get(topic.name)
-        if not stores or frame is None:
-            continue
-        parsed = parse_values(frame, topic)
-        if len(stores) > 1:  # parse once, not once per store
-            parsed = parsed.persist(StorageLevel.MEMORY_AND_DISK)
-        try:
-            for store in stores:
-                delta = store_delta(store, parsed)
-                delta.write.partitionBy("partition").parquet(str(staging / store.name))
-        finally:
-            parsed.unpersist()
+def _fresh(batch: Batch, partition: int, batches: list[pa.RecordBatch]) -> dict[str, pa.Table]:
+    """topic -> the partition's records at or past the published position. A topic whose
+    records start past it would lose the ones between: GapError."""
+    published = batch.published(partition)
+    if not batches:
+        return {}
+    table = pa.Table.from_batches(batches)
+    found = set(pc.unique(table.column("partition")).to_pylist())
+    if found != {partition}:
+        raise RuntimeError(f"task {partition} received records of partitions {found}")
+    fresh = {}
+    for topic, start in published.items():
+        rows = table.filter(pc.equal(table.column("topic"), topic))
+        rows = rows.filter(pc.greater_equal(rows.column("offset"), start))
+        if len(rows) and pc.min(rows.column("offset")).as_py() != start:
+            raise GapError(
+                f"{topic}-{partition}: new records start at offset "
+                f"{pc.min(rows.column('offset')).as_py()}, the snapshots are at {start}; "
+                f"the records come from another log or checkpoint"
+            )
+        fresh[topic] = rows.select(["offset", "timestamp", "key", "value"])
+    return fresh
+
+
+def _layer(raw: dict[str, object]) -> Layer:
+    return Layer(**raw)  # type: ignore[arg-type]

@@ -39,13 +39,14 @@ def compact(
             kind="base",
             store_root=str(store_dir),
             below=entry.layers,
-            deltas={},
             positions=dict(entry.position),
+            topics=tuple(project.topics.values()),
             stores=tuple(project.stores.values()),
         )
         for partition, entry in sorted(chains.items())
     ]
-    return dict(spark.sparkContext.parallelize(tasks, len(tasks)).map(build_layer).collect())
+    folded = spark.sparkContext.parallelize(tasks, len(tasks)).map(lambda t: build_layer(t, {}))
+    return dict(folded.collect())
 
 
 def rebase(

@@ -30,11 +30,11 @@ from pyspark.sql import SparkSession  # noqa: E402
 from contracts.durable import locked  # noqa: E402
 from contracts.manifest import Layer, PartitionEntry, read_manifest, write_manifest  # noqa: E402
 from contracts.project import Project, load  # noqa: E402
-from spark_pipeline.batch import publish  # noqa: E402
+from spark_pipeline.batch import Published, publish  # noqa: E402
+from spark_pipeline.log_source import read_log  # noqa: E402
 from spark_pipeline.plan import plan_run  # noqa: E402
 from spark_pipeline.publish import notify_nodes, prune  # noqa: E402
 from spark_pipeline.session import spark_session  # noqa: E402
-from spark_pipeline.source import read_records  # noqa: E402
 
 
 @dataclass
@@ -71,11 +71,10 @@ def run(project: Project, spark: SparkSession, notify: bool = True) -> RunReport
         manifest = read_manifest(store_dir)
         plan = plan_run(project, manifest)
         report = RunReport(records=plan.records(topics), rebuild=plan.rebuild)
-        records = {
-            name: read_records(spark, project.log_dir, topic, plan.ranges[name])
-            for name, topic in project.topics.items()
-        }
-        published = publish(project, spark, store_dir, manifest, plan, records)
+        published = Published(manifest)
+        if plan.changed:
+            records = read_log(spark, project, plan)
+            published = publish(project, spark, store_dir, manifest, records, plan.rebuild)
         if published.layers:
             write_manifest(store_dir, published.manifest)
             prune(store_dir, published.manifest)

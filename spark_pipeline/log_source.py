@@ -1,15 +1,18 @@
-"""The event log as a Spark Structured Streaming source, written in Python
-(`pyspark.sql.datasource`): `spark.readStream.format("stategate_log")`.
+"""The event log as a Spark data source written in Python (`pyspark.sql.datasource`):
+`spark.readStream.format("stategate_log")` for the continuous pipeline, and
+`spark.read.format("stategate_log")` with `start` and `end` offsets for a one-shot run.
 
 Its offsets are the log's own: {topic: {partition: next offset to read}}, so Spark's
-checkpoint and the positions the snapshots publish speak the same language. A micro-batch
-reads [start, end) of every partition that has new records, one Spark task per (topic,
-partition), straight from the segment files with pyarrow. Rows are (topic, partition,
-offset, timestamp, key, value) with the key as text (a topic's int or long keys are
+checkpoint and the positions the snapshots publish speak the same language. A read has one
+Spark partition per Kafka partition, in order (Spark partition i holds Kafka partition i's
+records of every topic, maybe none), read straight from the segment files with pyarrow: the
+task that builds a partition's layer gets exactly its records, with no shuffle. Rows are
+(topic, partition, offset, timestamp, key, value) with the key as text (int or long keys are
 decimal), so topics with different key types share one stream.
 
 Options: `log_dir`, `topics` (JSON {topic: key type}), `partitions`, `start` (JSON offsets
-of a query without a checkpoint), `max_records` (per micro-batch).
+to read from; a stream's when it has no checkpoint), `end` (JSON offsets a batch read stops
+at), `max_records` (per micro-batch).
 """
 
 from __future__ import annotations
@@ -22,10 +25,18 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
 from contracts import eventlog
+from contracts.project import Project
+from spark_pipeline.plan import RunPlan
 
 NAME = "stategate_log"
 SCHEMA = "topic string, partition int, offset long, timestamp long, key string, value string"
@@ -48,15 +59,16 @@ class LogSource(DataSource):
     def streamReader(self, schema: object) -> DataSourceStreamReader:
         return LogReader(self.options)
 
+    def reader(self, schema: object) -> DataSourceReader:
+        return LogBatchReader(self.options)
+
 
 @dataclass(frozen=True)
 class Slice(InputPartition):
-    """The records [start, end) of one topic partition."""
+    """One Kafka partition's records [start, end) per topic."""
 
-    topic: str
     partition: int
-    start: int
-    end: int
+    ranges: tuple[tuple[str, int, int], ...]  # (topic, start, end)
 
 
 class LogReader(DataSourceStreamReader):
@@ -94,26 +106,60 @@ class LogReader(DataSourceStreamReader):
         return ends
 
     def partitions(self, start: Offsets, end: Offsets) -> Sequence[InputPartition]:
-        return [
-            Slice(topic, int(p), int(start[topic].get(p, 0)), int(stop))
-            for topic, by_p in sorted(end.items())
-            for p, stop in sorted(by_p.items(), key=lambda item: int(item[0]))
-            if int(stop) > int(start[topic].get(p, 0))
-        ]
+        return slices(self.partitions_count, start, end)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, Slice)
-        part = partition
-        for path in eventlog.segments_from(self.log_dir, part.topic, part.partition, part.start):
+        return read_slice(self.log_dir, partition)
+
+    def commit(self, end: Offsets) -> None:
+        """Nothing to release: the log keeps its records."""
+
+
+class LogBatchReader(DataSourceReader):
+    """The records between the `start` and `end` offsets."""
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self.log_dir = Path(options["log_dir"])
+        self.partitions_count = int(options["partitions"])
+        self.start: Offsets = orjson.loads(options["start"])
+        self.end: Offsets = orjson.loads(options["end"])
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return slices(self.partitions_count, self.start, self.end)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, Slice)
+        return read_slice(self.log_dir, partition)
+
+
+def slices(partitions: int, start: Offsets, end: Offsets) -> list[Slice]:
+    """One slice per Kafka partition, in order, with the topics' ranges that hold records."""
+    return [
+        Slice(
+            p,
+            tuple(
+                (topic, int(start.get(topic, {}).get(str(p), 0)), int(stop))
+                for topic, by_p in sorted(end.items())
+                if (stop := by_p.get(str(p), 0)) > start.get(topic, {}).get(str(p), 0)
+            ),
+        )
+        for p in range(partitions)
+    ]
+
+
+def read_slice(log_dir: Path, part: Slice) -> Iterator[pa.RecordBatch]:
+    """A slice's records, one Arrow batch per segment, with the key as text."""
+    for topic, start, end in part.ranges:
+        for path in eventlog.segments_from(log_dir, topic, part.partition, start):
             table = pq.read_table(path)
             offsets = table.column("offset")
-            wanted = pc.and_(pc.greater_equal(offsets, part.start), pc.less(offsets, part.end))
-            table = table.filter(wanted)
+            table = table.filter(pc.and_(pc.greater_equal(offsets, start), pc.less(offsets, end)))
             if table.num_rows == 0:
                 continue
             yield pa.RecordBatch.from_pydict(
                 {
-                    "topic": pa.array([part.topic] * table.num_rows, pa.string()),
+                    "topic": pa.array([topic] * table.num_rows, pa.string()),
                     "partition": pa.array([part.partition] * table.num_rows, pa.int32()),
                     "offset": table.column("offset").combine_chunks(),
                     "timestamp": table.column("timestamp").combine_chunks(),
@@ -121,9 +167,6 @@ class LogReader(DataSourceStreamReader):
                     "value": table.column("value").combine_chunks(),
                 }
             )
-
-    def commit(self, end: Offsets) -> None:
-        """Nothing to release: the log keeps its records."""
 
 
 def _capped(start: Offsets, ends: Offsets, budget: int) -> Offsets:
@@ -140,3 +183,24 @@ def _capped(start: Offsets, ends: Offsets, budget: int) -> Offsets:
         if n > 0:
             capped[t][p] = start[t].get(p, 0) + max(1, n * budget // total)
     return capped
+
+
+def options(project: Project, start: dict[str, dict[int, int]]) -> dict[str, str]:
+    """The source's options for a project, reading from `start`."""
+    key_types = {name: topic.key_type for name, topic in project.topics.items()}
+    return {
+        "log_dir": str(project.log_dir),
+        "topics": orjson.dumps(key_types).decode(),
+        "partitions": str(project.cluster.partitions),
+        "start": offsets_json(start),
+        "max_records": str(project.settings.max_records_per_batch),
+    }
+
+
+def read_log(spark: SparkSession, project: Project, plan: RunPlan) -> DataFrame:
+    """The records of a one-shot run's plan: [start, end) of every topic partition."""
+    spark.dataSource.register(LogSource)
+    start = {t: {p: r[0] for p, r in by_p.items()} for t, by_p in plan.ranges.items()}
+    end = {t: {p: r[1] for p, r in by_p.items()} for t, by_p in plan.ranges.items()}
+    reader = spark.read.format(NAME).options(**options(project, start))
+    return reader.option("end", offsets_json(end)).load()

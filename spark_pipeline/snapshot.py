@@ -1,7 +1,8 @@
 """Building one layer of a partition's snapshot (format: contracts/snapshot_file.py).
 
-build_layer runs inside a Spark task. It reads the layers below the new one and the staged
-delta of the new records, and writes either
+build_layer runs inside the Spark task that holds the partition's new records. It computes
+every store's delta from them (spark_pipeline/stores.py), reads the layers below the new one,
+and writes either
 - a delta: the changed keys' full new rows (a table's deleted keys as `_deleted` rows), read
   from the newest layer holding each key and combined with the new records; or
 - a base: the whole state, which is how a chain is started, rebuilt or compacted.
@@ -17,13 +18,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
 
 from contracts.durable import fsync_dir
 from contracts.eventlog import now_ms
 from contracts.manifest import Layer
-from contracts.project import Store
+from contracts.project import Store, Topic
 from contracts.snapshot_file import (
     DELETED,
+    DUCK_TYPES,
     FORMAT,
     POSITION_TABLE,
     SNAPSHOT_TABLE,
@@ -32,6 +35,7 @@ from contracts.snapshot_file import (
     key_columns,
     relative_path,
 )
+from spark_pipeline.stores import delta_sql, records_view
 
 # Small row groups: a point lookup or a short scan reads one 8k-row group, not all 122,880
 # rows of DuckDB's default (2-3x faster lookups for ~20% more bytes; bench/README.md).
@@ -52,12 +56,12 @@ class LayerTask:
     kind: Kind
     store_root: str
     below: tuple[Layer, ...]  # the chain under the new layer, base first (none: from scratch)
-    deltas: dict[str, list[str]]  # store name -> this partition's staged parquet files
     positions: dict[str, int]  # topic -> next offset to read
+    topics: tuple[Topic, ...]
     stores: tuple[Store, ...]
 
 
-def build_layer(task: LayerTask) -> tuple[int, Layer]:
+def build_layer(task: LayerTask, records: dict[str, pa.Table]) -> tuple[int, Layer]:
     """Write the partition's new layer; returns the partition and its manifest entry. A file
     already at the path is a leftover of a run that crashed before publishing: replaced."""
     relative = relative_path(task.partition, task.version, task.kind)
@@ -66,7 +70,7 @@ def build_layer(task: LayerTask) -> tuple[int, Layer]:
     tmp = final.parent / f".{final.name}.{uuid.uuid4().hex}.tmp"
     created = now_ms()
     try:
-        _write(tmp, task, created)
+        _write(tmp, task, records, created)
         digest, size = _seal(tmp)
         os.replace(tmp, final)
         fsync_dir(final.parent)
@@ -77,9 +81,19 @@ def build_layer(task: LayerTask) -> tuple[int, Layer]:
     return task.partition, layer
 
 
-def _write(path: Path, task: LayerTask, created_ms: int) -> None:
+def _write(path: Path, task: LayerTask, records: dict[str, pa.Table], created_ms: int) -> None:
+    """`records`: topic -> the new records (offset, timestamp, key as text, value)."""
     con = duckdb.connect(":memory:", config=_DUCKDB_CONFIG)
     try:
+        views = {}
+        for number, topic in enumerate(task.topics):
+            views[topic.name] = records_view(number)
+            con.register(f"arrow_{number}", records.get(topic.name, _no_records()))
+            key = f"CAST(key AS {DUCK_TYPES[topic.key_type]})"
+            con.execute(
+                f'CREATE TEMP VIEW {views[topic.name]} AS SELECT "offset", timestamp, '
+                f"{key} AS key, value FROM arrow_{number}"
+            )
         options = f"ROW_GROUP_SIZE {ROW_GROUP_SIZE}"
         if task.kind == "delta":
             options += f", BLOCK_SIZE {DELTA_BLOCK_SIZE}"
@@ -93,7 +107,7 @@ def _write(path: Path, task: LayerTask, created_ms: int) -> None:
             )
             below.append((alias, layer.kind))
         for store in task.stores:
-            delta = _staged(store, task.deltas.get(store.name))
+            delta = f"({delta_sql(store, views[store.topic.name])})"
             con.execute(_create_sql(store, task.kind))
             if task.kind == "base":
                 con.execute(_base_sql(store, below, delta))
@@ -102,9 +116,9 @@ def _write(path: Path, task: LayerTask, created_ms: int) -> None:
         con.execute(
             f'CREATE TABLE {POSITION_TABLE} (topic VARCHAR, "partition" INTEGER, "offset" BIGINT)'
         )
-        for topic, offset in sorted(task.positions.items()):
+        for name, offset in sorted(task.positions.items()):
             con.execute(
-                f"INSERT INTO {POSITION_TABLE} VALUES (?, ?, ?)", [topic, task.partition, offset]
+                f"INSERT INTO {POSITION_TABLE} VALUES (?, ?, ?)", [name, task.partition, offset]
             )
         con.execute(
             f'CREATE TABLE {SNAPSHOT_TABLE} ("partition" INTEGER, version BIGINT, '
@@ -133,15 +147,15 @@ def _marks_deletes(store: Store, kind: Kind) -> bool:
     return store.kind == "table" and kind == "delta"
 
 
-def _staged(store: Store, files: list[str] | None) -> str:
-    """The new records' delta of a store as a subquery (a table's with `_deleted`)."""
-    typed = columns(store)
-    if store.kind == "table":
-        typed = {**typed, DELETED: "BOOLEAN"}
-    if files:
-        listed = ", ".join(_ident(n) for n in typed)
-        return f"(SELECT {listed} FROM read_parquet([{', '.join(_literal(f) for f in files)}]))"
-    return _empty(typed)
+def _no_records() -> pa.Table:
+    return pa.table(
+        {
+            "offset": pa.array([], pa.int64()),
+            "timestamp": pa.array([], pa.int64()),
+            "key": pa.array([], pa.string()),
+            "value": pa.array([], pa.string()),
+        }
+    )
 
 
 def _current(store: Store, below: list[tuple[str, Kind]], only_keys_of: str | None) -> str:

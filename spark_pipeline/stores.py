@@ -1,99 +1,85 @@
-"""Each store's delta: what a batch of new records changes, computed with Spark.
+"""Each store's delta: what a partition's new records change, as DuckDB SQL run inside the
+Spark task that builds the partition's layer (spark_pipeline/snapshot.py).
 
-Input rows are (partition, offset, timestamp, key, value), value being JSON text or null (a
-tombstone), parsed once per topic by parse_values. Every delta has the columns partition, key,
-[window_start,] then Store.stored_columns; a table delta also has `_deleted`. snapshot.py merges a
-delta into the previous snapshot.
+A Kafka partition's records only ever touch that partition's state, so there is nothing to
+shuffle: Spark hands each task one partition's records, and the task computes every store's
+delta where the records are. Input is the view `records_<n>` of one topic's new records
+(offset, timestamp, key typed as declared, value: JSON text or null, a tombstone). A value
+field that is missing, null, or not of its declared type reads as null.
+
+Every delta has the columns key, [window_start,] then Store.stored_columns; a table's also
+has `_deleted`.
 """
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame
-from pyspark.sql import functions as F
-from pyspark.sql import types as T
-
-from contracts.project import Aggregate, FieldType, Store, Topic
-
-SPARK_TYPES: dict[FieldType, T.DataType] = {
-    "string": T.StringType(),
-    "int": T.IntegerType(),
-    "long": T.LongType(),
-    "double": T.DoubleType(),
-    "boolean": T.BooleanType(),
-}
+from contracts.project import Aggregate, Store
+from contracts.snapshot_file import DELETED, DUCK_TYPES, columns
 
 
-def value_schema(topic: Topic) -> T.StructType:
-    return T.StructType([T.StructField(n, SPARK_TYPES[t]) for n, t in topic.value.items()])
+def records_view(topic_number: int) -> str:
+    return f"records_{topic_number}"
 
 
-def parse_values(records: DataFrame, topic: Topic) -> DataFrame:
-    """Replace the JSON text by `_tombstone` and one flat column per value field, named by
-    field_column (flat primitive columns cache far faster than a struct)."""
-    value = F.from_json("value", value_schema(topic)).alias("v")
-    fields = [F.col("v").getField(name).alias(field_column(name)) for name in topic.value]
-    tombstone = F.col("v").isNull().alias("_tombstone")
-    parsed = records.select("partition", "offset", "timestamp", "key", value)
-    # a second projection: Spark parses once, where one select would parse once per field
-    return parsed.select("partition", "offset", "timestamp", "key", tombstone, *fields)
-
-
-def field_column(name: str) -> str:
-    """A value field's column; field names have no "_", so it never clashes with the others."""
-    return f"v_{name}"
-
-
-def store_delta(store: Store, parsed: DataFrame) -> DataFrame:
+def delta_sql(store: Store, records: str) -> str:
+    """A SELECT of the store's delta from the records view `records`."""
+    parsed = _parsed(store, records)
     if store.kind == "table":
-        return table_delta(store, parsed)
+        fields = ", ".join(f"{_field(n)} AS {_ident(n)}" for n in store.columns)
+        return (
+            f"SELECT key, {fields}, _tombstone AS {DELETED} FROM {parsed} "
+            f'QUALIFY row_number() OVER (PARTITION BY key ORDER BY "offset" DESC) = 1'
+        )
     if store.kind == "aggregate":
-        return aggregate_delta(store, parsed)
-    return window_delta(store, parsed)
-
-
-def table_delta(store: Store, parsed: DataFrame) -> DataFrame:
-    """The latest record per key; `_deleted` when it is a tombstone."""
-    columns = ["_tombstone", *(field_column(n) for n in store.columns)]
-    latest = F.max_by(F.struct(*columns), "offset")
-    fields = [F.col("r").getField(field_column(n)).alias(n) for n in store.columns]
+        return f"SELECT key, {_aggregates(store)} FROM {parsed} WHERE NOT _tombstone GROUP BY key"
+    size, advance = store.window_size_ms, store.window_advance_ms
+    last = f"(timestamp - ((timestamp % {advance}) + {advance}) % {advance})"
+    starts = f"generate_series({last} - {size - advance}, {last}, {advance})"
+    windowed = f"(SELECT *, unnest({starts}) AS window_start FROM {parsed} WHERE NOT _tombstone)"
     return (
-        parsed.groupBy("partition", "key")
-        .agg(latest.alias("r"))
-        .select("partition", "key", *fields, F.col("r._tombstone").alias("_deleted"))
+        f"SELECT key, window_start, {_aggregates(store)} FROM {windowed} GROUP BY key, window_start"
     )
 
 
-def aggregate_delta(store: Store, parsed: DataFrame) -> DataFrame:
-    return _aggregated(store, parsed.where(~F.col("_tombstone")), ["partition", "key"])
+def _parsed(store: Store, records: str) -> str:
+    """The records with `_tombstone` and one typed column per value field the store reads."""
+    typed = store.topic.value
+    fields = ", ".join(
+        f"TRY_CAST(json_extract_string(value, {_literal(_path(name))}) AS {DUCK_TYPES[kind]}) "
+        f"AS {_field(name)}"
+        for name, kind in typed.items()
+    )
+    return (
+        f'(SELECT "offset", timestamp, key, value IS NULL AS _tombstone, {fields} FROM {records})'
+    )
 
 
-def window_delta(store: Store, parsed: DataFrame) -> DataFrame:
-    """Aggregates per window; a record is in every window [s, s + size) with s % advance == 0."""
-    size, advance = store.window_size_ms, store.window_advance_ms
-    timestamp = F.col("timestamp")
-    last = timestamp - F.pmod(timestamp, F.lit(advance).cast("long"))
-    first = last - F.lit(size - advance).cast("long")
-    starts = F.sequence(first, last, F.lit(advance).cast("long"))
-    windowed = parsed.where(~F.col("_tombstone")).withColumn("window_start", F.explode(starts))
-    return _aggregated(store, windowed, ["partition", "key", "window_start"])
+def _aggregates(store: Store) -> str:
+    typed = columns(store)
+    return ", ".join(
+        f"CAST({_aggregate(a)} AS {typed[a.name]}) AS {_ident(a.name)}" for a in store.partials
+    )
 
 
-def _aggregated(store: Store, rows: DataFrame, group: list[str]) -> DataFrame:
-    results = [
-        _aggregate(a).cast(SPARK_TYPES[a.result_type(store.topic)]).alias(a.name)
-        for a in store.partials
-    ]
-    return rows.groupBy(*group).agg(*results)
-
-
-def _aggregate(aggregate: Aggregate) -> Column:
+def _aggregate(aggregate: Aggregate) -> str:
     if aggregate.func == "count" and aggregate.source is None:
-        return F.count(F.lit(1))
-    field = F.col(field_column(aggregate.source or ""))
-    if aggregate.func == "count":
-        return F.count(field)  # the values present
-    if aggregate.func == "sum":
-        return F.sum(field)
-    if aggregate.func == "min":
-        return F.min(field)
-    return F.max(field)
+        return "count(*)"
+    field = _field(aggregate.source or "")
+    return f"{aggregate.func}({field})"  # count of the values present, sum, min, max
+
+
+def _field(name: str) -> str:
+    """A value field's column; field names have no "_", so it never clashes with the others."""
+    return _ident(f"v_{name}")
+
+
+def _path(name: str) -> str:
+    return '$."' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"

@@ -15,31 +15,26 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import orjson
-from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from contracts.durable import locked
 from contracts.manifest import Manifest, read_manifest, write_manifest
 from contracts.project import Project
 from spark_pipeline import compaction
-from spark_pipeline.batch import publish
+from spark_pipeline.batch import Published, publish
 from spark_pipeline.job import run, snapshot_dir
-from spark_pipeline.log_source import NAME, LogSource, offsets_json
-from spark_pipeline.plan import OffsetRange, RunPlan, stores_digest
+from spark_pipeline.log_source import NAME, LogSource, options
+from spark_pipeline.plan import stores_digest
 from spark_pipeline.publish import notify_nodes, prune
-from spark_pipeline.source import KEY_TYPES
 
 log = logging.getLogger(__name__)
 CRASH_AT = "STATEGATE_CRASH_AT"  # tests: die at this point of a micro-batch (see _crash_point)
-
-
-class GapError(RuntimeError):
-    """A micro-batch starts past a partition's published position: records would be lost."""
 
 
 @dataclass
@@ -63,6 +58,7 @@ class Follower:
         self.stopping = threading.Event()
         self._query: StreamingQuery | None = None
         self._compactor: threading.Thread | None = None
+        self._notifier = ThreadPoolExecutor(max_workers=1, thread_name_prefix="notify")
 
     def start(self) -> None:
         """Follow the log from the checkpoint; without one (a first start, or new store
@@ -70,18 +66,10 @@ class Follower:
         if not self.checkpoint.exists():
             run(self.project, self.spark, notify=self.notify)
         manifest = read_manifest(self.store_dir)
-        key_types = {name: topic.key_type for name, topic in self.project.topics.items()}
         self.spark.dataSource.register(LogSource)
         settings = self.project.settings
-        records = (
-            self.spark.readStream.format(NAME)
-            .option("log_dir", str(self.project.log_dir))
-            .option("topics", orjson.dumps(key_types).decode())
-            .option("partitions", str(self.project.cluster.partitions))
-            .option("start", offsets_json(_positions(manifest, self.project)))
-            .option("max_records", str(settings.max_records_per_batch))
-            .load()
-        )
+        source = options(self.project, _positions(manifest, self.project))
+        records = self.spark.readStream.format(NAME).options(**source).load()
         self._query = (
             records.writeStream.foreachBatch(self._publish)
             .trigger(processingTime=f"{int(settings.trigger_interval_s * 1000)} milliseconds")
@@ -113,47 +101,38 @@ class Follower:
             self._query.stop()
         if self._compactor is not None:
             self._compactor.join(60)
+        self._notifier.shutdown(wait=True, cancel_futures=True)
 
     def _publish(self, batch: DataFrame, batch_id: int) -> None:
-        batch = batch.persist()
-        try:
-            with locked(self.store_dir):
-                manifest = read_manifest(self.store_dir)
-                fresh = batch.where(_unpublished(manifest, self.project))
-                plan = _plan(self.project, manifest, fresh)
-                frames = {
-                    name: _typed(fresh, name, topic.key_type)
-                    if any(e > s for s, e in plan.ranges[name].values())
-                    else None
-                    for name, topic in self.project.topics.items()
-                }
-                published = publish(
-                    self.project, self.spark, self.store_dir, manifest, plan, frames, compact=False
-                )
-                if published.layers:
-                    _crash_point("layers-written")
-                    write_manifest(self.store_dir, published.manifest)
-                    _crash_point("manifest-written")
-                    prune(self.store_dir, published.manifest)
-        finally:
-            batch.unpersist()
-        if published.layers and self.notify:
-            notify_nodes(self.project, set(published.layers))
-        self._report(batch_id, plan, len(published.layers))
+        started = time.monotonic()
+        with locked(self.store_dir):
+            manifest = read_manifest(self.store_dir)
+            published = publish(
+                self.project, self.spark, self.store_dir, manifest, batch, compact=False
+            )
+            if published.layers:
+                _crash_point("layers-written")
+                write_manifest(self.store_dir, published.manifest)
+                _crash_point("manifest-written")
+                prune(self.store_dir, published.manifest)
+        self._report(batch_id, published, time.monotonic() - started)
+        if published.layers:
+            self._tell_nodes(set(published.layers))
 
-    def _report(self, batch_id: int, plan: RunPlan, layers: int) -> None:
-        topics = set(self.project.topics)
-        records = plan.records(topics)
+    def _report(self, batch_id: int, published: Published, seconds: float) -> None:
         progress = self.progress
         progress.batches += 1
-        progress.records += records
-        progress.layers += layers
-        progress.last = {"batch": batch_id, "records": records, "partitions": plan.changed}
+        progress.records += published.records
+        progress.layers += len(published.layers)
+        changed = sorted(published.layers)
+        progress.last = {"batch": batch_id, "records": published.records, "partitions": changed}
         log.info(
-            "micro-batch %s: %s records, %s partitions changed (total %s records, %s layers)",
+            "micro-batch %s: %s records, partitions %s changed in %.3f s "
+            "(total %s records, %s layers)",
             batch_id,
-            records,
-            len(plan.changed),
+            published.records,
+            changed,
+            seconds,
             progress.records,
             progress.layers,
         )
@@ -179,8 +158,13 @@ class Follower:
             write_manifest(self.store_dir, rebased)
         self.progress.compactions += 1
         log.info("compacted partition %s at version %s", due[0], chains[due[0]].version)
+        self._tell_nodes(set(bases))
+
+    def _tell_nodes(self, partitions: set[int]) -> None:
+        """Notify the hosting nodes without holding up the next micro-batch (they answer once
+        they have installed the new layers)."""
         if self.notify:
-            notify_nodes(self.project, set(bases))
+            self._notifier.submit(notify_nodes, self.project, partitions)
 
 
 def _positions(manifest: Manifest, project: Project) -> dict[str, dict[int, int]]:
@@ -192,49 +176,6 @@ def _positions(manifest: Manifest, project: Project) -> dict[str, dict[int, int]
         }
         for topic in project.topics
     }
-
-
-def _unpublished(manifest: Manifest, project: Project) -> Column:
-    """Records at or past their partition's published position."""
-    keep = F.lit(False)
-    for topic, by_p in _positions(manifest, project).items():
-        for partition, offset in by_p.items():
-            here = (F.col("topic") == topic) & (F.col("partition") == partition)
-            keep = keep | (here & (F.col("offset") >= offset))
-    return keep
-
-
-def _plan(project: Project, manifest: Manifest, fresh: DataFrame) -> RunPlan:
-    """The ranges a batch's fresh records cover; a range must start at the published position."""
-    spans = fresh.groupBy("topic", "partition").agg(
-        F.min("offset").alias("first"), F.max("offset").alias("last")
-    )
-    positions = _positions(manifest, project)
-    ranges: dict[str, dict[int, OffsetRange]] = {
-        t: {p: (o, o) for p, o in by_p.items()} for t, by_p in positions.items()
-    }
-    for row in spans.collect():
-        start = positions[row["topic"]][row["partition"]]
-        if row["first"] != start:
-            raise GapError(
-                f"{row['topic']}-{row['partition']}: the micro-batch starts at offset "
-                f"{row['first']}, the snapshots are at {start}; the checkpoint "
-                f"does not belong to this snapshot store: delete it"
-            )
-        ranges[row["topic"]][row["partition"]] = (start, row["last"] + 1)
-    changed = sorted({p for by_p in ranges.values() for p, (s, e) in by_p.items() if e > s})
-    return RunPlan(ranges=ranges, changed=changed, rebuild=False)
-
-
-def _typed(fresh: DataFrame, topic: str, key_type: str) -> DataFrame:
-    """A topic's records with the key in its declared type, as the one-shot source reads them."""
-    return fresh.where(F.col("topic") == topic).select(
-        "partition",
-        "offset",
-        "timestamp",
-        F.col("key").cast(KEY_TYPES[key_type]).alias("key"),
-        "value",
-    )
 
 
 def _crash_point(name: str) -> None:
