@@ -26,7 +26,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if args.command == "demo":
-        return demo.run(Path(args.dir), args.customers, args.events, args.fresh, args.check)
+        return demo.run(
+            Path(args.dir), args.customers, args.events, args.fresh, args.check, args.rate
+        )
     if args.command == "settings":
         return print_settings()
     try:
@@ -44,12 +46,15 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     run_demo = commands.add_parser(
-        "demo", help="generate bookings, run the pipeline, start 3 nodes"
+        "demo", help="generate bookings, follow them with the pipeline, start 3 nodes"
     )
     run_demo.add_argument("--dir", default=".demo", help="the demo's folder (default .demo)")
     run_demo.add_argument("--customers", type=int, default=50_000)
     run_demo.add_argument("--events", type=int, default=250_000)
     run_demo.add_argument("--fresh", action="store_true", help="delete the demo data first")
+    run_demo.add_argument(
+        "--rate", type=float, default=20.0, help="live bookings per second (default 20)"
+    )
     run_demo.add_argument("--check", action="store_true", help="run the example queries, stop")
 
     node = commands.add_parser("node", help="serve one gateway node")

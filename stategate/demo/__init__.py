@@ -1,8 +1,9 @@
 """The demo: a railway operator's bookings on a 3-node loopback cluster.
 
 Its project file and example query ship with the package; `stategate demo` writes the
-project file into a working folder (default .demo/), generates the bookings there, runs the
-pipeline, starts the nodes and prints how to query them.
+project file into a working folder (default .demo/), generates a week of bookings there,
+starts the continuous pipeline (`stategate pipeline --follow`) and the nodes, keeps producing
+live bookings at a modest rate, and prints how to query them.
 """
 
 from __future__ import annotations
@@ -10,11 +11,15 @@ from __future__ import annotations
 import json
 import shutil
 import signal
+import subprocess
+import sys
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
 
+from contracts import eventlog
 from contracts import project as projects
 from contracts.project import Project
 from stategate.launcher import Processes
@@ -40,31 +45,52 @@ def prepare(folder: Path, fresh: bool) -> Project:
     return projects.load(path)
 
 
-def run(folder: Path, customers: int, events: int, fresh: bool, check: bool) -> int:
-    from spark_pipeline.job import run as run_pipeline
-    from spark_pipeline.session import spark_session
+def run(folder: Path, customers: int, events: int, fresh: bool, check: bool, rate: float) -> int:
     from stategate.demo import bookings
 
     project = prepare(folder, fresh)
     if not project.log_dir.exists():
         print(f"generating {events} bookings of {customers} customers ...", flush=True)
         bookings.generate(project, customers=customers, events=events, end_ms=END_MS)
-    print("running the pipeline (Spark, local mode) ...", flush=True)
-    report = run_pipeline(project, spark_session(None), notify=False)
-    print(f"published: {report.to_json().decode()}", flush=True)
+    print("starting the continuous pipeline (Spark, local mode) ...", flush=True)
+    pipeline = _follow(project, folder / "pipeline.log")
     nodes = Processes(logs=None)
+    live = bookings.LiveBookings(project, customers, rate)
     try:
+        _wait_published(project, pipeline, folder / "pipeline.log")
         nodes.start_nodes(project)
-        print(_instructions(project), flush=True)
+        live.start()
+        print(_instructions(project, rate), flush=True)
         if check:
-            return _check(project)
+            return _check(project) or _check_live(project)
         signal.sigwait({signal.SIGINT, signal.SIGTERM})
     finally:
+        live.stop()
+        pipeline.terminate()  # SIGTERM: the pipeline stops its query cleanly
+        try:
+            pipeline.wait(60)
+        except subprocess.TimeoutExpired:
+            pipeline.kill()
         nodes.stop_all()
     return 0
 
 
-def _instructions(project: Project) -> str:
+def _follow(project: Project, log: Path) -> subprocess.Popen[bytes]:
+    command = [sys.executable, "-m", "stategate.cli", "pipeline"]
+    command += ["--config", str(project.path), "--follow"]
+    with open(log, "ab") as out:
+        return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+
+
+def _wait_published(project: Project, pipeline: subprocess.Popen[bytes], log: Path) -> None:
+    """Until the pipeline has caught up with the log and follows it."""
+    while b"following" not in log.read_bytes():
+        if pipeline.poll() is not None:
+            raise RuntimeError(f"the pipeline stopped:\n{log.read_text()[-3000:]}")
+        time.sleep(0.5)
+
+
+def _instructions(project: Project, rate: float) -> str:
     url = project.cluster.nodes[0].url
     query = (
         '{ latestBooking(key: "C000001") { record { trip price } meta { partitions { node } } } }'
@@ -83,7 +109,9 @@ def _instructions(project: Project) -> str:
         "or with curl:",
         f"  curl -s {url}/graphql -H 'content-type: application/json' -d '{payload}'",
         "",
-        "Ctrl-C stops the nodes.",
+        f"New bookings arrive at {rate:g}/s and are published every "
+        f"{project.settings.trigger_interval_s:g} s: run a query twice to see the state move.",
+        "Ctrl-C stops the nodes, the pipeline and the bookings.",
     ]
     return "\n".join(lines)
 
@@ -109,3 +137,33 @@ def _check(project: Project) -> int:
 def _has_rows(value: dict[str, object]) -> bool:
     rows = value.get("record") or value.get("entries") or value.get("records")
     return bool(rows or value.get("windows"))
+
+
+def _check_live(project: Project, timeout_s: float = 60) -> int:
+    """Produce one booking by hand and wait until every node answers with it."""
+    key = f"LIVE-{time.time_ns()}"
+    value = {"trip": "Berlin→Hamburg", "price": 42.0, "seats": 1}
+    topic = project.topics["bookings"]
+    produced = time.monotonic()
+    eventlog.produce(
+        project.log_dir,
+        topic,
+        project.cluster.partitions,
+        [eventlog.Record(key, value, eventlog.now_ms())],
+    )
+    query = "query($k: String!) { latestBooking(key: $k) { record { price } } }"
+    waiting = {node.id: node.url for node in project.cluster.nodes}
+    while waiting:
+        for node_id, url in list(waiting.items()):
+            body = httpx.post(
+                f"{url}/graphql", json={"query": query, "variables": {"k": key}}, timeout=30
+            ).json()
+            if (body.get("data") or {}).get("latestBooking", {}).get("record"):
+                seconds = time.monotonic() - produced
+                print(f"{node_id}: the booking produced by hand is there after {seconds:.1f} s")
+                del waiting[node_id]
+        if time.monotonic() - produced > timeout_s:
+            print(f"not visible after {timeout_s} s on {sorted(waiting)}")
+            return 1
+        time.sleep(0.1)
+    return 0

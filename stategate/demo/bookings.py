@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import itertools
 import random
+import threading
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,6 +25,7 @@ TOPIC = "bookings"
 CHUNK = 50_000
 WEEK_MS = 7 * 86_400_000
 TOMBSTONE_RATE = 0.01
+LIVE_TICK_S = 0.5  # live bookings are appended in one small batch this often
 ZIPF_OFFSET = 50  # weight 1/(rank + 50)^1.1: the busiest customer makes ~0.5% of bookings
 STATIONS = (
     "Berlin", "Hamburg", "München", "Köln", "Frankfurt", "Stuttgart", "Düsseldorf", "Leipzig",
@@ -121,3 +123,40 @@ def _values(
         }
         for (trip, fare), n in zip(trips, seats, strict=True)
     ]
+
+
+class LiveBookings:
+    """Appends new bookings at `rate` per second, timestamped now, until stopped: the demo's
+    stream keeps moving while it runs."""
+
+    def __init__(self, project: Project, customers: int, rate: float, seed: int = 2) -> None:
+        self.project = project
+        self.customers = customers
+        self.rate = rate
+        self.appended = 0
+        self._rng = random.Random(seed)
+        self._fares = _fares(self._rng)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="live-bookings", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        topic = self.project.topics[TOPIC]
+        weights = [(r + ZIPF_OFFSET) ** -1.1 for r in range(self.customers)]
+        every = LIVE_TICK_S
+        while not self._stop.wait(every):
+            size = max(1, round(self.rate * every))
+            who = self._rng.choices(range(self.customers), weights=weights, k=size)
+            now = eventlog.now_ms()
+            records = [
+                Record(f"C{customer:06d}", value, now)
+                for customer, value in zip(who, _values(self._rng, self._fares, size), strict=True)
+            ]
+            eventlog.produce(self.project.log_dir, topic, self.project.cluster.partitions, records)
+            self.appended += size
