@@ -6,14 +6,17 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
 
+from contracts.manifest import Manifest, read_manifest, write_manifest
 from contracts.partitioner import partition_for
 from contracts.positions import decode_token
-from spark_pipeline import job
+from spark_pipeline import compaction, job
+from spark_pipeline.publish import notify_nodes
 from tests import oracle
 from tests.nodes import Served, serve
 from tests.projects import produce_test_events
@@ -142,3 +145,59 @@ def test_a_token_from_a_node_that_just_switched_is_served_by_every_node(
             for o in part["position"]
         }
         assert all(served[tp] >= offset for tp, offset in bound.items())
+
+
+def test_nodes_switch_to_a_compacted_base_under_load(cluster: Served, spark: SparkSession) -> None:
+    """A compaction folds each chain into a base at the same version: the nodes switch to it
+    while clients query, every answer stays the oracle's, and the deltas' files go away."""
+    store_dir = Path(cluster.project.snapshot_store)
+    wait_for_manifest_versions(cluster, read_manifest(store_dir))
+    expected = sorted(r for part in by_partition(cluster).values() for r in part)
+    problems: list[str] = []
+    answers = 0
+    stop = threading.Event()
+
+    def client(node: str) -> None:
+        nonlocal answers
+        while not stop.is_set():
+            body = cluster.nodes.gql(node, QUERY)
+            data = body.get("data") or {}
+            if body.get("errors") or as_rows(data["delays"]["records"]) != expected:
+                problems.append(str(body)[:500])
+            answers += 1
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in cluster.nodes.ids]
+    for thread in threads:
+        thread.start()
+    try:
+        manifest = read_manifest(store_dir)
+        chains = {p: e for p, e in manifest.partitions.items() if len(e.layers) > 1}
+        assert chains, "the earlier runs left chains with deltas"
+        bases = compaction.compact(cluster.project, spark, store_dir, chains)
+        write_manifest(store_dir, compaction.rebase(manifest, chains, bases))
+        notified = notify_nodes(cluster.project, set(bases))
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(60)
+    assert set(notified.values()) == {"ok"}
+    assert problems == [] and answers > 0
+    for node in cluster.project.cluster.nodes:
+        for folder in sorted((node.data_dir / "snapshots").glob("p*")):
+            partition = int(folder.name[1:])
+            if partition in chains:
+                names = sorted(p.name for p in folder.glob("*.duckdb"))
+                assert names == [f"v{chains[partition].version:06d}.base.duckdb"], (folder, names)
+
+
+def wait_for_manifest_versions(cluster: Served, manifest: Manifest, timeout_s: float = 30) -> None:
+    """Until every node serves each hosted partition at the manifest's version."""
+    deadline = time.monotonic() + timeout_s
+    for node in cluster.nodes.ids:
+        while True:
+            versions = cluster.nodes.status(node)["partitions"]
+            hosted = cluster.project.cluster.hosted_by(node)
+            if all(versions[str(p)]["version"] == manifest.partitions[p].version for p in hosted):
+                break
+            assert time.monotonic() < deadline, versions
+            time.sleep(0.05)

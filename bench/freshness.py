@@ -1,0 +1,276 @@
+"""Freshness of the continuous pipeline: how long from an event's append to a query on any
+node reflecting it, while producers append at a steady rate; what one micro-batch costs; and
+what the read mix costs meanwhile, beside the same mix on the idle cluster.
+
+    python -m bench.freshness --workload main --rate 1000 --seconds 60
+
+It runs on a copy of a built workload (.bench/fresh-<name>/: log and snapshots), so the other
+measurements keep their state. Visibility is read from positions, not guessed: an append to
+partition p ending at offset o is visible once a query's meta says p's position is past o.
+A poller asks a scan of every partition on the nodes in turn every POLL_S; its answer's
+arrival time counts (an upper bound, by the poll period at most).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from bench.driver import graphql_operation, http_client, percentile, run_async
+from bench.procs import NodeProcesses
+from bench.queries import body
+from bench.workload import BENCH_DIR, Workload
+from contracts import eventlog
+from contracts.eventlog import Record
+from contracts.partitioner import partition_for
+from contracts.project import Project
+from stategate.demo.bookings import _fares, _values
+
+POLL_S = 0.05
+TICK_S = 0.1  # the producers append one batch per partition this often
+POSITIONS = body(
+    "{ latestBookingRange(first: 1) "
+    "{ meta { partitions { partition position { topic offset } } } } }"
+)
+ONE_KEY = "query($k: String!) { customerTotals(key: $k) { entry { bookings revenue } } }"
+BATCH_LINE = re.compile(rb"micro-batch (\d+): (\d+) records, .* changed in ([0-9.]+) s")
+
+
+@dataclass
+class Append:
+    at: float  # time.perf_counter() when the append returned
+    partition: int
+    end: int  # the offset after the appended records
+
+
+@dataclass
+class Freshness:
+    workload: str
+    rate: int
+    seconds: float
+    appended: int = 0
+    visible_p50_s: float | None = None
+    visible_p99_s: float | None = None
+    not_visible: int = 0
+    batch_seconds_p50: float | None = None
+    batch_records_p50: float | None = None
+    batches: int = 0
+    reads_idle_p50_ms: float | None = None
+    reads_idle_p99_ms: float | None = None
+    reads_live_p50_ms: float | None = None
+    reads_live_p99_ms: float | None = None
+    load: list[float] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+class Producer(threading.Thread):
+    """Appends `rate` bookings per second in ticks, each partition's share in one segment."""
+
+    def __init__(self, project: Project, customers: int, rate: int, seconds: float) -> None:
+        super().__init__(name="producer", daemon=True)
+        self.project = project
+        self.customers = customers
+        self.rate = rate
+        self.seconds = seconds
+        self.appends: list[Append] = []
+        self.behind = 0  # ticks that started late: the producer could not keep up
+
+    def run(self) -> None:
+        import random
+
+        rng = random.Random(7)
+        fares = _fares(rng)
+        topic = self.project.topics["bookings"]
+        partitions = self.project.cluster.partitions
+        per_tick = max(1, round(self.rate * TICK_S))
+        started = time.perf_counter()
+        tick = 0
+        while (now := time.perf_counter()) - started < self.seconds:
+            due = started + tick * TICK_S
+            if now < due:
+                time.sleep(due - now)
+            elif now - due > TICK_S:
+                self.behind += 1
+            tick += 1
+            stamp = eventlog.now_ms()
+            by_partition: dict[int, list[Record]] = defaultdict(list)
+            for value in _values(rng, fares, per_tick):
+                key = f"C{rng.randrange(self.customers):06d}"
+                by_partition[partition_for(key, "string", partitions)].append(
+                    Record(key, value, stamp)
+                )
+            for partition, records in sorted(by_partition.items()):
+                base = eventlog.append(self.project.log_dir, topic, partition, records)
+                self.appends.append(Append(time.perf_counter(), partition, base + len(records)))
+
+
+async def poll_positions(
+    urls: list[str], stop: threading.Event
+) -> list[tuple[float, dict[int, int]]]:
+    """(arrival time, partition -> bookings position) of each poll, until `stop`."""
+    seen: list[tuple[float, dict[int, int]]] = []
+    async with http_client() as client:
+        i = 0
+        while not stop.is_set():
+            reply = await client.post(
+                urls[i % len(urls)], content=POSITIONS, headers={"content-type": "application/json"}
+            )
+            at = time.perf_counter()
+            parts = orjson.loads(reply.content)["data"]["latestBookingRange"]["meta"]["partitions"]
+            seen.append(
+                (
+                    at,
+                    {
+                        p["partition"]: next(
+                            o["offset"] for o in p["position"] if o["topic"] == "bookings"
+                        )
+                        for p in parts
+                    },
+                )
+            )
+            i += 1
+            await asyncio.sleep(POLL_S)
+    return seen
+
+
+def visibility(appends: list[Append], polls: list[tuple[float, dict[int, int]]]) -> list[float]:
+    """Seconds from each append to the first poll after it showing its partition past it;
+    appends never seen are left out (counted by the caller)."""
+    delays = []
+    for append in appends:
+        for at, positions in polls:
+            if at >= append.at and positions.get(append.partition, -1) >= append.end:
+                delays.append(at - append.at)
+                break
+    return delays
+
+
+def read_mix(urls: list[str], keys: list[str], seconds: float) -> tuple[float, float]:
+    """p50 and p99 (ms) of one-key lookups from 4 clients over `seconds`."""
+    bodies = [body(ONE_KEY, {"k": k}) for k in keys]
+
+    async def main() -> Any:
+        async with http_client() as client:
+            operation = graphql_operation(client, urls, bodies)
+            return await run_async("one key", operation, 4, seconds, 10**9)
+
+    stats = asyncio.run(main())
+    return stats.p50_ms, stats.p99_ms
+
+
+def copy_workload(workload: Workload) -> Project:
+    """log/ and snapshots/ of a built workload under .bench/fresh-<name>/, new ports."""
+    fresh = Workload(workload.customers, workload.events, BENCH_DIR / f"fresh-{workload.name}")
+    fresh.reset()
+    for folder in ("log", "snapshots"):
+        shutil.copytree(workload.root / folder, fresh.root / folder)
+    return fresh.write_project()
+
+
+def measure(workload: Workload, rate: int, seconds: float, logs: Path) -> Freshness:
+    project = copy_workload(workload)
+    result = Freshness(workload.name, rate, seconds)
+    nodes = NodeProcesses.gateway(project, logs / f"fresh-{workload.name}")
+    pipeline_log = logs / f"fresh-{workload.name}-pipeline.log"
+    pipeline_log.unlink(missing_ok=True)
+    follow = _follow(project, pipeline_log)
+    try:
+        nodes.start()
+        nodes.wait_serving()
+        _wait_following(follow, pipeline_log)
+        urls = [f"{nodes.url(n)}/graphql" for n in nodes.ids]
+        keys = [
+            f"C{i:06d}" for i in range(0, workload.customers, max(1, workload.customers // 997))
+        ]
+        result.reads_idle_p50_ms, result.reads_idle_p99_ms = read_mix(urls, keys, 10)
+        result.load.append(os.getloadavg()[0])
+        producer = Producer(project, workload.customers, rate, seconds)
+        stop = threading.Event()
+        polls: list[tuple[float, dict[int, int]]] = []
+        poller = threading.Thread(
+            target=lambda: polls.extend(asyncio.run(poll_positions(urls, stop))), daemon=True
+        )
+        producer.start()
+        poller.start()
+        time.sleep(min(10.0, seconds / 4))  # the pipeline settles into the rate
+        result.reads_live_p50_ms, result.reads_live_p99_ms = read_mix(urls, keys, 10)
+        producer.join()
+        time.sleep(10)  # the last appends get published
+        stop.set()
+        poller.join()
+        result.load.append(os.getloadavg()[0])
+        delays = visibility(producer.appends, polls)
+        result.appended = len(producer.appends)
+        result.not_visible = len(producer.appends) - len(delays)
+        if delays:
+            delays.sort()
+            result.visible_p50_s = round(percentile(delays, 0.5), 3)
+            result.visible_p99_s = round(percentile(delays, 0.99), 3)
+        batches = [
+            (int(m.group(2)), float(m.group(3)))
+            for m in BATCH_LINE.finditer(pipeline_log.read_bytes())
+            if int(m.group(2)) > 0
+        ]
+        result.batches = len(batches)
+        if batches:
+            result.batch_records_p50 = statistics.median(r for r, _ in batches)
+            result.batch_seconds_p50 = round(statistics.median(s for _, s in batches), 3)
+    finally:
+        follow.terminate()
+        try:
+            follow.wait(60)
+        except subprocess.TimeoutExpired:
+            follow.kill()
+        nodes.processes_.stop_all()
+    return result
+
+
+def _follow(project: Project, log: Path) -> subprocess.Popen[bytes]:
+    command = [sys.executable, "-m", "stategate.cli", "pipeline", "--config", str(project.path)]
+    with open(log, "ab") as out:
+        return subprocess.Popen(command + ["--follow"], stdout=out, stderr=subprocess.STDOUT)
+
+
+def _wait_following(follow: subprocess.Popen[bytes], log: Path, timeout_s: float = 300) -> None:
+    deadline = time.monotonic() + timeout_s
+    while b"following" not in log.read_bytes():
+        if follow.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the pipeline did not start:\n{log.read_text()[-3000:]}")
+        time.sleep(0.5)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workload", default="main", choices=["main", "small"])
+    parser.add_argument("--rate", type=int, default=1000, help="events per second")
+    parser.add_argument("--seconds", type=float, default=60)
+    args = parser.parse_args(argv)
+    sizes = {"main": (1_000_000, 5_000_000), "small": (100_000, 500_000)}
+    workload = Workload.named(*sizes[args.workload])
+    if not workload.is_built():
+        print(f"build the {args.workload} workload first: python -m bench.run", file=sys.stderr)
+        return 2
+    result = measure(workload, args.rate, args.seconds, BENCH_DIR / "logs")
+    print(orjson.dumps(result.as_dict(), option=orjson.OPT_INDENT_2).decode())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
