@@ -14,6 +14,8 @@ from __future__ import annotations
 import hashlib
 import os
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,17 +85,8 @@ def build_layer(task: LayerTask, records: dict[str, pa.Table]) -> tuple[int, Lay
 
 def _write(path: Path, task: LayerTask, records: dict[str, pa.Table], created_ms: int) -> None:
     """`records`: topic -> the new records (offset, timestamp, key as text, value)."""
-    con = duckdb.connect(":memory:", config=_DUCKDB_CONFIG)
-    try:
-        views = {}
-        for number, topic in enumerate(task.topics):
-            views[topic.name] = records_view(number)
-            con.register(f"arrow_{number}", records.get(topic.name, _no_records()))
-            key = f"CAST(key AS {DUCK_TYPES[topic.key_type]})"
-            con.execute(
-                f'CREATE TEMP VIEW {views[topic.name]} AS SELECT "offset", timestamp, '
-                f"{key} AS key, value FROM arrow_{number}"
-            )
+    with _connection() as con:
+        deltas = _stage(con, task, records)
         options = f"ROW_GROUP_SIZE {ROW_GROUP_SIZE}"
         if task.kind == "delta":
             options += f", BLOCK_SIZE {DELTA_BLOCK_SIZE}"
@@ -107,7 +100,7 @@ def _write(path: Path, task: LayerTask, records: dict[str, pa.Table], created_ms
             )
             below.append((alias, layer.kind))
         for store in task.stores:
-            delta = f"({delta_sql(store, views[store.topic.name])})"
+            delta = f"(FROM {deltas[store.name]})"
             con.execute(_create_sql(store, task.kind))
             if task.kind == "base":
                 con.execute(_base_sql(store, below, delta))
@@ -133,8 +126,44 @@ def _write(path: Path, task: LayerTask, records: dict[str, pa.Table], created_ms
         for alias, _ in below:
             con.execute(f"DETACH {alias}")
         con.execute("DETACH snap")
-    finally:
+
+
+def _stage(
+    con: duckdb.DuckDBPyConnection, task: LayerTask, records: dict[str, pa.Table]
+) -> dict[str, str]:
+    """Each store's delta of the new records, computed once into a table of the in-memory
+    database (the layer's SQL reads it several times); store name -> table."""
+    views = {}
+    for number, topic in enumerate(task.topics):
+        views[topic.name] = records_view(number)
+        con.register(f"arrow_{number}", records.get(topic.name, _no_records()))
+        key = f"CAST(key AS {DUCK_TYPES[topic.key_type]})"
+        con.execute(
+            f'CREATE OR REPLACE TEMP VIEW {views[topic.name]} AS SELECT "offset", timestamp, '
+            f"{key} AS key, value FROM arrow_{number}"
+        )
+    tables = {}
+    for number, store in enumerate(task.stores):
+        tables[store.name] = f"memory.main.delta_{number}"
+        sql = delta_sql(store, views[store.topic.name])
+        con.execute(f"CREATE OR REPLACE TABLE {tables[store.name]} AS {sql}")
+    return tables
+
+
+_CACHED: list[duckdb.DuckDBPyConnection] = []  # one per Python worker: connecting costs ~50 ms
+
+
+@contextmanager
+def _connection() -> Iterator[duckdb.DuckDBPyConnection]:
+    """The worker's in-memory DuckDB connection, reused by its tasks; closed and forgotten
+    when a task fails half-way, so the next task starts clean."""
+    con = _CACHED.pop() if _CACHED else duckdb.connect(":memory:", config=_DUCKDB_CONFIG)
+    try:
+        yield con
+    except BaseException:
         con.close()
+        raise
+    _CACHED.append(con)
 
 
 def _create_sql(store: Store, kind: Kind) -> str:
