@@ -31,7 +31,7 @@ from urllib.parse import quote
 
 import orjson
 
-from bench import queries, report, versus
+from bench import freshness, queries, report, versus
 from bench.driver import (
     Stats,
     batch_operation,
@@ -92,6 +92,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--skip-peer", action="store_true", help="skip PostgreSQL + PostGraphile (no apt/npm)"
     )
+    parser.add_argument(
+        "--skip-freshness", action="store_true", help="skip the continuous pipeline's freshness"
+    )
+    parser.add_argument("--rate", type=int, default=1000, help="freshness: events per second")
     args = parser.parse_args(argv)
     quick = args.quick
     args.customers = args.customers or (100_000 if quick else DEFAULT_CUSTOMERS)
@@ -115,6 +119,7 @@ class Results:
     versus: list[Stats] = field(default_factory=list)
     peer: dict[str, Any] = field(default_factory=dict)
     memory: dict[str, Any] = field(default_factory=dict)
+    freshness: list[freshness.Freshness] = field(default_factory=list)
     comparisons: list[report.Comparison] = field(default_factory=list)
 
     def find(self, rows: list[Stats], name: str) -> Stats | None:
@@ -135,6 +140,7 @@ class Results:
             "versus": [s.as_dict() for s in self.versus],
             "peer": self.peer,
             "memory": self.memory,
+            "freshness": [f.as_dict() for f in self.freshness],
             "comparisons": [c.as_dict() for c in self.comparisons],
         }
 
@@ -657,7 +663,37 @@ def comparisons(r: Results, timings: SparkTimings) -> list[report.Comparison]:
             "x",
             f"{rss_main} MiB vs {rss_small} MiB after the same warm-up",
         ),
-    ]  # fmt: skip
+    ] + freshness_comparisons(r)  # fmt: skip
+
+
+def freshness_comparisons(r: Results) -> list[report.Comparison]:
+    if not r.freshness:
+        return []
+    main, small = r.freshness[0], r.freshness[-1]
+    detail = (
+        f"{main.rate} events/s for {main.seconds:g} s, {main.appended} appends, "
+        f"{main.not_visible} never seen, load {main.load}"
+    )
+    return [
+        at_most("freshness p50: append -> visible on any node", main.visible_p50_s, 2, "s", detail),
+        at_most("freshness p99: append -> visible on any node", main.visible_p99_s, 5, "s", detail),
+        at_most(
+            f"micro-batch cost: {main.workload} / {small.workload} workload (p50 s)",
+            ratio(main.batch_seconds_p50, small.batch_seconds_p50),
+            1.5,
+            "x",
+            f"{main.batch_seconds_p50} s ({main.batch_records_p50} records) vs "
+            f"{small.batch_seconds_p50} s ({small.batch_records_p50} records)",
+        ),
+        at_most(
+            "one-key p99 while the pipeline runs / idle",
+            ratio(main.reads_live_p99_ms, main.reads_idle_p99_ms),
+            1.5,
+            "x",
+            f"p50 {main.reads_idle_p50_ms} -> {main.reads_live_p50_ms} ms, "
+            f"p99 {main.reads_idle_p99_ms} -> {main.reads_live_p99_ms} ms, 4 clients",
+        ),
+    ]
 
 
 def _size(workload: dict[str, Any]) -> str:
@@ -762,6 +798,13 @@ def main(argv: list[str] | None = None) -> int:
 
         log(f"memory: small workload {small_w.root.name} ...")
         measure_small(small_w, logs, results, stack)
+
+    if not args.skip_freshness:
+        seconds = 20.0 if args.quick else 60.0
+        for w in (main_w, small_w):
+            log(f"freshness: {w.name}, {args.rate} events/s for {seconds:g} s ...")
+            results.freshness.append(freshness.measure(w, args.rate, seconds, logs))
+            log("  " + json.dumps(results.freshness[-1].as_dict()))
 
     results.comparisons = comparisons(results, timings)
     results.settings["total_s"] = round(time.monotonic() - started, 1)
