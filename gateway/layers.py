@@ -15,6 +15,7 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from contracts.partitioner import Key
 from contracts.project import Store
@@ -77,6 +78,7 @@ class Overlay:
     header: LayerHeader  # the newest delta's
     frames: dict[str, pa.Table]
     tables: dict[str, LookupTable] = field(default_factory=dict)  # keyed stores' lookups
+    deleted: dict[str, int] = field(default_factory=dict)  # store -> its `_deleted` rows
 
     @classmethod
     def build(
@@ -86,30 +88,25 @@ class Overlay:
         deltas: list[LocalLayer],
         partition: int,
         stores: list[Store],
-        memory: str,
+        connection: duckdb.DuckDBPyConnection,
     ) -> Overlay:
-        """`previous` with `deltas` merged on top (newest wins), read by a private DuckDB
-        instance; not installed yet."""
+        """`previous` with `deltas` merged on top (newest wins), read through `connection`
+        (a DuckDB instance of its own, not the hub); not installed yet."""
         frames = dict(previous.frames) if previous else {}
         header = previous.header if previous else None
-        config: dict[str, str | bool | int | float | list[str]] = {
-            "threads": 1,
-            "memory_limit": memory,
-        }
-        with duckdb.connect(":memory:", config=config) as connection:
-            for layer in deltas:
-                try:
-                    connection.execute(f"ATTACH '{layer.path}' AS delta (READ_ONLY)")
-                except duckdb.Error as exc:
-                    raise LayerError(f"cannot open {layer.path.name}: {exc}") from exc
-                try:
-                    header = read_header(connection, "delta", partition, layer)
-                    for store in stores:
-                        frames[store.name] = _merged(connection, store, frames.get(store.name))
-                except duckdb.Error as exc:
-                    raise LayerError(f"{layer.path.name}: {exc}") from exc
-                finally:
-                    connection.execute("DETACH delta")
+        for layer in deltas:
+            try:
+                connection.execute(f"ATTACH '{layer.path}' AS delta (READ_ONLY)")
+            except duckdb.Error as exc:
+                raise LayerError(f"cannot open {layer.path.name}: {exc}") from exc
+            try:
+                header = read_header(connection, "delta", partition, layer)
+                for store in stores:
+                    frames[store.name] = _merged(connection, store, frames.get(store.name))
+            except duckdb.Error as exc:
+                raise LayerError(f"{layer.path.name}: {exc}") from exc
+            finally:
+                connection.execute("DETACH delta")
         if header is None:
             raise LayerError("an overlay needs at least one delta")
         return cls(alias, header, frames)
@@ -120,6 +117,7 @@ class Overlay:
         cursor.execute(f"ATTACH ':memory:' AS {self.alias}")
         for store in stores:
             frame = self.frames[store.name]
+            self.deleted[store.name] = int(pc.sum(frame.column(DELETED)).as_py() or 0)
             cursor.register("incoming", frame)
             try:
                 cursor.execute(f'CREATE TABLE {self.alias}."{store.name}" AS FROM incoming')
