@@ -76,16 +76,26 @@ def run(
     cursor: duckdb.DuckDBPyConnection, snapshot: Snapshot, store: Store, query: Query
 ) -> list[Row]:
     """Answer a query from the snapshot's base and, when it has deltas, its overlay: the
-    overlay's rows replace the base's of the same key, and a page asks the base for as many
-    more rows as the overlay could shadow."""
+    overlay's rows replace the base's of the same key.
+
+    A page of n rows needs, of the overlay, its first n + D rows (D: its deleted rows), and of
+    the base its first n + (overlay rows fetched): every row up to the page's last key is
+    then in hand, and so is every overlay row that could shadow one of them."""
     where, args, order, limit = _predicate(query)
     cols = ", ".join(columns(store))
     table = f'"{store.name}"'
     overlay = snapshot.overlay
     if overlay is None:
         return _fetch(cursor, f"{snapshot.base.alias}.{table}", cols, where, args, order, limit)
+    deleted = overlay.deleted.get(store.name, 0)
     changed = _fetch(
-        cursor, f"{overlay.alias}.{table}", f"{cols}, {DELETED}", where, args, order, None
+        cursor,
+        f"{overlay.alias}.{table}",
+        f"{cols}, {DELETED}",
+        where,
+        args,
+        order,
+        None if limit is None else limit + deleted,
     )
     more = None if limit is None else limit + len(changed)
     rows = _fetch(cursor, f"{snapshot.base.alias}.{table}", cols, where, args, order, more)

@@ -171,7 +171,15 @@ def fx(
         name: fill(rng, connection, project.stores[name], 260, layered)
         for name in (TABLE, AGGREGATE, WINDOW, INT_WINDOW)
     }
-    overlay = Overlay("ov", LayerHeader({}, 0), frames={}) if layered else None
+    overlay = None
+    if layered:  # a node counts each store's deleted rows when it installs an overlay
+        deleted = {
+            name: connection.execute(f'SELECT count(*) FROM ov."{name}" WHERE _deleted').fetchone()[
+                0
+            ]
+            for name in rows
+        }
+        overlay = Overlay("ov", LayerHeader({}, 0), frames={}, deleted=deleted)
     snapshot = snapshot_at({}, overlay=overlay)
     yield Fixture(project, connection.cursor(), snapshot, rows)
     connection.close()
@@ -370,7 +378,7 @@ def snapshot_at(
     header = LayerHeader(offsets, created_ms)
     base = Base(layer, "snap", header, tables={})
     if overlay is not None:  # the newest layer's header is the snapshot's
-        overlay = Overlay(overlay.alias, header, overlay.frames)
+        overlay = Overlay(overlay.alias, header, overlay.frames, deleted=overlay.deleted)
     return Snapshot(0, base, overlay, (layer,))
 
 
