@@ -672,7 +672,8 @@ def freshness_comparisons(r: Results) -> list[report.Comparison]:
     main, small = r.freshness[0], r.freshness[-1]
     detail = (
         f"{main.rate} events/s for {main.seconds:g} s, {main.appended} appends, "
-        f"{main.not_visible} never seen, load {main.load}"
+        f"{main.not_visible} never seen, load {main.load}; p50 during the read mix "
+        f"{main.visible_during_reads_p50_s} s"
     )
     return [
         at_most("freshness p50: append -> visible on any node", main.visible_p50_s, 2, "s", detail),
