@@ -28,7 +28,7 @@ def create_store_app(project: Project) -> Starlette:
             body = error_document("UNAUTHENTICATED", f"{SECRET_HEADER} is missing or wrong")
             return JSONResponse(body, status_code=401)
         path = (root / request.path_params["path"]).resolve()
-        if root not in path.parents or path.name.startswith(".") or not path.is_file():
+        if not _servable(root, path):
             return JSONResponse(error_document("NOT_FOUND", "no such file in the store"), 404)
         return FileResponse(path)
 
@@ -36,3 +36,10 @@ def create_store_app(project: Project) -> Starlette:
         return JSONResponse({"status": "ok"})
 
     return Starlette(routes=[Route("/health", health), Route("/{path:path}", serve)])
+
+
+def _servable(root: Path, path: Path) -> bool:
+    """A file inside the store and outside its hidden folders (staging, checkpoints)."""
+    if root not in path.parents or not path.is_file():
+        return False
+    return not any(part.startswith(".") for part in path.relative_to(root).parts)

@@ -113,7 +113,7 @@ def test_each_node_holds_exactly_its_partitions_pulled_over_http(remote) -> None
 
 
 def test_the_store_refuses_calls_without_the_secret(remote) -> None:
-    _, store = remote
+    cluster, store = remote
     url = f"http://127.0.0.1:{store.port}/manifest.json"
     assert httpx.get(url).status_code == 401
     assert httpx.get(url, headers={SECRET_HEADER: "test-secret"}).status_code == 200
@@ -124,6 +124,13 @@ def test_the_store_refuses_calls_without_the_secret(remote) -> None:
         response = connection.getresponse()
         assert response.status == 404, (escape, response.status, response.read()[:200])
         connection.close()
+    # the pipeline's own folders (staging, the streaming checkpoint) are not served
+    hidden = Path(cluster.project.snapshot_store) / ".checkpoints" / "x" / "offsets"
+    hidden.parent.mkdir(parents=True, exist_ok=True)
+    hidden.write_text("{}")
+    headers = {SECRET_HEADER: "test-secret"}
+    reply = httpx.get(f"http://127.0.0.1:{store.port}/.checkpoints/x/offsets", headers=headers)
+    assert reply.status_code == 404
 
 
 def test_bounds_tokens_require_active_and_max_lag(remote, spark: SparkSession) -> None:
