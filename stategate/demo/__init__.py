@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -63,7 +64,7 @@ def run(folder: Path, customers: int, events: int, fresh: bool, check: bool, rat
         print(_instructions(project, rate), flush=True)
         if check:
             return _check(project) or _check_live(project)
-        signal.sigwait({signal.SIGINT, signal.SIGTERM})
+        _wait_for_a_stop_signal()
     finally:
         live.stop()
         pipeline.terminate()  # SIGTERM: the pipeline stops its query cleanly
@@ -73,6 +74,17 @@ def run(folder: Path, customers: int, events: int, fresh: bool, check: bool, rat
             pipeline.kill()
         nodes.stop_all()
     return 0
+
+
+def _wait_for_a_stop_signal() -> None:
+    """Until SIGINT or SIGTERM, whatever their disposition was (a shell starting the demo
+    in the background makes it ignore SIGINT; an unhandled SIGTERM would kill the demo and
+    leave its nodes and pipeline running)."""
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    while not stop.wait(1.0):
+        pass
 
 
 def _follow(project: Project, log: Path) -> subprocess.Popen[bytes]:
