@@ -26,12 +26,6 @@ class RunPlan:
     changed: list[int]  # partitions that get a new version
     rebuild: bool  # the stores changed: rebuild every partition from offset 0
 
-    def positions(self, partition: int) -> dict[str, int]:
-        return {topic: by_p[partition][1] for topic, by_p in self.ranges.items()}
-
-    def log_end(self) -> dict[str, dict[int, int]]:
-        return {t: {p: r[1] for p, r in by_p.items()} for t, by_p in self.ranges.items()}
-
     def records(self, topics: set[str]) -> int:
         return sum(e - s for t in topics for s, e in self.ranges[t].values())
 
