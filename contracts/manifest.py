@@ -118,10 +118,11 @@ class Manifest:
 
 
 def _entry(raw: dict[str, Any]) -> PartitionEntry:
-    return PartitionEntry(tuple(_layer(layer) for layer in raw["layers"]))
+    return PartitionEntry(tuple(parse_layer(layer) for layer in raw["layers"]))
 
 
-def _layer(raw: dict[str, Any]) -> Layer:
+def parse_layer(raw: dict[str, Any]) -> Layer:
+    """A layer from its JSON form (`vars(layer)`); FormatError for an unknown kind."""
     kind = raw["kind"]
     if kind not in ("base", "delta"):
         raise FormatError(f"a layer of kind {kind!r}")

@@ -27,7 +27,7 @@ from pyspark import TaskContext
 from pyspark.sql import DataFrame, SparkSession
 
 from contracts.eventlog import now_ms
-from contracts.manifest import Layer, Manifest, PartitionEntry
+from contracts.manifest import Layer, Manifest, PartitionEntry, parse_layer
 from contracts.project import Project
 from contracts.settings import Settings
 from contracts.snapshot_file import Kind
@@ -80,7 +80,7 @@ def publish(
     manifest, not yet written."""
     batch = Batch(project, str(store_dir), dict(manifest.partitions), rebuild, compact)
     built = records.mapInArrow(lambda batches: _build(batch, batches), _BUILT).collect()
-    layers = {row["partition"]: _layer(orjson.loads(row["layer"])) for row in built}
+    layers = {row["partition"]: parse_layer(orjson.loads(row["layer"])) for row in built}
     chains = dict(manifest.partitions)
     count = 0
     for partition, layer in layers.items():
@@ -164,7 +164,3 @@ def _fresh(batch: Batch, partition: int, batches: list[pa.RecordBatch]) -> dict[
             )
         fresh[topic] = rows.select(["offset", "timestamp", "key", "value"])
     return fresh
-
-
-def _layer(raw: dict[str, object]) -> Layer:
-    return Layer(**raw)  # type: ignore[arg-type]
