@@ -56,13 +56,16 @@ class Batch:
 
     project: Project
     store_root: str
-    chains: dict[int, PartitionEntry]
+    manifest: Manifest
     rebuild: bool  # the stores changed: every partition gets a base from its whole log
     compact: bool  # a due chain is folded into the new layer (else a compactor does it)
 
     def published(self, partition: int) -> dict[str, int]:
-        entry = None if self.rebuild else self.chains.get(partition)
-        return {t: entry.position.get(t, 0) if entry else 0 for t in self.project.topics}
+        """Where the partition's new records start, per topic (0 everywhere to rebuild)."""
+        return {
+            t: 0 if self.rebuild else self.manifest.published(partition, t)
+            for t in self.project.topics
+        }
 
 
 def publish(
@@ -78,7 +81,7 @@ def publish(
     Spark partition per Kafka partition; records below the published positions are ignored),
     or for every partition when rebuilding or when some were never published; returns the new
     manifest, not yet written."""
-    batch = Batch(project, str(store_dir), dict(manifest.partitions), rebuild, compact)
+    batch = Batch(project, str(store_dir), manifest, rebuild, compact)
     built = records.mapInArrow(lambda batches: _build(batch, batches), _BUILT).collect()
     layers = {row["partition"]: parse_layer(orjson.loads(row["layer"])) for row in built}
     chains = dict(manifest.partitions)
@@ -114,7 +117,8 @@ def _build(batch: Batch, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Recor
     assert context is not None
     partition = context.partitionId()
     records = _fresh(batch, partition, list(batches))
-    entry = None if batch.rebuild else batch.chains.get(partition)
+    chains = batch.manifest.partitions
+    entry = None if batch.rebuild else chains.get(partition)
     if entry is not None and not any(len(t) for t in records.values()):
         return
     kind: Kind = "delta"
@@ -124,7 +128,11 @@ def _build(batch: Batch, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Recor
     for topic, table in records.items():
         if len(table):
             positions[topic] = int(pc.max(table.column("offset")).as_py()) + 1
-    version = (batch.chains[partition].version if partition in batch.chains else 0) + 1
+    version = (
+        batch.manifest.partitions[partition].version
+        if partition in batch.manifest.partitions
+        else 0
+    ) + 1
     task = LayerTask(
         partition=partition,
         version=version,

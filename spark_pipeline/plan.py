@@ -40,7 +40,7 @@ def plan_run(project: Project, manifest: Manifest) -> RunPlan:
         ranges[topic] = {}
         for partition in range(project.cluster.partitions):
             entry = published.get(partition)
-            start = 0 if rebuild or entry is None else entry.position.get(topic, 0)
+            start = 0 if rebuild else manifest.published(partition, topic)
             end = eventlog.end_offset(project.log_dir, topic, partition)
             if end < start:
                 raise LogBehindError(

@@ -24,7 +24,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from contracts.durable import locked
-from contracts.manifest import Manifest, read_manifest, write_manifest
+from contracts.manifest import read_manifest, write_manifest
 from contracts.project import Project
 from spark_pipeline import compaction
 from spark_pipeline.batch import Published, publish
@@ -68,7 +68,11 @@ class Follower:
         manifest = read_manifest(self.store_dir)
         self.spark.dataSource.register(LogSource)
         settings = self.project.settings
-        source = options(self.project, _positions(manifest, self.project))
+        start = {
+            topic: {p: manifest.published(p, topic) for p in range(self.project.cluster.partitions)}
+            for topic in self.project.topics
+        }
+        source = options(self.project, start)
         records = self.spark.readStream.format(NAME).options(**source).load()
         self._query = (
             records.writeStream.foreachBatch(self._publish)
@@ -165,17 +169,6 @@ class Follower:
         they have installed the new layers)."""
         if self.notify:
             self._notifier.submit(notify_nodes, self.project, partitions)
-
-
-def _positions(manifest: Manifest, project: Project) -> dict[str, dict[int, int]]:
-    """Published position per topic and partition (0 where nothing is published)."""
-    return {
-        topic: {
-            p: (manifest.partitions[p].position.get(topic, 0) if p in manifest.partitions else 0)
-            for p in range(project.cluster.partitions)
-        }
-        for topic in project.topics
-    }
 
 
 def _crash_point(name: str) -> None:
