@@ -84,3 +84,19 @@ def columns(store: Store) -> dict[str, str]:
         typed["window_start"] = "BIGINT"
     typed.update({name: DUCK_TYPES[kind] for name, kind in store.stored_columns.items()})
     return typed
+
+
+def quoted(name: str) -> str:
+    """A table or column name as DuckDB's SQL spells it."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def newest_rows(branches: list[str], keys: list[str]) -> str:
+    """The chain's reading rule in SQL: of the rows the `branches` SELECT from layers, each
+    with a `_layer` column numbering the layer (higher is newer), the newest row of each key,
+    without `_layer`."""
+    by_key = ", ".join(quoted(k) for k in keys)
+    return (
+        f"SELECT * EXCLUDE (_layer) FROM ({' UNION ALL '.join(branches)}) "
+        f"QUALIFY row_number() OVER (PARTITION BY {by_key} ORDER BY _layer DESC) = 1"
+    )

@@ -26,6 +26,8 @@ from contracts.snapshot_file import (
     Kind,
     check_format,
     key_columns,
+    newest_rows,
+    quoted,
 )
 from contracts.snapshot_file import columns as stored_columns
 from gateway.lookup_table import LookupTable
@@ -139,19 +141,15 @@ def _merged(
     """The attached delta's rows of a store (as stored) over `previous` (newest wins), sorted
     by key."""
     deleted = DELETED if store.kind == "table" else f"false AS {DELETED}"
-    select = f"SELECT {', '.join(_ident(c) for c in stored_columns(store))}, {deleted}"
-    keys = ", ".join(_ident(k) for k in key_columns(store))
+    select = f"SELECT {', '.join(quoted(c) for c in stored_columns(store))}, {deleted}"
+    keys = ", ".join(quoted(k) for k in key_columns(store))
     newest = f'{select} FROM delta."{store.name}"'
     if previous is None:
         sql = f"{newest} ORDER BY {keys}"
     else:
         connection.register("previous", previous)
-        sql = (
-            f"SELECT * EXCLUDE (_layer) FROM (SELECT *, 0 AS _layer FROM previous "
-            f"UNION ALL SELECT *, 1 AS _layer FROM ({newest})) "
-            f"QUALIFY row_number() OVER (PARTITION BY {keys} ORDER BY _layer DESC) = 1 "
-            f"ORDER BY {keys}"
-        )
+        branches = ["SELECT *, 0 AS _layer FROM previous", f"SELECT *, 1 AS _layer FROM ({newest})"]
+        sql = f"{newest_rows(branches, key_columns(store))} ORDER BY {keys}"
     try:
         return connection.sql(sql).to_arrow_table()
     finally:
@@ -178,7 +176,3 @@ class LayeredTable:
         rows = self.base.get(rest) if rest else []
         rows.extend(row[:-1] for row in changed if not row[-1])
         return rows
-
-
-def _ident(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'

@@ -35,6 +35,8 @@ from contracts.snapshot_file import (
     Kind,
     columns,
     key_columns,
+    newest_rows,
+    quoted,
     relative_path,
 )
 from spark_pipeline.stores import delta_sql, records_view
@@ -168,8 +170,8 @@ def _connection() -> Iterator[duckdb.DuckDBPyConnection]:
 
 def _create_sql(store: Store, kind: Kind) -> str:
     typed = {**columns(store), **({DELETED: "BOOLEAN"} if _marks_deletes(store, kind) else {})}
-    listed = ", ".join(f"{_ident(name)} {duck}" for name, duck in typed.items())
-    return f"CREATE TABLE {_ident(store.name)} ({listed})"
+    listed = ", ".join(f"{quoted(name)} {duck}" for name, duck in typed.items())
+    return f"CREATE TABLE {quoted(store.name)} ({listed})"
 
 
 def _marks_deletes(store: Store, kind: Kind) -> bool:
@@ -190,34 +192,30 @@ def _no_records() -> pa.Table:
 def _current(store: Store, below: list[tuple[str, Kind]], only_keys_of: str | None) -> str:
     """The state the layers below hold, as a subquery with `_deleted`: per key, the row of
     the newest layer holding it. `only_keys_of` restricts it to the keys of a subquery."""
-    names = ", ".join(_ident(n) for n in columns(store))
+    names = ", ".join(quoted(n) for n in columns(store))
     keys = key_columns(store)
     if not below:
         return _empty({**columns(store), DELETED: "BOOLEAN"})
     match = ""
     if only_keys_of is not None:
-        same = " AND ".join(f"o.{_ident(k)} = l.{_ident(k)}" for k in keys)
+        same = " AND ".join(f"o.{quoted(k)} = l.{quoted(k)}" for k in keys)
         match = f" WHERE EXISTS (SELECT 1 FROM {only_keys_of} AS o WHERE {same})"
     branches = [
         f"SELECT {names}, {DELETED if _marks_deletes(store, kind) else 'false'} AS {DELETED}, "
-        f"{i} AS _layer FROM {alias}.{_ident(store.name)} AS l{match}"
+        f"{i} AS _layer FROM {alias}.{quoted(store.name)} AS l{match}"
         for i, (alias, kind) in enumerate(below)
     ]
     if len(branches) == 1:
         return f"(SELECT {names}, {DELETED} FROM ({branches[0]}))"
-    by_key = ", ".join(_ident(k) for k in keys)
-    return (
-        f"(SELECT {names}, {DELETED} FROM ({' UNION ALL '.join(branches)}) "
-        f"QUALIFY row_number() OVER (PARTITION BY {by_key} ORDER BY _layer DESC) = 1)"
-    )
+    return f"({newest_rows(branches, keys)})"
 
 
 def _base_sql(store: Store, below: list[tuple[str, Kind]], delta: str) -> str:
     """The INSERT that writes the whole state: the layers below, then the new records."""
-    names = ", ".join(_ident(n) for n in columns(store))
-    keys = ", ".join(_ident(k) for k in key_columns(store))
+    names = ", ".join(quoted(n) for n in columns(store))
+    keys = ", ".join(quoted(k) for k in key_columns(store))
     current = _current(store, below, None)
-    target = _ident(store.name)
+    target = quoted(store.name)
     if store.kind == "table":
         return (
             f"INSERT INTO {target} WITH d AS {delta}, c AS {current} "
@@ -235,9 +233,9 @@ def _base_sql(store: Store, below: list[tuple[str, Kind]], delta: str) -> str:
 
 def _delta_sql(store: Store, below: list[tuple[str, Kind]], delta: str) -> str:
     """The INSERT that writes the changed keys' full new rows."""
-    names = ", ".join(_ident(n) for n in columns(store))
-    keys = ", ".join(_ident(k) for k in key_columns(store))
-    target = _ident(store.name)
+    names = ", ".join(quoted(n) for n in columns(store))
+    keys = ", ".join(quoted(k) for k in key_columns(store))
+    target = quoted(store.name)
     if store.kind == "table":
         return f"INSERT INTO {target} SELECT {names}, {DELETED} FROM {delta} ORDER BY {keys}"
     current = _current(store, below, "d")
@@ -251,7 +249,7 @@ def _delta_sql(store: Store, below: list[tuple[str, Kind]], delta: str) -> str:
 def _combined(store: Store) -> str:
     typed = columns(store)
     return ", ".join(
-        f"CAST({_combine(a.func, _ident(a.name))} AS {typed[a.name]}) AS {_ident(a.name)}"
+        f"CAST({_combine(a.func, quoted(a.name))} AS {typed[a.name]}) AS {quoted(a.name)}"
         for a in store.partials
     )
 
@@ -262,7 +260,7 @@ def _combine(func: str, column: str) -> str:
 
 
 def _empty(columns: dict[str, str]) -> str:
-    typed = ", ".join(f"CAST(NULL AS {kind}) AS {_ident(name)}" for name, kind in columns.items())
+    typed = ", ".join(f"CAST(NULL AS {kind}) AS {quoted(name)}" for name, kind in columns.items())
     return f"(SELECT {typed} WHERE false)"
 
 
@@ -272,10 +270,6 @@ def _seal(path: Path) -> tuple[str, int]:
         os.fsync(fh.fileno())
         digest = hashlib.file_digest(fh, "sha256").hexdigest()
     return digest, path.stat().st_size
-
-
-def _ident(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
 
 
 def _literal(text: str) -> str:

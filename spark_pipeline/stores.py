@@ -14,7 +14,7 @@ has `_deleted`.
 from __future__ import annotations
 
 from contracts.project import Aggregate, Store
-from contracts.snapshot_file import DELETED, DUCK_TYPES, columns
+from contracts.snapshot_file import DELETED, DUCK_TYPES, columns, quoted
 
 
 def records_view(topic_number: int) -> str:
@@ -25,7 +25,7 @@ def delta_sql(store: Store, records: str) -> str:
     """A SELECT of the store's delta from the records view `records`."""
     parsed = _parsed(store, records)
     if store.kind == "table":
-        fields = ", ".join(f"{_field(n)} AS {_ident(n)}" for n in store.columns)
+        fields = ", ".join(f"{_field(n)} AS {quoted(n)}" for n in store.columns)
         return (
             f"SELECT key, {fields}, _tombstone AS {DELETED} FROM {parsed} "
             f'QUALIFY row_number() OVER (PARTITION BY key ORDER BY "offset" DESC) = 1'
@@ -57,7 +57,7 @@ def _parsed(store: Store, records: str) -> str:
 def _aggregates(store: Store) -> str:
     typed = columns(store)
     return ", ".join(
-        f"CAST({_aggregate(a)} AS {typed[a.name]}) AS {_ident(a.name)}" for a in store.partials
+        f"CAST({_aggregate(a)} AS {typed[a.name]}) AS {quoted(a.name)}" for a in store.partials
     )
 
 
@@ -70,15 +70,11 @@ def _aggregate(aggregate: Aggregate) -> str:
 
 def _field(name: str) -> str:
     """A value field's column; field names have no "_", so it never clashes with the others."""
-    return _ident(f"v_{name}")
+    return quoted(f"v_{name}")
 
 
 def _path(name: str) -> str:
     return '$."' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def _ident(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
 
 
 def _literal(text: str) -> str:
