@@ -84,6 +84,8 @@ def publish(
     batch = Batch(project, str(store_dir), manifest, rebuild, compact)
     built = records.mapInArrow(lambda batches: _build(batch, batches), _BUILT).collect()
     layers = {row["partition"]: parse_layer(orjson.loads(row["layer"])) for row in built}
+    if not layers:
+        return Published(manifest)
     chains = dict(manifest.partitions)
     count = 0
     for partition, layer in layers.items():
@@ -92,8 +94,6 @@ def publish(
         count += sum(layer.position[t] - old[t] for t in project.topics)
         chains[partition] = PartitionEntry((*below, layer))
     log_end = {t: {p: e.position.get(t, 0) for p, e in chains.items()} for t in project.topics}
-    if not layers:
-        return Published(manifest)
     next_manifest = Manifest(chains, log_end, stores_digest(project), now_ms())
     return Published(next_manifest, layers, count)
 
