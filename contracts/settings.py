@@ -70,6 +70,15 @@ class Settings:
         'origins (`"https://dash.example.com"`) whose pages may call the API from a browser; '
         '`"*"` for any; none: same origin only',
     )
+    max_subscriptions: int = _setting(
+        10_000, "open subscriptions a node serves; more are refused (TOO_MANY_SUBSCRIPTIONS)", 0
+    )
+    max_subscriptions_per_connection: int = _setting(
+        100, "open subscriptions on one WebSocket; more are refused (TOO_MANY_SUBSCRIPTIONS)", 1
+    )
+    connection_init_timeout_s: float = _setting(
+        10.0, "how long a new WebSocket may take to send connection_init before it is closed", 0.1
+    )
 
     trigger_interval_s: float = _setting(
         1.0,

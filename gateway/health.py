@@ -1,10 +1,15 @@
 """What this node knows of its peers: liveness, and each peer's snapshot positions.
 
-Peers are polled every `health_interval_s`; a failed call marks a peer down at once and a
-successful one marks it up. A peer down because a call timed out (hung, overloaded) is
-skipped until a poll or a call sees it again, so it costs at most one timeout per request.
-A peer down because it refused or reset a connection fails fast: the router still asks it
-when no other replica is left, so a stale belief never fails a partition on its own.
+Each peer's status is watched by a blocking poll: the peer answers as soon as it switches a
+version (gateway/switches.py), and after `health_interval_s` when nothing changed. So a node
+hears of a peer's switch within one round trip, and of its liveness at least that often.
+The partitions a peer switched are reported to this node's Switches. A failed call marks
+a peer down at once and a successful one marks it up.
+
+A peer down because a call timed out (hung, overloaded) is skipped until a poll or a call
+sees it again, so it costs at most one timeout per request. A peer down because it refused
+or reset a connection fails fast: the router still asks it when no other replica is left,
+so a stale belief never fails a partition on its own.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from contracts.project import Project
 from gateway.peers import PeerClient, PeerError, PeerUnreachable, PoolExhausted
 from gateway.protocol import ProtocolError
 from gateway.status import NodeStatus, PartitionState
+from gateway.switches import Switches
 
 log = logging.getLogger(__name__)
 
@@ -28,14 +34,18 @@ class Peer:
     alive: bool = True  # optimistic until a call or a poll says otherwise
     hung: bool = False  # down because a call timed out: asking again costs a whole timeout
     seen_ms: int = 0
+    changes: int = -1  # the peer's switch counter as last seen; -1: answer at once
     partitions: dict[int, PartitionState] = field(default_factory=dict)
 
 
 class Membership:
-    def __init__(self, project: Project, node_id: str, peers: PeerClient) -> None:
+    def __init__(
+        self, project: Project, node_id: str, peers: PeerClient, switches: Switches
+    ) -> None:
         self.project = project
         self.node_id = node_id
         self.client = peers
+        self.switches = switches
         self.peers = {n.id: Peer(n.id) for n in project.cluster.nodes if n.id != node_id}
 
     def alive(self, node_id: str) -> bool:
@@ -72,24 +82,44 @@ class Membership:
         state = self.state(node_id, partition)
         return None if state is None else state.offsets
 
-    async def poll_forever(self) -> None:
-        while True:
-            try:
-                await self.poll_once()
-            except Exception:  # a frozen view of the peers is worse than one lost poll
-                log.exception("polling the peers failed")
-            await asyncio.sleep(self.project.settings.health_interval_s)
+    async def watch_forever(self) -> None:
+        await asyncio.gather(*(self._watch(peer) for peer in self.peers.values()))
 
     async def poll_once(self) -> None:
-        await asyncio.gather(*(self._poll(peer) for peer in self.peers.values()))
+        """Every peer's status, now."""
+        await asyncio.gather(*(self._poll(peer, wait=False) for peer in self.peers.values()))
 
-    async def _poll(self, peer: Peer) -> None:
+    async def _watch(self, peer: Peer) -> None:
+        while True:
+            try:
+                answered = await self._poll(peer, wait=True)
+            except Exception:  # a frozen view of the peers is worse than one lost poll
+                log.exception("polling %s failed", peer.id)
+                answered = False
+            if not answered:
+                await asyncio.sleep(self.project.settings.health_interval_s)
+
+    async def _poll(self, peer: Peer, wait: bool) -> bool:
+        """Ask the peer's status (when `wait`, once it differs from what was seen last);
+        False when it did not answer."""
+        interval = self.project.settings.health_interval_s
         url = f"{self.project.cluster.node(peer.id).url}/internal/status"
+        if wait:
+            url += f"?changes={peer.changes}&wait={interval}"
+        timeout = self.project.settings.internal_timeout_s + (interval if wait else 0)
         try:
-            status = NodeStatus.from_json(await self.client.get(url) or b"")
+            status = NodeStatus.from_json(await self.client.get(url, timeout) or b"")
         except (PeerError, ProtocolError) as exc:  # no status from it: down for routing
             self.mark_down(peer.id, exc)
-            return
-        peer.partitions = status.partitions
+            peer.changes = -1
+            return False
+        switched = [
+            p
+            for p, state in status.partitions.items()
+            if (seen := peer.partitions.get(p)) is None or seen.version != state.version
+        ]
+        peer.partitions, peer.changes = status.partitions, status.changes
         peer.seen_ms = int(time.time() * 1000)
         self.mark_up(peer.id)
+        self.switches.observed(switched)
+        return True

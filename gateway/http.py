@@ -22,6 +22,7 @@ from gateway.protocol import ProtocolError, decode_request, encode_answers
 from gateway.sync import StoreUnreachable
 
 Endpoint = Callable[[Request], Awaitable[Response]]
+MAX_STATUS_WAIT_S = 60.0  # longest a peer's status request may wait for a switch
 
 
 def error_response(status: int, code: str, message: str) -> Response:
@@ -51,6 +52,18 @@ def node_routes(node: GatewayNode) -> list[Route]:
         return Response(encode_answers(answers), media_type="application/json")
 
     async def status(request: Request) -> Response:
+        """The node's status; with `changes` and `wait`, once its switch counter differs
+        from `changes`, or after `wait` seconds (gateway/health.py)."""
+        params = request.query_params
+        if "changes" in params:
+            try:
+                changes, wait = int(params["changes"]), float(params.get("wait", "0"))
+            except ValueError:
+                return error_response(400, "BAD_REQUEST", "changes and wait must be numbers")
+            if not 0 <= wait <= MAX_STATUS_WAIT_S:
+                message = f"wait must be between 0 and {MAX_STATUS_WAIT_S} seconds"
+                return error_response(400, "BAD_REQUEST", message)
+            await node.switches.wait_past(changes, wait)
         return Response(node.status().to_json(), media_type="application/json")
 
     async def sync(request: Request) -> Response:

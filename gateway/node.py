@@ -18,7 +18,15 @@ from gateway.peers import PeerClient
 from gateway.queries import Answer, SubQuery
 from gateway.routing import Router
 from gateway.snapshots import SnapshotCatalog
-from gateway.status import NodeStatus, PartitionInfo, PartitionMap, PartitionState, ReplicaInfo
+from gateway.status import (
+    LiveCounts,
+    NodeStatus,
+    PartitionInfo,
+    PartitionMap,
+    PartitionState,
+    ReplicaInfo,
+)
+from gateway.switches import Switches
 from gateway.sync import SnapshotSync, StoreUnreachable
 
 log = logging.getLogger(__name__)
@@ -40,13 +48,15 @@ class GatewayNode:
             memory=settings.duckdb_memory_limit,
         )
         self.peers = PeerClient(project.cluster.secret, settings)
-        self.membership = Membership(project, node_id, self.peers)
-        self.sync = SnapshotSync(project, node_id, self.catalog, self.peers)
+        self.switches = Switches()
+        self.membership = Membership(project, node_id, self.peers, self.switches)
+        self.sync = SnapshotSync(project, node_id, self.catalog, self.peers, self.switches)
         self.router = Router(
             project, node_id, self.membership, self.peers, self.execute_local, self._local_offsets
         )
         self.pool = ThreadPoolExecutor(settings.query_threads, thread_name_prefix="query")
         self.internal_requests = 0
+        self.live = LiveCounts()
         self._log_ends: dict[tuple[str, int], tuple[float, int]] = {}
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -60,11 +70,12 @@ class GatewayNode:
         gc.freeze()  # what start-up built lives as long as the node: out of every collection
         gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
         self._tasks = [
-            asyncio.create_task(self.membership.poll_forever()),
+            asyncio.create_task(self.membership.watch_forever()),
             asyncio.create_task(self.sync.run_forever()),
         ]
 
     async def stop(self) -> None:
+        self.switches.close()
         for task in self._tasks:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -123,6 +134,8 @@ class GatewayNode:
             },
             sync_errors=dict(self.sync.errors),
             internal_requests=self.internal_requests,
+            changes=self.switches.changes,
+            live=self.live,
         )
 
     def partition_map(self) -> PartitionMap:

@@ -79,10 +79,13 @@ class PeerClient:
             raise PeerRefused(status)
         return reply
 
-    async def get(self, url: str) -> bytes | None:
-        """GET a document; None when it does not exist (404)."""
+    async def get(self, url: str, timeout: float | None = None) -> bytes | None:
+        """GET a document (within `timeout` seconds when given, else the internal
+        timeout); None when it does not exist (404)."""
         async with _translated():
-            response = await self._client.get(url, headers=self._headers)
+            response = await self._client.get(
+                url, headers=self._headers, timeout=timeout or httpx.USE_CLIENT_DEFAULT
+            )
             if response.status_code == 404:
                 return None
             return _body(response)

@@ -93,6 +93,7 @@ class RequestQueries:
     project: Project
     load: Load
     tokens: list[Position] = field(default_factory=list)  # one per result
+    partitions: set[int] = field(default_factory=set)  # every partition read
 
     def response_token(self) -> Position:
         """What the whole response's consistency token stands for."""
@@ -189,7 +190,9 @@ class RequestQueries:
         partitions: tuple[int, ...],
         demand: Demand | None,
     ) -> Outcome:
-        return await self.load(Work(store, query, partitions, self._consistency(demand)))
+        outcome = await self.load(Work(store, query, partitions, self._consistency(demand)))
+        self.partitions.update(q.partition for q, _ in outcome.parts)
+        return outcome
 
     def _meta(self, outcome: Outcome) -> Meta:
         replicas = self.project.cluster.replica_map

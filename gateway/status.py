@@ -20,12 +20,23 @@ class PartitionState:
     created_ms: int
 
 
+@dataclass
+class LiveCounts:
+    """A node's subscriptions, kept up to date by resolvers/live.py."""
+
+    subscriptions: int = 0  # open on this node
+    cohorts: int = 0  # distinct ones among them, each evaluated once per change
+    evaluations: int = 0  # cohort evaluations since the node started
+
+
 @dataclass(frozen=True)
 class NodeStatus:
     node: str
     partitions: dict[int, PartitionState]
     sync_errors: dict[int, str]
     internal_requests: int
+    changes: int  # counts the node's version switches (gateway/switches.py)
+    live: LiveCounts
 
     def to_json(self) -> bytes:
         return orjson.dumps(asdict(self), option=orjson.OPT_NON_STR_KEYS)
@@ -46,6 +57,8 @@ class NodeStatus:
                 },
                 sync_errors={int(p): str(e) for p, e in raw["sync_errors"].items()},
                 internal_requests=int(raw["internal_requests"]),
+                changes=int(raw["changes"]),
+                live=LiveCounts(**{k: int(v) for k, v in raw["live"].items()}),
             )
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ProtocolError(f"not a node status: {exc!r}") from exc

@@ -27,6 +27,7 @@ from contracts.snapshot_file import FormatError, relative_path
 from gateway.layers import LocalLayer
 from gateway.peers import PeerClient, PeerError
 from gateway.snapshots import SnapshotCatalog, SnapshotError
+from gateway.switches import Switches
 
 log = logging.getLogger(__name__)
 _CHUNK = 1 << 20
@@ -51,12 +52,18 @@ class _Refusal:
 
 class SnapshotSync:
     def __init__(
-        self, project: Project, node_id: str, catalog: SnapshotCatalog, peers: PeerClient
+        self,
+        project: Project,
+        node_id: str,
+        catalog: SnapshotCatalog,
+        peers: PeerClient,
+        switches: Switches,
     ) -> None:
         self.project = project
         self.node_id = node_id
         self.catalog = catalog
         self.peers = peers
+        self.switches = switches
         self.manifest = Manifest()
         self.errors: dict[int, str] = {}
         self._refused: dict[int, _Refusal] = {}
@@ -144,11 +151,14 @@ class SnapshotSync:
                     await self._download(layer, local.path)
                     fetched.append(local.path)
                 chain.append(local)
-            await asyncio.to_thread(self.catalog.install, partition, chain)
+            version = served.version if served else None
+            serving = await asyncio.to_thread(self.catalog.install, partition, chain)
         except (DeliveryError, SnapshotError, PeerError):
             for path in fetched:
                 path.unlink(missing_ok=True)
             raise
+        if serving.version != version:  # a compacted chain at the same version changes nothing
+            self.switches.installed(partition)
 
     def _local_path(self, partition: int, layer: Layer) -> Path:
         """Where a layer goes on this node: named by the node, never by the manifest."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterator
 from functools import lru_cache
 from typing import Any
@@ -92,6 +93,13 @@ def limit_rules(settings: Settings) -> list[type[ASTValidationRule]]:
     ]
 
 
+SUBSCRIPTION_DESCRIPTION = (
+    "Every query field, pushed over graphql-transport-ws on /graphql: the first result at "
+    "once, then a new one whenever a partition it reads switches version and the result "
+    "changed (README: Subscriptions)."
+)
+
+
 def build_schema(project: Project) -> strawberry.Schema:
     fields = [
         strawberry.field(cluster.stores, name="stores", description="The declared stores."),
@@ -100,6 +108,10 @@ def build_schema(project: Project) -> strawberry.Schema:
     for store in project.stores.values():
         fields.extend(store_fields(store, project.settings.default_page_size))
     query = create_type("Query", fields)
+    # The same fields: a subscription runs as the query it mirrors (resolvers/live.py).
+    subscription = create_type(
+        "Subscription", [copy.copy(f) for f in fields], description=SUBSCRIPTION_DESCRIPTION
+    )
     settings = project.settings
     # The limiters' rule classes are built once: the validation cache is keyed by them.
     rules = limit_rules(settings)
@@ -115,6 +127,7 @@ def build_schema(project: Project) -> strawberry.Schema:
     ]
     return strawberry.Schema(
         query=query,
+        subscription=subscription,
         extensions=extensions,
         execution_context_class=PlainRecordExecutionContext,
         config=StrawberryConfig(scalar_map=SCALARS),

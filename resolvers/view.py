@@ -4,11 +4,9 @@ skips the view's per-request machinery and is answered from its plan."""
 
 from __future__ import annotations
 
-import logging
 from typing import Any, cast
 
 import orjson
-from graphql import GraphQLError
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
@@ -16,22 +14,13 @@ from strawberry.asgi import GraphQL
 from strawberry.http import GraphQLHTTPResponse
 from strawberry.types import ExecutionResult
 
-from contracts.errors import GatewayError
 from gateway.node import GatewayNode
+from resolvers import results
 from resolvers.context import Context
 from resolvers.plans import PlanCache
 from resolvers.schema import build_schema
 
-log = logging.getLogger(__name__)
 _PLAIN_KEYS = {"query", "variables", "operationName"}
-
-
-def error_code(error: GraphQLError) -> str:
-    """The code of a GraphQL error: ours, the phase's (resolvers/schema.py), or a bug's."""
-    if isinstance(error.original_error, GatewayError):
-        return error.original_error.code
-    code = (error.extensions or {}).get("code")
-    return code if isinstance(code, str) else "INTERNAL_SERVER_ERROR"
 
 
 class GraphQLView(GraphQL[Context, None]):
@@ -84,14 +73,7 @@ class GraphQLView(GraphQL[Context, None]):
         return Context.create(self.node, request.headers.get("authorization"))
 
     async def process_result(self, request: Any, result: ExecutionResult) -> GraphQLHTTPResponse:
-        response = await super().process_result(request, result)
-        formatted_errors = cast(list[dict[str, Any]], response.get("errors") or [])
-        for error, formatted in zip(result.errors or [], formatted_errors, strict=False):
-            code = error_code(error)
-            formatted.setdefault("extensions", {})["code"] = code
-            if code == "INTERNAL_SERVER_ERROR":
-                log.error("unexpected error", exc_info=error.original_error)
-        return response
+        return cast(GraphQLHTTPResponse, results.response(result))
 
 
 def _json(scope: Scope) -> bool:

@@ -9,13 +9,17 @@ from starlette.applications import Starlette
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
-from starlette.routing import Route
+from starlette.routing import Route, WebSocketRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.websockets import WebSocket
 
 from contracts.project import Project
 from gateway.body_limit import BodyLimit
 from gateway.http import node_routes
 from gateway.node import GatewayNode
+from resolvers import websocket as websocket_protocol
+from resolvers.live import Hub
+from resolvers.operations import Checker
 from resolvers.view import GraphQLView
 
 CORS_MAX_AGE_S = 600  # how long a browser may cache a preflight's answer
@@ -45,14 +49,24 @@ def create_app(project: Project, node_id: str) -> ASGIApp:
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await node.start()
+        hub.start()
         yield
+        await hub.stop()
         await node.stop()
 
-    graphql = BodyLimit(GraphQLView(node), project.settings.max_request_bytes)
+    view = GraphQLView(node)
+    hub = Hub(node, view.plans.schema, view.plans)
+    checker = Checker(view.plans.schema, project.settings)
+
+    async def graphql_ws(websocket: WebSocket) -> None:
+        await websocket_protocol.serve(websocket, hub, checker)
+
+    graphql = BodyLimit(view, project.settings.max_request_bytes)
     app = Starlette(
         routes=[
             Route("/", home),
             Route("/graphql", graphql, methods=["GET", "POST"]),
+            WebSocketRoute("/graphql", graphql_ws),
             *node_routes(node),
         ],
         lifespan=lifespan,

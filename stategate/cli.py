@@ -102,6 +102,8 @@ def run_node(project: Project, args: argparse.Namespace) -> int:
         access_log=False,
         loop="uvloop",
         http="httptools",
+        ws="websockets-sansio",  # waits while a slow client's socket buffer is full
+        ws_max_size=project.settings.max_request_bytes,
         timeout_keep_alive=int(project.settings.keep_alive_s),
     )
     return 0

@@ -90,9 +90,11 @@ def serve(
     seed: int = 1,
     snapshot_url: str | None = None,
     start: bool = True,
+    settings: str = "",
 ) -> Served:
     """A 3-node cluster on loopback serving a freshly built small project."""
-    project = projects.load(write_project(root, free_ports(3), snapshot_url=snapshot_url))
+    path = write_project(root, free_ports(3), snapshot_url=snapshot_url, settings=settings)
+    project = projects.load(path)
     produce_test_events(project, seed=seed)
     job.run(project, spark, notify=False)
     nodes = Nodes(project, root)

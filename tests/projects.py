@@ -76,7 +76,9 @@ def write_project(
     partitions: int = 9,
     replicas: int = 2,
     snapshot_url: str | None = None,
+    settings: str = "",
 ) -> Path:
+    """The project file; `settings` is the body of its [settings] table, if any."""
     nodes = "".join(
         f'\n[[cluster.nodes]]\nid = "node{i}"\naddress = "127.0.0.1:{port}"\ndata_dir = "node{i}"\n'
         for i, port in enumerate(ports, start=1)
@@ -86,7 +88,7 @@ def write_project(
         + (f'url = "{snapshot_url}"\n' if snapshot_url else "")
         + "\n"
         f'[cluster]\npartitions = {partitions}\nreplicas = {replicas}\nsecret = "test-secret"\n'
-        f"{nodes}{_STORES}"
+        f"{nodes}{_STORES}" + (f"\n[settings]\n{settings}\n" if settings else "")
     )
     path = root / "stategate.toml"
     path.write_text(text)

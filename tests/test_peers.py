@@ -21,6 +21,7 @@ from gateway.health import Membership
 from gateway.peers import PeerClient, PeerError, PeerUnreachable
 from gateway.queries import Answer, Get, Range, SubQuery
 from gateway.routing import Router
+from gateway.switches import Switches
 from stategate.launcher import free_ports
 from tests.nodes import Served
 from tests.projects import write_project
@@ -76,7 +77,7 @@ def test_polls_of_a_resetting_peer_mark_it_down_and_never_raise(
 ) -> None:
     async def main() -> None:
         served = project(tmp_path, resetting_port)
-        membership = Membership(served, "node1", peers(served))
+        membership = Membership(served, "node1", peers(served), Switches())
         for _ in range(ROUNDS):
             membership.peers["node2"].alive = True
             await membership.poll_once()
@@ -93,7 +94,7 @@ def test_calls_to_a_resetting_peer_fail_in_band(tmp_path: Path, resetting_port: 
     assert served.cluster.replica_map[1] == ("node2", "node3")
 
     async def main() -> None:
-        membership = Membership(served, "node1", peers(served))
+        membership = Membership(served, "node1", peers(served), Switches())
         router = router_of_node1(served, membership)
         query = SubQuery(id=0, partition=1, store="latestBooking", query=Get(("C1",)))
         for _ in range(ROUNDS):
@@ -116,7 +117,7 @@ def test_a_peer_believed_down_is_still_asked_when_it_failed_fast(served: Served)
     query = SubQuery(id=0, partition=1, store="customerTotals", query=Range(None, None, 5))
 
     async def ask(error: PeerError) -> tuple[Answer, list[dict[str, int]], bool]:
-        membership = Membership(project, "node1", peers(project))
+        membership = Membership(project, "node1", peers(project), Switches())
         for peer in ("node2", "node3"):
             membership.mark_down(peer, error)
         router = router_of_node1(project, membership)
@@ -147,7 +148,7 @@ def test_what_a_replica_answered_is_not_hidden_by_a_dead_one_asked_after_it(
     query = SubQuery(0, 1, "trainDelays", Range(None, None, 5), bound={"trains": 10**9})
 
     async def main() -> tuple[Answer, list[dict[str, int]]]:
-        membership = Membership(project, "node1", peers(project))
+        membership = Membership(project, "node1", peers(project), Switches())
         router = router_of_node1(project, membership)
         answers, trace = await router.execute([query])
         await membership.client.aclose()

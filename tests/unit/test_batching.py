@@ -19,6 +19,7 @@ from gateway.health import Membership
 from gateway.peers import PeerClient
 from gateway.queries import Answer, Get, Prefix, Query, Range, SubQuery, Windows, WindowsOfKey
 from gateway.routing import Router
+from gateway.switches import Switches
 from tests.projects import write_project
 
 LogEnd = Callable[[str, int], "int | None"]
@@ -46,7 +47,7 @@ class Node:
         async def go() -> list[Outcome]:
             peers = PeerClient(self.project.cluster.secret, self.project.settings)
             try:
-                membership = Membership(self.project, "node1", peers)
+                membership = Membership(self.project, "node1", peers, Switches())
                 router = Router(
                     self.project, "node1", membership, peers, self.local, lambda p: None
                 )
