@@ -9,7 +9,14 @@ from typing import Any
 
 import graphql
 import strawberry
-from graphql import ASTValidationRule, DocumentNode, GraphQLError
+from graphql import (
+    ASTValidationRule,
+    DocumentNode,
+    GraphQLError,
+    OperationDefinitionNode,
+    OperationType,
+    ValidationRule,
+)
 from strawberry.extensions import (
     AddValidationRules,
     MaxAliasesLimiter,
@@ -100,6 +107,17 @@ SUBSCRIPTION_DESCRIPTION = (
 )
 
 
+class SubscriptionsOverWebSocket(ValidationRule):
+    """Over HTTP, a subscription is refused (SUBSCRIPTION_OVER_HTTP): it would run once,
+    which no subscriber wants (resolvers/websocket.py serves them)."""
+
+    def enter_operation_definition(self, node: OperationDefinitionNode, *_: Any) -> None:
+        if node.operation is OperationType.SUBSCRIPTION:
+            message = "subscriptions are served over WebSocket (graphql-transport-ws) on /graphql"
+            code = {"code": "SUBSCRIPTION_OVER_HTTP"}
+            self.report_error(GraphQLError(message, node, extensions=code))
+
+
 def build_schema(project: Project) -> strawberry.Schema:
     fields = [
         strawberry.field(cluster.stores, name="stores", description="The declared stores."),
@@ -114,7 +132,7 @@ def build_schema(project: Project) -> strawberry.Schema:
     )
     settings = project.settings
     # The limiters' rule classes are built once: the validation cache is keyed by them.
-    rules = limit_rules(settings)
+    rules = [*limit_rules(settings), SubscriptionsOverWebSocket]
     cached = settings.document_cache_size
     parse = lru_cache(maxsize=cached)(graphql.parse)
     # Factories, not instances: strawberry shares an instance across concurrent requests.

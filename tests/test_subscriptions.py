@@ -6,6 +6,7 @@ update, not a queue; limits and protocol mistakes get coded answers."""
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from collections.abc import Iterator
@@ -14,6 +15,8 @@ from typing import Any
 import psutil
 import pytest
 from pyspark.sql import SparkSession
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.sync.client import connect
 
 from contracts import eventlog
 from contracts.eventlog import Record
@@ -178,3 +181,194 @@ def test_identical_subscriptions_are_evaluated_once(cluster: Served, spark: Spar
 def node_rss(cluster: Served, node_id: str) -> int:
     pid = cluster.nodes.processes.pid(node_id)
     return int(psutil.Process(pid).memory_info().rss)
+
+
+PAGE = """subscription Page($to: DateTime!) {
+  hourlyRevenueAll(from: "2026-01-01T00:00:00Z", to: $to, first: 1000) {
+    records { key windowStart bookings revenue meanPrice }
+  }
+}"""
+
+
+def test_a_client_that_stops_reading_costs_one_pending_update(
+    cluster: Served, spark: SparkSession
+) -> None:
+    """Forty subscriptions of large pages on a connection that stops reading: the node
+    keeps the latest update of each and says how many it skipped; its memory stays flat."""
+    node_id = cluster.nodes.ids[1]
+    slow = Socket(cluster.nodes.url(node_id), max_queue=1)
+    ids = [f"page{i}" for i in range(40)]
+    try:
+        for i, id in enumerate(ids):  # distinct bounds: forty cohorts, forty payloads
+            slow.subscribe(id, PAGE, {"to": f"2026-01-02T00:00:{i:02d}Z"})
+        for id in ids:
+            slow.next_of(id)
+        rss_before = node_rss(cluster, node_id)
+        customers = list(customers_in(cluster, 9).values())
+        rounds = 6
+        for number in range(rounds):  # the client reads nothing meanwhile
+            book(cluster, customers, seed=100 + number)
+            publish(cluster, spark)
+        time.sleep(QUIET_S)
+        grown = node_rss(cluster, node_id) - rss_before
+        messages = slow.drain(QUIET_S)
+    finally:
+        slow.close()
+    by_id: dict[str, list[dict[str, Any]]] = {}
+    for message in messages:
+        assert message["type"] == "next", message
+        by_id.setdefault(message["id"], []).append(message["payload"])
+    expected = expected_page(cluster)
+    skipped = 0
+    for id in ids:
+        payloads = by_id[id]
+        revisions = [p["extensions"]["revision"] for p in payloads]
+        assert revisions == sorted(set(revisions))
+        # Every change after the first result was either sent or counted as skipped...
+        skips = sum(p["extensions"].get("skipped", 0) for p in payloads)
+        assert len(payloads) + skips == revisions[-1] - 1
+        skipped += skips
+        # ...and the last one sent is the latest state.
+        assert payloads[-1]["data"]["hourlyRevenueAll"]["records"] == expected
+    assert skipped > 0, "the node queued every update of a client that did not read"
+    assert grown < 48 * 2**20, f"the node grew {grown / 2**20:.0f} MiB"
+
+
+def expected_page(cluster: Served) -> list[dict[str, Any]]:
+    rows = sorted(
+        row
+        for part in oracle.expected_store(cluster.project, "hourlyRevenue").values()
+        for row in part
+        if row[1] <= 1_767_312_000_000  # 2026-01-02T00:00:00Z
+    )[:1000]
+    return [
+        {
+            "key": key,
+            "windowStart": iso(start),
+            "bookings": bookings,
+            "revenue": revenue,
+            "meanPrice": mean,
+        }
+        for key, start, bookings, revenue, mean in rows
+    ]
+
+
+def iso(ms: int) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat()
+
+
+def error_codes(message: dict[str, Any]) -> list[str]:
+    assert message["type"] == "error", message
+    return [error["extensions"]["code"] for error in message["payload"]]
+
+
+def test_subscription_limits_answer_with_coded_errors(cluster: Served) -> None:
+    node_id = cluster.nodes.ids[2]
+    url = cluster.nodes.url(node_id)
+    sockets = [Socket(url) for _ in range(3)]
+    try:
+        first = sockets[0]
+        for i in range(PER_CONNECTION):
+            first.subscribe(f"s{i}", TOTALS, {"keys": ["C0001"]})
+        first.subscribe("one-too-many", TOTALS, {"keys": ["C0001"]})
+        refused = [m for m in first.drain(QUIET_S) if m.get("id") == "one-too-many"]
+        assert [error_codes(m) for m in refused] == [["TOO_MANY_SUBSCRIPTIONS"]]
+        for socket in sockets[1:]:  # up to the node's limit
+            for i in range((PER_NODE - PER_CONNECTION) // 2):
+                socket.subscribe(f"s{i}", TOTALS, {"keys": ["C0001"]})
+            socket.drain(QUIET_S)
+        assert live_status(cluster, node_id)["subscriptions"] == PER_NODE
+        sockets[2].complete("s0")  # a completed one frees its place...
+        sockets[2].subscribe("again", TOTALS, {"keys": ["C0001"]})
+        assert sockets[2].next_of("again")["data"]
+        sockets[2].subscribe("past-the-node", TOTALS, {"keys": ["C0001"]})
+        (message,) = sockets[2].drain(QUIET_S)
+        assert error_codes(message) == ["TOO_MANY_SUBSCRIPTIONS"]
+        assert "max_subscriptions" in message["payload"][0]["message"]
+    finally:
+        for socket in sockets:
+            socket.close()
+
+
+def test_bad_documents_and_variables_get_error_messages_on_a_live_connection(
+    cluster: Served,
+) -> None:
+    socket = Socket(cluster.nodes.url(cluster.nodes.ids[0]))
+    try:
+        cases = {
+            "syntax": ("subscription {", None, "GRAPHQL_PARSE_FAILED"),
+            "field": ("subscription { nope }", None, "GRAPHQL_VALIDATION_FAILED"),
+            "two-roots": (
+                'subscription { latestBooking(key: "a") { key } customerTotals(key: "a") { key } }',
+                None,
+                "GRAPHQL_VALIDATION_FAILED",
+            ),
+            "variables": (TOTALS, {"keys": 5}, "BAD_USER_INPUT"),
+            "unnamed": (
+                "subscription A { stores { name } } subscription B { stores { name } }",
+                None,
+                "BAD_USER_INPUT",
+            ),
+        }
+        for id, (query, variables, code) in cases.items():
+            socket.subscribe(id, query, variables)
+            (message,) = socket.drain(QUIET_S)
+            assert message["id"] == id
+            assert error_codes(message) == [code], message
+        # The connection still serves: a query gets one result, then complete, like over HTTP.
+        query = '{ latestBooking(key: "C0001") { key record { trip price } } }'
+        socket.subscribe("q", query)
+        over_http = cluster.nodes.data(cluster.nodes.ids[0], query)
+        assert socket.next_of("q")["data"] == over_http
+        assert socket.receive() == {"id": "q", "type": "complete"}
+    finally:
+        socket.close()
+
+
+def test_protocol_mistakes_close_with_the_protocols_codes(cluster: Served) -> None:
+    url = cluster.nodes.url(cluster.nodes.ids[0])
+    ws_url = url.replace("http://", "ws://") + "/graphql"
+    with pytest.raises(InvalidStatus), connect(ws_url):  # no graphql-transport-ws: refused
+        pass
+    with connect(ws_url, subprotocols=["graphql-transport-ws"]) as ws:  # no init in time
+        assert closed_code(ws) == 4408
+    with connect(ws_url, subprotocols=["graphql-transport-ws"]) as ws:
+        ws.send(
+            json.dumps(
+                {"id": "1", "type": "subscribe", "payload": {"query": "{ stores { name } }"}}
+            )
+        )
+        assert closed_code(ws) == 4401
+    for message, code in (
+        ("not json", 4400),
+        (json.dumps({"type": "no-such-type"}), 4400),
+        (json.dumps({"type": "subscribe", "id": "", "payload": {"query": "{x}"}}), 4400),
+        (json.dumps({"type": "connection_init"}), 4429),
+    ):
+        socket = Socket(url)
+        socket.ws.send(message)
+        assert closed_code(socket.ws) == code, message
+    socket = Socket(url)
+    socket.subscribe("same", TOTALS, {"keys": ["C0001"]})
+    socket.subscribe("same", TOTALS, {"keys": ["C0001"]})
+    assert closed_code(socket.ws) == 4409
+    socket = Socket(url)  # and the node serves on
+    socket.send({"type": "ping"})
+    assert socket.receive() == {"type": "pong"}
+    socket.close()
+
+
+def closed_code(ws: Any) -> int | None:
+    try:
+        while True:
+            ws.recv(timeout=10)
+    except ConnectionClosed as closed:
+        return closed.rcvd.code if closed.rcvd else None
+
+
+def test_a_subscription_posted_over_http_is_refused_with_a_code(cluster: Served) -> None:
+    body = cluster.nodes.gql(cluster.nodes.ids[0], "subscription { stores { name } }")
+    assert body["data"] is None
+    assert [e["extensions"]["code"] for e in body["errors"]] == ["SUBSCRIPTION_OVER_HTTP"]
