@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup demo test lint bench schema
+.PHONY: setup browser demo test lint bench schema
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -14,6 +14,10 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 
 setup: $(VENV)/.installed
 
+# The dashboard's test drives Debian's Chromium (installed as root when missing).
+browser:
+	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
+
 demo: setup
 	$(PY) -m stategate.cli demo
 
@@ -22,7 +26,7 @@ lint: setup
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy contracts gateway resolvers spark_pipeline stategate bench
 
-test: lint
+test: lint browser
 	$(PY) -m pytest
 
 bench: setup

@@ -149,6 +149,7 @@ class Project:
     stores: dict[str, Store]
     cluster: Cluster
     settings: Settings = field(default_factory=Settings)
+    pages_dir: Path | None = None  # [pages] dir: static pages (dashboards) nodes serve at /pages/
 
     def store(self, name: str) -> Store:
         return self.stores[name]
@@ -185,7 +186,19 @@ def parse(raw: dict[str, Any], path: Path) -> Project:
         stores=stores,
         cluster=_cluster(raw.get("cluster", {}), base),
         settings=_settings(raw.get("settings", {})),
+        pages_dir=_pages(raw.get("pages", {}), base),
     )
+
+
+def _pages(raw: object, base: Path) -> Path | None:
+    if not isinstance(raw, dict) or set(raw) - {"dir"}:
+        raise ConfigError('[pages] has one entry: dir = "folder of pages to serve at /pages/"')
+    folder = raw.get("dir")
+    if folder is None:
+        return None
+    if not isinstance(folder, str) or not (base / folder).is_dir():
+        raise ConfigError(f"pages.dir must name a folder next to the project file, not {folder!r}")
+    return base / folder
 
 
 def _settings(raw: object) -> Settings:

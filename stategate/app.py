@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 from starlette.applications import Starlette
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
-from starlette.routing import Route, WebSocketRoute
+from starlette.routing import Mount, Route, WebSocketRoute
+from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
@@ -23,6 +25,7 @@ from resolvers.operations import Checker
 from resolvers.view import GraphQLView
 
 CORS_MAX_AGE_S = 600  # how long a browser may cache a preflight's answer
+STATIC = Path(__file__).parent / "static"  # client libraries pages load from the node
 
 
 class PostsFirst:
@@ -62,12 +65,15 @@ def create_app(project: Project, node_id: str) -> ASGIApp:
         await websocket_protocol.serve(websocket, hub, checker)
 
     graphql = BodyLimit(view, project.settings.max_request_bytes)
+    pages = project.pages_dir
     app = Starlette(
         routes=[
             Route("/", home),
             Route("/graphql", graphql, methods=["GET", "POST"]),
             WebSocketRoute("/graphql", graphql_ws),
             *node_routes(node),
+            Mount("/static", StaticFiles(directory=STATIC)),
+            *([Mount("/pages", StaticFiles(directory=pages, html=True))] if pages else []),
         ],
         lifespan=lifespan,
     )

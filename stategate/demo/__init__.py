@@ -3,11 +3,13 @@
 Its project file and example query ship with the package; `stategate demo` writes the
 project file into a working folder (default .demo/), generates a week of bookings there,
 starts the continuous pipeline (`stategate pipeline --follow`) and the nodes, keeps producing
-live bookings at a modest rate, and prints how to query them.
+live bookings at a modest rate, and prints how to query them and where the live dashboard
+is (stategate/demo/dashboard/, served by every node at /pages/).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import signal
@@ -19,6 +21,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
+from websockets.sync.client import connect
+from websockets.typing import Subprotocol
 
 from contracts import eventlog
 from contracts import project as projects
@@ -28,6 +32,7 @@ from stategate.launcher import Processes
 HERE = Path(__file__).resolve().parent
 PROJECT_TEMPLATE = HERE / "stategate.toml"
 # The demo's bookings span the week before this instant, so the example queries find them.
+PROTOCOL = Subprotocol("graphql-transport-ws")
 END_MS = int(datetime(2026, 11, 1, tzinfo=UTC).timestamp() * 1000)
 
 
@@ -43,6 +48,7 @@ def prepare(folder: Path, fresh: bool) -> Project:
     path = folder / "stategate.toml"
     header = "# Written by `stategate demo` from stategate/demo/stategate.toml.\n"
     path.write_text(header + PROJECT_TEMPLATE.read_text())
+    shutil.copytree(HERE / "dashboard", folder / "dashboard", dirs_exist_ok=True)
     return projects.load(path)
 
 
@@ -111,12 +117,15 @@ def _instructions(project: Project, rate: float) -> str:
     lines = [
         "",
         "The cluster is up: " + ", ".join(f"{n.id} {n.url}" for n in project.cluster.nodes),
-        f"GraphQL playground: {url}/graphql   (any node answers any query)",
+        f"Live dashboard:     {url}/pages/",
+        f"GraphQL playground: {url}/graphql   (any node answers any query; subscriptions too)",
         f"Partition map:      {url}/cluster",
         f"Project file:       {project.path}",
         "",
         "Try this in the playground:",
         example_query(),
+        "and this, which pushes the busiest customer's totals as they change:",
+        '  subscription { customerTotals(key: "C000000") { record { bookings revenue } } }',
         "",
         "or with curl:",
         f"  curl -s {url}/graphql -H 'content-type: application/json' -d '{payload}'",
@@ -151,31 +160,51 @@ def _has_rows(value: dict[str, object]) -> bool:
     return bool(rows or value.get("windows"))
 
 
+def _wait_warm(project: Project, timeout_s: float) -> None:
+    """Until the pipeline has published twice since the nodes started: its first micro-batch
+    pays for starting its Python workers, the check measures the steady state."""
+    url = f"{project.cluster.nodes[0].url}/ready"
+    first = httpx.get(url, timeout=30).json()["versions"]
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        versions = httpx.get(url, timeout=30).json()["versions"]
+        if any(versions[p] >= first[p] + 2 for p in first):
+            return
+        time.sleep(0.2)
+
+
 def _check_live(project: Project, timeout_s: float = 60) -> int:
-    """Produce one booking by hand and wait until every node answers with it."""
+    """Subscribe on every node to a new customer's latest booking, produce that booking by
+    hand, and wait until every node has pushed it."""
+    _wait_warm(project, timeout_s)
     key = f"LIVE-{time.time_ns()}"
-    value = {"trip": "Berlin→Hamburg", "price": 42.0, "seats": 1}
-    topic = project.topics["bookings"]
-    produced = time.monotonic()
-    eventlog.produce(
-        project.log_dir,
-        topic,
-        project.cluster.partitions,
-        [eventlog.Record(key, value, eventlog.now_ms())],
-    )
-    query = "query($k: String!) { latestBooking(key: $k) { record { price } } }"
-    waiting = {node.id: node.url for node in project.cluster.nodes}
-    while waiting:
-        for node_id, url in list(waiting.items()):
-            body = httpx.post(
-                f"{url}/graphql", json={"query": query, "variables": {"k": key}}, timeout=30
-            ).json()
-            if (body.get("data") or {}).get("latestBooking", {}).get("record"):
-                seconds = time.monotonic() - produced
-                print(f"{node_id}: the booking produced by hand is there after {seconds:.1f} s")
-                del waiting[node_id]
-        if time.monotonic() - produced > timeout_s:
-            print(f"not visible after {timeout_s} s on {sorted(waiting)}")
-            return 1
-        time.sleep(0.1)
+    query = "subscription($k: String!) { latestBooking(key: $k) { record { price } } }"
+    with contextlib.ExitStack() as stack:
+        sockets = {}
+        for node in project.cluster.nodes:
+            url = node.url.replace("http://", "ws://") + "/graphql"
+            ws = stack.enter_context(connect(url, subprotocols=[PROTOCOL]))
+            ws.send(json.dumps({"type": "connection_init"}))
+            ws.recv(timeout_s)  # connection_ack
+            subscribe = {"query": query, "variables": {"k": key}}
+            ws.send(json.dumps({"id": "live", "type": "subscribe", "payload": subscribe}))
+            ws.recv(timeout_s)  # the first result: no booking yet
+            sockets[node.id] = ws
+        value = {"trip": "Berlin→Hamburg", "price": 42.0, "seats": 1}
+        produced = time.monotonic()
+        eventlog.produce(
+            project.log_dir,
+            project.topics["bookings"],
+            project.cluster.partitions,
+            [eventlog.Record(key, value, eventlog.now_ms())],
+        )
+        for node_id, ws in sockets.items():
+            try:
+                pushed = json.loads(ws.recv(max(0.1, timeout_s - (time.monotonic() - produced))))
+            except TimeoutError:
+                print(f"{node_id} pushed nothing within {timeout_s} s")
+                return 1
+            seconds = time.monotonic() - produced
+            record = pushed["payload"]["data"]["latestBooking"]["record"]
+            print(f"{node_id}: pushed the booking produced by hand {seconds:.1f} s later: {record}")
     return 0

@@ -1,0 +1,288 @@
+// Live dashboard of the railway-bookings demo: GraphQL subscriptions over graphql-transport-ws
+// (the vendored graphql-ws client, global `graphqlWs`). No build step, no framework.
+"use strict";
+
+const HOUR = 3_600_000;
+// The SVG namespace, taken from an element the HTML parser made (keeps the file free of URLs).
+const SVG_NS = Object.assign(document.createElement("div"), { innerHTML: "<svg></svg>" }).firstChild.namespaceURI;
+
+const BUSIEST = `subscription Busiest($keys: [String!]!) {
+  customerTotalsBatch(keys: $keys) {
+    entries { key partition failure record { bookings revenue seats cheapest dearest averagePrice } }
+    meta { partial partitions { partition node version failure position { topic offset } } consistencyToken }
+  }
+}`;
+const HOURLY = `subscription Hourly($key: String!, $from: DateTime!, $to: DateTime!) {
+  hourlyRevenue(key: $key, from: $from, to: $to) { key failure windows { windowStart windowEnd bookings revenue } }
+}`;
+const LATEST = `subscription Latest($key: String!) {
+  latestBooking(key: $key) { key failure record { trip price seats } }
+}`;
+
+// ---- small helpers ---------------------------------------------------------------------------
+
+const $ = (selector, root = document) => root.querySelector(selector);
+const num = (x) => (x == null ? null : Number(x));
+const money = (x) => (x == null ? "–" : Number(x).toFixed(2));
+const parseTime = (s) => Date.parse(/(Z|[+-]\d\d:?\d\d)$/i.test(s) ? s : `${s}Z`); // naive = UTC
+const iso = (ms) => new Date(ms).toISOString().replace(/\.\d{3}Z$/, "Z");
+const hh = (ms) => new Date(ms).toLocaleTimeString("en-GB", { hour: "2-digit", minute: "2-digit" });
+
+function el(tag, attrs = {}, ...children) {
+  const node = tag.startsWith("svg:") ? document.createElementNS(SVG_NS, tag.slice(4)) : document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs)) {
+    if (name === "class") node.setAttribute("class", value);
+    else if (name.startsWith("on")) node.addEventListener(name.slice(2), value);
+    else node.setAttribute(name, value);
+  }
+  node.append(...children.filter((c) => c != null));
+  return node;
+}
+
+const params = new URLSearchParams(location.search);
+
+function watchedCustomers() {
+  const given = (params.get("customers") ?? "")
+    .split(",").map((s) => s.trim()).filter(Boolean);
+  if (given.length) return [...new Set(given)];
+  return Array.from({ length: 12 }, (_, i) => `C${String(i).padStart(6, "0")}`);
+}
+
+// ---- state -----------------------------------------------------------------------------------
+
+const watched = watchedCustomers();
+const state = {
+  selected: watched[0],
+  totals: new Map(), // key -> {bookings, revenue, seats} of the last batch result
+  updates: 0,
+  lastUpdateAt: null,
+  skipped: null,
+  errors: new Map(), // source -> [messages]
+  active: 0, // subscriptions neither ended nor disposed
+  hourly: null, // {dispose, hour}: the hour its 24-hour range was computed in
+  latest: null, // dispose function
+};
+
+// ---- connection and status -------------------------------------------------------------------
+
+function setStatus(next) {
+  const badge = $("#status");
+  badge.dataset.state = next;
+  badge.textContent = next;
+}
+
+if (!window.graphqlWs) {
+  setStatus("error");
+  setErrors("page", ["the graphql-ws client (/static/graphql-ws/graphql-ws.min.js) did not load"]);
+  throw new Error("graphql-ws did not load");
+}
+
+const client = graphqlWs.createClient({
+  url: `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/graphql`,
+  // ?token=... for a node that checks authorization; sent in connection_init.
+  connectionParams: params.get("token") ? { authorization: `Bearer ${params.get("token")}` } : undefined,
+  retryAttempts: Infinity,
+  shouldRetry: () => true, // also retry after a socket error (a node that is down refuses the connection)
+  retryWait: (retries) => new Promise((resolve) =>
+    setTimeout(resolve, Math.min(500 * 2 ** retries, 5000) + Math.random() * 500)),
+  on: {
+    connecting: (isRetry) => setStatus(isRetry ? "reconnecting" : "connecting"),
+    connected: () => setStatus("live"),
+    // Closed with subscriptions left means a retry follows; with none, they all ended in errors.
+    closed: () => setStatus(state.active > 0 ? "reconnecting" : "error"),
+    error: () => setStatus("error"),
+  },
+});
+
+function describeError(err) {
+  if (Array.isArray(err)) return err.map((e) => e.message ?? String(e));
+  if (typeof err === "object" && err && "code" in err && "reason" in err) return [`connection closed: ${err.code} ${err.reason || ""}`.trim()];
+  if (err instanceof Error) return [err.message];
+  return ["WebSocket error"];
+}
+
+function setErrors(source, messages) {
+  if (messages.length) state.errors.set(source, messages);
+  else state.errors.delete(source);
+  const box = $("#errors");
+  const items = [...state.errors].flatMap(([src, msgs]) => msgs.map((m) => el("li", {}, el("b", {}, `${src}: `), m)));
+  $("ul", box).replaceChildren(...items);
+  box.hidden = items.length === 0;
+}
+
+function countUpdate() {
+  state.updates += 1;
+  const counter = $("#updates");
+  counter.dataset.count = String(state.updates);
+  counter.textContent = `${state.updates} update${state.updates === 1 ? "" : "s"}`;
+}
+
+/** Subscribes to one root field; returns the dispose function. */
+function subscribe(source, query, variables, onData) {
+  let ended = false;
+  const end = () => { if (!ended) { ended = true; state.active -= 1; } };
+  state.active += 1;
+  const dispose = client.subscribe({ query, variables }, {
+    next(payload) {
+      countUpdate();
+      setErrors(source, (payload.errors ?? []).map((e) => e.message));
+      if (payload.data) onData(payload.data, payload.extensions ?? {});
+    },
+    error(err) {
+      end();
+      setErrors(source, describeError(err));
+      if (!Array.isArray(err)) setStatus("error"); // the connection gave up: nothing is live
+    },
+    complete: end,
+  });
+  return () => { end(); dispose(); };
+}
+
+// ---- busiest customers -----------------------------------------------------------------------
+
+function renderBusiest(result, extensions) {
+  const rows = result.entries.map((e) => ({
+    key: e.key,
+    failure: e.failure,
+    bookings: num(e.record?.bookings) ?? 0,
+    revenue: num(e.record?.revenue) ?? 0,
+    seats: num(e.record?.seats) ?? 0,
+  }));
+  rows.sort((a, b) => b.bookings - a.bookings || a.key.localeCompare(b.key));
+  const maxRevenue = Math.max(1e-9, ...rows.map((r) => r.revenue));
+  const hadData = state.totals.size > 0;
+  const trs = rows.map((r) => {
+    const before = state.totals.get(r.key);
+    const changed = hadData && (!before || before.bookings !== r.bookings
+      || before.revenue !== r.revenue || before.seats !== r.seats);
+    const classes = [changed && "flash", r.key === state.selected && "selected", r.failure && "failed"];
+    return el("tr", {
+      class: classes.filter(Boolean).join(" "),
+      "data-key": r.key, "data-bookings": String(r.bookings), "data-revenue": String(r.revenue),
+      tabindex: "0", title: r.failure ? `partition could not answer: ${r.failure}` : `Follow ${r.key}`,
+      onclick: () => select(r.key),
+      onkeydown: (ev) => { if (ev.key === "Enter" || ev.key === " ") { ev.preventDefault(); select(r.key); } },
+    },
+    el("td", { class: "key" }, r.key),
+    el("td", { class: "num" }, r.failure ? "?" : String(r.bookings)),
+    el("td", { class: "num" }, money(r.revenue)),
+    el("td", { class: "num" }, String(r.seats)),
+    el("td", { class: "bar-cell" },
+      el("span", { class: "rev-bar", style: `width: ${((100 * r.revenue) / maxRevenue).toFixed(1)}%` })));
+  });
+  $("#customers tbody").replaceChildren(...trs);
+  state.totals = new Map(rows.map((r) => [r.key, r]));
+
+  const failures = result.entries.filter((e) => e.failure)
+    .map((e) => `${e.key} (partition ${e.partition}): ${e.failure}`);
+  setErrors("customerTotalsBatch partitions", failures);
+  renderFreshness(result.meta, extensions);
+}
+
+function renderFreshness(meta, extensions) {
+  const box = $("#freshness");
+  state.lastUpdateAt = Date.now();
+  $('[data-field="revision"]', box).textContent = extensions.revision ?? "–";
+  const token = $('[data-field="token"]', box);
+  token.textContent = meta.consistencyToken;
+  token.title = meta.consistencyToken;
+  if (typeof extensions.skipped === "number") {
+    state.skipped = (state.skipped ?? 0) + extensions.skipped;
+    for (const node of box.querySelectorAll(".skipped")) node.hidden = false;
+    $('[data-field="skipped"]', box).textContent = String(state.skipped);
+  }
+  const rows = [...meta.partitions].sort((a, b) => a.partition - b.partition).map((p) => el("tr",
+    { class: p.failure ? "failed" : "" },
+    el("td", { class: "num" }, String(p.partition)),
+    el("td", {}, p.node ?? "–"),
+    el("td", { class: "num" }, p.version == null ? "–" : String(p.version)),
+    el("td", { class: "mono" }, p.failure ?? p.position.map((t) => `${t.topic}@${t.offset}`).join(", "))));
+  $("#partitions tbody").replaceChildren(...rows);
+  tick();
+}
+
+function tick() {
+  if (state.hourly && Math.floor(Date.now() / HOUR) * HOUR !== state.hourly.hour) followSelected(); // new hour
+  if (state.lastUpdateAt == null) return;
+  const seconds = (Date.now() - state.lastUpdateAt) / 1000;
+  $('#freshness [data-field="age"]').textContent =
+    seconds < 60 ? `${seconds.toFixed(1)} s ago` : `${Math.floor(seconds / 60)} min ago`;
+}
+
+// ---- the selected customer: revenue per hour and latest booking ------------------------------
+
+function renderHourly(result, range) {
+  const chart = $("#chart");
+  if (!result) { chart.replaceChildren(el("p", { class: "muted" }, "No data for this customer.")); return; }
+  const byStart = new Map(result.windows.map((w) => [parseTime(w.windowStart), w]));
+  const slots = [];
+  for (let t = range.from; t <= range.hour; t += HOUR) slots.push({ t, w: byStart.get(t) });
+  const max = Math.max(1e-9, ...slots.map((s) => num(s.w?.revenue) ?? 0));
+  const [W, H, left, right, bottom, top] = [720, 220, 48, 16, 22, 8];
+  const step = (W - left - right) / slots.length;
+  const y = (v) => top + (H - top - bottom) * (1 - v / max);
+  const svg = el("svg:svg", { viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": `Revenue per hour of ${result.key}` });
+  for (const v of [0, max / 2, max]) {
+    svg.append(el("svg:line", { class: "gridline", x1: left, x2: W - right, y1: y(v), y2: y(v) }),
+      el("svg:text", { class: "axis", x: left - 6, y: y(v) + 4, "text-anchor": "end" }, v.toFixed(0)));
+  }
+  slots.forEach(({ t, w }, i) => {
+    const revenue = num(w?.revenue) ?? 0;
+    const x = left + i * step;
+    const label = `${hh(t)}–${hh(t + HOUR)}: revenue ${money(revenue)}, ${num(w?.bookings) ?? 0} bookings`;
+    svg.append(el("svg:rect", {
+      class: t === range.hour ? "col current" : "col",
+      x: x + step * 0.12, width: step * 0.76, y: y(revenue), height: Math.max(0, y(0) - y(revenue)),
+    }, el("svg:title", {}, label)));
+    if (i % 3 === 0) svg.append(el("svg:text", { class: "axis", x: x + step / 2, y: H - 6, "text-anchor": "middle" }, hh(t)));
+  });
+  chart.replaceChildren(svg);
+  if (result.failure) setErrors("hourlyRevenue", [`${result.key}: ${result.failure}`]);
+}
+
+function renderLatest(result) {
+  const box = $("#latest");
+  const rec = result?.record;
+  $('[data-field="trip"]', box).textContent = rec?.trip ?? "–";
+  $('[data-field="price"]', box).textContent = money(rec?.price);
+  $('[data-field="seats"]', box).textContent = rec?.seats ?? "–";
+  box.classList.remove("flash");
+  void box.offsetWidth; // restart the animation
+  box.classList.add("flash");
+  if (result?.failure) setErrors("latestBooking", [`${result.key}: ${result.failure}`]);
+}
+
+/** (Re)subscribes the per-customer panels to the selected customer, disposing the old ones. */
+function followSelected() {
+  state.hourly?.dispose();
+  state.latest?.();
+  const key = state.selected;
+  const hour = Math.floor(Date.now() / HOUR) * HOUR;
+  const range = { hour, from: Math.floor((Date.now() - 24 * HOUR) / HOUR) * HOUR, to: Date.now() + HOUR };
+  for (const node of document.querySelectorAll(".selected-key")) node.textContent = key;
+  $("#chart").replaceChildren(el("p", { class: "muted" }, "Waiting for data…"));
+  setErrors("hourlyRevenue", []);
+  setErrors("latestBooking", []);
+  state.hourly = {
+    hour,
+    dispose: subscribe("hourlyRevenue", HOURLY, { key, from: iso(range.from), to: iso(range.to) },
+      (data) => renderHourly(data.hourlyRevenue, range)),
+  };
+  state.latest = subscribe("latestBooking", LATEST, { key }, (data) => renderLatest(data.latestBooking));
+}
+
+function select(key) {
+  if (key === state.selected) return;
+  state.selected = key;
+  for (const tr of document.querySelectorAll("#customers tbody tr")) {
+    tr.classList.toggle("selected", tr.dataset.key === key);
+  }
+  followSelected();
+}
+
+// ---- start -----------------------------------------------------------------------------------
+
+subscribe("customerTotalsBatch", BUSIEST, { keys: watched },
+  (data, extensions) => data.customerTotalsBatch && renderBusiest(data.customerTotalsBatch, extensions));
+followSelected();
+setInterval(tick, 200);

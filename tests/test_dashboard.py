@@ -1,0 +1,130 @@
+"""The demo's live dashboard in headless Chromium (Debian's package, driven by Playwright):
+served by a node with every asset local, it shows the busiest customers as the oracle counts
+them, and a booking produced during the test appears on the page within two seconds of the
+pipeline publishing it."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Page, sync_playwright
+from pyspark.sql import SparkSession
+
+from contracts import eventlog
+from contracts import project as projects
+from contracts.project import Project
+from spark_pipeline import job
+from stategate import demo
+from stategate.demo import bookings
+from stategate.launcher import free_ports
+from tests import oracle
+from tests.nodes import Nodes
+
+CHROMIUM = "/usr/bin/chromium"
+# As Debian's Chromium must run here: no sandbox as root, nothing started in the background.
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+WATCHED = [f"C{i:06d}" for i in range(12)]  # the page's default customers
+VISIBLE_WITHIN_MS = 2000
+
+
+@pytest.fixture(scope="module")
+def cluster(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nodes]:
+    if shutil.which(CHROMIUM) is None:
+        pytest.fail(f"{CHROMIUM} is missing: `make test` installs Debian's chromium package")
+    project = demo_project(tmp_path_factory.mktemp("dashboard"))
+    bookings.generate(project, customers=400, events=4000, end_ms=demo.END_MS)
+    job.run(project, spark, notify=False)
+    nodes = Nodes(project, project.path.parent)
+    for node_id in nodes.ids:
+        nodes.start(node_id)
+    yield nodes
+    nodes.stop_all()
+
+
+def demo_project(folder: Path) -> Project:
+    """The demo's own project file and dashboard, on free ports."""
+    project = demo.prepare(folder, fresh=False)
+    text = project.path.read_text()
+    for node, port in zip(project.cluster.nodes, free_ports(3), strict=True):
+        text = text.replace(node.address, f"127.0.0.1:{port}")
+    project.path.write_text(text)
+    return projects.load(project.path)
+
+
+def bookings_of(project: Project) -> dict[str, int]:
+    """Each customer's bookings, as the oracle counts them from the raw log."""
+    rows = oracle.expected_store(project, "customerTotals").values()
+    return {row[0]: row[1] for part in rows for row in part}
+
+
+def shown(page: Page) -> dict[str, int]:
+    rows = page.query_selector_all("#customers tbody tr")
+    return {
+        row.get_attribute("data-key") or "": int(row.get_attribute("data-bookings") or -1)
+        for row in rows
+    }
+
+
+def test_the_dashboard_is_local_and_shows_a_produced_booking(
+    cluster: Nodes, spark: SparkSession, tmp_path: Path
+) -> None:
+    project = cluster.project
+    origin = cluster.url(cluster.ids[1])
+    requested: list[str] = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page()
+        page.on("request", lambda request: requested.append(request.url))
+        page.on("websocket", lambda socket: requested.append(socket.url))
+        page.goto(f"{origin}/pages/")
+        page.wait_for_selector("#status[data-state=live]", timeout=15_000)
+        page.wait_for_function(
+            f"document.querySelectorAll('#customers tbody tr').length == {len(WATCHED)}"
+        )
+        expected = bookings_of(project)
+        assert shown(page) == {key: expected.get(key, 0) for key in WATCHED}
+
+        key = WATCHED[5]
+        count = shown(page)[key]
+        page.click(f"#customers tr[data-key={key}]")  # follow this customer
+        page.wait_for_function(
+            "document.querySelector('.selected-key').textContent.includes('" + key + "')"
+        )
+        topic = project.topics["bookings"]
+        value = {"trip": "Berlin→Hamburg", "price": 42.0, "seats": 2}
+        eventlog.produce(
+            project.log_dir,
+            topic,
+            project.cluster.partitions,
+            [eventlog.Record(key, value, eventlog.now_ms())],
+        )
+        job.run(project, spark)  # publishes, then tells the nodes
+        published = time.monotonic()
+        page.wait_for_function(
+            f"document.querySelector('#customers tr[data-key={key}]')"
+            f".dataset.bookings == '{count + 1}'",
+            timeout=VISIBLE_WITHIN_MS,
+        )
+        seen_after = time.monotonic() - published
+        assert bookings_of(project)[key] == count + 1
+        page.wait_for_function(  # the followed customer's latest booking moved too
+            "document.querySelector('#latest [data-field=price]').textContent.includes('42')",
+            timeout=VISIBLE_WITHIN_MS,
+        )
+        page.screenshot(path=str(tmp_path / "dashboard.png"), full_page=True)
+        browser.close()
+    print(f"the produced booking showed {seen_after * 1000:.0f} ms after the pipeline published")
+    local = (origin + "/", origin.replace("http://", "ws://") + "/")
+    assert requested and all(url.startswith(local) for url in requested), requested
