@@ -178,9 +178,9 @@ def read_mix(urls: list[str], keys: list[str], seconds: float) -> tuple[float, f
     return stats.p50_ms, stats.p99_ms
 
 
-def copy_workload(workload: Workload) -> Project:
-    """log/ and snapshots/ of a built workload under .bench/fresh-<name>/, new ports."""
-    fresh = Workload(workload.customers, workload.events, BENCH_DIR / f"fresh-{workload.name}")
+def copy_workload(workload: Workload, prefix: str = "fresh") -> Project:
+    """log/ and snapshots/ of a built workload under .bench/<prefix>-<name>/, new ports."""
+    fresh = Workload(workload.customers, workload.events, BENCH_DIR / f"{prefix}-{workload.name}")
     fresh.reset()
     for folder in ("log", "snapshots"):
         shutil.copytree(workload.root / folder, fresh.root / folder)
@@ -228,10 +228,10 @@ def measure(workload: Workload, rate: int, seconds: float, logs: Path) -> Freshn
         busy = sorted(visibility(during, polls))
         result.not_visible = len(producer.appends) - len(delays) - len(busy)
         if delays:
-            result.visible_p50_s = round(percentile(delays, 0.5), 3)
-            result.visible_p99_s = round(percentile(delays, 0.99), 3)
+            result.visible_p50_s = round(percentile(delays, 50), 3)
+            result.visible_p99_s = round(percentile(delays, 99), 3)
         if busy:
-            result.visible_during_reads_p50_s = round(percentile(busy, 0.5), 3)
+            result.visible_during_reads_p50_s = round(percentile(busy, 50), 3)
         batches = [
             (int(m.group(2)), float(m.group(3)))
             for m in BATCH_LINE.finditer(pipeline_log.read_bytes())
