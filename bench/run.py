@@ -31,7 +31,7 @@ from urllib.parse import quote
 
 import orjson
 
-from bench import freshness, queries, report, versus
+from bench import freshness, queries, report, subscriptions, versus
 from bench.driver import (
     Stats,
     batch_operation,
@@ -96,6 +96,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--skip-freshness", action="store_true", help="skip the continuous pipeline's freshness"
     )
     parser.add_argument("--rate", type=int, default=1000, help="freshness: events per second")
+    parser.add_argument(
+        "--skip-subscriptions", action="store_true", help="skip the subscriptions' delivery"
+    )
     args = parser.parse_args(argv)
     quick = args.quick
     args.customers = args.customers or (100_000 if quick else DEFAULT_CUSTOMERS)
@@ -120,6 +123,7 @@ class Results:
     peer: dict[str, Any] = field(default_factory=dict)
     memory: dict[str, Any] = field(default_factory=dict)
     freshness: list[freshness.Freshness] = field(default_factory=list)
+    live: subscriptions.Live | None = None
     comparisons: list[report.Comparison] = field(default_factory=list)
 
     def find(self, rows: list[Stats], name: str) -> Stats | None:
@@ -141,6 +145,7 @@ class Results:
             "peer": self.peer,
             "memory": self.memory,
             "freshness": [f.as_dict() for f in self.freshness],
+            "subscriptions": self.live.as_dict() if self.live else None,
             "comparisons": [c.as_dict() for c in self.comparisons],
         }
 
@@ -663,7 +668,41 @@ def comparisons(r: Results, timings: SparkTimings) -> list[report.Comparison]:
             "x",
             f"{rss_main} MiB vs {rss_small} MiB after the same warm-up",
         ),
-    ] + freshness_comparisons(r)  # fmt: skip
+    ] + freshness_comparisons(r) + live_comparisons(r)  # fmt: skip
+
+
+def live_comparisons(r: Results) -> list[report.Comparison]:
+    live = r.live
+    if live is None:
+        return []
+    detail = (
+        f"{live.subscriptions} subscriptions on node1 to keys it does not host, "
+        f"{live.rounds} rounds, {live.updates_received}/{live.updates_expected} updates, "
+        f"load {live.load}"
+    )
+    return [
+        at_least(
+            "subscription updates delivered per second (one node, p50 of rounds)",
+            live.updates_per_s_p50,
+            1000,
+            "/s",
+            f"slowest round {live.updates_per_s_min}/s; {detail}",
+        ),
+        at_most(
+            "switch on the owner -> update at a subscriber on another node, p50",
+            live.switch_to_subscriber_p50_s,
+            0.5,
+            "s",
+            f"p99 {live.switch_to_subscriber_p99_s} s",
+        ),
+        info(
+            "node memory per open subscription",
+            live.kib_per_subscription,
+            "KiB",
+            f"RSS growth over {live.subscriptions} subscriptions; "
+            f"{live.node_cpu_ms_per_update} ms of node CPU per update",
+        ),
+    ]
 
 
 def freshness_comparisons(r: Results) -> list[report.Comparison]:
@@ -806,6 +845,11 @@ def main(argv: list[str] | None = None) -> int:
             log(f"freshness: {w.name}, {args.rate} events/s for {seconds:g} s ...")
             results.freshness.append(freshness.measure(w, args.rate, seconds, logs))
             log("  " + json.dumps(results.freshness[-1].as_dict()))
+
+    if not args.skip_subscriptions:
+        log("subscriptions: 1000 on one node, 10 rounds of changes ...")
+        results.live = subscriptions.measure(small_w, 1000, 10, logs)
+        log("  " + json.dumps(results.live.as_dict()))
 
     results.comparisons = comparisons(results, timings)
     results.settings["total_s"] = round(time.monotonic() - started, 1)

@@ -129,7 +129,7 @@ class GatewayNode:
         return NodeStatus(
             node=self.id,
             partitions={
-                p: PartitionState(s.version, s.offsets, s.created_ms)
+                p: PartitionState(s.version, s.offsets, s.created_ms, s.served_ms)
                 for p, s in sorted(self.catalog.current().items())
             },
             sync_errors=dict(self.sync.errors),

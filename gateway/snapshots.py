@@ -16,6 +16,7 @@ import itertools
 import logging
 import os
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -53,6 +54,7 @@ class Snapshot:
     overlay: Overlay | None
     layers: tuple[LocalLayer, ...]  # the chain it serves, base first
     tables: dict[str, LayeredTable] = field(default_factory=dict)  # answerable from memory
+    served_ms: int = field(default_factory=lambda: int(time.time() * 1000))  # installed at
     leases: int = 0
     retired: bool = False
     released: bool = False

@@ -17,7 +17,8 @@ class PartitionState:
 
     version: int
     offsets: dict[str, int]  # topic -> next offset to read
-    created_ms: int
+    created_ms: int  # when the pipeline built it
+    served_ms: int  # when this replica began serving it
 
 
 @dataclass
@@ -52,6 +53,7 @@ class NodeStatus:
                         version=int(s["version"]),
                         offsets={str(t): int(o) for t, o in s["offsets"].items()},
                         created_ms=int(s["created_ms"]),
+                        served_ms=int(s["served_ms"]),
                     )
                     for p, s in raw["partitions"].items()
                 },

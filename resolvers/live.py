@@ -38,6 +38,10 @@ from resolvers.plans import PlanCache
 
 log = logging.getLogger(__name__)
 EVALUATED_TOGETHER = 500  # cohorts per shared batch: bounds one internal request's size
+_INTERNAL = {
+    "message": "the subscription could not be evaluated",
+    "extensions": {"code": "INTERNAL_SERVER_ERROR"},
+}
 
 
 @dataclass(frozen=True)
@@ -186,20 +190,17 @@ class Hub:
         )
 
     async def join(self, operation: Operation, subscriber: Subscriber) -> None:
-        """Subscribe: the cohort's latest result is offered at once (evaluated first when
-        the cohort is new). Raises Refused when its first evaluation was refused
-        (variables that do not fit, a limit)."""
+        """Subscribe: the cohort's latest result is offered at once (a new cohort is
+        evaluated first, with whatever else is due). Raises Refused when its first
+        evaluation was refused (variables that do not fit, a limit)."""
         cohort = self.cohorts.get(operation.key)
         if cohort is None:
             cohort = self.cohorts[operation.key] = Cohort(operation)
-            cohort.subscribers.add(subscriber)
-            self._count()
-            await self._evaluate([cohort])
-            cohort.evaluated.set()
-        else:
-            cohort.subscribers.add(subscriber)
-            self._count()
-            await cohort.evaluated.wait()
+            self._due.add(cohort)
+            self._wake.set()
+        cohort.subscribers.add(subscriber)
+        self._count()
+        await cohort.evaluated.wait()
         if cohort.failed is not None:
             self.leave(operation, subscriber)
             raise Refused(cohort.failed)
@@ -256,13 +257,18 @@ class Hub:
                 for cohort, outcome in zip(chunk, outcomes, strict=True):
                     if isinstance(outcome, BaseException):
                         log.error("a subscription failed to evaluate", exc_info=outcome)
-                        continue
-                    result, context = outcome
-                    update = cohort.settle(result, context)
-                    if update is not None:
-                        for subscriber in cohort.subscribers:
-                            subscriber.offer(update)
+                        if cohort.latest is None:
+                            cohort.failed = [_INTERNAL]
+                    else:
+                        self._push(cohort, cohort.settle(*outcome))
+                    cohort.evaluated.set()
         self.counts.evaluations += len(cohorts)
+
+    @staticmethod
+    def _push(cohort: Cohort, update: Update | None) -> None:
+        if update is not None:
+            for subscriber in cohort.subscribers:
+                subscriber.offer(update)
 
     async def _run(self, cohort: Cohort, context: Context) -> tuple[ExecutionResult, Context]:
         operation = cohort.operation
