@@ -22,6 +22,7 @@ from contracts.positions import decode_token, encode_token
 from contracts.snapshot_file import relative_path
 from gateway.peers import PeerClient
 from gateway.snapshots import SnapshotCatalog
+from gateway.switches import Switches
 from gateway.sync import SnapshotSync
 from spark_pipeline import job
 from stategate.launcher import Processes, free_ports, store_command
@@ -294,7 +295,7 @@ def test_a_damaged_version_waits_for_a_backoff_before_it_is_fetched_again(
     async def main() -> None:
         peers = PeerClient(project.cluster.secret, project.settings)
         try:
-            sync = SnapshotSync(project, "node1", catalog, peers)
+            sync = SnapshotSync(project, "node1", catalog, peers, Switches())
             assert set(await sync.run_once()) == set(hosted) - {damaged}
             assert "checksum mismatch" in sync.errors[damaged]
             assert sync.errors[damaged].endswith("(attempt 1, next in 2 s)")
