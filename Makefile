@@ -16,7 +16,8 @@ setup: $(VENV)/.installed
 
 # The dashboard's test drives Debian's Chromium (installed as root when missing).
 browser:
-	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
+	@command -v chromium >/dev/null || (apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
 
 demo: setup
 	$(PY) -m stategate.cli demo
