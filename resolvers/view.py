@@ -8,7 +8,7 @@ from typing import Any, cast
 
 import orjson
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import HTMLResponse, Response
 from starlette.types import Message, Receive, Scope, Send
 from strawberry.asgi import GraphQL
 from strawberry.http import GraphQLHTTPResponse
@@ -24,11 +24,15 @@ _PLAIN_KEYS = {"query", "variables", "operationName"}
 
 
 class GraphQLView(GraphQL[Context, None]):
-    def __init__(self, node: GatewayNode) -> None:
+    def __init__(self, node: GatewayNode, playground: str) -> None:
         schema = build_schema(node.project)
         super().__init__(schema)
         self.node = node
         self.plans = PlanCache(schema, node.project.settings)
+        self.playground = playground  # the GraphiQL page a browser's GET /graphql gets
+
+    async def render_graphql_ide(self, request: Request) -> Response:
+        return HTMLResponse(self.playground)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] != "POST" or not _json(scope):

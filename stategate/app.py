@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -26,6 +27,19 @@ from resolvers.view import GraphQLView
 
 CORS_MAX_AGE_S = 600  # how long a browser may cache a preflight's answer
 STATIC = Path(__file__).parent / "static"  # client libraries pages load from the node
+PLAYGROUND = Path(__file__).parent / "playground.html"  # GraphiQL, on assets from STATIC
+PLAYGROUND_QUERY = """# Every store's fields are in the Docs and Explorer panes; any query field
+# can also be run as a subscription (over WebSocket, on this same URL).
+{
+  stores { name kind topic keyType columns { name type } }
+}
+"""
+
+
+def playground(query: str = PLAYGROUND_QUERY) -> str:
+    """The GraphiQL page, with `query` as the editor's default."""
+    default = json.dumps(query).replace("<", "\\u003c")  # no "</script>" inside the script
+    return PLAYGROUND.read_text().replace("__DEFAULT_QUERY__", default)
 
 
 class PostsFirst:
@@ -57,7 +71,7 @@ def create_app(project: Project, node_id: str) -> ASGIApp:
         await hub.stop()
         await node.stop()
 
-    view = GraphQLView(node)
+    view = GraphQLView(node, playground())
     hub = Hub(node, view.plans.schema, view.plans)
     checker = Checker(view.plans.schema, project.settings)
 

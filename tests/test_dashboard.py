@@ -9,6 +9,7 @@ import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 from playwright.sync_api import Page, sync_playwright
@@ -126,5 +127,51 @@ def test_the_dashboard_is_local_and_shows_a_produced_booking(
         page.screenshot(path=str(tmp_path / "dashboard.png"), full_page=True)
         browser.close()
     print(f"the produced booking showed {seen_after * 1000:.0f} ms after the pipeline published")
+    local = (origin + "/", origin.replace("http://", "ws://") + "/")
+    assert requested and all(url.startswith(local) for url in requested), requested
+
+
+def response_pane(page: Page) -> str:
+    return str(page.evaluate("document.querySelector('.graphiql-response').innerText"))
+
+
+def test_the_playground_is_local_and_its_subscription_shows_a_produced_booking(
+    cluster: Nodes, spark: SparkSession
+) -> None:
+    """GraphiQL from the node's own assets: a subscription run from the editor shows the
+    oracle's count, then the count after a booking produced during the test."""
+    project = cluster.project
+    origin = cluster.url(cluster.ids[2])
+    key = WATCHED[7]
+    query = f'subscription {{ customerTotals(key: "{key}") {{ record {{ bookings }} }} }}'
+    requested: list[str] = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page()
+        page.on("request", lambda request: requested.append(request.url))
+        page.on("websocket", lambda socket: requested.append(socket.url))
+        page.goto(f"{origin}/graphql?q={quote(query)}")
+        page.click(".graphiql-execute-button", timeout=15_000)
+        count = bookings_of(project)[key]
+        page.wait_for_function(
+            "document.querySelector('.graphiql-response').innerText"
+            f".includes('\"bookings\": {count}')",
+            timeout=15_000,
+        )
+        value = {"trip": "Köln→Bonn", "price": 19.9, "seats": 1}
+        eventlog.produce(
+            project.log_dir,
+            project.topics["bookings"],
+            project.cluster.partitions,
+            [eventlog.Record(key, value, eventlog.now_ms())],
+        )
+        job.run(project, spark)
+        page.wait_for_function(
+            "document.querySelector('.graphiql-response').innerText"
+            f".includes('\"bookings\": {count + 1}')",
+            timeout=VISIBLE_WITHIN_MS,
+        )
+        assert bookings_of(project)[key] == count + 1, response_pane(page)
+        browser.close()
     local = (origin + "/", origin.replace("http://", "ws://") + "/")
     assert requested and all(url.startswith(local) for url in requested), requested
