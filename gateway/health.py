@@ -52,6 +52,10 @@ class Membership:
         peer = self.peers.get(node_id)
         return peer is None or peer.alive
 
+    def beliefs(self) -> dict[str, bool]:
+        """Each peer: alive or not, as this node believes."""
+        return {peer.id: peer.alive for peer in self.peers.values()}
+
     def cheap_to_ask(self, node_id: str) -> bool:
         """Alive, or down for a fast failure (refused, reset) rather than a timeout."""
         peer = self.peers.get(node_id)

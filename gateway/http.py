@@ -1,6 +1,7 @@
 """A node's HTTP endpoints besides GraphQL: /internal/* for peers and the pipeline (cluster
 secret required), /cluster for smart clients and proxies, /health (liveness: the process
-answers) and /ready (readiness: it serves a snapshot of every partition it hosts).
+answers), /ready (readiness: it serves a snapshot of every partition it hosts) and /metrics
+(Prometheus, gateway/metrics.py).
 
 Errors share one shape, contracts.errors.error_document: UNAUTHENTICATED (401), BAD_REQUEST
 (400) for a body that is not the internal protocol, STORE_UNREACHABLE (502), NOT_READY (503).
@@ -11,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 import orjson
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -79,6 +81,9 @@ def node_routes(node: GatewayNode) -> list[Route]:
     async def cluster_map(request: Request) -> Response:
         return Response(node.partition_map().to_json(), media_type="application/json")
 
+    async def metrics(request: Request) -> Response:
+        return Response(node.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+
     async def health(request: Request) -> Response:
         return JSONResponse({"node": node.id, "status": "ok"})
 
@@ -95,6 +100,7 @@ def node_routes(node: GatewayNode) -> list[Route]:
     return [
         Route("/cluster", cluster_map),
         Route("/health", health),
+        Route("/metrics", metrics),
         Route("/ready", ready),
         Route("/internal/query", internal(query), methods=["POST"]),
         Route("/internal/status", internal(status)),

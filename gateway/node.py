@@ -14,6 +14,7 @@ from contracts.project import Project
 from gateway import execution
 from gateway.batching import RequestBatch
 from gateway.health import Membership
+from gateway.metrics import NodeMetrics, NodeState
 from gateway.peers import PeerClient
 from gateway.queries import Answer, SubQuery
 from gateway.routing import Router
@@ -51,9 +52,17 @@ class GatewayNode:
         self.switches = Switches()
         self.membership = Membership(project, node_id, self.peers, self.switches)
         self.sync = SnapshotSync(project, node_id, self.catalog, self.peers, self.switches)
+        self.metrics = NodeMetrics()
         self.router = Router(
-            project, node_id, self.membership, self.peers, self.execute_local, self._local_offsets
+            project,
+            node_id,
+            self.membership,
+            self.peers,
+            self.execute_local,
+            self._local_offsets,
+            self.metrics,
         )
+        self.metrics.watch(NodeState(self.status, self._lag, self.membership.beliefs))
         self.pool = ThreadPoolExecutor(settings.query_threads, thread_name_prefix="query")
         self.internal_requests = 0
         self.live = LiveCounts()

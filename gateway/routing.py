@@ -25,6 +25,7 @@ from contracts.errors import Failure
 from contracts.positions import satisfies
 from contracts.project import Project
 from gateway.health import Membership
+from gateway.metrics import NodeMetrics
 from gateway.peers import PeerClient, PeerError, PeerRefused
 from gateway.protocol import ProtocolError, decode_answers, encode_request
 from gateway.queries import Answer, SubQuery
@@ -54,6 +55,7 @@ class Router:
         peers: PeerClient,
         local: Callable[[list[SubQuery]], Awaitable[list[Answer]]],
         local_offsets: Callable[[int], dict[str, int] | None],
+        metrics: NodeMetrics,
     ) -> None:
         self.project = project
         self.node_id = node_id
@@ -61,6 +63,7 @@ class Router:
         self.peers = peers
         self.local = local
         self.local_offsets = local_offsets
+        self.metrics = metrics
 
     async def execute(
         self, subqueries: list[SubQuery], authorization: str | None = None
@@ -90,6 +93,7 @@ class Router:
                 if not _hides(answer, done.get(answer.id)):
                     done[answer.id] = answer  # a failure stands unless a later one says more
                 if answer.failure is not None and answer.failure.retryable:
+                    self.metrics.failovers.labels(answer.node or "none", answer.failure).inc()
                     log.log(
                         logging.INFO if answer.failure in _ASKED_FOR else logging.WARNING,
                         "partition %s on %s failed (%s): %s",
@@ -159,12 +163,16 @@ class Router:
                 await self.peers.post(url, encode_request(subqueries), authorization)
             )
         except PeerRefused as exc:  # it is up, but did not answer these: fail them over
+            self.metrics.internal_calls.labels(node_id, "refused").inc()
             return _all_failed(subqueries, node_id, f"{node_id} {exc}")
         except ProtocolError as exc:  # not our protocol: another version, a proxy
+            self.metrics.internal_calls.labels(node_id, "garbage").inc()
             return _all_failed(subqueries, node_id, f"{node_id} answered garbage: {exc}")
         except PeerError as exc:
+            self.metrics.internal_calls.labels(node_id, "unreachable").inc()
             self.membership.mark_down(node_id, exc)
             return _all_failed(subqueries, node_id, f"{node_id} unreachable: {exc}")
+        self.metrics.internal_calls.labels(node_id, "ok").inc()
         self.membership.mark_up(node_id)
         return answers
 

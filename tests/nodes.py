@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 from pyspark.sql import SparkSession
 
 from contracts import project as projects
@@ -15,6 +16,8 @@ from contracts.project import Project
 from spark_pipeline import job
 from stategate.launcher import Processes, free_ports
 from tests.projects import produce_test_events, write_project
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
 class Nodes:
@@ -67,6 +70,17 @@ class Nodes:
         assert not body.get("errors"), body["errors"]
         return body["data"]
 
+    def metrics(self, node_id: str) -> Samples:
+        """The node's /metrics, parsed: (sample name, sorted labels) -> value."""
+        response = self.client.get(f"{self.url(node_id)}/metrics")
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/plain")
+        return {
+            (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(response.text)
+            for sample in family.samples
+        }
+
     def status(self, node_id: str) -> dict[str, Any]:
         response = self.client.get(
             f"{self.url(node_id)}/internal/status",
@@ -75,6 +89,11 @@ class Nodes:
         response.raise_for_status()
         body: dict[str, Any] = response.json()
         return body
+
+
+def metric(samples: Samples, name: str, **labels: str) -> float:
+    """One sample's value; 0 when the node has not counted it yet."""
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
 
 
 @dataclass

@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 
 from contracts.partitioner import partition_for
 from tests import oracle
-from tests.nodes import Served, serve
+from tests.nodes import Served, metric, serve
 
 QUERY = """query($keys: [String!]!) {
   totals: customerTotalsBatch(keys: $keys) {
@@ -102,6 +102,7 @@ def test_a_killed_node_costs_no_query_its_partitions_fail_over(cluster: Served) 
     data = ask(cluster, "node2", keys)
     served_by = {p["partition"]: p["node"] for p in data["totals"]["meta"]["partitions"]}
     assert {served_by[p] for p in (2, 5, 8)} == {"node1"}
+    assert metric(cluster.nodes.metrics("node2"), "stategate_peer_up", peer="node3") == 0
 
 
 def test_partitions_without_a_live_replica_fail_in_band(cluster: Served) -> None:
@@ -148,6 +149,7 @@ def test_a_hung_node_costs_one_timeout_then_is_skipped(cluster: Served) -> None:
     keys = sorted(expected_totals(cluster))
     timeout = cluster.project.settings.internal_timeout_s
     proc = cluster.nodes.processes.procs["node3"]
+    before = cluster.nodes.metrics("node2")
     proc.send_signal(signal.SIGSTOP)
     try:
         took = []
@@ -158,6 +160,13 @@ def test_a_hung_node_costs_one_timeout_then_is_skipped(cluster: Served) -> None:
             assert not data["totals"]["meta"]["partial"]
         assert took[0] >= timeout * 0.9, "the first request waits for node3 once"
         assert max(took[1:]) < timeout * 0.75, f"later requests skip node3: {took}"
+        # node2's metrics tell it too: a call to node3 that timed out, partitions moved on.
+        after = cluster.nodes.metrics("node2")
+        for name, labels in (
+            ("stategate_internal_calls_total", {"peer": "node3", "outcome": "unreachable"}),
+            ("stategate_failovers_total", {"peer": "node3", "reason": "NODE_UNAVAILABLE"}),
+        ):
+            assert metric(after, name, **labels) - metric(before, name, **labels) >= 1, name
     finally:
         proc.send_signal(signal.SIGCONT)
     deadline = time.monotonic() + 15

@@ -18,6 +18,7 @@ import uvloop
 from contracts import project as config
 from contracts.errors import Failure
 from gateway.health import Membership
+from gateway.metrics import NodeMetrics
 from gateway.peers import PeerClient, PeerError, PeerUnreachable
 from gateway.queries import Answer, Get, Range, SubQuery
 from gateway.routing import Router
@@ -59,7 +60,8 @@ def router_of_node1(project: config.Project, membership: Membership) -> Router:
     async def never_local(subqueries: list[SubQuery]) -> list[Answer]:
         raise AssertionError("node1 does not host this partition")
 
-    return Router(project, "node1", membership, membership.client, never_local, lambda p: None)
+    client = membership.client
+    return Router(project, "node1", membership, client, never_local, lambda p: None, NodeMetrics())
 
 
 def peers(project: config.Project) -> PeerClient:

@@ -16,6 +16,7 @@ from contracts.positions import Position
 from contracts.project import Project, Store, load
 from gateway.batching import Consistency, Outcome, RequestBatch, Work
 from gateway.health import Membership
+from gateway.metrics import NodeMetrics
 from gateway.peers import PeerClient
 from gateway.queries import Answer, Get, Prefix, Query, Range, SubQuery, Windows, WindowsOfKey
 from gateway.routing import Router
@@ -49,7 +50,13 @@ class Node:
             try:
                 membership = Membership(self.project, "node1", peers, Switches())
                 router = Router(
-                    self.project, "node1", membership, peers, self.local, lambda p: None
+                    self.project,
+                    "node1",
+                    membership,
+                    peers,
+                    self.local,
+                    lambda p: None,
+                    NodeMetrics(),
                 )
                 batch = RequestBatch(router, self.project.cluster.partitions, log_end)
                 outcomes = await batch.run(works)
