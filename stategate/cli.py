@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import json
 import signal
 import sys
@@ -22,9 +23,19 @@ from stategate import demo, logs
 Command = Callable[[Project, argparse.Namespace], int]
 
 
+NEEDS_SPARK = ("demo", "pipeline")
+NO_SPARK = (
+    "stategate: {} needs Spark, which a node's install leaves out: "
+    "pip install 'stategate[pipeline]'"
+)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    if args.command in NEEDS_SPARK and importlib.util.find_spec("pyspark") is None:
+        print(NO_SPARK.format(f"`stategate {args.command}`"), file=sys.stderr)
+        return 2
     if args.command == "demo":
         return demo.run(
             Path(args.dir), args.customers, args.events, args.fresh, args.check, args.rate
