@@ -36,6 +36,13 @@ def coded(error: GraphQLError) -> dict[str, Any]:
     return formatted
 
 
+def outcome(result: ExecutionResult) -> str:
+    """ok, partial (data and errors) or error (no data), as the metrics count them."""
+    if not result.errors:
+        return "ok"
+    return "error" if result.data is None else "partial"
+
+
 def response(result: ExecutionResult) -> dict[str, Any]:
     """{"data", "errors"?, "extensions"?}, as GraphQL over HTTP answers it."""
     body: dict[str, Any] = {"data": result.data}

@@ -4,6 +4,7 @@ skips the view's per-request machinery and is answered from its plan."""
 
 from __future__ import annotations
 
+import time
 from typing import Any, cast
 
 import orjson
@@ -21,6 +22,9 @@ from resolvers.plans import PlanCache
 from resolvers.schema import build_schema
 
 _PLAIN_KEYS = {"query", "variables", "operationName"}
+# What the request's scope carries for the metrics (gateway/metrics.py).
+_OPERATION = "stategate.operation"
+_OUTCOME = "stategate.outcome"
 
 
 class GraphQLView(GraphQL[Context, None]):
@@ -32,10 +36,24 @@ class GraphQLView(GraphQL[Context, None]):
         self.playground = playground  # the GraphiQL page a browser's GET /graphql gets
 
     async def render_graphql_ide(self, request: Request) -> Response:
+        request.scope[_OUTCOME] = None  # a page, not a GraphQL request
         return HTMLResponse(self.playground)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST" or not _json(scope):
+        started = time.perf_counter()
+        scope[_OUTCOME] = "refused"  # until a result is made
+        if scope["method"] == "GET":
+            scope[_OPERATION] = Request(scope).query_params.get("operationName")
+        try:
+            await self._answer(scope, receive, send)
+        finally:
+            outcome = scope[_OUTCOME]
+            if outcome is not None:
+                seconds = time.perf_counter() - started
+                self.node.metrics.request(scope.get(_OPERATION), outcome, seconds)
+
+    async def _answer(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["method"] != "POST" or not _json(scope):
             await super().__call__(scope, receive, send)
             return
         body = await _read(receive)
@@ -54,6 +72,7 @@ class GraphQLView(GraphQL[Context, None]):
         if not isinstance(data, dict) or set(data) - _PLAIN_KEYS:
             return None
         query, variables, name = (data.get(k) for k in ("query", "variables", "operationName"))
+        request.scope[_OPERATION] = name if isinstance(name, str) else None
         if not (
             isinstance(query, str)
             and (variables is None or isinstance(variables, dict))
@@ -77,6 +96,7 @@ class GraphQLView(GraphQL[Context, None]):
         return Context.create(self.node, request.headers.get("authorization"))
 
     async def process_result(self, request: Any, result: ExecutionResult) -> GraphQLHTTPResponse:
+        request.scope[_OUTCOME] = results.outcome(result)
         return cast(GraphQLHTTPResponse, results.response(result))
 
 
