@@ -193,13 +193,16 @@ class Hub:
         """Subscribe: the cohort's latest result is offered at once (a new cohort is
         evaluated first, with whatever else is due). Raises Refused when its first
         evaluation was refused (variables that do not fit, a limit)."""
-        cohort = self.cohorts.get(operation.key)
+        key = operation.key
+        cohort = self.cohorts.get(key)
         if cohort is None:
-            cohort = self.cohorts[operation.key] = Cohort(operation)
+            cohort = self.cohorts[key] = Cohort(operation)
+            self.counts.cohorts += 1
             self._due.add(cohort)
             self._wake.set()
-        cohort.subscribers.add(subscriber)
-        self._count()
+        if subscriber not in cohort.subscribers:
+            cohort.subscribers.add(subscriber)
+            self.counts.subscriptions += 1
         await cohort.evaluated.wait()
         if cohort.failed is not None:
             self.leave(operation, subscriber)
@@ -212,14 +215,11 @@ class Hub:
         if cohort is None or subscriber not in cohort.subscribers:
             return
         cohort.subscribers.discard(subscriber)
+        self.counts.subscriptions -= 1
         if not cohort.subscribers:
             del self.cohorts[operation.key]
+            self.counts.cohorts -= 1
             self._due.discard(cohort)
-        self._count()
-
-    def _count(self) -> None:
-        self.counts.subscriptions = sum(len(c.subscribers) for c in self.cohorts.values())
-        self.counts.cohorts = len(self.cohorts)
 
     def _switched(self, partitions: frozenset[int]) -> None:
         for cohort in self.cohorts.values():
