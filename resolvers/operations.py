@@ -22,6 +22,7 @@ from graphql import (
 from graphql.utilities import get_operation_ast
 
 from contracts.settings import Settings
+from resolvers import results
 from resolvers.schema import limit_rules
 
 
@@ -34,7 +35,9 @@ class Refused(Exception):
 
     @classmethod
     def coded(cls, code: str, errors: list[GraphQLError]) -> Refused:
-        return cls([_coded(error, code) for error in errors])
+        for error in errors:
+            error.extensions = {**(error.extensions or {}), "code": code}
+        return cls([results.coded(error) for error in errors])
 
 
 @dataclass(frozen=True)
@@ -88,9 +91,3 @@ class _OnQuery(Visitor):
         if node.name.value != "Subscription":
             return None
         return NamedTypeNode(name=NameNode(value="Query"))
-
-
-def _coded(error: GraphQLError, code: str) -> dict[str, Any]:
-    formatted: dict[str, Any] = dict(error.formatted)
-    formatted["extensions"] = {**(error.extensions or {}), "code": code}
-    return formatted
