@@ -73,10 +73,11 @@ class Socket:
     def close(self) -> None:
         self._stack.close()
 
-    def closed_with(self, timeout: float = 10) -> int | None:
-        """The close code the server sent, once it closes the connection."""
-        try:
-            while True:
-                self.ws.recv(timeout=timeout)
-        except ConnectionClosed as closed:
-            return closed.rcvd.code if closed.rcvd else None
+
+def closed_code(ws: ClientConnection, timeout: float = 10) -> int | None:
+    """The close code the server sent, once it closes the connection."""
+    try:
+        while True:
+            ws.recv(timeout=timeout)
+    except ConnectionClosed as closed:
+        return closed.rcvd.code if closed.rcvd else None

@@ -70,6 +70,14 @@ def bookings_of(project: Project) -> dict[str, int]:
     return {row[0]: row[1] for part in rows for row in part}
 
 
+def book(project: Project, key: str, value: dict[str, object]) -> None:
+    """Produce one booking now, as a producer would."""
+    record = eventlog.Record(key, value, eventlog.now_ms())
+    eventlog.produce(
+        project.log_dir, project.topics["bookings"], project.cluster.partitions, [record]
+    )
+
+
 def shown(page: Page) -> dict[str, int]:
     rows = page.query_selector_all("#customers tbody tr")
     return {
@@ -103,14 +111,7 @@ def test_the_dashboard_is_local_and_shows_a_produced_booking(
         page.wait_for_function(
             "document.querySelector('.selected-key').textContent.includes('" + key + "')"
         )
-        topic = project.topics["bookings"]
-        value = {"trip": "Berlin→Hamburg", "price": 42.0, "seats": 2}
-        eventlog.produce(
-            project.log_dir,
-            topic,
-            project.cluster.partitions,
-            [eventlog.Record(key, value, eventlog.now_ms())],
-        )
+        book(project, key, {"trip": "Berlin→Hamburg", "price": 42.0, "seats": 2})
         job.run(project, spark)  # publishes, then tells the nodes
         published = time.monotonic()
         page.wait_for_function(
@@ -158,13 +159,7 @@ def test_the_playground_is_local_and_its_subscription_shows_a_produced_booking(
             f".includes('\"bookings\": {count}')",
             timeout=15_000,
         )
-        value = {"trip": "Köln→Bonn", "price": 19.9, "seats": 1}
-        eventlog.produce(
-            project.log_dir,
-            project.topics["bookings"],
-            project.cluster.partitions,
-            [eventlog.Record(key, value, eventlog.now_ms())],
-        )
+        book(project, key, {"trip": "Köln→Bonn", "price": 19.9, "seats": 1})
         job.run(project, spark)
         page.wait_for_function(
             "document.querySelector('.graphiql-response').innerText"

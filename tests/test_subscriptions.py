@@ -15,7 +15,7 @@ from typing import Any
 import psutil
 import pytest
 from pyspark.sql import SparkSession
-from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
 from contracts import eventlog
@@ -23,7 +23,7 @@ from contracts.eventlog import Record
 from contracts.partitioner import partition_for
 from spark_pipeline import job
 from tests import oracle
-from tests.live import Socket
+from tests.live import Socket, closed_code
 from tests.nodes import Served, serve
 from tests.projects import START_MS
 
@@ -358,14 +358,6 @@ def test_protocol_mistakes_close_with_the_protocols_codes(cluster: Served) -> No
     socket.send({"type": "ping"})
     assert socket.receive() == {"type": "pong"}
     socket.close()
-
-
-def closed_code(ws: Any) -> int | None:
-    try:
-        while True:
-            ws.recv(timeout=10)
-    except ConnectionClosed as closed:
-        return closed.rcvd.code if closed.rcvd else None
 
 
 def test_a_subscription_posted_over_http_is_refused_with_a_code(cluster: Served) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import httpx
 import pytest
 
 from contracts import project as projects
-from stategate.launcher import free_ports
+from stategate.launcher import free_ports, wait_healthy, wait_serving
 from tests import oracle
 from tests.nodes import Served
 from tests.projects import write_project
@@ -74,7 +73,8 @@ def test_a_node_installed_from_the_wheel_serves_without_spark(
             [*command, "node1"], cwd=node_project.parent, stdout=out, stderr=subprocess.STDOUT
         )
     try:
-        _wait_ready(url, node)
+        wait_healthy(url, node)
+        wait_serving(project, ["node1"])
         expected = oracle.expected_store(served.project, "customerTotals")
         keys = sorted(row[0] for part in expected.values() for row in part)[:50]
         query = (
@@ -94,16 +94,3 @@ def test_a_node_installed_from_the_wheel_serves_without_spark(
         # uvicorn shuts down cleanly, then exits by the signal it caught.
         assert node.wait(30) in (0, -signal.SIGTERM)
     assert b"Application shutdown complete" in log.read_bytes()
-
-
-def _wait_ready(url: str, node: subprocess.Popen[bytes], timeout_s: float = 90) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        assert node.poll() is None, "the node installed from the wheel exited"
-        try:
-            if httpx.get(f"{url}/ready", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.3)
-    raise AssertionError("the node installed from the wheel never became ready")
