@@ -36,7 +36,7 @@ import orjson
 from bench.driver import graphql_operation, http_client, percentile, run_async
 from bench.procs import NodeProcesses
 from bench.queries import body
-from bench.workload import BENCH_DIR, Workload
+from bench.workload import BENCH_DIR, NAMES, Workload
 from contracts import eventlog
 from contracts.eventlog import Record
 from contracts.partitioner import partition_for
@@ -267,13 +267,12 @@ def _wait_following(follow: subprocess.Popen[bytes], log: Path, timeout_s: float
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--workload", default="main", choices=["main", "small"])
+    parser.add_argument("--workload", default="main", choices=NAMES)
     parser.add_argument("--rate", type=int, default=1000, help="events per second")
     parser.add_argument("--seconds", type=float, default=60)
     args = parser.parse_args(argv)
-    sizes = {"main": (1_000_000, 5_000_000), "small": (100_000, 500_000)}
-    workload = Workload.named(*sizes[args.workload])
-    if not workload.is_built():
+    workload = Workload.built(args.workload)
+    if workload is None:
         print(f"build the {args.workload} workload first: python -m bench.run", file=sys.stderr)
         return 2
     result = measure(workload, args.rate, args.seconds, BENCH_DIR / "logs")

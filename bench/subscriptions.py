@@ -38,7 +38,7 @@ import websockets
 from bench.driver import percentile
 from bench.freshness import copy_workload
 from bench.procs import NodeProcesses
-from bench.workload import BENCH_DIR, Workload
+from bench.workload import BENCH_DIR, NAMES, Workload
 from contracts import eventlog
 from contracts.auth import secret_headers
 from contracts.eventlog import Record
@@ -239,13 +239,12 @@ def main(argv: list[str] | None = None) -> int:
         asyncio.run(subscribe(argv[1], Path(argv[2])))
         return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--workload", default="small", choices=["main", "small"])
+    parser.add_argument("--workload", default="small", choices=NAMES)
     parser.add_argument("--subscriptions", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=10)
     args = parser.parse_args(argv)
-    sizes = {"main": (1_000_000, 5_000_000), "small": (100_000, 500_000)}
-    workload = Workload.named(*sizes[args.workload])
-    if not workload.is_built():
+    workload = Workload.built(args.workload)
+    if workload is None:
         print(f"build the {args.workload} workload first: python -m bench.run", file=sys.stderr)
         return 2
     result = measure(workload, args.subscriptions, args.rounds, BENCH_DIR / "logs")

@@ -49,6 +49,7 @@ END_MS = 1_767_830_400_000  # 2026-01-08T00:00:00Z: the generated week ends here
 DEFAULT_CUSTOMERS = 1_000_000
 DEFAULT_EVENTS = 5_000_000
 _NAMES = {(DEFAULT_CUSTOMERS, DEFAULT_EVENTS): "main", (100_000, 500_000): "small"}
+NAMES = tuple(_NAMES.values())
 
 
 @dataclass
@@ -62,6 +63,13 @@ class Workload:
     def named(cls, customers: int, events: int) -> Workload:
         name = _NAMES.get((customers, events), f"c{customers}-e{events}")
         return cls(customers, events, BENCH_DIR / name)
+
+    @classmethod
+    def built(cls, name: str) -> Workload | None:
+        """The workload `bench.run` builds under that name ("main", "small"), if built."""
+        sizes = next(size for size, known in _NAMES.items() if known == name)
+        workload = cls.named(*sizes)
+        return workload if workload.is_built() else None
 
     @property
     def name(self) -> str:
