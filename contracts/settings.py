@@ -37,6 +37,26 @@ class Settings:
         1024,
     )
     max_query_depth: int = _setting(8, "deepest nesting of a GraphQL document's selections", 2)
+    max_document_tokens: int = _setting(
+        50_000, "most tokens of a GraphQL document; a longer one is refused while parsed", 100
+    )
+    max_request_cost: int = _setting(
+        100_000,
+        "most values a request's response may hold, estimated from the document and "
+        "variables before any work (README: Limits); more is refused (COST_LIMIT_EXCEEDED)",
+        1,
+    )
+    max_response_bytes: int = _setting(
+        16_000_000,
+        "largest response body; a larger result is replaced by RESPONSE_TOO_LARGE",
+        1024,
+    )
+    request_timeout_s: float = _setting(
+        10.0, "longest a request may run; then it is stopped (DEADLINE_EXCEEDED)", 0.01
+    )
+    max_batch_size: int = _setting(
+        10, "most operations in one batched request (a JSON array); 0 turns batching off", 0
+    )
     internal_timeout_s: float = _setting(
         2.0, "timeout of one internal call; a dead node costs at most this", 0.01
     )

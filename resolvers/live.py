@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-import strawberry
 from strawberry.types import ExecutionResult
 
 from contracts.errors import GatewayError
@@ -33,8 +32,7 @@ from contracts.positions import Position, encode_token
 from gateway.node import GatewayNode
 from resolvers import results
 from resolvers.context import Context, batch_loader
-from resolvers.operations import Refused
-from resolvers.plans import PlanCache
+from resolvers.operations import Operations, Prepared, Refused
 
 log = logging.getLogger(__name__)
 EVALUATED_TOGETHER = 500  # cohorts per shared batch: bounds one internal request's size
@@ -46,18 +44,17 @@ _INTERNAL = {
 
 @dataclass(frozen=True)
 class Operation:
-    """A subscription as the client asked it, with its document rewritten as the query it
-    mirrors (resolvers/operations.py)."""
+    """A subscription as the client asked it, checked (its document rewritten as the query
+    it mirrors, resolvers/operations.py)."""
 
-    query: str
+    prepared: Prepared
     variables: dict[str, Any] | None
-    operation_name: str | None
     authorization: str | None
 
     @property
     def key(self) -> tuple[str, str | None, bytes, str | None]:
         variables = orjson.dumps(self.variables, option=orjson.OPT_SORT_KEYS)
-        return (self.query, self.operation_name, variables, self.authorization)
+        return (self.prepared.query, self.prepared.name, variables, self.authorization)
 
 
 @dataclass(frozen=True)
@@ -160,10 +157,9 @@ def _tree(position: Position) -> dict[str, dict[str, int]]:
 class Hub:
     """A node's cohorts, and the task that evaluates those a switch made due."""
 
-    def __init__(self, node: GatewayNode, schema: strawberry.Schema, plans: PlanCache) -> None:
+    def __init__(self, node: GatewayNode, operations: Operations) -> None:
         self.node = node
-        self.schema = schema
-        self.plans = plans
+        self.operations = operations
         self.cohorts: dict[tuple[str, str | None, bytes, str | None], Cohort] = {}
         self.counts = node.live
         self._due: set[Cohort] = set()
@@ -272,11 +268,4 @@ class Hub:
 
     async def _run(self, cohort: Cohort, context: Context) -> tuple[ExecutionResult, Context]:
         operation = cohort.operation
-        return await results.run(
-            self.schema,
-            self.plans,
-            context,
-            operation.query,
-            operation.variables,
-            operation.operation_name,
-        )
+        return await self.operations.execute(operation.prepared, context, operation.variables)

@@ -1,11 +1,22 @@
-"""A document sent over the WebSocket: parsed, validated against the schema with the node's
-limits, its operation picked, and a subscription rewritten as the query it mirrors (the
-Subscription type has the Query type's fields, resolvers/schema.py)."""
+"""A GraphQL operation from its text to its result, the same over every transport (HTTP,
+WebSocket, subscriptions re-evaluated).
+
+The text is parsed once (a bounded number of tokens), its operation picked, its shape
+measured (resolvers/cost.py) and the request refused above the node's limits before any
+other work; then the document is validated once, and the operation runs, by its compiled
+plan (resolvers/plans.py) or graphql-core's executor, within the request deadline. A
+subscription runs as the query it mirrors (the Subscription type has the Query type's
+fields, resolvers/schema.py). Every refusal is a Refused with coded errors.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import inspect
+from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Generic, TypeVar, cast
 
 import graphql
 import strawberry
@@ -19,11 +30,19 @@ from graphql import (
     Visitor,
     specified_rules,
 )
-from graphql.utilities import get_operation_ast
+from strawberry.types import ExecutionResult
+from strawberry.execution import optimized_is_awaitable
 
 from contracts.settings import Settings
 from resolvers import results
-from resolvers.schema import limit_rules
+from resolvers.completion import PlainRecordExecutionContext
+from resolvers.context import Context
+from resolvers.cost import Shape, shape
+from resolvers.plans import PlanCache
+from resolvers.schema import response_extensions
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 class Refused(Exception):
@@ -39,37 +58,181 @@ class Refused(Exception):
             error.extensions = {**(error.extensions or {}), "code": code}
         return cls([results.coded(error) for error in errors])
 
+    @classmethod
+    def one(cls, code: str, message: str, **details: Any) -> Refused:
+        return cls.coded(code, [GraphQLError(message, extensions=details)])
+
 
 @dataclass(frozen=True)
 class Prepared:
+    """An operation that passed every check: what runs, and what it is."""
+
+    query: str  # the text as sent
+    name: str | None
     kind: OperationType
-    query: str  # the document to run as a query operation
+    document: DocumentNode  # a subscription's rewritten as the query it mirrors
+    cost: int
 
 
-class Checker:
-    def __init__(self, schema: strawberry.Schema, settings: Settings) -> None:
-        self.schema = schema._schema
-        self.rules = [*specified_rules, *limit_rules(settings)]
+class _Cache(Generic[K, V]):
+    """An LRU of `size` entries, filled by `make`."""
 
-    def prepare(self, query: str, operation_name: str | None) -> Prepared:
+    def __init__(self, size: int, make: Callable[[K], V]) -> None:
+        self.size = size
+        self.make = make
+        self._entries: OrderedDict[K, V] = OrderedDict()
+
+    def __call__(self, key: K) -> V:
         try:
-            document = graphql.parse(query)
-        except GraphQLError as error:
-            raise Refused.coded("GRAPHQL_PARSE_FAILED", [error]) from None
-        errors = graphql.validate(self.schema, document, self.rules)
-        if errors:
-            raise Refused.coded("GRAPHQL_VALIDATION_FAILED", errors)
-        operation = get_operation_ast(document, operation_name)
-        if operation is None:
+            self._entries.move_to_end(key)
+            return self._entries[key]
+        except KeyError:
+            value = self._entries[key] = self.make(key)
+            if len(self._entries) > self.size:
+                self._entries.popitem(last=False)
+            return value
+
+
+@dataclass(frozen=True)
+class _Picked:
+    operation: OperationDefinitionNode | None
+    shape: Shape | GraphQLError | None
+    document: DocumentNode
+
+
+class Operations:
+    def __init__(self, schema: strawberry.Schema, settings: Settings) -> None:
+        self.schema = schema
+        self.settings = settings
+        self.core = schema._schema
+        assert self.core.query_type is not None
+        self.fields = self.core.query_type.fields
+        self.rules = list(specified_rules)
+        self.plans = PlanCache(schema, settings)
+        size = max(1, settings.document_cache_size)
+        self._parsed = _Cache(size, self._parse)
+        self._picked = _Cache(size, self._pick)
+        self._errors = _Cache(size, self._validate)
+
+    def prepare(self, query: str, name: str | None, variables: dict[str, Any] | None) -> Prepared:
+        """The checked operation, or Refused: parse, pick, measure, validate."""
+        parsed = self._parsed(query)
+        if isinstance(parsed, GraphQLError):
+            raise Refused.coded("GRAPHQL_PARSE_FAILED", [parsed])
+        picked = self._picked((query, name))
+        if picked.operation is None:
             message = (
-                f"the document has no operation named {operation_name!r}"
-                if operation_name
+                f"the document has no operation named {name!r}"
+                if name
                 else "the document has several operations: name one (operationName)"
             )
-            raise Refused.coded("BAD_USER_INPUT", [GraphQLError(message)])
-        if operation.operation is OperationType.QUERY:
-            return Prepared(OperationType.QUERY, query)
-        return Prepared(operation.operation, graphql.print_ast(_as_query(document, operation)))
+            raise Refused.one("BAD_USER_INPUT", message)
+        cost = self._measure(picked.shape, variables or {})
+        errors = self._errors(query)
+        if errors:
+            raise Refused.coded("GRAPHQL_VALIDATION_FAILED", list(errors))
+        return Prepared(query, name, picked.operation.operation, picked.document, cost)
+
+    def kind(self, query: str, name: str | None) -> OperationType | None:
+        """The kind of the operation the request names, when the document has it."""
+        if isinstance(self._parsed(query), GraphQLError):
+            return None
+        operation = self._picked((query, name)).operation
+        return None if operation is None else operation.operation
+
+    async def execute(
+        self, prepared: Prepared, context: Context, variables: dict[str, Any] | None
+    ) -> tuple[ExecutionResult, Context]:
+        """Run a prepared operation within the deadline. Returns the result and the context
+        that made it (a fresh one when the compiled plan gave up)."""
+        deadline = self.settings.request_timeout_s
+        try:
+            async with asyncio.timeout(deadline):
+                return await self._run(prepared, context, variables)
+        except TimeoutError:
+            message = f"the request ran past request_timeout_s ({deadline} s) and was stopped"
+            error = GraphQLError(message, extensions={"code": "DEADLINE_EXCEEDED"})
+            return ExecutionResult(None, [error], response_extensions(context)), context
+
+    async def _run(
+        self, prepared: Prepared, context: Context, variables: dict[str, Any] | None
+    ) -> tuple[ExecutionResult, Context]:
+        plan = self.plans.get(prepared.query, prepared.name, prepared.document)
+        if plan is not None:
+            result = await plan.run(self.schema, context, variables)
+            if result is not None:
+                return result, context
+            context = context.again()
+        outcome = graphql.execute(
+            self.core,
+            prepared.document,
+            context_value=context,
+            variable_values=variables,
+            operation_name=prepared.name,
+            executor_class=PlainRecordExecutionContext,
+            is_awaitable=optimized_is_awaitable,
+        )
+        done = await outcome if inspect.isawaitable(outcome) else outcome
+        errors = done.errors
+        if errors and done.data is None:  # refused before any field ran: the variables
+            for error in errors:
+                if error.path is None:
+                    error.extensions = {**(error.extensions or {}), "code": "BAD_USER_INPUT"}
+        return ExecutionResult(done.data, errors, response_extensions(context)), context
+
+    def _measure(self, measured: Shape | GraphQLError | None, variables: dict[str, Any]) -> int:
+        if isinstance(measured, GraphQLError):
+            raise Refused.coded("GRAPHQL_VALIDATION_FAILED", [measured])
+        assert measured is not None
+        settings = self.settings
+        if measured.depth > settings.max_query_depth:
+            message = f"the document is {measured.depth} levels deep (max_query_depth is "
+            raise Refused.one("GRAPHQL_VALIDATION_FAILED", f"{message}{settings.max_query_depth})")
+        if measured.aliases > settings.max_keys_per_request:
+            raise Refused.one(
+                "GRAPHQL_VALIDATION_FAILED",
+                f"the document has {measured.aliases} aliases, fragments expanded "
+                f"(the limit is max_keys_per_request, {settings.max_keys_per_request})",
+            )
+        cost = measured.cost(self.fields, variables)
+        if cost > settings.max_request_cost:
+            raise Refused.one(
+                "COST_LIMIT_EXCEEDED",
+                f"the request may return {cost} values, over max_request_cost "
+                f"({settings.max_request_cost}): ask for fewer keys, smaller pages or "
+                "fewer aliases",
+                cost=cost,
+                limit=settings.max_request_cost,
+            )
+        return cost
+
+    def _parse(self, query: str) -> DocumentNode | GraphQLError:
+        try:
+            return graphql.parse(query, max_tokens=self.settings.max_document_tokens)
+        except GraphQLError as error:
+            return error
+        except RecursionError:
+            return GraphQLError("the document is nested too deeply to parse")
+
+    def _pick(self, key: tuple[str, str | None]) -> _Picked:
+        query, name = key
+        document = self._parsed(query)
+        assert not isinstance(document, GraphQLError)
+        operation = graphql.utilities.get_operation_ast(document, name)
+        if operation is None:
+            return _Picked(None, None, document)
+        try:
+            measured: Shape | GraphQLError = shape(operation, document.definitions)
+        except GraphQLError as error:
+            measured = error
+        if operation.operation is OperationType.SUBSCRIPTION:
+            document = _as_query(document, operation)
+        return _Picked(operation, measured, document)
+
+    def _validate(self, query: str) -> tuple[GraphQLError, ...]:
+        document = self._parsed(query)
+        assert not isinstance(document, GraphQLError)
+        return tuple(graphql.validate(self.core, document, self.rules))
 
 
 def _as_query(document: DocumentNode, operation: OperationDefinitionNode) -> DocumentNode:

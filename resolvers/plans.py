@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +35,6 @@ from graphql import (
     VariableDefinitionNode,
     is_non_null_type,
     located_error,
-    specified_rules,
 )
 from graphql.execution.collect_fields import FragmentDetails, collect_fields, collect_subfields
 from graphql.execution.get_variable_signature import (
@@ -58,7 +57,7 @@ from contracts.errors import GatewayError
 from contracts.settings import Settings
 from resolvers.completion import DEFINITION, Plan, PlanCompiler
 from resolvers.context import Context
-from resolvers.schema import limit_rules, response_extensions
+from resolvers.schema import response_extensions
 
 
 @dataclass(frozen=True)
@@ -297,33 +296,20 @@ class PlanCache:
     def __init__(self, schema: strawberry.Schema, settings: Settings) -> None:
         self.schema = schema
         self.size = settings.document_cache_size
-        self._rules = [*specified_rules, *limit_rules(settings)]
         self._plans: OrderedDict[tuple[str, str | None], OperationPlan | None] = OrderedDict()
 
-    def get(self, query: str, operation_name: str | None) -> OperationPlan | None:
+    def get(
+        self, query: str, operation_name: str | None, document: DocumentNode
+    ) -> OperationPlan | None:
+        """The plan of a validated document's operation (`query` is its text, the key)."""
         key = (query, operation_name)
         try:
             self._plans.move_to_end(key)
             return self._plans[key]
         except KeyError:
             pass
-        plan = self._compile(query, operation_name)
-        self._plans[key] = plan
+        plan = None if "@" in query else compile_plan(self.schema, document, operation_name)
+        self._plans[key] = plan  # directives (@skip, @include, @defer) bind at run time
         if len(self._plans) > self.size:
             self._plans.popitem(last=False)
         return plan
-
-    def _compile(self, query: str, operation_name: str | None) -> OperationPlan | None:
-        if "@" in query:  # directives (@skip, @include, @defer) bind at run time
-            return None
-        try:
-            document = graphql.parse(query)
-        except GraphQLError:
-            return None
-        if _invalid(self.schema, document, self._rules):
-            return None
-        return compile_plan(self.schema, document, operation_name)
-
-
-def _invalid(schema: strawberry.Schema, document: DocumentNode, rules: Sequence[Any]) -> bool:
-    return bool(graphql.validate(schema._schema, document, rules))

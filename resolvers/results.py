@@ -1,19 +1,16 @@
-"""One GraphQL operation run against the node, and its result in the response shape: the
-compiled plan when one covers the document (resolvers/plans.py), else Strawberry's general
-path; every error with one `extensions.code`."""
+"""A GraphQL result in the response shape: every error with one `extensions.code`, the body
+encoded once and capped at the node's largest response."""
 
 from __future__ import annotations
 
 import logging
 from typing import Any
 
-import strawberry
+import orjson
 from graphql import GraphQLError
 from strawberry.types import ExecutionResult
 
 from contracts.errors import GatewayError
-from resolvers.context import Context
-from resolvers.plans import PlanCache
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +40,12 @@ def outcome(result: ExecutionResult) -> str:
     return "error" if result.data is None else "partial"
 
 
+def request_error(result: ExecutionResult) -> bool:
+    """True when nothing ran: the variables did not fit the operation."""
+    errors = result.errors or ()
+    return result.data is None and any(error_code(e) == "BAD_USER_INPUT" for e in errors)
+
+
 def response(result: ExecutionResult) -> dict[str, Any]:
     """{"data", "errors"?, "extensions"?}, as GraphQL over HTTP answers it."""
     body: dict[str, Any] = {"data": result.data}
@@ -53,23 +56,14 @@ def response(result: ExecutionResult) -> dict[str, Any]:
     return body
 
 
-async def run(
-    schema: strawberry.Schema,
-    plans: PlanCache,
-    context: Context,
-    query: str,
-    variables: dict[str, Any] | None,
-    operation_name: str | None,
-) -> tuple[ExecutionResult, Context]:
-    """Run a query operation: its plan, or the general path when no plan answers it. Returns
-    the result and the context that made it (a fresh one when the plan gave up)."""
-    plan = plans.get(query, operation_name)
-    if plan is not None:
-        result = await plan.run(schema, context, variables)
-        if result is not None:
-            return result, context
-        context = context.again()
-    result = await schema.execute(
-        query, variable_values=variables, context_value=context, operation_name=operation_name
+def encoded(body: dict[str, Any], limit: int) -> bytes:
+    """The body as JSON; over `limit` bytes, a RESPONSE_TOO_LARGE error in its place."""
+    data = orjson.dumps(body)
+    if len(data) <= limit:
+        return data
+    message = (
+        f"the response would be {len(data)} bytes, over max_response_bytes ({limit}): "
+        "ask for fewer keys, smaller pages or fewer fields"
     )
-    return result, context
+    error = {"message": message, "extensions": {"code": "RESPONSE_TOO_LARGE"}}
+    return orjson.dumps({"data": None, "errors": [error]})

@@ -12,7 +12,7 @@ resolver carries, mypy checks the code. The work itself is the query service's
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from operator import attrgetter, itemgetter
 from typing import Annotated, Any
@@ -22,9 +22,11 @@ from strawberry.types.field import StrawberryField
 
 from contracts.errors import Failure
 from contracts.project import FieldType, Store
+from contracts.settings import Settings
 from gateway.service import Page
 from resolvers.completion import reads
 from resolvers.context import Context
+from resolvers.cost import COST, Rows
 from resolvers.meta import ConsistencyInput, PageInfo, ResultMeta, demand, result_meta
 from resolvers.scalars import Long
 
@@ -40,13 +42,14 @@ Read = Callable[[Any], Any]
 FROM = strawberry.argument(name="from")
 
 
-def store_fields(store: Store, default_page_size: int) -> list[StrawberryField]:
+def store_fields(store: Store, settings: Settings) -> list[StrawberryField]:
     if store.kind == "window":
-        return _window_fields(store, default_page_size)
-    return _keyed_fields(store, default_page_size)
+        return _window_fields(store, settings)
+    return _keyed_fields(store, settings)
 
 
-def _keyed_fields(store: Store, page_size: int) -> list[StrawberryField]:
+def _keyed_fields(store: Store, settings: Settings) -> list[StrawberryField]:
+    page_size = settings.default_page_size
     name = _pascal(store.name)
     Record, K = _record_type(store), _PY[store.key_type]
     first = itemgetter(0)  # the one entry of a one-key lookup
@@ -122,6 +125,7 @@ def _keyed_fields(store: Store, page_size: int) -> list[StrawberryField]:
             _signed(batch, Batch | None, keys=_list_of(K), consistency=consistency),
             f"{store.name}Batch",
             "Many keys at once; entries align with the input keys.",
+            _keys(settings.max_keys_per_request),
         ),
         _field(
             _signed(
@@ -134,6 +138,7 @@ def _keyed_fields(store: Store, page_size: int) -> list[StrawberryField]:
             ),  # fmt: skip
             f"{store.name}Range",
             "Records with from <= key <= to (both optional), in key order, one page at a time.",
+            _page(settings),
         ),
     ]
     if store.key_type == "string":
@@ -142,12 +147,14 @@ def _keyed_fields(store: Store, page_size: int) -> list[StrawberryField]:
                 _signed(prefix, Page | None, prefix=str, **scan, consistency=consistency),
                 f"{store.name}Prefix",
                 "Records whose key starts with prefix, in key order, one page at a time.",
+                _page(settings),
             )
         )
     return fields
 
 
-def _window_fields(store: Store, page_size: int) -> list[StrawberryField]:
+def _window_fields(store: Store, settings: Settings) -> list[StrawberryField]:
+    page_size = settings.default_page_size
     name = _pascal(store.name)
     Record, K = _record_type(store), _PY[store.key_type]
     Windows = _view(
@@ -190,6 +197,7 @@ def _window_fields(store: Store, page_size: int) -> list[StrawberryField]:
             _signed(windows, Windows | None, key=K, **span, consistency=consistency),
             store.name,
             "The windows of one key whose start lies in [from, to].",
+            _span(store.window_advance_ms, settings.max_page_size),
         ),
         _field(
             _signed(
@@ -204,6 +212,7 @@ def _window_fields(store: Store, page_size: int) -> list[StrawberryField]:
             f"{store.name}All",
             "Windows of all keys whose start lies in [from, to], in (key, window start) "
             "order, one page at a time.",
+            _page(settings),
         ),
     ]
 
@@ -262,10 +271,50 @@ def _signed(resolver: Any, returns: Any, **arguments: Any) -> Any:
     return resolver
 
 
-def _field(resolver: Any, name: str, description: str) -> StrawberryField:
+def _field(resolver: Any, name: str, description: str, rows: Rows | None = None) -> StrawberryField:
+    """A root field; `rows` says how many rows its arguments ask for (resolvers/cost.py),
+    one when not given."""
     resolver.__name__ = name  # create_type keys fields by python name: make them unique
-    field: StrawberryField = strawberry.field(resolver, name=name, description=description)
+    metadata = {COST: rows} if rows else None
+    field: StrawberryField = strawberry.field(
+        resolver, name=name, description=description, metadata=metadata
+    )
     return field
+
+
+# Rows past a limit are counted at the limit: the limit's own error is the one to give.
+
+
+def _keys(most: int) -> Rows:
+    def rows(arguments: Mapping[str, Any]) -> int:
+        keys = arguments.get("keys")
+        return min(most, len(keys)) if isinstance(keys, list) else 1
+
+    return rows
+
+
+def _page(settings: Settings) -> Rows:
+    default, most = settings.default_page_size, settings.max_page_size
+
+    def rows(arguments: Mapping[str, Any]) -> int:
+        first = arguments.get("first", default)
+        return min(most, first) if isinstance(first, int) else default
+
+    return rows
+
+
+def _span(advance_ms: int, most: int) -> Rows:
+    """The windows starting in [from, to]."""
+
+    def rows(arguments: Mapping[str, Any]) -> int:
+        try:
+            start, end = (datetime.fromisoformat(arguments[k]) for k in ("from", "to"))
+            span_ms = (end - start).total_seconds() * 1000
+        except (KeyError, TypeError, ValueError):
+            return 1  # not a valid range: refused before it runs
+        return min(most, max(1, int(span_ms // advance_ms) + 1))
+
+    return rows
 
 
 def _pascal(name: str) -> str:

@@ -30,7 +30,7 @@ from contracts.errors import GatewayError
 from resolvers import results
 from resolvers.context import Context
 from resolvers.live import Hub, Operation, Subscriber
-from resolvers.operations import Checker, Prepared, Refused
+from resolvers.operations import Prepared, Refused
 
 log = logging.getLogger(__name__)
 PROTOCOL = "graphql-transport-ws"
@@ -43,19 +43,18 @@ class ProtocolViolation(Exception):
         self.reason = reason
 
 
-async def serve(websocket: WebSocket, hub: Hub, checker: Checker) -> None:
+async def serve(websocket: WebSocket, hub: Hub) -> None:
     if PROTOCOL not in websocket.scope.get("subprotocols", []):
         await websocket.close(4406, "Subprotocol not acceptable")
         return
     await websocket.accept(subprotocol=PROTOCOL)
-    await Connection(websocket, hub, checker).serve()
+    await Connection(websocket, hub).serve()
 
 
 class Connection:
-    def __init__(self, websocket: WebSocket, hub: Hub, checker: Checker) -> None:
+    def __init__(self, websocket: WebSocket, hub: Hub) -> None:
         self.websocket = websocket
         self.hub = hub
-        self.checker = checker
         self.settings = hub.node.project.settings
         self.authorization: str | None = websocket.headers.get("authorization")
         self.acknowledged = False
@@ -151,7 +150,7 @@ class Connection:
         if id in self.operations:
             raise ProtocolViolation(4409, f"Subscriber for {id} already exists")
         try:
-            prepared = self.checker.prepare(query, name)
+            prepared = self.hub.operations.prepare(query, name, variables)
             if prepared.kind is OperationType.SUBSCRIPTION:
                 self._check_limits()
         except Refused as refused:
@@ -159,12 +158,12 @@ class Connection:
             return
         subscriber = Subscriber(id, self._became_ready)
         if prepared.kind is OperationType.SUBSCRIPTION:
-            operation = Operation(prepared.query, variables, name, self.authorization)
+            operation = Operation(prepared, variables, self.authorization)
             self.operations[id] = (operation, subscriber)
             self._spawn(self._join(operation, subscriber))
         else:
             self.operations[id] = (None, subscriber)
-            self._spawn(self._answer_once(id, prepared, variables, name))
+            self._spawn(self._answer_once(id, prepared, variables))
 
     def _check_limits(self) -> None:
         limit = self.settings.max_subscriptions_per_connection
@@ -197,12 +196,10 @@ class Connection:
             self.hub.leave(operation, subscriber)  # completed while it was evaluated
 
     async def _answer_once(
-        self, id: str, prepared: Prepared, variables: dict[str, Any] | None, name: str | None
+        self, id: str, prepared: Prepared, variables: dict[str, Any] | None
     ) -> None:
         context = Context.create(self.hub.node, self.authorization)
-        result, _ = await results.run(
-            self.hub.schema, self.hub.plans, context, prepared.query, variables, name
-        )
+        result, _ = await self.hub.operations.execute(prepared, context, variables)
         if self.operations.pop(id, None) is None:
             return
         await self._send({"id": id, "type": "next", "payload": results.response(result)})

@@ -17,13 +17,13 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
 from contracts.project import Project
-from gateway.body_limit import BodyLimit
 from gateway.http import node_routes
 from gateway.node import GatewayNode
 from resolvers import websocket as websocket_protocol
+from resolvers.endpoint import GraphQLEndpoint
 from resolvers.live import Hub
-from resolvers.operations import Checker
-from resolvers.view import GraphQLView
+from resolvers.operations import Operations
+from resolvers.schema import build_schema
 
 CORS_MAX_AGE_S = 600  # how long a browser may cache a preflight's answer
 STATIC = Path(__file__).parent / "static"  # client libraries pages load from the node
@@ -42,16 +42,16 @@ def playground(query: str = PLAYGROUND_QUERY) -> str:
     return PLAYGROUND.read_text().replace("__DEFAULT_QUERY__", default)
 
 
-class PostsFirst:
-    """POST /graphql goes straight to the GraphQL endpoint (it answers every request
-    itself, errors included); everything else through Starlette's routing."""
+class GraphQLFirst:
+    """HTTP requests to /graphql go straight to the GraphQL endpoint (it answers every
+    request itself, errors included); everything else through Starlette's routing."""
 
     def __init__(self, graphql: ASGIApp, app: Starlette) -> None:
         self.graphql = graphql
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] == "/graphql":
+        if scope["type"] == "http" and scope["path"] == "/graphql":
             await self.graphql(scope, receive, send)
         else:
             await self.app(scope, receive, send)
@@ -71,19 +71,18 @@ def create_app(project: Project, node_id: str) -> ASGIApp:
         await hub.stop()
         await node.stop()
 
-    view = GraphQLView(node, playground())
-    hub = Hub(node, view.plans.schema, view.plans)
-    checker = Checker(view.plans.schema, project.settings)
+    operations = Operations(build_schema(project), project.settings)
+    hub = Hub(node, operations)
 
     async def graphql_ws(websocket: WebSocket) -> None:
-        await websocket_protocol.serve(websocket, hub, checker)
+        await websocket_protocol.serve(websocket, hub)
 
-    graphql = BodyLimit(view, project.settings.max_request_bytes)
+    endpoint = GraphQLEndpoint(node, operations, playground())
+    graphql = endpoint
     pages = project.pages_dir
     app = Starlette(
         routes=[
             Route("/", home),
-            Route("/graphql", graphql, methods=["GET", "POST"]),
             WebSocketRoute("/graphql", graphql_ws),
             *node_routes(node),
             Mount("/static", StaticFiles(directory=STATIC)),
@@ -91,7 +90,7 @@ def create_app(project: Project, node_id: str) -> ASGIApp:
         ],
         lifespan=lifespan,
     )
-    served = PostsFirst(graphql, app)
+    served = GraphQLFirst(graphql, app)
     origins = project.settings.cors_origins
     if not origins:
         return served
