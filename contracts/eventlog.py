@@ -7,10 +7,15 @@ are dense and increasing per partition, and a segment is named by its first offs
 names its segment files. An append writes a hidden temporary file, fsyncs it and renames it
 into place under a per-partition lock, so a reader lists either the whole segment or nothing.
 Values are JSON text (Kafka's JSON serde); a null value is a tombstone.
+
+What a producer appends must be representable everywhere downstream (`check`): a timestamp
+in 0..MAX_TIMESTAMP_MS, finite numbers (JSON has no NaN or Infinity), valid Unicode.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import time
 from collections import defaultdict
@@ -25,8 +30,10 @@ import pyarrow.parquet as pq
 from contracts.durable import fsync_dir, locked
 from contracts.partitioner import Key, partition_for
 from contracts.project import Topic
+from contracts.unicode import invalid_text
 
 _KEY_ARROW = {"string": pa.string(), "int": pa.int32(), "long": pa.int64()}
+MAX_TIMESTAMP_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, GraphQL DateTime's last
 
 
 @dataclass(frozen=True)
@@ -34,6 +41,42 @@ class Record:
     key: Key
     value: dict[str, object] | None
     timestamp_ms: int
+
+
+def check(record: Record) -> None:
+    """Refuse a record the log must not hold (ValueError, TypeError): a timestamp outside
+    0..MAX_TIMESTAMP_MS, a non-finite number, a string that is not valid Unicode."""
+    stamp = record.timestamp_ms
+    if isinstance(stamp, bool) or not isinstance(stamp, int):
+        raise TypeError(f"timestamp must be an integer of milliseconds, not {stamp!r}")
+    if not 0 <= stamp <= MAX_TIMESTAMP_MS:
+        raise ValueError(
+            f"timestamp {stamp} is outside 0..{MAX_TIMESTAMP_MS} (1970 to the end of 9999)"
+        )
+    if isinstance(record.key, str):
+        _check_text(record.key, "key")
+    if record.value is not None:
+        _check_json(record.value, "value")
+
+
+def _check_json(value: object, where: str) -> None:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{where} is {value}: only finite numbers can be produced")
+    if isinstance(value, str):
+        _check_text(value, where)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _check_json(item, f"{where}[{i}]")
+    elif isinstance(value, dict):
+        for name, item in value.items():
+            _check_text(name, f"a field name in {where}")
+            _check_json(item, f"{where}.{name}")
+
+
+def _check_text(text: str, what: str) -> None:
+    problem = invalid_text(text, what)
+    if problem is not None:
+        raise ValueError(problem)
 
 
 def segment_schema(topic: Topic) -> pa.Schema:
@@ -85,6 +128,8 @@ def append(log_dir: Path, topic: Topic, partition: int, records: list[Record]) -
     """Append records to one partition; returns the base offset they got."""
     if not records:
         raise ValueError("nothing to append: a segment holds at least one record")
+    for record in records:
+        check(record)
     folder = partition_dir(log_dir, topic.name, partition)
     folder.mkdir(parents=True, exist_ok=True)
     with locked(folder):
@@ -124,12 +169,13 @@ def produce(
 
 
 def read(log_dir: Path, topic: str, partition: int, start: int = 0) -> Iterator[dict[str, object]]:
-    """Every record of a partition from `start`, as dicts with the value decoded."""
+    """Every record of a partition from `start`, as dicts with the value decoded as it was
+    written (any producer's: NaN, Infinity and lone surrogates included)."""
     for path in segments_from(log_dir, topic, partition, start):
         for row in pq.read_table(path).to_pylist():
             if row["offset"] >= start:
                 value = row["value"]
-                row["value"] = None if value is None else orjson.loads(value)
+                row["value"] = None if value is None else json.loads(value)
                 yield row
 
 

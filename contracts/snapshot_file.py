@@ -91,6 +91,12 @@ def quoted(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+def finite_or_null(sql: str) -> str:
+    """A DOUBLE expression read with NaN and Infinity as NULL: records, state and answers
+    hold finite numbers only (a foreign producer may write them; a sum may overflow)."""
+    return f"CASE WHEN isfinite({sql}) THEN {sql} END"
+
+
 def newest_rows(branches: list[str], keys: list[str]) -> str:
     """The chain's reading rule in SQL: of the rows the `branches` SELECT from layers, each
     with a `_layer` column numbering the layer (higher is newer), the newest row of each key,

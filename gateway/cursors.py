@@ -5,6 +5,9 @@ from __future__ import annotations
 from contracts import opaque
 from contracts.errors import GatewayError
 from contracts.partitioner import Key, KeyType
+from contracts.project import Store
+
+_BITS: dict[KeyType, int] = {"int": 32, "long": 64}
 
 
 def encode(store: str, last: list[Key]) -> str:
@@ -25,12 +28,29 @@ def decode(store: str, key_type: KeyType, cursor: str, width: int) -> list[Key]:
             raise ValueError(f"it does not hold a {key_type} key")
         return last
     except ValueError as exc:  # OpaqueError is a ValueError
-        raise GatewayError(
-            "BAD_CURSOR", f"cursor {cursor[:40]!r} is not valid here: {exc}"
-        ) from exc
+        raise _refused(cursor, str(exc)) from exc
+
+
+def decode_window(store: Store, cursor: str, from_ms: int, to_ms: int) -> tuple[Key, int]:
+    """The (key, window start) after which a window scan of [from_ms, to_ms] goes on: a
+    start one of its pages can have returned (a multiple of the store's advance, inside the
+    range), else BAD_CURSOR."""
+    key, start = decode(store.name, store.key_type, cursor, 2)
+    assert isinstance(start, int)  # decode checked it
+    advance = store.window_advance_ms
+    if start % advance:
+        raise _refused(cursor, f"window start {start} is not a multiple of {advance} ms")
+    if not from_ms <= start <= to_ms:
+        raise _refused(cursor, f"window start {start} is outside [{from_ms}, {to_ms}]")
+    return key, start
+
+
+def _refused(cursor: str, why: str) -> GatewayError:
+    return GatewayError("BAD_CURSOR", f"cursor {cursor[:40]!r} is not valid here: {why}")
 
 
 def _is_key(value: object, key_type: KeyType) -> bool:
     if key_type == "string":
         return isinstance(value, str)
-    return isinstance(value, int) and not isinstance(value, bool)
+    bound = 2 ** (_BITS[key_type] - 1)
+    return isinstance(value, int) and not isinstance(value, bool) and -bound <= value < bound

@@ -17,6 +17,7 @@ from contracts.errors import Failure, GatewayError, bad_input
 from contracts.partitioner import Key
 from contracts.positions import Position, decode_token, merge
 from contracts.project import Project, Store
+from contracts.unicode import invalid_text
 from gateway import cursors, merging
 from gateway.batching import Consistency, Outcome, Work
 from gateway.queries import Get, Prefix, Range, Row, Scan, Windows, WindowsOfKey
@@ -106,6 +107,7 @@ class RequestQueries:
                 "TOO_MANY_KEYS",
                 f"{len(keys)} keys asked, the limit is {limit} (max_keys_per_request)",
             )
+        _check_text(*keys, what="key")
         outcome = await self._load(store, Get(tuple(keys)), (), demand)
         entries = []
         for key in keys:
@@ -117,6 +119,7 @@ class RequestQueries:
     async def windows_of_key(
         self, store: Store, key: Key, from_ms: int, to_ms: int, demand: Demand | None
     ) -> KeyWindows:
+        _check_text(key, what="key")
         self._check_window_range(store, from_ms, to_ms, limit=True)
         outcome = await self._load(store, WindowsOfKey(key, from_ms, to_ms), (), demand)
         ((q, answer),) = outcome.parts
@@ -132,9 +135,10 @@ class RequestQueries:
         partitions: list[int] | None,
         demand: Demand | None,
     ) -> Page:
+        _check_text(low, high, what="a bound")
         if low is not None and high is not None and low > high:  # type: ignore[operator]
             raise GatewayError("INVALID_RANGE", f"from {low!r} is after to {high!r}")
-        last = self._after(store, after, 1, first)
+        last = self._after(store, after, first)
         scan = Range(low, high, first + 1, None if last is None else last[0])
         return await self._scan(store, scan, first, partitions, demand)
 
@@ -147,7 +151,8 @@ class RequestQueries:
         partitions: list[int] | None,
         demand: Demand | None,
     ) -> Page:
-        last = self._after(store, after, 1, first)
+        _check_text(prefix, what="prefix")
+        last = self._after(store, after, first)
         scan = Prefix(prefix, first + 1, None if last is None else str(last[0]))
         return await self._scan(store, scan, first, partitions, demand)
 
@@ -162,8 +167,8 @@ class RequestQueries:
         demand: Demand | None,
     ) -> Page:
         self._check_window_range(store, from_ms, to_ms, limit=False)
-        last = self._after(store, after, 2, first)
-        start = None if last is None else (last[0], int(last[1]))
+        self._check_page_size(first)
+        start = None if after is None else cursors.decode_window(store, after, from_ms, to_ms)
         scan = Windows(from_ms, to_ms, first + 1, start)
         return await self._scan(store, scan, first, partitions, demand)
 
@@ -213,13 +218,16 @@ class RequestQueries:
         ]
         return Meta(partitions, position, token)
 
-    def _after(self, store: Store, after: str | None, width: int, first: int) -> list[Key] | None:
+    def _after(self, store: Store, after: str | None, first: int) -> list[Key] | None:
+        self._check_page_size(first)
+        return None if after is None else cursors.decode(store.name, store.key_type, after, 1)
+
+    def _check_page_size(self, first: int) -> None:
         maximum = self.project.settings.max_page_size
         if not 1 <= first <= maximum:
             raise GatewayError(
                 "PAGE_SIZE_OUT_OF_RANGE", f"first must be between 1 and {maximum}, not {first}"
             )
-        return None if after is None else cursors.decode(store.name, store.key_type, after, width)
 
     def _partitions(self, partitions: list[int] | None) -> tuple[int, ...]:
         count = self.project.cluster.partitions
@@ -235,7 +243,10 @@ class RequestQueries:
 
     def _check_window_range(self, store: Store, from_ms: int, to_ms: int, limit: bool) -> None:
         if from_ms > to_ms:
-            raise GatewayError("INVALID_RANGE", f"from ({from_ms} ms) is after to ({to_ms} ms)")
+            raise GatewayError(
+                "INVALID_RANGE",
+                f"from ({from_ms} ms) is after to ({to_ms} ms): no window start lies between",
+            )
         maximum = self.project.settings.max_page_size
         count = (to_ms - from_ms) // store.window_advance_ms + 1
         if limit and count > maximum:
@@ -264,3 +275,12 @@ class RequestQueries:
             if value is not None and value < 0:
                 raise bad_input(f"{name} must not be negative, got {value}")
         return Consistency(bound, demand.require_active, demand.max_lag, demand.max_age_ms)
+
+
+def _check_text(*values: Key | None, what: str) -> None:
+    """BAD_USER_INPUT for a string that is not valid Unicode (it could be neither hashed to
+    a partition nor answered)."""
+    for value in values:
+        problem = invalid_text(value, f"{what} {value!r}") if isinstance(value, str) else None
+        if problem is not None:
+            raise bad_input(problem)

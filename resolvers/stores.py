@@ -13,7 +13,7 @@ resolver carries, mypy checks the code. The work itself is the query service's
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from operator import attrgetter, itemgetter
 from typing import Annotated, Any
 
@@ -40,6 +40,8 @@ _PY: dict[FieldType, Any] = {
 Info = strawberry.Info[Context, None]
 Read = Callable[[Any], Any]
 FROM = strawberry.argument(name="from")
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+MILLISECOND = timedelta(milliseconds=1)
 
 
 def store_fields(store: Store, settings: Settings) -> list[StrawberryField]:
@@ -175,7 +177,7 @@ def _window_fields(store: Store, settings: Settings) -> list[StrawberryField]:
         consistency: ConsistencyInput | None = None,
     ) -> Any:  # fmt: skip
         return await info.context.queries.windows_of_key(
-            store, key, _millis(from_), _millis(to), demand(consistency)
+            store, key, *_span(from_, to), demand(consistency)
         )
 
     async def all_(
@@ -188,7 +190,7 @@ def _window_fields(store: Store, settings: Settings) -> list[StrawberryField]:
         consistency: ConsistencyInput | None = None,
     ) -> Any:
         return await info.context.queries.windows(
-            store, _millis(from_), _millis(to), first, after, partitions, demand(consistency)
+            store, *_span(from_, to), first, after, partitions, demand(consistency)
         )
 
     span = {"from_": Annotated[datetime, FROM], "to": datetime}
@@ -321,10 +323,14 @@ def _pascal(name: str) -> str:
     return name[0].upper() + name[1:]
 
 
-def _millis(moment: datetime) -> int:
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return int(moment.timestamp() * 1000)
+def _span(from_: datetime, to: datetime) -> tuple[int, int]:
+    """[from, to] as the whole milliseconds in it, exactly: from rounds up and to down, so
+    no window starting outside the range asked is returned (a naive time is UTC)."""
+    return -(-_since_epoch(from_) // MILLISECOND), _since_epoch(to) // MILLISECOND
+
+
+def _since_epoch(moment: datetime) -> timedelta:
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)) - EPOCH
 
 
 def _datetime(millis: int) -> datetime:

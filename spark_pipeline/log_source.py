@@ -8,7 +8,9 @@ Spark partition per Kafka partition, in order (Spark partition i holds Kafka par
 records of every topic, maybe none), read straight from the segment files with pyarrow: the
 task that builds a partition's layer gets exactly its records, with no shuffle. Rows are
 (topic, partition, offset, timestamp, key, value) with the key as text (int or long keys are
-decimal), so topics with different key types share one stream.
+decimal), so topics with different key types share one stream. A value holding a lone
+surrogate (a JSON escape such as "\\ud800" without its pair, which a foreign producer may
+write and DuckDB's JSON reader refuses) is read with each one replaced by U+FFFD.
 
 Options: `log_dir`, `topics` (JSON {topic: key type}), `partitions`, `start` (JSON offsets
 to read from; a stream's when it has no checkpoint), `end` (JSON offsets a batch read stops
@@ -17,6 +19,7 @@ at), `max_records` (per micro-batch).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,11 +39,13 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 
 from contracts import eventlog
 from contracts.project import Project
+from contracts.unicode import replaced
 from spark_pipeline.plan import RunPlan
 
 NAME = "stategate_log"
 SCHEMA = "topic string, partition int, offset long, timestamp long, key string, value string"
 Offsets = dict[str, dict[str, int]]  # topic -> partition (as text: JSON keys) -> offset
+_SURROGATE_ESCAPE = r"\\u[dD][89a-fA-F]"  # a JSON escape of a high or low surrogate
 
 
 def offsets_json(offsets: dict[str, dict[int, int]]) -> str:
@@ -164,9 +169,22 @@ def read_slice(log_dir: Path, part: Slice) -> Iterator[pa.RecordBatch]:
                     "offset": table.column("offset").combine_chunks(),
                     "timestamp": table.column("timestamp").combine_chunks(),
                     "key": table.column("key").cast(pa.string()).combine_chunks(),
-                    "value": table.column("value").combine_chunks(),
+                    "value": _readable(table.column("value").combine_chunks()),
                 }
             )
+
+
+def _readable(values: pa.Array) -> pa.Array:
+    """The values with every lone surrogate replaced by U+FFFD (contracts/unicode.py): the
+    few that hold a surrogate escape are decoded and encoded again; a pair stays as it is."""
+    suspect = pc.match_substring_regex(values, _SURROGATE_ESCAPE)
+    if not pc.any(suspect).as_py():
+        return values
+    texts = values.to_pylist()
+    for i, flagged in enumerate(suspect.to_pylist()):
+        if flagged:
+            texts[i] = json.dumps(replaced(json.loads(texts[i])), ensure_ascii=False)
+    return pa.array(texts, pa.string())
 
 
 def _capped(start: Offsets, ends: Offsets, budget: int) -> Offsets:

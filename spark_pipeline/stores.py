@@ -5,7 +5,9 @@ A Kafka partition's records only ever touch that partition's state, so there is 
 shuffle: Spark hands each task one partition's records, and the task computes every store's
 delta where the records are. Input is the view `records_<n>` of one topic's new records
 (offset, timestamp, key typed as declared, value: JSON text or null, a tombstone). A value
-field that is missing, null, or not of its declared type reads as null.
+field that is missing, null, or not of its declared type reads as null, and so does a double
+that is not finite (NaN, Infinity: JSON has none, but a foreign producer may write them), so
+that aggregates skip it as SQL skips NULL.
 
 Every delta has the columns key, [window_start,] then Store.stored_columns; a table's also
 has `_deleted`.
@@ -13,8 +15,8 @@ has `_deleted`.
 
 from __future__ import annotations
 
-from contracts.project import Aggregate, Store
-from contracts.snapshot_file import DELETED, DUCK_TYPES, columns, quoted
+from contracts.project import Aggregate, FieldType, Store
+from contracts.snapshot_file import DELETED, DUCK_TYPES, columns, finite_or_null, quoted
 
 
 def records_view(topic_number: int) -> str:
@@ -44,14 +46,16 @@ def delta_sql(store: Store, records: str) -> str:
 def _parsed(store: Store, records: str) -> str:
     """The records with `_tombstone` and one typed column per value field the store reads."""
     typed = store.topic.value
-    fields = ", ".join(
-        f"TRY_CAST(json_extract_string(value, {_literal(_path(name))}) AS {DUCK_TYPES[kind]}) "
-        f"AS {_field(name)}"
-        for name, kind in typed.items()
-    )
+    fields = ", ".join(f"{_typed(name, kind)} AS {_field(name)}" for name, kind in typed.items())
     return (
         f'(SELECT "offset", timestamp, key, value IS NULL AS _tombstone, {fields} FROM {records})'
     )
+
+
+def _typed(name: str, kind: FieldType) -> str:
+    """A value field as its declared type; null when it cannot be."""
+    cast = f"TRY_CAST(json_extract_string(value, {_literal(_path(name))}) AS {DUCK_TYPES[kind]})"
+    return finite_or_null(cast) if kind == "double" else cast
 
 
 def _aggregates(store: Store) -> str:

@@ -162,13 +162,15 @@ def run_produce(project: Project, args: argparse.Namespace) -> int:
             item = json.loads(line)
             if not isinstance(item, dict):
                 raise TypeError("each line must be a JSON object with a key and a value")
-            serialize_key(item["key"], topic.key_type)
             if not isinstance(item.get("value"), dict | None):
                 raise TypeError("value must be a JSON object or null (a tombstone)")
             timestamp = item.get("timestamp")
             if timestamp is None:
                 timestamp = eventlog.now_ms()
-            records.append(eventlog.Record(item["key"], item.get("value"), timestamp))
+            record = eventlog.Record(item["key"], item.get("value"), timestamp)
+            eventlog.check(record)
+            serialize_key(record.key, topic.key_type)
+            records.append(record)
         except (ValueError, KeyError, TypeError) as exc:
             print(f"stategate: line {number}: {exc}; nothing was appended", file=sys.stderr)
             return 2

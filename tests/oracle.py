@@ -1,8 +1,13 @@
 """The expected state of every store, computed straight from the raw log in plain Python: the
-independent oracle the pipeline's snapshots are checked against."""
+independent oracle the pipeline's snapshots are checked against.
+
+It reads values as the README's "Values the log may hold" says: a double that is not finite
+is a missing value (null, skipped by aggregates, and a sum past the double range is null),
+and a lone surrogate in a string reads as U+FFFD."""
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Callable
 
@@ -48,7 +53,7 @@ def _table(store: Store, records: list[dict]) -> list[Row]:
     for record in sorted(records, key=lambda r: r["offset"]):
         latest[record["key"]] = record["value"]
     rows = [
-        (key, *(_typed(value.get(f), t) for f, t in store.columns.items()))
+        (key, *(_field(value, f, t) for f, t in store.columns.items()))
         for key, value in latest.items()
         if value is not None
     ]
@@ -82,14 +87,27 @@ def _aggregate(aggregate: Aggregate, store: Store, values: list[dict]) -> object
     if aggregate.func == "count":
         return len(values)
     assert aggregate.source is not None
-    present = [v[aggregate.source] for v in values if v.get(aggregate.source) is not None]
+    kind = store.topic.value[aggregate.source]
+    fields = (_field(v, aggregate.source, kind) for v in values)
+    present = [f for f in fields if f is not None]
     if not present:
         return None
     if aggregate.func == "avg":
-        return sum(present) / len(present)
+        return _typed(sum(present) / len(present), "double")
     combine = {"sum": sum, "min": min, "max": max}[aggregate.func]
     return _typed(combine(present), aggregate.result_type(store.topic))
 
 
+def _field(value: dict, name: str, kind: FieldType) -> object:
+    return _typed(value.get(name), kind)
+
+
 def _typed(value: object, kind: FieldType) -> object:
-    return float(value) if kind == "double" and value is not None else value  # type: ignore[arg-type]
+    if value is None:
+        return None
+    if kind == "double":
+        number = float(value)  # type: ignore[arg-type]
+        return number if math.isfinite(number) else None
+    if kind == "string":  # each lone surrogate as U+FFFD, as a lossy UTF-16 decoder reads it
+        return str(value).encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return value

@@ -73,3 +73,32 @@ def test_produce_routes_like_kafka_and_refuses_bad_lines(tmp_path: Path) -> None
     assert unknown.returncode == 2 and "unknown topic" in unknown.stderr
     after = {p: eventlog.end_offset(project.log_dir, "trains", p) for p in stored}
     assert after == before
+
+
+def test_produce_refuses_what_the_log_must_not_hold_and_keeps_timestamp_zero(
+    tmp_path: Path,
+) -> None:
+    path = write_project(tmp_path, [1, 2])
+    project = config.load(path)
+    ok = {"delay": 1, "station": "Köln", "cancelled": False}
+    refused = [
+        ('{"key": 1, "value": {"delay": 1, "station": "x", "ratio": NaN}}', "value.ratio is nan"),
+        ('{"key": 1, "value": {"ratio": 1e999}}', "value.ratio is inf"),
+        ('{"key": 1, "value": {"ratio": -Infinity}}', "value.ratio is -inf"),
+        ('{"key": 1, "value": {"station": "a\\ud800"}}', "value.station is not valid Unicode"),
+        ('{"key": 1, "value": {"\\udc00": 1}}', "a field name in value is not valid Unicode"),
+        (json.dumps({"key": 1, "value": ok, "timestamp": -1}), "outside 0.."),
+        (json.dumps({"key": 1, "value": ok, "timestamp": 1.5}), "integer of milliseconds"),
+        (json.dumps({"key": 1, "value": ok, "timestamp": True}), "integer of milliseconds"),
+    ]
+    for line, message in refused:
+        done = produce(path, "trains", [line])
+        assert done.returncode == 2 and message in done.stderr, (line, done.stderr)
+    assert all(eventlog.end_offset(project.log_dir, "trains", p) == 0 for p in range(9))
+    surrogate_key = produce(path, "bookings", ['{"key": "\\ud800", "value": null}'])
+    assert surrogate_key.returncode == 2 and "key is not valid Unicode" in surrogate_key.stderr
+
+    at_zero = produce(path, "trains", [json.dumps({"key": 1, "value": ok, "timestamp": 0})])
+    assert at_zero.returncode == 0, at_zero.stderr
+    p = partition_for(1, "int", project.cluster.partitions)
+    assert [r["timestamp"] for r in eventlog.read(project.log_dir, "trains", p)] == [0]

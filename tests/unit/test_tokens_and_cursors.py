@@ -6,6 +6,8 @@ from __future__ import annotations
 import base64
 import random
 import string
+import tomllib
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +15,7 @@ from contracts import opaque, positions
 from contracts.errors import GatewayError
 from contracts.partitioner import Key, KeyType
 from contracts.positions import Position
+from contracts.project import Store, parse
 from gateway import cursors
 
 TOPIC_CHARS = string.ascii_letters + string.digits + "._-äö日本🚆\"'\\ "
@@ -236,3 +239,31 @@ def test_random_strings_are_refused_as_bad_cursors() -> None:
 def test_a_consistency_token_is_not_accepted_as_a_cursor() -> None:
     token = positions.encode_token({("s", 0): 3})
     assert_cursor_refused("s", "int", token, 1)
+
+
+def test_a_key_outside_its_key_type_is_refused() -> None:
+    assert_cursor_refused("s", "int", cursors.encode("s", [2**31]), 1)
+    assert_cursor_refused("s", "int", cursors.encode("s", [-(2**31) - 1]), 1)
+    assert cursors.decode("s", "long", cursors.encode("s", [2**31]), 1) == [2**31]
+
+
+def test_a_window_cursor_is_valid_only_for_a_start_its_scan_can_return() -> None:
+    (store,) = (s for s in load_stores() if s.name == "hopping")
+    half = 30 * 60_000
+    good = cursors.encode("hopping", ["k", -half])
+    assert cursors.decode_window(store, good, -half, 10 * half) == ("k", -half)
+    for start, low, high in [(1, 0, half), (half - 1, 0, half), (half, 0, half - 1), (0, 1, 9)]:
+        with pytest.raises(GatewayError) as caught:
+            cursors.decode_window(store, cursors.encode("hopping", ["k", start]), low, high)
+        assert caught.value.code == "BAD_CURSOR"
+
+
+def load_stores() -> list[Store]:
+    text = (
+        '[log]\ndir = "log"\n[snapshots]\nstore = "s"\n[cluster]\npartitions = 1\n'
+        'secret = "x"\n[[cluster.nodes]]\nid = "n"\naddress = "127.0.0.1:1"\ndata_dir = "n"\n'
+        '[[topics]]\nname = "t"\nkey = "string"\nvalue = { x = "double" }\n'
+        '[[stores]]\nname = "hopping"\nkind = "window"\ntopic = "t"\nsize = "1h"\n'
+        'advance = "30m"\naggregates = { n = "count" }\n'
+    )
+    return list(parse(tomllib.loads(text), Path("stategate.toml")).stores.values())
