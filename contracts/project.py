@@ -14,6 +14,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+from contracts import names
 from contracts.entries import ConfigError as ConfigError
 from contracts.entries import Table
 from contracts.partitioner import KeyType
@@ -192,6 +193,7 @@ def parse(raw: dict[str, Any], path: Path) -> Project:
     stores = _declared([_store(entry, topics) for entry in _entries(top, "stores")], "store")
     if not stores:
         raise ConfigError("declare at least one [[stores]] entry")
+    names.check(stores.values())
     log = Table(top.get("log", dict, {}), "[log]", ("dir",))
     snapshots = Table(top.get("snapshots", dict, {}), "[snapshots]", ("store", "url"))
     store_dir = str(base / snapshots.get("store", str, "snapshots"))
