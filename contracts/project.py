@@ -12,8 +12,11 @@ import tomllib
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
+from contracts import names
+from contracts.entries import ConfigError as ConfigError
+from contracts.entries import Table
 from contracts.partitioner import KeyType
 from contracts.settings import Settings, SettingsError
 
@@ -28,10 +31,23 @@ _AGG = re.compile(r"^(count)(?:\(\))?$|^(sum|min|max|avg)\((\w+)\)$")
 _DURATION = re.compile(r"^(\d+)(ms|s|m|h|d)$")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 RESERVED_COLUMNS = ("key", "window_start")  # a snapshot's own columns
+SECRET_ENV = "STATEGATE_SECRET"
+MAX_PORT = 65535
 
-
-class ConfigError(ValueError):
-    """The project file is not valid; the message names the offending entry."""
+# What each table of the file may hold; [settings] is checked by contracts/settings.py.
+TABLES = ("log", "snapshots", "pages", "cluster", "topics", "stores", "settings")
+CLUSTER = ("partitions", "replicas", "secret", "secret_env", "nodes")
+STORE_ENTRIES: dict[str, tuple[str, ...]] = {
+    "table": ("name", "kind", "topic"),
+    "aggregate": ("name", "kind", "topic", "aggregates"),
+    "window": ("name", "kind", "topic", "aggregates", "size", "advance"),
+}
+# Each array of tables: what one entry is called, the entry that names it, its entries.
+ENTRIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "topics": ("topic", "name", ("name", "key", "value")),
+    "stores": ("store", "name", STORE_ENTRIES["window"]),
+    "cluster.nodes": ("node", "id", ("id", "address", "data_dir")),
+}
 
 
 @dataclass(frozen=True)
@@ -102,6 +118,9 @@ class Store:
         return {a.name: a.result_type(self.topic) for a in self.partials}
 
 
+Named = TypeVar("Named", Topic, Store)
+
+
 @dataclass(frozen=True)
 class Node:
     id: str
@@ -159,7 +178,7 @@ def load(path: str | os.PathLike[str]) -> Project:
     path = Path(path).resolve()
     try:
         raw = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"{path}: {exc}") from exc
     try:
         return parse(raw, path)
@@ -169,35 +188,51 @@ def load(path: str | os.PathLike[str]) -> Project:
 
 def parse(raw: dict[str, Any], path: Path) -> Project:
     base = path.parent
-    topics = {t.name: t for t in (_topic(t) for t in raw.get("topics", []))}
-    _unique([t.get("name", "") for t in raw.get("topics", [])], "topic")
-    stores = {s.name: s for s in (_store(entry, topics) for entry in raw.get("stores", []))}
-    _unique([s.get("name", "") for s in raw.get("stores", [])], "store")
+    top = Table(raw, "", TABLES)
+    topics = _declared([_topic(entry) for entry in _entries(top, "topics")], "topic")
+    stores = _declared([_store(entry, topics) for entry in _entries(top, "stores")], "store")
     if not stores:
         raise ConfigError("declare at least one [[stores]] entry")
-    snapshots = raw.get("snapshots", {})
-    store_dir = str(base / snapshots.get("store", "snapshots"))
+    names.check(stores.values())
+    log = Table(top.get("log", dict, {}), "[log]", ("dir",))
+    snapshots = Table(top.get("snapshots", dict, {}), "[snapshots]", ("store", "url"))
+    store_dir = str(base / snapshots.get("store", str, "snapshots"))
     return Project(
         path=path,
-        log_dir=base / raw.get("log", {}).get("dir", "log"),
+        log_dir=base / log.get("dir", str, "log"),
         snapshot_store=store_dir,
-        snapshot_url=str(snapshots.get("url", store_dir)).rstrip("/"),
+        snapshot_url=snapshots.get("url", str, store_dir).rstrip("/"),
         topics=topics,
         stores=stores,
-        cluster=_cluster(raw.get("cluster", {}), base),
-        settings=_settings(raw.get("settings", {})),
-        pages_dir=_pages(raw.get("pages", {}), base),
+        cluster=_cluster(Table(top.get("cluster", dict, {}), "[cluster]", CLUSTER), base),
+        settings=_settings(top.get("settings", dict, {})),
+        pages_dir=_pages(Table(top.get("pages", dict, {}), "[pages]", ("dir",)), base),
     )
 
 
-def _pages(raw: object, base: Path) -> Path | None:
-    if not isinstance(raw, dict) or set(raw) - {"dir"}:
-        raise ConfigError('[pages] has one entry: dir = "folder of pages to serve at /pages/"')
-    folder = raw.get("dir")
+def _entries(table: Table, array: str) -> list[Table]:
+    """The entries of an array of tables, each named by its name (or id) if it has one, else
+    by its number from 1."""
+    what, by, known = ENTRIES[array]
+    entries = []
+    for number, raw in enumerate(table.array(array.rpartition(".")[2]), start=1):
+        name = raw.get(by) if isinstance(raw, dict) else None
+        where = f"{what} {name!r}" if isinstance(name, str) else f"[[{array}]] entry {number}"
+        entries.append(Table(raw, where, known))
+    return entries
+
+
+def _declared(declared: list[Named], what: str) -> dict[str, Named]:
+    _unique([item.name for item in declared], what)
+    return {item.name: item for item in declared}
+
+
+def _pages(table: Table, base: Path) -> Path | None:
+    folder = table.optional("dir", str)
     if folder is None:
         return None
-    if not isinstance(folder, str) or not (base / folder).is_dir():
-        raise ConfigError(f"pages.dir must name a folder next to the project file, not {folder!r}")
+    if not (base / folder).is_dir():
+        raise ConfigError(f"[pages]: dir must be a folder next to the project file, not {folder!r}")
     return base / folder
 
 
@@ -208,39 +243,44 @@ def _settings(raw: object) -> Settings:
         raise ConfigError(str(exc)) from exc
 
 
-def _topic(raw: dict[str, Any]) -> Topic:
-    name = raw.get("name", "")
+def _topic(table: Table) -> Topic:
+    name = table.get("name", str)
     if not re.match(r"^[A-Za-z0-9._-]+$", name):
         raise ConfigError(f"topic name {name!r} must be letters, digits, '.', '_' or '-'")
-    key_type = raw.get("key", "string")
+    key_type = table.get("key", str, "string")
     if key_type not in KEY_TYPES:
         raise ConfigError(f"topic {name!r}: key must be one of {KEY_TYPES}, not {key_type!r}")
-    value = dict(raw.get("value", {}))
+    value = table.strings("value", {})
     _unique(list(value), f"topic {name!r} value field")
     for fname, ftype in value.items():
         _check_column(fname, f"topic {name!r} value field")
         if ftype not in FIELD_TYPES:
             raise ConfigError(f"topic {name!r} field {fname!r}: type must be one of {FIELD_TYPES}")
-    return Topic(name=name, key_type=key_type, value=value)
+    return Topic(name=name, key_type=key_type, value=value)  # type: ignore[arg-type]
 
 
-def _store(raw: dict[str, Any], topics: dict[str, Topic]) -> Store:
-    name = raw.get("name", "")
+def _store(table: Table, topics: dict[str, Topic]) -> Store:
+    name = table.get("name", str)
     _check_name(name, "store name")
-    topic = topics.get(raw.get("topic", ""))
+    kind = table.get("kind", str)
+    if kind not in STORE_ENTRIES:
+        kinds = ", ".join(STORE_ENTRIES)
+        raise ConfigError(f"store {name!r}: kind must be one of {kinds}, not {kind!r}")
+    for key in table.raw:
+        if key not in STORE_ENTRIES[kind]:
+            raise ConfigError(f"store {name!r}: {kind} stores have no {key!r}")
+    topic = topics.get(table.get("topic", str))
     if topic is None:
-        raise ConfigError(f"store {name!r}: unknown topic {raw.get('topic')!r}")
-    kind = raw.get("kind")
+        raise ConfigError(f"store {name!r}: unknown topic {table.raw['topic']!r}")
     if kind == "table":
         return Store(name=name, kind="table", topic=topic)
-    if kind not in ("aggregate", "window"):
-        raise ConfigError(f"store {name!r}: kind must be table, aggregate or window")
-    aggregates = tuple(_aggregate(n, spec, topic, name) for n, spec in raw["aggregates"].items())
+    specs = table.strings("aggregates")
+    aggregates = tuple(_aggregate(n, spec, topic, name) for n, spec in specs.items())
     _unique([a.name for a in aggregates], f"store {name!r} aggregate")
     if kind == "aggregate":
         return Store(name=name, kind="aggregate", topic=topic, aggregates=aggregates)
-    size = _duration(raw.get("size", ""), name)
-    advance = _duration(raw.get("advance", raw.get("size", "")), name)
+    size = _duration(table.get("size", str), name)
+    advance = _duration(table.get("advance", str, table.get("size", str)), name)
     if advance > size or size % advance:
         raise ConfigError(f"store {name!r}: advance must divide the window size")
     return Store(
@@ -268,24 +308,30 @@ def _aggregate(name: str, spec: str, topic: Topic, store: str) -> Aggregate:
     return Aggregate(name=name, func=func, source=source)  # type: ignore[arg-type]
 
 
-def _cluster(raw: dict[str, Any], base: Path) -> Cluster:
-    nodes = tuple(
-        Node(id=n["id"], address=n["address"], data_dir=base / n["data_dir"])
-        for n in raw.get("nodes", [])
-    )
+def _cluster(table: Table, base: Path) -> Cluster:
+    nodes = tuple(_node(entry, base) for entry in _entries(table, "cluster.nodes"))
     if not nodes:
         raise ConfigError("declare at least one [[cluster.nodes]] entry")
     _unique([n.id for n in nodes], "node id")
-    partitions = int(raw.get("partitions", 1))
+    partitions = table.get("partitions", int, 1)
     if partitions < 1:
-        raise ConfigError(f"cluster.partitions must be at least 1, not {partitions}")
-    replicas = int(raw.get("replicas", 1))
+        raise ConfigError(f"[cluster]: partitions must be at least 1, not {partitions}")
+    replicas = table.get("replicas", int, 1)
     if not 1 <= replicas <= len(nodes):
-        raise ConfigError(f"cluster.replicas must be between 1 and the node count {len(nodes)}")
-    secret = os.environ.get(raw.get("secret_env", "STATEGATE_SECRET")) or raw.get("secret", "")
+        raise ConfigError(f"[cluster]: replicas must be between 1 and the node count {len(nodes)}")
+    secret_env = table.get("secret_env", str, SECRET_ENV)
+    secret = os.environ.get(secret_env) or table.get("secret", str, "")
     if not secret:
-        raise ConfigError("set cluster.secret or the environment variable named by secret_env")
+        raise ConfigError("[cluster]: set secret, or the environment variable named by secret_env")
     return Cluster(partitions=partitions, replicas=replicas, nodes=nodes, secret=secret)
+
+
+def _node(table: Table, base: Path) -> Node:
+    node_id, address = table.get("id", str), table.get("address", str)
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit() or int(port) > MAX_PORT:
+        raise ConfigError(f"{table.where}: address must be host:port, not {address!r}")
+    return Node(id=node_id, address=address, data_dir=base / table.get("data_dir", str))
 
 
 def _duration(text: object, store: str) -> int:

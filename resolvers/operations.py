@@ -30,8 +30,8 @@ from graphql import (
     Visitor,
     specified_rules,
 )
-from strawberry.types import ExecutionResult
 from strawberry.execution import optimized_is_awaitable
+from strawberry.types import ExecutionResult
 
 from contracts.settings import Settings
 from resolvers import results

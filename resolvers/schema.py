@@ -9,6 +9,7 @@ import strawberry
 from strawberry.schema.config import StrawberryConfig
 from strawberry.tools import create_type
 
+from contracts import names
 from contracts.positions import encode_token
 from contracts.project import Project
 from resolvers import cluster
@@ -39,8 +40,8 @@ SUBSCRIPTION_DESCRIPTION = (
 
 def build_schema(project: Project) -> strawberry.Schema:
     fields = [
-        strawberry.field(cluster.stores, name="stores", description="The declared stores."),
-        strawberry.field(cluster.cluster, name="cluster", description="The partition map."),
+        strawberry.field(cluster.stores, name=names.STORES, description="The declared stores."),
+        strawberry.field(cluster.cluster, name=names.CLUSTER, description="The partition map."),
     ]
     for store in project.stores.values():
         fields.extend(store_fields(store, project.settings))

@@ -20,6 +20,7 @@ from typing import Annotated, Any
 import strawberry
 from strawberry.types.field import StrawberryField
 
+from contracts import names
 from contracts.errors import Failure
 from contracts.project import FieldType, Store
 from contracts.settings import Settings
@@ -52,11 +53,11 @@ def store_fields(store: Store, settings: Settings) -> list[StrawberryField]:
 
 def _keyed_fields(store: Store, settings: Settings) -> list[StrawberryField]:
     page_size = settings.default_page_size
-    name = _pascal(store.name)
+    named, types = names.root_fields(store), names.types(store)
     Record, K = _record_type(store), _PY[store.key_type]
     first = itemgetter(0)  # the one entry of a one-key lookup
     Lookup = _view(
-        f"{name}Lookup",
+        types["lookup"],
         {
             "key": (K, lambda lookup: first(lookup.entries).key),
             "partition": (int, lambda lookup: first(lookup.entries).partition),
@@ -66,7 +67,7 @@ def _keyed_fields(store: Store, settings: Settings) -> list[StrawberryField]:
         },
     )
     Entry = _view(
-        f"{name}Entry",
+        types["entry"],
         {
             "key": (K, attrgetter("key")),
             "partition": (int, attrgetter("partition")),
@@ -77,10 +78,10 @@ def _keyed_fields(store: Store, settings: Settings) -> list[StrawberryField]:
         "when its partition could not answer.",
     )
     Batch = _view(
-        f"{name}Batch",
+        types["batch"],
         {"entries": (_list_of(Entry), attrgetter("entries")), "meta": (ResultMeta, _meta)},
     )
-    Page = _page_type(name, Record)
+    Page = _page_type(types["page"], Record)
     consistency = ConsistencyInput | None
 
     async def get(info: Info, key: Any, consistency: ConsistencyInput | None = None) -> Any:
@@ -120,12 +121,12 @@ def _keyed_fields(store: Store, settings: Settings) -> list[StrawberryField]:
     fields = [
         _field(
             _signed(get, Lookup | None, key=K, consistency=consistency),
-            store.name,
+            named["lookup"],
             f"The {store.name} record of one key.",
         ),
         _field(
             _signed(batch, Batch | None, keys=_list_of(K), consistency=consistency),
-            f"{store.name}Batch",
+            named["batch"],
             "Many keys at once; entries align with the input keys.",
             _keys(settings.max_keys_per_request),
         ),
@@ -138,16 +139,16 @@ def _keyed_fields(store: Store, settings: Settings) -> list[StrawberryField]:
                 **scan,
                 consistency=consistency,
             ),  # fmt: skip
-            f"{store.name}Range",
+            named["range"],
             "Records with from <= key <= to (both optional), in key order, one page at a time.",
             _page(settings),
         ),
     ]
-    if store.key_type == "string":
+    if "prefix" in named:
         fields.append(
             _field(
                 _signed(prefix, Page | None, prefix=str, **scan, consistency=consistency),
-                f"{store.name}Prefix",
+                named["prefix"],
                 "Records whose key starts with prefix, in key order, one page at a time.",
                 _page(settings),
             )
@@ -157,10 +158,10 @@ def _keyed_fields(store: Store, settings: Settings) -> list[StrawberryField]:
 
 def _window_fields(store: Store, settings: Settings) -> list[StrawberryField]:
     page_size = settings.default_page_size
-    name = _pascal(store.name)
+    named, types = names.root_fields(store), names.types(store)
     Record, K = _record_type(store), _PY[store.key_type]
     Windows = _view(
-        f"{name}Windows",
+        types["windows"],
         {
             "key": (K, attrgetter("key")),
             "partition": (int, attrgetter("partition")),
@@ -169,7 +170,7 @@ def _window_fields(store: Store, settings: Settings) -> list[StrawberryField]:
             "meta": (ResultMeta, _meta),
         },
     )
-    Page = _page_type(name, Record)
+    Page = _page_type(types["page"], Record)
     consistency = ConsistencyInput | None
 
     async def windows(
@@ -197,9 +198,9 @@ def _window_fields(store: Store, settings: Settings) -> list[StrawberryField]:
     return [
         _field(
             _signed(windows, Windows | None, key=K, **span, consistency=consistency),
-            store.name,
+            named["windows"],
             "The windows of one key whose start lies in [from, to].",
-            _span(store.window_advance_ms, settings.max_page_size),
+            _windows(store.window_advance_ms, settings.max_page_size),
         ),
         _field(
             _signed(
@@ -211,7 +212,7 @@ def _window_fields(store: Store, settings: Settings) -> list[StrawberryField]:
                 partitions=list[int] | None,
                 consistency=consistency,
             ),  # fmt: skip
-            f"{store.name}All",
+            named["all"],
             "Windows of all keys whose start lies in [from, to], in (key, window start) "
             "order, one page at a time.",
             _page(settings),
@@ -221,17 +222,17 @@ def _window_fields(store: Store, settings: Settings) -> list[StrawberryField]:
 
 def _record_type(store: Store) -> type:
     """A record: a view of one row (key, [window start,] then Store.columns)."""
-    fields: dict[str, tuple[Any, Read]] = {"key": (_PY[store.key_type], itemgetter(0))}
+    fields: dict[str, tuple[Any, Read]] = {names.KEY: (_PY[store.key_type], itemgetter(0))}
     offset = 1
     if store.kind == "window":
         size = store.window_size_ms
-        fields["window_start"] = (datetime, lambda row: _datetime(row[1]))
-        fields["window_end"] = (datetime, lambda row: _datetime(row[1] + size))
+        fields[names.WINDOW_START] = (datetime, lambda row: _datetime(row[1]))
+        fields[names.WINDOW_END] = (datetime, lambda row: _datetime(row[1] + size))
         offset = 2
     for i, (column, ftype) in enumerate(store.columns.items()):
         fields[column] = (_PY[ftype] | None, itemgetter(offset + i))
     description = f"A record of the {store.kind} store {store.name} (topic {store.topic.name})."
-    return _view(_pascal(store.name), fields, description)
+    return _view(names.types(store)["record"], fields, description)
 
 
 def _meta(result: Any) -> ResultMeta:
@@ -244,10 +245,10 @@ def _page_info(page: Page) -> PageInfo:
 
 def _page_type(name: str, record: type) -> type:
     return _view(
-        f"{name}Page",
+        name,
         {
             "records": (_list_of(record), attrgetter("rows")),
-            "page_info": (PageInfo, _page_info),
+            "pageInfo": (PageInfo, _page_info),
             "meta": (ResultMeta, _meta),
         },
     )
@@ -255,8 +256,9 @@ def _page_type(name: str, record: type) -> type:
 
 def _view(name: str, fields: dict[str, tuple[Any, Read]], description: str | None = None) -> type:
     """A GraphQL object type over a value of the query service (or a row): each field reads
-    the value with its function (compiled plans call the function directly)."""
-    namespace = {field: strawberry.field(resolver=reads(read, returns))
+    the value with its function (compiled plans call the function directly). Fields are
+    named as given: a declared column is its own GraphQL name, whatever Python makes of it."""
+    namespace = {field: strawberry.field(resolver=reads(read, returns), name=field)
                  for field, (returns, read) in fields.items()}  # fmt: skip
     made: type = strawberry.type(type(name, (), namespace), description=description)
     return made
@@ -305,7 +307,7 @@ def _page(settings: Settings) -> Rows:
     return rows
 
 
-def _span(advance_ms: int, most: int) -> Rows:
+def _windows(advance_ms: int, most: int) -> Rows:
     """The windows starting in [from, to]."""
 
     def rows(arguments: Mapping[str, Any]) -> int:
@@ -317,10 +319,6 @@ def _span(advance_ms: int, most: int) -> Rows:
         return min(most, max(1, int(span_ms // advance_ms) + 1))
 
     return rows
-
-
-def _pascal(name: str) -> str:
-    return name[0].upper() + name[1:]
 
 
 def _span(from_: datetime, to: datetime) -> tuple[int, int]:

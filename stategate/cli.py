@@ -36,19 +36,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in NEEDS_SPARK and importlib.util.find_spec("pyspark") is None:
         print(NO_SPARK.format(f"`stategate {args.command}`"), file=sys.stderr)
         return 2
+    try:
+        return _run(args)
+    except projects.ConfigError as exc:  # one line naming the file and the entry
+        print(f"stategate: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.command == "demo":
         return demo.run(
             Path(args.dir), args.customers, args.events, args.fresh, args.check, args.rate
         )
     if args.command == "settings":
         return print_settings()
-    try:
-        project = projects.load(args.config)
-    except projects.ConfigError as exc:
-        print(f"stategate: {exc}", file=sys.stderr)
-        return 2
     command: Command = COMMANDS[args.command]
-    return command(project, args)
+    return command(projects.load(args.config), args)
 
 
 def _parser() -> argparse.ArgumentParser:

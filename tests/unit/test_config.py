@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import copy
+import json
 import re
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -94,3 +100,197 @@ def test_window_durations(tmp_path: Path) -> None:
     for size, advance in [("0h", "0h"), ("1h", "7m"), ("1h", "2h"), ("soon", "1h")]:
         with pytest.raises(ConfigError):
             load(write(tmp_path, window.replace("{size}", size).replace("{advance}", advance)))
+
+
+# Every table and array of the file, with optional entries given: the mutations below drop,
+# retype or add to each entry of it in turn.
+RICH: dict[str, Any] = {
+    "log": {"dir": "log"},
+    "snapshots": {"store": "snapshots", "url": "http://127.0.0.1:8100"},
+    "pages": {"dir": "pages"},
+    "cluster": {
+        "partitions": 3,
+        "replicas": 2,
+        "secret": "s",
+        "secret_env": "STATEGATE_TEST_NEVER_SET",
+        "nodes": [
+            {"id": "n1", "address": "127.0.0.1:1", "data_dir": "n1"},
+            {"id": "n2", "address": "127.0.0.1:2", "data_dir": "n2"},
+        ],
+    },
+    "topics": [
+        {"name": "bookings", "key": "string", "value": {"price": "double", "trip": "string"}},
+        {"name": "trains", "key": "int", "value": {"delay": "int"}},
+    ],
+    "stores": [
+        {"name": "latest", "kind": "table", "topic": "trains"},
+        {
+            "name": "totals",
+            "kind": "aggregate",
+            "topic": "bookings",
+            "aggregates": {"n": "count", "revenue": "sum(price)"},
+        },
+        {
+            "name": "hourly",
+            "kind": "window",
+            "topic": "bookings",
+            "size": "1h",
+            "advance": "30m",
+            "aggregates": {"mean": "avg(price)"},
+        },
+    ],
+    "settings": {"default_page_size": 10, "internal_timeout_s": 1.5, "cors_origins": ["*"]},
+}
+Path_ = tuple[str | int, ...]
+# Dropping these is refused, with a message that says this; any other entry is optional.
+REQUIRED: dict[Path_, str] = {
+    ("cluster",): "declare at least one [[cluster.nodes]] entry",
+    ("cluster", "secret"): "set secret",
+    ("cluster", "nodes"): "declare at least one [[cluster.nodes]] entry",
+    ("topics",): "store 'latest': unknown topic 'trains'",
+    ("stores",): "declare at least one [[stores]] entry",
+    **{("cluster", "nodes", i, key): f"{key} is missing" for i in (0, 1)
+       for key in ("id", "address", "data_dir")},
+    **{("topics", i, "name"): f"[[topics]] entry {i + 1}: name is missing" for i in (0, 1)},
+    ("topics", 0, "value"): "no field 'price' in the topic",
+    ("topics", 0, "value", "price"): "no field 'price' in the topic",
+    **{("stores", i, key): f"{key} is missing" for i in (0, 1, 2)
+       for key in ("name", "kind", "topic")},
+    ("stores", 1, "aggregates"): "store 'totals': aggregates is missing",
+    ("stores", 2, "aggregates"): "store 'hourly': aggregates is missing",
+    ("stores", 2, "size"): "store 'hourly': size is missing",
+}  # fmt: skip
+MAPS = {"value", "aggregates"}  # tables whose keys are declared names, not entries
+
+
+def as_toml(value: Any) -> str:
+    """A value as TOML inline syntax (strings as JSON writes them, which TOML reads)."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k} = {as_toml(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(as_toml(v) for v in value) + "]"
+    return json.dumps(value)
+
+
+def paths(value: Any, at: Path_ = ()) -> Iterator[Path_]:
+    """Every entry's path below `value`: table keys and array indexes."""
+    items = value.items() if isinstance(value, dict) else enumerate(value)
+    for key, item in items:
+        yield (*at, key)
+        if isinstance(item, dict | list):
+            yield from paths(item, (*at, key))
+
+
+def dig(value: Any, path: Path_) -> Any:
+    for key in path:
+        value = value[key]
+    return value
+
+
+def changed(path: Path_, change: Callable[[Any, str | int], None]) -> dict[str, Any]:
+    project = copy.deepcopy(RICH)
+    change(dig(project, path[:-1]), path[-1])
+    return project
+
+
+def wrong_type(value: Any) -> Any:
+    return "3" if isinstance(value, int | float) else 3
+
+
+def named(path: Path_) -> str:
+    """What a message about the entry at `path` must name: its key (with its table's, in a
+    table of declared names), or its array's."""
+    if len(path) > 1 and path[-2] in MAPS:
+        return f"{path[-2]}.{path[-1]}"
+    return str(next(key for key in reversed(path) if isinstance(key, str)))
+
+
+def refusal(tmp_path: Path, project: dict[str, Any]) -> str | None:
+    """None if the project loads, else its one-line message (any other exception fails)."""
+    (tmp_path / "pages").mkdir(exist_ok=True)
+    text = "".join(f"{key} = {as_toml(value)}\n" for key, value in project.items())
+    path = write(tmp_path, text)
+    try:
+        load(path)
+    except ConfigError as exc:
+        message = str(exc)
+        assert message.startswith(f"{path}: ") and "\n" not in message, message
+        return message
+    return None
+
+
+def test_the_rich_project_loads(tmp_path: Path) -> None:
+    assert refusal(tmp_path, RICH) is None
+
+
+@pytest.mark.parametrize("path", list(paths(RICH)), ids=str)
+def test_dropping_an_entry_is_refused_only_if_it_is_required(tmp_path: Path, path: Path_) -> None:
+    message = refusal(tmp_path, changed(path, lambda parent, key: parent.pop(key)))
+    if path in REQUIRED:
+        assert message is not None and REQUIRED[path] in message, message
+    elif not isinstance(path[-1], int):  # another entry of an array goes with its references
+        assert message is None
+
+
+@pytest.mark.parametrize("path", list(paths(RICH)), ids=str)
+def test_an_entry_of_the_wrong_type_is_refused_by_name(tmp_path: Path, path: Path_) -> None:
+    def retype(parent: Any, key: str | int) -> None:
+        parent[key] = wrong_type(parent[key])
+
+    message = refusal(tmp_path, changed(path, retype))
+    assert message is not None and named(path) in message, message
+    assert "must be" in message, message
+
+
+TABLES = [(), *(p for p in paths(RICH) if isinstance(dig(RICH, p), dict) and p[-1] not in MAPS)]
+
+
+@pytest.mark.parametrize("path", TABLES, ids=str)
+def test_an_unknown_entry_is_refused_by_name(tmp_path: Path, path: Path_) -> None:
+    project = copy.deepcopy(RICH)
+    dig(project, path)["bogus"] = 1
+    message = refusal(tmp_path, project)
+    assert message is not None and ("'bogus'" in message or "settings.bogus" in message)
+
+
+def test_an_unknown_entry_is_refused_with_the_closest_known_one(tmp_path: Path) -> None:
+    project = copy.deepcopy(RICH)
+    project["cluster"]["partitons"] = project["cluster"].pop("partitions")
+    project["snapshot"] = project.pop("snapshots")
+    message = refusal(tmp_path, project)
+    assert message is not None
+    assert message.endswith("unknown entry 'snapshot' (did you mean 'snapshots'?)")
+    del project["snapshot"]
+    message = refusal(tmp_path, project)
+    assert message is not None
+    assert message.endswith("[cluster]: unknown entry 'partitons' (did you mean 'partitions'?)")
+
+
+@pytest.mark.parametrize("kind", ["table", "aggregate"])
+def test_an_entry_another_kind_of_store_takes_is_refused(tmp_path: Path, kind: str) -> None:
+    project = copy.deepcopy(RICH)
+    project["stores"][2]["kind"] = kind
+    message = refusal(tmp_path, project)
+    assert message is not None
+    assert message.endswith(f"store 'hourly': {kind} stores have no 'size'")
+
+
+@pytest.mark.parametrize(
+    ("command", "change", "message"),
+    [
+        ("schema", ("partitions = 3", 'partitions = "3"'), "[cluster]: partitions must be an"),
+        ("node --node n1", ('address = "127.0.0.1:1"\n', ""), "node 'n1': address is missing"),
+        ("store", ("[cluster]", "[sttings]\n[cluster]"), "unknown entry 'sttings'"),
+        ("produce --topic t", ("[cluster]", "[cluster"), "line 2"),
+    ],
+)
+def test_the_cli_prints_a_config_error_as_one_line_and_exits_2(
+    tmp_path: Path, command: str, change: tuple[str, str], message: str
+) -> None:
+    """Every command that reads a project, each with another kind of mistake."""
+    path = write(tmp_path, BASE.replace(*change, 1))
+    argv = [sys.executable, "-m", "stategate.cli", *command.split(), "--config", str(path)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.startswith(f"stategate: {path}: ") and message in done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr
