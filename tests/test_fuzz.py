@@ -36,6 +36,7 @@ from hypothesis_graphql import Mode, from_schema, nodes
 from pyspark.sql import SparkSession
 
 from contracts.auth import secret_headers
+from contracts.project import Project
 from gateway.limits import SCAN_LOOKAHEAD
 from gateway.protocol import decode_answers, decode_request, encode_request
 from gateway.queries import Get, Prefix, Range, SubQuery, Windows, WindowsOfKey
@@ -53,13 +54,9 @@ FUZZ = settings(
     suppress_health_check=list(HealthCheck),
 )
 RSS_GROWTH_BOUND = 160 * 2**20  # what fuzzing may leave behind in node1 (bodies are 4 MB)
-INTERNAL_CODES = {
-    "BAD_REQUEST",
-    "METHOD_NOT_ALLOWED",
-    "TOO_MANY_KEYS",
-    "PAGE_SIZE_OUT_OF_RANGE",
-    "WINDOW_RANGE_TOO_LARGE",
-}
+LIMIT_CODES = {"TOO_MANY_KEYS", "PAGE_SIZE_OUT_OF_RANGE", "WINDOW_RANGE_TOO_LARGE"}
+# Small limits, so that a partition of the small project holds more than a page.
+LIMITS = "max_page_size = 20\ndefault_page_size = 10\nmax_keys_per_request = 50"
 QUERY = "query($k: Int!) { trainStatus(key: $k) { key } }"
 SEED = orjson.dumps({"query": QUERY, "variables": {"k": 7}, "operationName": None})
 
@@ -76,6 +73,7 @@ class Wire:
 
     url: str
     codes: set[str]
+    project: Project
     problems: dict[str, str] = field(default_factory=dict)  # class -> one example
     _port: int | None = None
     _last: str = ""
@@ -149,7 +147,7 @@ def report(problems: dict[str, str]) -> str:
 
 @pytest.fixture(scope="module")
 def cluster(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    served = serve(tmp_path_factory.mktemp("fuzz"), spark)
+    served = serve(tmp_path_factory.mktemp("fuzz"), spark, settings=LIMITS)
     yield served
     served.nodes.stop_all()
 
@@ -162,7 +160,7 @@ def rss_before(cluster: Served) -> int:
 
 @pytest.fixture
 def wire(cluster: Served, rss_before: int) -> Iterator[Wire]:
-    connection = Wire(cluster.nodes.url(NODE), documented_codes())
+    connection = Wire(cluster.nodes.url(NODE), documented_codes(), cluster.project)
     yield connection
     connection.close()
 
@@ -431,18 +429,38 @@ def internal_request(cluster: Served) -> st.SearchStrategy[list[SubQuery]]:
     return st.lists(subquery, max_size=4)
 
 
-def check_reply(wire: Wire, what: str, response: httpx.Response, asked: bytes, cap: int) -> None:
-    """An internal reply: the error document with an internal code, or answers within the
-    limits."""
+def past_limits(q: SubQuery, project: Project) -> bool:
+    """Whether a sub-query asks more than a GraphQL request could: the oracle of refusals."""
+    most = project.settings.max_page_size
+    match q.query:
+        case Get(keys):
+            return len(keys) > project.settings.max_keys_per_request
+        case Range(limit=limit) | Prefix(limit=limit) | Windows(limit=limit):
+            return not 1 <= limit - SCAN_LOOKAHEAD <= most
+        case WindowsOfKey(_, low, high):
+            store = project.stores.get(q.store)
+            windowed = store is not None and store.kind == "window"
+            return windowed and (high - low) // store.window_advance_ms >= most  # type: ignore[union-attr]
+    return False
+
+
+def check_reply(wire: Wire, what: str, response: httpx.Response, asked: bytes) -> None:
+    """An internal reply: refused in shape when a sub-query asks past the limits, else
+    answers within them."""
+    project = wire.project
+    subqueries = decode_request(asked)
+    refused = any(past_limits(q, project) for q in subqueries)
     body = response.json()
-    if response.status_code != 200:
-        if not isinstance(body, dict) or body.get("error", {}).get("code") not in INTERNAL_CODES:
-            wire.problem(f"internal {response.status_code} uncoded", f"{what} -> {body}")
+    code = body.get("error", {}).get("code") if isinstance(body, dict) else None
+    if refused != (response.status_code == 400) or (refused and code not in LIMIT_CODES):
+        wire.problem(f"internal {response.status_code}", f"{what} -> {response.text[:200]}")
         return
-    for q, answer in zip(decode_request(asked), decode_answers(response.content), strict=True):
+    if refused:
+        return
+    cap = project.settings.max_page_size + SCAN_LOOKAHEAD
+    for q, answer in zip(subqueries, decode_answers(response.content), strict=True):
         rows = len(answer.rows or ())
-        most = len(q.query.keys) if isinstance(q.query, Get) else cap
-        if rows > most:
+        if rows > (len(q.query.keys) if isinstance(q.query, Get) else cap):
             wire.problem("internal reply past the limits", f"{what}: {rows} rows")
 
 
@@ -450,7 +468,6 @@ def test_internal_endpoints_refuse_garbage_in_shape_and_keep_to_the_limits(
     wire: Wire, cluster: Served
 ) -> None:
     headers = secret_headers(cluster.project.cluster.secret)
-    cap = cluster.project.settings.max_page_size + SCAN_LOOKAHEAD
     bodies = [b"null", b"5", b"{}", b"[[]]", b"\xff\xfe", b"", NESTED, b"[" * 10 + b"1", SEED]
 
     def query(what: str, body: bytes) -> None:
@@ -458,10 +475,11 @@ def test_internal_endpoints_refuse_garbage_in_shape_and_keep_to_the_limits(
             what, "POST", "/internal/query", reply=True, content=body, headers=headers
         )
         if response is not None:
-            check_reply(wire, what, response, body, cap)
+            check_reply(wire, what, response, body)
 
     for body in bodies:
-        query(f"garbage {body[:40]!r}", body)
+        what = f"garbage {body[:40]!r}"
+        wire.send(what, "POST", "/internal/query", content=body, headers=headers)
     for method, path in [("GET", "/internal/query"), ("PUT", "/internal/sync")]:
         wire.send(f"{method} {path}", method, path, headers=headers)
     for params in [{"changes": "x"}, {"changes": "1", "wait": "nan"}, {"changes": "1e999"}]:
@@ -499,14 +517,15 @@ def test_afterwards_the_node_is_alive_small_and_right(cluster: Served, rss_befor
         for part in oracle.expected_store(project, "trainStatus").values()
         for row in part
     }
-    keys = sorted(expected)[:40] + [987_654_321]
+    keys = sorted(expected)[:40:2] + [987_654_321]
+    page = project.settings.max_page_size
     data = nodes.data(
         NODE,
-        "query($ks: [Int!]!, $k: Int!) "
+        "query($ks: [Int!]!, $k: Int!, $n: Int!) "
         "{ one: trainStatus(key: $k) { record { key delay station } } "
         "many: trainStatusBatch(keys: $ks) { entries { key record { key delay station } } } "
-        "scan: trainStatusRange(first: 1000) { records { key delay station cancelled } } }",
-        {"ks": keys, "k": keys[0]},
+        "scan: trainStatusRange(first: $n) { records { key delay station cancelled } } }",
+        {"ks": keys, "k": keys[0], "n": page},
     )
     first = expected[keys[0]]
     assert data["one"] == {"record": {"key": first[0], "delay": first[1], "station": first[2]}}
@@ -515,4 +534,4 @@ def test_afterwards_the_node_is_alive_small_and_right(cluster: Served, rss_befor
         record = None if row is None else {"key": key, "delay": row[1], "station": row[2]}
         assert entry == {"key": key, "record": record}
     scanned = [tuple(r.values()) for r in data["scan"]["records"]]
-    assert scanned == sorted(expected.values()), "a scan of every key equals the oracle"
+    assert scanned == sorted(expected.values())[:page], "a page of a scan equals the oracle"
