@@ -3,8 +3,9 @@
 Each root field contributes a Work item: a store, a query, the partitions it reads and its
 consistency demands. The batch splits every item into per-partition sub-queries (key lookups
 of one partition with the same demands share one: a thousand aliased lookups become one
-IN-list per partition), hands them all to the router at once (so each owning node gets one
-internal request per round), and gives every item back its own answers.
+IN-list per partition, of at most `max_keys_per_request` keys), hands them all to the router
+at once (so each owning node gets one internal request per round), and gives every item back
+its own answers.
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ from dataclasses import dataclass, field
 from contracts.partitioner import Key, partition_for, partitions_for
 from contracts.positions import Position, restrict
 from contracts.project import Store
+from contracts.settings import Settings
 from gateway.queries import Answer, Get, Query, SubQuery, WindowsOfKey
 from gateway.routing import Router, Trace
 
 LogEnd = Callable[[str, int], "int | None"]
+DEFAULT_MAX_KEYS = Settings().max_keys_per_request
 
 
 @dataclass(frozen=True)
@@ -78,10 +81,12 @@ class RequestBatch:
         num_partitions: int,
         log_end: LogEnd,
         authorization: str | None = None,
+        max_keys: int = DEFAULT_MAX_KEYS,
     ) -> None:
         self.router = router
         self.num_partitions = num_partitions
         self.log_end = log_end
+        self.max_keys = max_keys  # most keys of one sub-query (peers refuse more)
         self.authorization = authorization
         self.traces: list[Trace] = []
 
@@ -102,7 +107,8 @@ class RequestBatch:
                         work.consistency.require_active,
                         work.consistency.max_age_ms,
                     )
-                    if share not in shared:
+                    pooled = shared.get(share)
+                    if pooled is None or len(slots[pooled].keys) + len(query.keys) > self.max_keys:
                         shared[share] = len(slots)
                         slots.append(slot)
                     slots[shared[share]].keys.update(dict.fromkeys(query.keys))

@@ -4,7 +4,9 @@ answers), /ready (readiness: it serves a snapshot of every partition it hosts) a
 (Prometheus, gateway/metrics.py).
 
 Errors share one shape, contracts.errors.error_document: UNAUTHENTICATED (401), BAD_REQUEST
-(400) for a body that is not the internal protocol, STORE_UNREACHABLE (502), NOT_READY (503).
+(400) for a body that is not the internal protocol, a sub-query past the limits of a GraphQL
+request (400, coded as there: gateway/limits.py), METHOD_NOT_ALLOWED (405) on /internal/*,
+STORE_UNREACHABLE (502), NOT_READY (503).
 """
 
 from __future__ import annotations
@@ -18,13 +20,15 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from contracts.auth import SECRET_HEADER, is_authentic
-from contracts.errors import error_document
+from contracts.errors import GatewayError, error_document
+from gateway import limits
 from gateway.node import GatewayNode
 from gateway.protocol import ProtocolError, decode_request, encode_answers
 from gateway.sync import StoreUnreachable
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 MAX_STATUS_WAIT_S = 60.0  # longest a peer's status request may wait for a switch
+INTERNAL_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]  # all answered
 
 
 def error_response(status: int, code: str, message: str) -> Response:
@@ -34,21 +38,28 @@ def error_response(status: int, code: str, message: str) -> Response:
 def node_routes(node: GatewayNode) -> list[Route]:
     secret = node.project.cluster.secret
 
-    def internal(endpoint: Endpoint) -> Endpoint:
+    def internal(path: str, endpoint: Endpoint, *methods: str) -> Route:
         async def checked(request: Request) -> Response:
             if not is_authentic(request.headers.get(SECRET_HEADER), secret):
                 return error_response(
                     401, "UNAUTHENTICATED", f"{SECRET_HEADER} is missing or wrong"
                 )
+            if request.method not in methods:
+                message = f"{path} answers {' and '.join(methods)}, not {request.method}"
+                return error_response(405, "METHOD_NOT_ALLOWED", message)
             return await endpoint(request)
 
-        return checked
+        return Route(path, checked, methods=INTERNAL_METHODS)
 
     async def query(request: Request) -> Response:
         try:
             subqueries = decode_request(await request.body())
+            for subquery in subqueries:
+                limits.check_subquery(subquery, node.project)
         except ProtocolError as exc:
             return error_response(400, "BAD_REQUEST", f"not the internal protocol: {exc}")
+        except GatewayError as exc:
+            return error_response(400, exc.code, exc.message)
         node.internal_requests += 1
         answers = await node.execute_local(subqueries)
         return Response(encode_answers(answers), media_type="application/json")
@@ -102,7 +113,7 @@ def node_routes(node: GatewayNode) -> list[Route]:
         Route("/health", health),
         Route("/metrics", metrics),
         Route("/ready", ready),
-        Route("/internal/query", internal(query), methods=["POST"]),
-        Route("/internal/status", internal(status)),
-        Route("/internal/sync", internal(sync), methods=["POST"]),
+        internal("/internal/query", query, "POST"),
+        internal("/internal/status", status, "GET", "HEAD"),
+        internal("/internal/sync", sync, "POST"),
     ]

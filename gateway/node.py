@@ -114,7 +114,11 @@ class GatewayNode:
 
     def request_batch(self, authorization: str | None) -> RequestBatch:
         return RequestBatch(
-            self.router, self.project.cluster.partitions, self.log_end, authorization
+            self.router,
+            self.project.cluster.partitions,
+            self.log_end,
+            authorization,
+            self.project.settings.max_keys_per_request,
         )
 
     def log_end(self, topic: str, partition: int) -> int | None:

@@ -18,8 +18,9 @@ from contracts.partitioner import Key
 from contracts.positions import Position, decode_token, merge
 from contracts.project import Project, Store
 from contracts.unicode import invalid_text
-from gateway import cursors, merging
+from gateway import cursors, limits, merging
 from gateway.batching import Consistency, Outcome, Work
+from gateway.limits import SCAN_LOOKAHEAD
 from gateway.queries import Get, Prefix, Range, Row, Scan, Windows, WindowsOfKey
 
 Load = Callable[[Work], Awaitable[Outcome]]
@@ -101,12 +102,7 @@ class RequestQueries:
         return merge(self.tokens)
 
     async def lookup(self, store: Store, keys: list[Key], demand: Demand | None) -> Lookup:
-        limit = self.project.settings.max_keys_per_request
-        if len(keys) > limit:
-            raise GatewayError(
-                "TOO_MANY_KEYS",
-                f"{len(keys)} keys asked, the limit is {limit} (max_keys_per_request)",
-            )
+        limits.check_keys(len(keys), self.project.settings)
         _check_text(*keys, what="key")
         outcome = await self._load(store, Get(tuple(keys)), (), demand)
         entries = []
@@ -139,7 +135,7 @@ class RequestQueries:
         if low is not None and high is not None and low > high:  # type: ignore[operator]
             raise GatewayError("INVALID_RANGE", f"from {low!r} is after to {high!r}")
         last = self._after(store, after, first)
-        scan = Range(low, high, first + 1, None if last is None else last[0])
+        scan = Range(low, high, first + SCAN_LOOKAHEAD, None if last is None else last[0])
         return await self._scan(store, scan, first, partitions, demand)
 
     async def prefix(
@@ -153,7 +149,7 @@ class RequestQueries:
     ) -> Page:
         _check_text(prefix, what="prefix")
         last = self._after(store, after, first)
-        scan = Prefix(prefix, first + 1, None if last is None else str(last[0]))
+        scan = Prefix(prefix, first + SCAN_LOOKAHEAD, None if last is None else str(last[0]))
         return await self._scan(store, scan, first, partitions, demand)
 
     async def windows(
@@ -167,9 +163,9 @@ class RequestQueries:
         demand: Demand | None,
     ) -> Page:
         self._check_window_range(store, from_ms, to_ms, limit=False)
-        self._check_page_size(first)
+        limits.check_page_size(first, self.project.settings)
         start = None if after is None else cursors.decode_window(store, after, from_ms, to_ms)
-        scan = Windows(from_ms, to_ms, first + 1, start)
+        scan = Windows(from_ms, to_ms, first + SCAN_LOOKAHEAD, start)
         return await self._scan(store, scan, first, partitions, demand)
 
     async def _scan(
@@ -219,15 +215,8 @@ class RequestQueries:
         return Meta(partitions, position, token)
 
     def _after(self, store: Store, after: str | None, first: int) -> list[Key] | None:
-        self._check_page_size(first)
+        limits.check_page_size(first, self.project.settings)
         return None if after is None else cursors.decode(store.name, store.key_type, after, 1)
-
-    def _check_page_size(self, first: int) -> None:
-        maximum = self.project.settings.max_page_size
-        if not 1 <= first <= maximum:
-            raise GatewayError(
-                "PAGE_SIZE_OUT_OF_RANGE", f"first must be between 1 and {maximum}, not {first}"
-            )
 
     def _partitions(self, partitions: list[int] | None) -> tuple[int, ...]:
         count = self.project.cluster.partitions
@@ -247,14 +236,8 @@ class RequestQueries:
                 "INVALID_RANGE",
                 f"from ({from_ms} ms) is after to ({to_ms} ms): no window start lies between",
             )
-        maximum = self.project.settings.max_page_size
-        count = (to_ms - from_ms) // store.window_advance_ms + 1
-        if limit and count > maximum:
-            raise GatewayError(
-                "WINDOW_RANGE_TOO_LARGE",
-                f"[from, to] spans {count} windows, the limit is {maximum} "
-                "(max_page_size); use the paginated All query",
-            )
+        if limit:
+            limits.check_window_span(store, from_ms, to_ms, self.project.settings)
 
     def _consistency(self, demand: Demand | None) -> Consistency:
         if demand is None:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 from prometheus_client.parser import text_string_to_metric_families
 from pyspark.sql import SparkSession
 
@@ -80,6 +81,10 @@ class Nodes:
             for family in text_string_to_metric_families(response.text)
             for sample in family.samples
         }
+
+    def rss(self, node_id: str) -> int:
+        """The node process's resident memory, in bytes."""
+        return int(psutil.Process(self.processes.pid(node_id)).memory_info().rss)
 
     def status(self, node_id: str) -> dict[str, Any]:
         response = self.client.get(

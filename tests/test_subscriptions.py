@@ -12,7 +12,6 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import psutil
 import pytest
 from pyspark.sql import SparkSession
 from websockets.exceptions import InvalidStatus
@@ -178,11 +177,6 @@ def test_identical_subscriptions_are_evaluated_once(cluster: Served, spark: Spar
     }
 
 
-def node_rss(cluster: Served, node_id: str) -> int:
-    pid = cluster.nodes.processes.pid(node_id)
-    return int(psutil.Process(pid).memory_info().rss)
-
-
 PAGE = """subscription Page($to: DateTime!) {
   hourlyRevenueAll(from: "2026-01-01T00:00:00Z", to: $to, first: 1000) {
     records { key windowStart bookings revenue meanPrice }
@@ -204,14 +198,14 @@ def test_a_client_that_stops_reading_costs_one_pending_update(
             slow.subscribe(id, PAGE, {"to": f"2026-01-02T00:00:{i:02d}Z"})
         for id in ids:
             slow.next_of(id)
-        rss_before = node_rss(cluster, node_id)
+        rss_before = cluster.nodes.rss(node_id)
         customers = list(customers_in(cluster, 9).values())
         rounds = 6
         for number in range(rounds):  # the client reads nothing meanwhile
             book(cluster, customers, seed=100 + number)
             publish(cluster, spark)
         time.sleep(QUIET_S)
-        grown = node_rss(cluster, node_id) - rss_before
+        grown = cluster.nodes.rss(node_id) - rss_before
         messages = slow.drain(QUIET_S)
     finally:
         slow.close()

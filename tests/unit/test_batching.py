@@ -14,7 +14,7 @@ import pytest
 from contracts.partitioner import Key, partition_for
 from contracts.positions import Position
 from contracts.project import Project, Store, load
-from gateway.batching import Consistency, Outcome, RequestBatch, Work
+from gateway.batching import DEFAULT_MAX_KEYS, Consistency, Outcome, RequestBatch, Work
 from gateway.health import Membership
 from gateway.metrics import NodeMetrics
 from gateway.peers import PeerClient
@@ -44,7 +44,12 @@ class Node:
     def subqueries(self) -> list[SubQuery]:
         return [q for call in self.calls for q in call]
 
-    def run(self, works: list[Work], log_end: LogEnd = lambda topic, p: None) -> list[Outcome]:
+    def run(
+        self,
+        works: list[Work],
+        log_end: LogEnd = lambda topic, p: None,
+        max_keys: int = DEFAULT_MAX_KEYS,
+    ) -> list[Outcome]:
         async def go() -> list[Outcome]:
             peers = PeerClient(self.project.cluster.secret, self.project.settings)
             try:
@@ -58,7 +63,9 @@ class Node:
                     lambda p: None,
                     NodeMetrics(),
                 )
-                batch = RequestBatch(router, self.project.cluster.partitions, log_end)
+                batch = RequestBatch(
+                    router, self.project.cluster.partitions, log_end, max_keys=max_keys
+                )
                 outcomes = await batch.run(works)
                 sent = len(self.subqueries)
                 assert [t.rounds for t in batch.traces] == [[{"node1": sent}] if sent else []]
@@ -139,6 +146,24 @@ def test_every_work_gets_back_the_parts_holding_its_keys_in_partition_order(node
         for q, answer in outcome.parts:
             assert answer.id == q.id
             assert answer.rows == [[q.partition, q.id]]
+
+
+def test_a_partitions_shared_lookup_holds_at_most_max_keys(node: Node) -> None:
+    """Peers refuse a sub-query of more than max_keys_per_request keys (gateway/limits.py),
+    so lookups that would pool more into one partition's sub-query start another."""
+    project = node.project
+    store = project.stores["trainStatus"]
+    works = [Work(store, Get(tuple(range(i * 40, i * 40 + 40))), ()) for i in range(25)]
+    outcomes = node.run(works, max_keys=50)
+    sent = node.subqueries
+    assert all(isinstance(q.query, Get) and len(q.query.keys) <= 50 for q in sent)
+    assert len(sent) > project.cluster.partitions
+    for work, outcome in zip(works, outcomes, strict=True):
+        assert isinstance(work.query, Get)
+        for key in work.query.keys:
+            q, _ = outcome.part_of(key)
+            assert isinstance(q.query, Get) and key in q.query.keys
+            assert q.partition == partition(project, store, key)
 
 
 def test_lookups_with_different_demands_do_not_share(node: Node) -> None:
