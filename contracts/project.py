@@ -14,6 +14,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
+from contracts.access import Access, AccessError
+from contracts.access import parse as parse_access
 from contracts.partitioner import KeyType
 from contracts.settings import Settings, SettingsError
 
@@ -150,6 +152,7 @@ class Project:
     cluster: Cluster
     settings: Settings = field(default_factory=Settings)
     pages_dir: Path | None = None  # [pages] dir: static pages (dashboards) nodes serve at /pages/
+    access: Access | None = None  # [auth]: who may read what; None checks nothing
 
     def store(self, name: str) -> Store:
         return self.stores[name]
@@ -187,7 +190,15 @@ def parse(raw: dict[str, Any], path: Path) -> Project:
         cluster=_cluster(raw.get("cluster", {}), base),
         settings=_settings(raw.get("settings", {})),
         pages_dir=_pages(raw.get("pages", {}), base),
+        access=_access(raw.get("auth"), base, stores),
     )
+
+
+def _access(raw: object, base: Path, stores: dict[str, Store]) -> Access | None:
+    try:
+        return parse_access(raw, base, stores)
+    except AccessError as exc:
+        raise ConfigError(str(exc)) from exc
 
 
 def _pages(raw: object, base: Path) -> Path | None:

@@ -28,6 +28,7 @@ import orjson
 import strawberry
 from strawberry.types import ExecutionResult
 
+from contracts.access import Principal
 from contracts.errors import GatewayError
 from contracts.positions import Position, encode_token
 from gateway.node import GatewayNode
@@ -52,7 +53,8 @@ class Operation:
     query: str
     variables: dict[str, Any] | None
     operation_name: str | None
-    authorization: str | None
+    authorization: str | None  # keys the cohort: one principal's results are its own
+    principal: Principal
 
     @property
     def key(self) -> tuple[str, str | None, bytes, str | None]:
@@ -249,7 +251,8 @@ class Hub:
                 chunk = group[start : start + EVALUATED_TOGETHER]
                 batch = self.node.request_batch(authorization)
                 load = batch_loader(batch)
-                contexts = [Context.joining(self.node, batch, load) for _ in chunk]
+                principal = chunk[0].operation.principal  # the authorization's
+                contexts = [Context.joining(self.node, batch, load, principal) for _ in chunk]
                 outcomes = await asyncio.gather(
                     *(self._run(c, context) for c, context in zip(chunk, contexts, strict=True)),
                     return_exceptions=True,

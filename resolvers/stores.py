@@ -79,11 +79,13 @@ def _keyed_fields(store: Store, page_size: int) -> list[StrawberryField]:
     consistency = ConsistencyInput | None
 
     async def get(info: Info, key: Any, consistency: ConsistencyInput | None = None) -> Any:
+        info.context.authorize(store.name)
         return await info.context.queries.lookup(store, [key], demand(consistency))
 
     async def batch(
         info: Info, keys: list[Any], consistency: ConsistencyInput | None = None
     ) -> Any:
+        info.context.authorize(store.name)
         return await info.context.queries.lookup(store, keys, demand(consistency))
 
     async def range_(
@@ -95,6 +97,7 @@ def _keyed_fields(store: Store, page_size: int) -> list[StrawberryField]:
         partitions: list[int] | None = None,
         consistency: ConsistencyInput | None = None,
     ) -> Any:
+        info.context.authorize(store.name)
         return await info.context.queries.range(
             store, from_, to, first, after, partitions, demand(consistency)
         )
@@ -107,6 +110,7 @@ def _keyed_fields(store: Store, page_size: int) -> list[StrawberryField]:
         partitions: list[int] | None = None,
         consistency: ConsistencyInput | None = None,
     ) -> Any:
+        info.context.authorize(store.name)
         return await info.context.queries.prefix(
             store, prefix, first, after, partitions, demand(consistency)
         )
@@ -167,6 +171,7 @@ def _window_fields(store: Store, page_size: int) -> list[StrawberryField]:
         info: Info, key: Any, from_: datetime, to: datetime,
         consistency: ConsistencyInput | None = None,
     ) -> Any:  # fmt: skip
+        info.context.authorize(store.name)
         return await info.context.queries.windows_of_key(
             store, key, _millis(from_), _millis(to), demand(consistency)
         )
@@ -180,6 +185,7 @@ def _window_fields(store: Store, page_size: int) -> list[StrawberryField]:
         partitions: list[int] | None = None,
         consistency: ConsistencyInput | None = None,
     ) -> Any:
+        info.context.authorize(store.name)
         return await info.context.queries.windows(
             store, _millis(from_), _millis(to), first, after, partitions, demand(consistency)
         )

@@ -1,6 +1,10 @@
 """The GraphQL endpoint of a node: Strawberry's ASGI view with our context, orjson, and one
 `extensions.code` on every error; a POSTed query a compiled plan covers (resolvers/plans.py)
-skips the view's per-request machinery and is answered from its plan."""
+skips the view's per-request machinery and is answered from its plan.
+
+With [auth], the bearer token is verified once per request (gateway/auth.py) before either
+path runs: a missing or invalid one is answered 401 with one coded GraphQL error and a
+WWW-Authenticate challenge; the GraphiQL page itself is served to anyone."""
 
 from __future__ import annotations
 
@@ -9,12 +13,14 @@ from typing import Any, cast
 
 import orjson
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.types import Message, Receive, Scope, Send
 from strawberry.asgi import GraphQL
 from strawberry.http import GraphQLHTTPResponse
 from strawberry.types import ExecutionResult
 
+from contracts.access import ANONYMOUS
+from gateway.auth import Unauthenticated
 from gateway.node import GatewayNode
 from resolvers import results
 from resolvers.context import Context
@@ -25,6 +31,7 @@ _PLAIN_KEYS = {"query", "variables", "operationName"}
 # What the request's scope carries for the metrics (gateway/metrics.py).
 _OPERATION = "stategate.operation"
 _OUTCOME = "stategate.outcome"
+_PRINCIPAL = "stategate.principal"  # verified once, shared by the plan and the view
 
 
 class GraphQLView(GraphQL[Context, None]):
@@ -46,6 +53,8 @@ class GraphQLView(GraphQL[Context, None]):
             scope[_OPERATION] = Request(scope).query_params.get("operationName")
         try:
             await self._answer(scope, receive, send)
+        except Unauthenticated as refused:
+            await unauthenticated(refused)(scope, receive, send)
         finally:
             outcome = scope[_OUTCOME]
             if outcome is not None:
@@ -82,7 +91,7 @@ class GraphQLView(GraphQL[Context, None]):
         plan = self.plans.get(query, name)
         if plan is None:
             return None
-        context = Context.create(self.node, request.headers.get("authorization"))
+        context = self._context(request)
         result = await plan.run(self.plans.schema, context, variables)
         if result is None:
             return None
@@ -93,11 +102,31 @@ class GraphQLView(GraphQL[Context, None]):
         return orjson.dumps(data)
 
     async def get_context(self, request: Any, response: Any) -> Context:
-        return Context.create(self.node, request.headers.get("authorization"))
+        if self.should_render_graphql_ide(self.request_adapter_class(request)):
+            return Context.create(self.node, None, ANONYMOUS)  # a page: nothing is read
+        return self._context(request)
+
+    def _context(self, request: Request) -> Context:
+        """The request's context; its bearer token verified at most once (raises
+        Unauthenticated)."""
+        authorization = request.headers.get("authorization")
+        principal = request.scope.get(_PRINCIPAL)
+        if principal is None:
+            principal = self.node.authenticator.authenticate(authorization)
+            request.scope[_PRINCIPAL] = principal
+        return Context.create(self.node, authorization, principal)
 
     async def process_result(self, request: Any, result: ExecutionResult) -> GraphQLHTTPResponse:
         request.scope[_OUTCOME] = results.outcome(result)
         return cast(GraphQLHTTPResponse, results.response(result))
+
+
+def unauthenticated(refused: Unauthenticated) -> Response:
+    """401 with the GraphQL error shape clients understand, and the Bearer challenge."""
+    error = {"message": refused.message, "extensions": refused.extensions}
+    return JSONResponse(
+        {"errors": [error]}, status_code=401, headers={"WWW-Authenticate": refused.challenge}
+    )
 
 
 def _json(scope: Scope) -> bool:

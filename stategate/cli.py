@@ -104,8 +104,13 @@ def run_node(project: Project, args: argparse.Namespace) -> int:
 
     logs.configure(args.node, project.settings.log_level)
     host, port = project.cluster.node(args.node).address.rsplit(":", 1)
+    try:
+        app = create_app(project, args.node)
+    except projects.ConfigError as exc:  # what this node reads at start: [auth]'s keys
+        print(f"stategate: {exc}", file=sys.stderr)
+        return 2
     uvicorn.run(
-        create_app(project, args.node),
+        app,
         host=host,
         port=int(port),
         log_config=None,
