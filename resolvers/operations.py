@@ -23,7 +23,7 @@ from graphql.utilities import get_operation_ast
 
 from contracts.settings import Settings
 from resolvers import results
-from resolvers.schema import limit_rules
+from resolvers.schema import introspection_rules, limit_rules
 
 
 class Refused(Exception):
@@ -49,7 +49,7 @@ class Prepared:
 class Checker:
     def __init__(self, schema: strawberry.Schema, settings: Settings) -> None:
         self.schema = schema._schema
-        self.rules = [*specified_rules, *limit_rules(settings)]
+        self.rules = [*specified_rules, *limit_rules(settings), *introspection_rules(settings)]
 
     def prepare(self, query: str, operation_name: str | None) -> Prepared:
         try:

@@ -13,6 +13,7 @@ from graphql import (
     ASTValidationRule,
     DocumentNode,
     GraphQLError,
+    NoSchemaIntrospectionCustomRule,
     OperationDefinitionNode,
     OperationType,
     ValidationRule,
@@ -100,6 +101,11 @@ def limit_rules(settings: Settings) -> list[type[ASTValidationRule]]:
     ]
 
 
+def introspection_rules(settings: Settings) -> list[type[ASTValidationRule]]:
+    """graphql-core's rule that refuses `__schema` and `__type`, when introspection is off."""
+    return [] if settings.introspection else [NoSchemaIntrospectionCustomRule]
+
+
 SUBSCRIPTION_DESCRIPTION = (
     "Every query field, pushed over graphql-transport-ws on /graphql: the first result at "
     "once, then a new one whenever a partition it reads switches version and the result "
@@ -132,7 +138,7 @@ def build_schema(project: Project) -> strawberry.Schema:
     )
     settings = project.settings
     # The limiters' rule classes are built once: the validation cache is keyed by them.
-    rules = [*limit_rules(settings), SubscriptionsOverWebSocket]
+    rules = [*limit_rules(settings), *introspection_rules(settings), SubscriptionsOverWebSocket]
     cached = settings.document_cache_size
     parse = lru_cache(maxsize=cached)(graphql.parse)
     # Factories, not instances: strawberry shares an instance across concurrent requests.

@@ -78,7 +78,8 @@ def bearer(value: str) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def cluster(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    served = serve(tmp_path_factory.mktemp("auth"), spark, seed=5, start=False)
+    root = tmp_path_factory.mktemp("auth")
+    served = serve(root, spark, seed=5, start=False, settings="introspection = false")
     with served.project.path.open("a") as file:
         file.write(AUTH)
     served.project = served.nodes.project = projects.load(served.project.path)
@@ -228,6 +229,29 @@ def test_subscriptions_check_the_token_at_connection_init_and_each_field(
         with connect(ws_url, subprotocols=[PROTOCOL]) as ws:
             ws.send(json.dumps({"type": "connection_init", "payload": init}))
             assert closed_code(ws) == 4403, init
+
+
+def refused_introspection(errors: list[dict[str, Any]]) -> bool:
+    """Every error is graphql-core's introspection refusal, coded as a validation error."""
+    return bool(errors) and all(
+        e["extensions"]["code"] == "GRAPHQL_VALIDATION_FAILED"
+        and "introspection has been disabled" in e["message"]
+        for e in errors
+    )
+
+
+def test_introspection_can_be_turned_off(cluster: Served) -> None:
+    for query in ("{ __schema { types { name } } }", '{ __type(name: "Query") { name } }'):
+        body = post(cluster, "node1", bearer(token()), query).json()
+        assert body["data"] is None
+        assert refused_introspection(body["errors"])
+        socket = Socket(cluster.nodes.url("node1"), {"Authorization": f"Bearer {token()}"})
+        socket.subscribe("schema", query)
+        refused = socket.receive()
+        socket.close()
+        assert refused["type"] == "error" and refused_introspection(refused["payload"])
+    typename = post(cluster, "node1", bearer(token()), "{ __typename }").json()
+    assert typename["data"] == {"__typename": "Query"} and "errors" not in typename
 
 
 @pytest.fixture(scope="module")
