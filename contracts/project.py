@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from contracts import names
+from contracts.access import Access, AccessError
+from contracts.access import parse as parse_access
 from contracts.entries import ConfigError as ConfigError
 from contracts.entries import Table
 from contracts.partitioner import KeyType
@@ -35,7 +37,7 @@ SECRET_ENV = "STATEGATE_SECRET"
 MAX_PORT = 65535
 
 # What each table of the file may hold; [settings] is checked by contracts/settings.py.
-TABLES = ("log", "snapshots", "pages", "cluster", "topics", "stores", "settings")
+TABLES = ("log", "snapshots", "pages", "cluster", "topics", "stores", "settings", "auth")
 CLUSTER = ("partitions", "replicas", "secret", "secret_env", "nodes")
 STORE_ENTRIES: dict[str, tuple[str, ...]] = {
     "table": ("name", "kind", "topic"),
@@ -169,6 +171,7 @@ class Project:
     cluster: Cluster
     settings: Settings = field(default_factory=Settings)
     pages_dir: Path | None = None  # [pages] dir: static pages (dashboards) nodes serve at /pages/
+    access: Access | None = None  # [auth]: who may read what; None checks nothing
 
     def store(self, name: str) -> Store:
         return self.stores[name]
@@ -207,7 +210,15 @@ def parse(raw: dict[str, Any], path: Path) -> Project:
         cluster=_cluster(Table(top.get("cluster", dict, {}), "[cluster]", CLUSTER), base),
         settings=_settings(top.get("settings", dict, {})),
         pages_dir=_pages(Table(top.get("pages", dict, {}), "[pages]", ("dir",)), base),
+        access=_access(top.optional("auth", dict), base, stores),
     )
+
+
+def _access(raw: object, base: Path, stores: dict[str, Store]) -> Access | None:
+    try:
+        return parse_access(raw, base, stores)
+    except AccessError as exc:
+        raise ConfigError(str(exc)) from exc
 
 
 def _entries(table: Table, array: str) -> list[Table]:

@@ -99,6 +99,11 @@ class Settings:
     connection_init_timeout_s: float = _setting(
         10.0, "how long a new WebSocket may take to send connection_init before it is closed", 0.1
     )
+    introspection: bool = _setting(
+        True,
+        "answer GraphQL introspection (`__schema`, `__type`); false refuses it "
+        "(GRAPHQL_VALIDATION_FAILED), and the playground then has no docs or completion",
+    )
 
     trigger_interval_s: float = _setting(
         1.0,
@@ -149,6 +154,8 @@ def shown(value: object) -> str:
     """A setting's value as the README and `stategate settings` show it (lists as TOML)."""
     if isinstance(value, tuple):
         return "[" + ", ".join(f'"{item}"' for item in value) + "]"
+    if isinstance(value, bool):
+        return "true" if value else "false"
     return str(value)
 
 
@@ -164,7 +171,8 @@ def _typed(name: str, value: object, expected: type) -> object:
         return tuple(value)
     if expected is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
-    if not isinstance(value, expected) or isinstance(value, bool):
-        kind = {int: "an integer", float: "a number", str: "a string"}[expected]
+    if not isinstance(value, expected) or (isinstance(value, bool) and expected is not bool):
+        kinds = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
+        kind = kinds[expected]
         raise SettingsError(f"settings.{name} must be {kind}, not {value!r}")
     return value

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contracts import eventlog
 from contracts.project import Project
 from gateway import execution
+from gateway.auth import Authenticator
 from gateway.batching import RequestBatch
 from gateway.health import Membership
 from gateway.metrics import NodeMetrics, NodeState
@@ -41,6 +42,7 @@ class GatewayNode:
         self.project = project
         self.id = node_id
         self.config = project.cluster.node(node_id)
+        self.authenticator = Authenticator(project.access)
         settings = project.settings
         self.catalog = SnapshotCatalog(
             self.config.data_dir / "snapshots",

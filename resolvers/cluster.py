@@ -69,7 +69,8 @@ class ClusterInfo:
     partitions: list[PartitionInfo]
 
 
-def stores(info: strawberry.Info[Context, None]) -> list[StoreInfo]:
+def stores(info: strawberry.Info[Context, None]) -> list[StoreInfo] | None:
+    info.context.authorize("stores")
     return [
         StoreInfo(
             name=s.name,
@@ -84,7 +85,8 @@ def stores(info: strawberry.Info[Context, None]) -> list[StoreInfo]:
     ]
 
 
-def cluster(info: strawberry.Info[Context, None]) -> ClusterInfo:
+def cluster(info: strawberry.Info[Context, None]) -> ClusterInfo | None:
+    info.context.authorize("cluster")
     partition_map = info.context.node.partition_map()
     return ClusterInfo(
         node=partition_map.node,

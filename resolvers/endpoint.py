@@ -24,6 +24,7 @@ from starlette.datastructures import Headers, QueryParams
 from starlette.responses import HTMLResponse, Response
 from starlette.types import Receive, Scope, Send
 
+from gateway.auth import Unauthenticated
 from gateway.node import GatewayNode
 from resolvers import results
 from resolvers.context import Context
@@ -80,7 +81,14 @@ class GraphQLEndpoint:
                 405, "METHOD_NOT_ALLOWED", f"{method} is not GraphQL over HTTP: use GET or POST",
                 {"allow": "GET, POST"},
             )  # fmt: skip
-        work = self._answer(parsed, headers.get("authorization"), method == "GET")
+        authorization = headers.get("authorization")
+        try:
+            principal = self.node.authenticator.authenticate(authorization)
+        except Unauthenticated as refused:
+            challenge = {"www-authenticate": refused.challenge}
+            raise TransportError(401, refused.code, refused.message, challenge) from None
+        context = Context.create(self.node, authorization, principal)
+        work = self._answer(parsed, context, method == "GET")
         answered = await _unless_disconnected(work, receive)
         if answered is None:
             return Response(status_code=CLIENT_CLOSED)
@@ -91,9 +99,8 @@ class GraphQLEndpoint:
         return Response(answered.body, status, media_type=media)
 
     async def _answer(
-        self, parsed: GraphQLRequest | list[GraphQLRequest], authorization: str | None, get: bool
+        self, parsed: GraphQLRequest | list[GraphQLRequest], context: Context, get: bool
     ) -> Answer | list[Answer]:
-        context = Context.create(self.node, authorization)
         if not isinstance(parsed, list):
             return await self._one(parsed, context, get)
         contexts = [context, *(context.again() for _ in parsed[1:])]  # one routed batch

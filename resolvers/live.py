@@ -27,6 +27,7 @@ from typing import Any
 import orjson
 from strawberry.types import ExecutionResult
 
+from contracts.access import Principal
 from contracts.errors import GatewayError
 from contracts.positions import Position, encode_token
 from gateway.node import GatewayNode
@@ -49,7 +50,8 @@ class Operation:
 
     prepared: Prepared
     variables: dict[str, Any] | None
-    authorization: str | None
+    authorization: str | None  # keys the cohort: one principal's results are its own
+    principal: Principal
 
     @property
     def key(self) -> tuple[str, str | None, bytes, str | None]:
@@ -245,7 +247,8 @@ class Hub:
                 chunk = group[start : start + EVALUATED_TOGETHER]
                 batch = self.node.request_batch(authorization)
                 load = batch_loader(batch)
-                contexts = [Context.joining(self.node, batch, load) for _ in chunk]
+                principal = chunk[0].operation.principal  # the authorization's
+                contexts = [Context.joining(self.node, batch, load, principal) for _ in chunk]
                 outcomes = await asyncio.gather(
                     *(self._run(c, context) for c, context in zip(chunk, contexts, strict=True)),
                     return_exceptions=True,

@@ -39,7 +39,7 @@ from resolvers.completion import PlainRecordExecutionContext
 from resolvers.context import Context
 from resolvers.cost import Shape, shape
 from resolvers.plans import PlanCache
-from resolvers.schema import response_extensions
+from resolvers.schema import introspection_rules, response_extensions
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -107,7 +107,7 @@ class Operations:
         self.core = schema._schema
         assert self.core.query_type is not None
         self.fields = self.core.query_type.fields
-        self.rules = list(specified_rules)
+        self.rules = [*specified_rules, *introspection_rules(settings)]
         self.plans = PlanCache(schema, settings)
         size = max(1, settings.document_cache_size)
         self._parsed = _Cache(size, self._parse)
@@ -170,7 +170,7 @@ class Operations:
             variable_values=variables,
             operation_name=prepared.name,
             executor_class=PlainRecordExecutionContext,
-            is_awaitable=optimized_is_awaitable,
+            is_awaitable=cast(Any, optimized_is_awaitable),  # strawberry's, typed as bool
         )
         done = await outcome if inspect.isawaitable(outcome) else outcome
         errors = done.errors

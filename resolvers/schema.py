@@ -6,12 +6,14 @@ import copy
 from typing import Any
 
 import strawberry
+from graphql import ASTValidationRule, NoSchemaIntrospectionCustomRule
 from strawberry.schema.config import StrawberryConfig
 from strawberry.tools import create_type
 
 from contracts import names
 from contracts.positions import encode_token
 from contracts.project import Project
+from contracts.settings import Settings
 from resolvers import cluster
 from resolvers.completion import PlainRecordExecutionContext
 from resolvers.context import Context
@@ -29,6 +31,11 @@ def response_extensions(context: Context) -> dict[str, Any]:
             "millis": round(sum(t.millis for t in traces), 3),
         },
     }
+
+
+def introspection_rules(settings: Settings) -> list[type[ASTValidationRule]]:
+    """graphql-core's rule that refuses `__schema` and `__type`, when introspection is off."""
+    return [] if settings.introspection else [NoSchemaIntrospectionCustomRule]
 
 
 SUBSCRIPTION_DESCRIPTION = (

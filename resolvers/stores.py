@@ -85,11 +85,13 @@ def _keyed_fields(store: Store, settings: Settings) -> list[StrawberryField]:
     consistency = ConsistencyInput | None
 
     async def get(info: Info, key: Any, consistency: ConsistencyInput | None = None) -> Any:
+        info.context.authorize(store.name)
         return await info.context.queries.lookup(store, [key], demand(consistency))
 
     async def batch(
         info: Info, keys: list[Any], consistency: ConsistencyInput | None = None
     ) -> Any:
+        info.context.authorize(store.name)
         return await info.context.queries.lookup(store, keys, demand(consistency))
 
     async def range_(
@@ -101,6 +103,7 @@ def _keyed_fields(store: Store, settings: Settings) -> list[StrawberryField]:
         partitions: list[int] | None = None,
         consistency: ConsistencyInput | None = None,
     ) -> Any:
+        info.context.authorize(store.name)
         return await info.context.queries.range(
             store, from_, to, first, after, partitions, demand(consistency)
         )
@@ -113,6 +116,7 @@ def _keyed_fields(store: Store, settings: Settings) -> list[StrawberryField]:
         partitions: list[int] | None = None,
         consistency: ConsistencyInput | None = None,
     ) -> Any:
+        info.context.authorize(store.name)
         return await info.context.queries.prefix(
             store, prefix, first, after, partitions, demand(consistency)
         )
@@ -177,6 +181,7 @@ def _window_fields(store: Store, settings: Settings) -> list[StrawberryField]:
         info: Info, key: Any, from_: datetime, to: datetime,
         consistency: ConsistencyInput | None = None,
     ) -> Any:  # fmt: skip
+        info.context.authorize(store.name)
         return await info.context.queries.windows_of_key(
             store, key, *_span(from_, to), demand(consistency)
         )
@@ -190,6 +195,7 @@ def _window_fields(store: Store, settings: Settings) -> list[StrawberryField]:
         partitions: list[int] | None = None,
         consistency: ConsistencyInput | None = None,
     ) -> Any:
+        info.context.authorize(store.name)
         return await info.context.queries.windows(
             store, *_span(from_, to), first, after, partitions, demand(consistency)
         )

@@ -1,8 +1,9 @@
 """GraphQL over WebSocket on /graphql: the graphql-transport-ws protocol, the one graphql-ws
 clients speak.
 
-The client sends connection_init (its payload may carry {"authorization": "Bearer ..."},
-else the handshake's Authorization header counts) and gets connection_ack; then any number
+The client sends connection_init (its payload may carry {"Authorization": "Bearer ..."},
+else the handshake's Authorization header counts) and gets connection_ack (with [auth], only
+when the token verifies: else the socket is closed with 4403); then any number
 of subscribe messages. A subscription gets `next` messages until the client completes it
 (resolvers/live.py decides when); a query gets one `next`, then `complete`. ping gets pong.
 
@@ -11,7 +12,7 @@ that does not parse or validate, variables that do not fit, a limit (TOO_MANY_SU
 A client that breaks the protocol is closed with the protocol's codes: 4400 a message that
 is not the protocol, 4401 subscribe before connection_ack, 4406 no graphql-transport-ws
 subprotocol, 4408 no connection_init in time, 4409 an id already in use, 4429 a second
-connection_init.
+connection_init; 4403 a connection_init without a valid token, with [auth].
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ import orjson
 from graphql import OperationType
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from contracts.access import ANONYMOUS
 from contracts.errors import GatewayError
+from gateway.auth import Unauthenticated
 from resolvers import results
 from resolvers.context import Context
 from resolvers.live import Hub, Operation, Subscriber
@@ -34,6 +37,7 @@ from resolvers.operations import Prepared, Refused
 
 log = logging.getLogger(__name__)
 PROTOCOL = "graphql-transport-ws"
+MAX_REASON = 120  # a close frame's reason is at most 123 bytes
 
 
 class ProtocolViolation(Exception):
@@ -57,6 +61,7 @@ class Connection:
         self.hub = hub
         self.settings = hub.node.project.settings
         self.authorization: str | None = websocket.headers.get("authorization")
+        self.principal = ANONYMOUS  # verified at connection_init
         self.acknowledged = False
         self.operations: dict[str, tuple[Operation | None, Subscriber]] = {}
         self._ready: deque[Subscriber] = deque()
@@ -130,9 +135,13 @@ class Connection:
             raise ProtocolViolation(4429, "Too many initialisation requests")
         if payload is not None and not isinstance(payload, dict):
             raise ProtocolViolation(4400, "Invalid message received: payload is not an object")
-        authorization = (payload or {}).get("authorization")
-        if isinstance(authorization, str):
-            self.authorization = authorization
+        given = {str(k).lower(): v for k, v in (payload or {}).items()}.get("authorization")
+        if isinstance(given, str):
+            self.authorization = given
+        try:
+            self.principal = self.hub.node.authenticator.authenticate(self.authorization)
+        except Unauthenticated as refused:
+            raise ProtocolViolation(4403, f"Forbidden: {refused.message}"[:MAX_REASON]) from None
         self.acknowledged = True
 
     async def _subscribe(self, message: dict[str, Any]) -> None:
@@ -158,7 +167,7 @@ class Connection:
             return
         subscriber = Subscriber(id, self._became_ready)
         if prepared.kind is OperationType.SUBSCRIPTION:
-            operation = Operation(prepared, variables, self.authorization)
+            operation = Operation(prepared, variables, self.authorization, self.principal)
             self.operations[id] = (operation, subscriber)
             self._spawn(self._join(operation, subscriber))
         else:
@@ -198,7 +207,7 @@ class Connection:
     async def _answer_once(
         self, id: str, prepared: Prepared, variables: dict[str, Any] | None
     ) -> None:
-        context = Context.create(self.hub.node, self.authorization)
+        context = Context.create(self.hub.node, self.authorization, self.principal)
         result, _ = await self.hub.operations.execute(prepared, context, variables)
         if self.operations.pop(id, None) is None:
             return

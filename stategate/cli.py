@@ -18,7 +18,7 @@ from contracts import project as projects
 from contracts.partitioner import serialize_key
 from contracts.project import Project
 from contracts.settings import shown, table
-from stategate import demo, logs
+from stategate import demo, exposure, logs
 
 Command = Callable[[Project, argparse.Namespace], int]
 
@@ -105,10 +105,18 @@ def run_node(project: Project, args: argparse.Namespace) -> int:
 
     from stategate.app import create_app
 
+    address = project.cluster.node(args.node).address
+    if not _may_listen(address, project):
+        return 2
     logs.configure(args.node, project.settings.log_level)
-    host, port = project.cluster.node(args.node).address.rsplit(":", 1)
+    host, port = address.rsplit(":", 1)
+    try:
+        app = create_app(project, args.node)
+    except projects.ConfigError as exc:  # what this node reads at start: [auth]'s keys
+        print(f"stategate: {exc}", file=sys.stderr)
+        return 2
     uvicorn.run(
-        create_app(project, args.node),
+        app,
         host=host,
         port=int(port),
         log_config=None,
@@ -121,6 +129,13 @@ def run_node(project: Project, args: argparse.Namespace) -> int:
         timeout_keep_alive=int(project.settings.keep_alive_s),
     )
     return 0
+
+
+def _may_listen(address: str, project: Project) -> bool:
+    refused = exposure.refusal(address, project.cluster.secret)
+    if refused is not None:
+        print(f"stategate: {refused}", file=sys.stderr)
+    return refused is None
 
 
 def run_pipeline(project: Project, args: argparse.Namespace) -> int:
@@ -187,6 +202,8 @@ def serve_store(project: Project, args: argparse.Namespace) -> int:
 
     from spark_pipeline.store_server import create_store_app
 
+    if not _may_listen(args.listen, project):
+        return 2
     logs.configure("store", project.settings.log_level)
     host, port = args.listen.rsplit(":", 1)
     uvicorn.run(

@@ -208,7 +208,8 @@ class Data:
         )
         partition_map = self.partition_map()
         node = SimpleNamespace(project=project or self.project, partition_map=lambda: partition_map)
-        return SimpleNamespace(node=node, queries=queries)
+        # a project without [auth]: every root field may be read
+        return SimpleNamespace(node=node, queries=queries, authorize=lambda name: None)
 
 
 # --- documents --------------------------------------------------------------------------

@@ -30,6 +30,7 @@ INTS = [name for name, item in FIELDS.items() if type(item.default) is int]
 FLOATS = [name for name, item in FIELDS.items() if type(item.default) is float]
 STRINGS = [name for name, item in FIELDS.items() if type(item.default) is str]
 LISTS = [name for name, item in FIELDS.items() if type(item.default) is tuple]
+BOOLEANS = [name for name, item in FIELDS.items() if type(item.default) is bool]
 BOUNDED = [name for name, item in FIELDS.items() if item.metadata["minimum"] is not None]
 
 
@@ -42,8 +43,8 @@ def refused(raw: dict[str, Any], name: str) -> str:
 
 
 def test_the_setting_kinds_cover_every_field() -> None:
-    assert sorted(INTS + FLOATS + STRINGS + LISTS) == sorted(FIELDS)
-    assert INTS and FLOATS and STRINGS and LISTS and BOUNDED
+    assert sorted(INTS + FLOATS + STRINGS + LISTS + BOOLEANS) == sorted(FIELDS)
+    assert INTS and FLOATS and STRINGS and LISTS and BOOLEANS and BOUNDED
 
 
 def test_an_empty_table_gives_the_defaults() -> None:
@@ -102,6 +103,13 @@ def test_a_number_setting_takes_an_integer_as_a_float(name: str) -> None:
     value = math.ceil(DEFAULTS[name])
     parsed = getattr(Settings.parse({name: value}), name)
     assert parsed == value and type(parsed) is float
+
+
+@pytest.mark.parametrize("name", BOOLEANS)
+def test_a_boolean_setting_takes_true_or_false_only(name: str) -> None:
+    assert getattr(Settings.parse({name: False}), name) is False
+    for wrong in [0, 1, "false", None, [True]]:
+        refused({name: wrong}, name)
 
 
 @pytest.mark.parametrize("name", STRINGS)

@@ -1,0 +1,118 @@
+"""Bearer tokens: a request's `Authorization: Bearer <JWT>` verified once, at the transport,
+into the Principal its roles are checked against (contracts/access.py).
+
+A token is signed with the HMAC secret in the environment variable [auth] names, or by a
+key of its JWKS file (picked by the token's `kid`); only the algorithms [auth] pins are
+accepted, whatever the token's header says. exp is required and checked with nbf (both
+with `leeway_s`), iss and aud when [auth] names them.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import jwt
+
+from contracts.access import ANONYMOUS, Access, Principal
+from contracts.errors import GatewayError
+from contracts.project import ConfigError
+
+MIN_HMAC_SECRET_BYTES = 32  # RFC 7518 3.2: a key at least as long as the hash
+BEARER = "bearer "
+
+
+class Unauthenticated(GatewayError):
+    """No token, or one that does not verify: the transport answers 401 (HTTP) or closes
+    with 4403 (WebSocket)."""
+
+    def __init__(self, message: str, missing: bool = False) -> None:
+        super().__init__("UNAUTHENTICATED", message)
+        self.missing = missing  # no token at all (RFC 6750: no error code in the challenge)
+
+    @property
+    def challenge(self) -> str:
+        """The WWW-Authenticate header of the 401."""
+        return "Bearer" if self.missing else 'Bearer error="invalid_token"'
+
+
+class Authenticator:
+    """Verifies tokens for one node; without [auth] everyone is ANONYMOUS. Raises
+    ConfigError when the keys [auth] names cannot be read here."""
+
+    def __init__(self, access: Access | None) -> None:
+        self.access = access
+        self._secret = _secret(access) if access and access.secret_env else None
+        self._keys = _keys(access) if access and access.jwks else None
+
+    def authenticate(self, authorization: str | None) -> Principal:
+        """The principal of a request's Authorization header; raises Unauthenticated."""
+        access = self.access
+        if access is None:
+            return ANONYMOUS
+        if not authorization:
+            raise Unauthenticated("a bearer token is required (Authorization: Bearer ...)", True)
+        if authorization[: len(BEARER)].lower() != BEARER:
+            raise Unauthenticated("the Authorization header must be Bearer <token>")
+        token = authorization[len(BEARER) :].strip()
+        try:
+            claims = jwt.decode(
+                token,
+                key=self._key(token),
+                algorithms=list(access.algorithms),
+                issuer=access.issuer,
+                audience=access.audience,
+                leeway=access.leeway_s,
+                options={"require": ["exp"], "verify_aud": access.audience is not None},
+            )
+        except jwt.PyJWTError as exc:
+            raise Unauthenticated(f"the bearer token is not valid: {exc}") from None
+        return Principal(_subject(claims), _roles(claims, access.roles_claim), claims["exp"])
+
+    def _key(self, token: str) -> Any:
+        if self._secret is not None:
+            return self._secret
+        assert self._keys is not None
+        kid = jwt.get_unverified_header(token).get("kid")
+        if kid is None and len(self._keys) == 1:
+            return next(iter(self._keys.values()))
+        key = self._keys.get(kid) if isinstance(kid, str) else None
+        if key is None:
+            raise jwt.InvalidKeyError(f"no key in the JWKS file has kid {kid!r}")
+        return key
+
+
+def _secret(access: Access) -> bytes:
+    assert access.secret_env is not None
+    secret = os.environ.get(access.secret_env, "").encode()
+    if len(secret) < MIN_HMAC_SECRET_BYTES:
+        raise ConfigError(
+            f"auth.jwt_secret_env: set {access.secret_env} to the tokens' HMAC secret "
+            f"(at least {MIN_HMAC_SECRET_BYTES} bytes)"
+        )
+    return secret
+
+
+def _keys(access: Access) -> dict[str | None, jwt.PyJWK]:
+    """The JWKS file's keys by kid, read once when the node starts."""
+    assert access.jwks is not None
+    try:
+        keys = jwt.PyJWKSet.from_json(access.jwks.read_text()).keys
+    except (OSError, jwt.PyJWKError, jwt.PyJWKSetError) as exc:
+        raise ConfigError(f"auth.jwks: {access.jwks}: {exc}") from exc
+    return {key.key_id: key for key in keys}
+
+
+def _subject(claims: dict[str, Any]) -> str | None:
+    subject = claims.get("sub")
+    return subject if isinstance(subject, str) else None
+
+
+def _roles(claims: dict[str, Any], claim: str) -> frozenset[str]:
+    """The roles claim: a list of strings, or one string; absent, no role."""
+    value = claims.get(claim, [])
+    if isinstance(value, str):
+        return frozenset([value])
+    if not isinstance(value, list) or not all(isinstance(role, str) for role in value):
+        raise Unauthenticated(f"the token's {claim!r} claim must be a list of role names")
+    return frozenset(value)
