@@ -37,7 +37,8 @@ class NodeMetrics:
         self.registry = CollectorRegistry()
         self.requests = Counter(
             "stategate_graphql_requests",
-            "GraphQL requests by operation name and outcome (ok, partial, error, refused)",
+            "GraphQL requests by operation name and outcome "
+            "(ok, partial, error, refused, cancelled)",
             ["operation", "outcome"],
             registry=self.registry,
         )

@@ -89,8 +89,10 @@ class GraphQLEndpoint:
             raise TransportError(401, refused.code, refused.message, challenge) from None
         context = Context.create(self.node, authorization, principal)
         work = self._answer(parsed, context, method == "GET")
+        started = time.perf_counter()
         answered = await _unless_disconnected(work, receive)
         if answered is None:
+            self._count(None, "cancelled", started)
             return Response(status_code=CLIENT_CLOSED)
         if isinstance(answered, list):
             body = b"[" + b",".join(a.body for a in answered) + b"]"

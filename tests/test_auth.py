@@ -243,7 +243,7 @@ def refused_introspection(errors: list[dict[str, Any]]) -> bool:
 def test_introspection_can_be_turned_off(cluster: Served) -> None:
     for query in ("{ __schema { types { name } } }", '{ __type(name: "Query") { name } }'):
         body = post(cluster, "node1", bearer(token()), query).json()
-        assert body["data"] is None
+        assert "data" not in body  # a request error: nothing ran
         assert refused_introspection(body["errors"])
         socket = Socket(cluster.nodes.url("node1"), {"Authorization": f"Bearer {token()}"})
         socket.subscribe("schema", query)
