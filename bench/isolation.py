@@ -1,0 +1,147 @@
+"""Isolation: what one client sending the most expensive request the limits allow, in a
+loop, costs the other clients of the same node.
+
+    python -m bench.isolation --workload main --seconds 20
+
+On the 3 nodes of a built workload: 4 clients (the raw asyncio driver) send one-key lookups
+to node1 for `--seconds`, idle; then again while a separate process sends the heavy request
+to node1 in a loop, one at a time. The heavy request is the costliest the default limits
+allow: a customerTotalsBatch of max_keys_per_request keys, every column selected (cost
+10,000 x 7 = 70,000 of max_request_cost's 100,000). The target: the lookups' p99 loaded
+within 2x of idle. Each figure is printed with the machine's load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import orjson
+
+from bench.driver import Stats, graphql_operation, http_client, percentile, run_async
+from bench.procs import NodeProcesses
+from bench.workload import Workload
+from contracts.project import Project, load
+
+NODE = "node1"
+VICTIMS = 4
+LOOKUP = "query L($k: String!) { customerTotals(key: $k) { record { bookings revenue } } }"
+HEAVY = (
+    "query H($keys: [String!]!) { customerTotalsBatch(keys: $keys) { entries { key record {"
+    " bookings revenue seats cheapest dearest averagePrice } } } }"
+)
+TARGET = 2.0  # loaded p99 / idle p99
+
+
+def heavy_body(project: Project, customers: int) -> bytes:
+    count = project.settings.max_keys_per_request
+    step = max(1, customers // count)
+    keys = [f"C{i:06d}" for i in range(0, step * count, step)][:count]
+    return orjson.dumps({"query": HEAVY, "variables": {"keys": keys}})
+
+
+async def victims(project: Project, customers: int, seconds: float, name: str) -> Stats:
+    url = project.cluster.node(NODE).url + "/graphql"
+    bodies = [
+        orjson.dumps({"query": LOOKUP, "variables": {"k": f"C{i * 7919 % customers:06d}"}})
+        for i in range(997)
+    ]
+    client = http_client()
+    operation = graphql_operation(client, [url], bodies)
+    return await run_async(name, operation, VICTIMS, seconds, 10**9, warmup=50)
+
+
+def loop_heavy(url: str, body_path: Path, seconds: float) -> None:
+    """The heavy client (its own process): the heavy request in a loop; prints its stats."""
+    body = body_path.read_bytes()
+    latencies, errors = [], 0
+    deadline = time.monotonic() + seconds
+    with httpx.Client(timeout=60, headers={"content-type": "application/json"}) as client:
+        while time.monotonic() < deadline:
+            started = time.perf_counter()
+            answer = client.post(url, content=body).json()
+            latencies.append(time.perf_counter() - started)
+            errors += bool(answer.get("errors")) or answer.get("data") is None
+    ordered = sorted(latencies)
+    print(orjson.dumps({"count": len(ordered), "errors": errors,
+                        "p50_ms": percentile(ordered, 50) * 1000}).decode())  # fmt: skip
+
+
+def measure(workload: Workload, seconds: float) -> dict[str, object]:
+    project = load(workload.project_path)
+    logs = workload.root.parent / "logs" / "isolation"
+    nodes = NodeProcesses.gateway(project, logs)
+    body_path = logs / "heavy.json"
+    logs.mkdir(parents=True, exist_ok=True)
+    body_path.write_bytes(heavy_body(project, workload.customers))
+    url = project.cluster.node(NODE).url + "/graphql"
+    try:
+        nodes.start()
+        nodes.wait_serving()
+        idle = asyncio.run(victims(project, workload.customers, seconds, "idle"))
+        heavy = subprocess.Popen(
+            [sys.executable, "-m", "bench.isolation", "--heavy", url, str(body_path),
+             str(seconds + 4)],
+            stdout=subprocess.PIPE,
+        )  # fmt: skip
+        time.sleep(2)  # the heavy loop is running
+        loaded = asyncio.run(victims(project, workload.customers, seconds, "loaded"))
+        heavy_out, _ = heavy.communicate(timeout=seconds + 60)
+    finally:
+        nodes.processes_.stop_all()
+    return {
+        "idle": idle,
+        "loaded": loaded,
+        "heavy": orjson.loads(heavy_out),
+        "ratio_p99": loaded.p99_ms / idle.p99_ms,
+        "ratio_p50": loaded.p50_ms / idle.p50_ms,
+    }
+
+
+def report(result: dict[str, object]) -> str:
+    idle, loaded = result["idle"], result["loaded"]
+    assert isinstance(idle, Stats) and isinstance(loaded, Stats)
+    heavy = result["heavy"]
+    ratio = result["ratio_p99"]
+    assert isinstance(heavy, dict) and isinstance(ratio, float)
+    verdict = "pass" if ratio <= TARGET else "miss"
+    return "\n".join(
+        [
+            f"one-key lookups, {VICTIMS} clients on {NODE}: p50 / p99 (load average)",
+            f"  idle:   {idle.p50_ms:.1f} / {idle.p99_ms:.1f} ms ({idle.load1})",
+            f"  loaded: {loaded.p50_ms:.1f} / {loaded.p99_ms:.1f} ms ({loaded.load1})",
+            f"  p99 loaded / idle: {ratio:.2f}x (target <= {TARGET}x: {verdict}); "
+            f"p50 {result['ratio_p50']:.2f}x",
+            f"heavy requests: {heavy['count']} in the loaded run, p50 {heavy['p50_ms']:.0f} ms, "
+            f"{heavy['errors']} with errors",
+        ]
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workload", default="main", help="a workload bench.run built")
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--heavy", nargs=3, metavar=("URL", "BODY", "SECONDS"), help="internal")
+    args = parser.parse_args()
+    if args.heavy:
+        url, body, seconds = args.heavy
+        loop_heavy(url, Path(body), float(seconds))
+        return 0
+    workload = Workload.built(args.workload)
+    if workload is None:
+        print(f"build the {args.workload!r} workload first: make bench", file=sys.stderr)
+        return 2
+    print(f"load average at start: {os.getloadavg()[0]:.2f}", flush=True)
+    print(report(measure(workload, args.seconds)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
