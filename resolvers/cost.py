@@ -34,6 +34,7 @@ from resolvers.completion import DEFINITION
 
 COST = "stategate-cost"  # a root field's metadata: Rows, from its arguments
 Rows = Callable[[Mapping[str, Any]], int]  # untyped argument values (given ones only) -> rows
+_INTROSPECTION = ("__schema", "__type")
 
 
 @dataclass(frozen=True)
@@ -170,6 +171,8 @@ def _walk(
         elif isinstance(selection, InlineFragmentNode):
             _walk(selection.selection_set, part, level, root, under)
         elif isinstance(selection, FieldNode):
+            if selection.name.value in _INTROSPECTION:  # the schema, not data: not measured
+                continue
             part.depth = max(part.depth, level + 1)
             part.aliases += selection.alias is not None
             leaf = selection.selection_set is None
