@@ -17,7 +17,6 @@ from contracts.errors import Failure, GatewayError, bad_input
 from contracts.partitioner import Key
 from contracts.positions import Position, decode_token, merge
 from contracts.project import Project, Store
-from contracts.unicode import invalid_text
 from gateway import cursors, limits, merging
 from gateway.batching import Consistency, Outcome, Work
 from gateway.limits import SCAN_LOOKAHEAD
@@ -103,7 +102,6 @@ class RequestQueries:
 
     async def lookup(self, store: Store, keys: list[Key], demand: Demand | None) -> Lookup:
         limits.check_keys(len(keys), self.project.settings)
-        _check_text(*keys, what="key")
         outcome = await self._load(store, Get(tuple(keys)), (), demand)
         entries = []
         for key in keys:
@@ -115,7 +113,6 @@ class RequestQueries:
     async def windows_of_key(
         self, store: Store, key: Key, from_ms: int, to_ms: int, demand: Demand | None
     ) -> KeyWindows:
-        _check_text(key, what="key")
         self._check_window_range(store, from_ms, to_ms, limit=True)
         outcome = await self._load(store, WindowsOfKey(key, from_ms, to_ms), (), demand)
         ((q, answer),) = outcome.parts
@@ -131,7 +128,6 @@ class RequestQueries:
         partitions: list[int] | None,
         demand: Demand | None,
     ) -> Page:
-        _check_text(low, high, what="a bound")
         if low is not None and high is not None and low > high:  # type: ignore[operator]
             raise GatewayError("INVALID_RANGE", f"from {low!r} is after to {high!r}")
         last = self._after(store, after, first)
@@ -147,7 +143,6 @@ class RequestQueries:
         partitions: list[int] | None,
         demand: Demand | None,
     ) -> Page:
-        _check_text(prefix, what="prefix")
         last = self._after(store, after, first)
         scan = Prefix(prefix, first + SCAN_LOOKAHEAD, None if last is None else str(last[0]))
         return await self._scan(store, scan, first, partitions, demand)
@@ -259,11 +254,3 @@ class RequestQueries:
                 raise bad_input(f"{name} must not be negative, got {value}")
         return Consistency(bound, demand.require_active, demand.max_lag, demand.max_age_ms)
 
-
-def _check_text(*values: Key | None, what: str) -> None:
-    """BAD_USER_INPUT for a string that is not valid Unicode (it could be neither hashed to
-    a partition nor answered)."""
-    for value in values:
-        problem = invalid_text(value, f"{what} {value!r}") if isinstance(value, str) else None
-        if problem is not None:
-            raise bad_input(problem)
