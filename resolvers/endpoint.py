@@ -114,9 +114,8 @@ class GraphQLEndpoint:
 
     async def _one(self, request: GraphQLRequest, context: Context, get: bool) -> Answer:
         started = time.perf_counter()
-        name, variables = request.operation_name, request.variables
+        query, name, variables = request.query, request.operation_name, request.variables
         try:
-            query = self._query(request)
             if get and self.operations.kind(query, name) is OperationType.MUTATION:
                 raise TransportError(
                     405, "METHOD_NOT_ALLOWED", "a mutation is sent with POST", {"allow": "POST"}
@@ -134,14 +133,6 @@ class GraphQLEndpoint:
         self._count(name, results.outcome(result), started)
         body = results.encoded(results.response(result), self.settings.max_response_bytes)
         return Answer(body, refused=results.request_error(result))
-
-    def _query(self, request: GraphQLRequest) -> str:
-        if request.query is None:
-            raise Refused.one(
-                "PERSISTED_QUERY_NOT_SUPPORTED",
-                "send the query: this node keeps no persisted queries",
-            )
-        return request.query
 
     def _count(self, name: str | None, outcome: str, started: float) -> None:
         self.node.metrics.request(name, outcome, time.perf_counter() - started)

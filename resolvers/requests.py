@@ -38,7 +38,7 @@ def bad_request(message: str) -> TransportError:
 
 @dataclass(frozen=True)
 class GraphQLRequest:
-    query: str | None  # None: a persisted query, known by the hash in its extensions
+    query: str
     variables: dict[str, Any] | None
     operation_name: str | None
     extensions: dict[str, Any] | None
@@ -89,7 +89,9 @@ def _request(data: object, where: str = "") -> GraphQLRequest:
         raise bad_request(f"{where}a GraphQL request is a JSON object, not {_kind(data)}")
     query, variables = data.get("query"), data.get("variables")
     name, extensions = data.get("operationName"), data.get("extensions")
-    if not (query is None or isinstance(query, str)):
+    if query is None:
+        raise bad_request(f"{where}the request has no query (persisted queries are not kept)")
+    if not isinstance(query, str):
         raise bad_request(f"{where}query must be a string, not {_kind(query)}")
     if not (variables is None or isinstance(variables, dict)):
         raise bad_request(f"{where}variables must be an object, not {_kind(variables)}")
@@ -97,8 +99,6 @@ def _request(data: object, where: str = "") -> GraphQLRequest:
         raise bad_request(f"{where}operationName must be a string, not {_kind(name)}")
     if not (extensions is None or isinstance(extensions, dict)):
         raise bad_request(f"{where}extensions must be an object, not {_kind(extensions)}")
-    if query is None and not (extensions and "persistedQuery" in extensions):
-        raise bad_request(f"{where}the request has no query")
     return GraphQLRequest(query, variables, name, extensions)
 
 
