@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, cast
 
 import graphql
 import strawberry
@@ -38,11 +36,9 @@ from resolvers import results
 from resolvers.completion import PlainRecordExecutionContext
 from resolvers.context import Context
 from resolvers.cost import Shape, shape
-from resolvers.plans import PlanCache
+from resolvers.lru import LRU
+from resolvers.plans import OperationPlan, compile_plan
 from resolvers.schema import introspection_rules, response_extensions
-
-K = TypeVar("K")
-V = TypeVar("V")
 
 
 class Refused(Exception):
@@ -74,25 +70,6 @@ class Prepared:
     cost: int
 
 
-class _Cache(Generic[K, V]):
-    """An LRU of `size` entries, filled by `make`."""
-
-    def __init__(self, size: int, make: Callable[[K], V]) -> None:
-        self.size = size
-        self.make = make
-        self._entries: OrderedDict[K, V] = OrderedDict()
-
-    def __call__(self, key: K) -> V:
-        try:
-            self._entries.move_to_end(key)
-            return self._entries[key]
-        except KeyError:
-            value = self._entries[key] = self.make(key)
-            if len(self._entries) > self.size:
-                self._entries.popitem(last=False)
-            return value
-
-
 @dataclass(frozen=True)
 class _Picked:
     operation: OperationDefinitionNode | None
@@ -108,11 +85,11 @@ class Operations:
         assert self.core.query_type is not None
         self.fields = self.core.query_type.fields
         self.rules = [*specified_rules, *introspection_rules(settings)]
-        self.plans = PlanCache(schema, settings)
         size = max(1, settings.document_cache_size)
-        self._parsed = _Cache(size, self._parse)
-        self._picked = _Cache(size, self._pick)
-        self._errors = _Cache(size, self._validate)
+        self._parsed = LRU(size, self._parse)
+        self._picked = LRU(size, self._pick)
+        self._errors = LRU(size, self._validate)
+        self._plans = LRU(size, self._plan)
 
     def prepare(self, query: str, name: str | None, variables: dict[str, Any] | None) -> Prepared:
         """The checked operation, or Refused: parse, pick, measure, validate."""
@@ -157,7 +134,7 @@ class Operations:
     async def _run(
         self, prepared: Prepared, context: Context, variables: dict[str, Any] | None
     ) -> tuple[ExecutionResult, Context]:
-        plan = self.plans.get(prepared.query, prepared.name, prepared.document)
+        plan = self._plans((prepared.query, prepared.name))
         if plan is not None:
             result = await plan.run(self.schema, context, variables)
             if result is not None:
@@ -228,6 +205,12 @@ class Operations:
         if operation.operation is OperationType.SUBSCRIPTION:
             document = _as_query(document, operation)
         return _Picked(operation, measured, document)
+
+    def _plan(self, key: tuple[str, str | None]) -> OperationPlan | None:
+        """The compiled plan of a validated operation; None leaves it to graphql-core, as it
+        does any text with a directive (@skip, @include, @defer bind at run time)."""
+        query, name = key
+        return None if "@" in query else compile_plan(self.schema, self._picked(key).document, name)
 
     def _validate(self, query: str) -> tuple[GraphQLError, ...]:
         document = self._parsed(query)

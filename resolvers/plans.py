@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -54,7 +53,6 @@ from strawberry.types import ExecutionResult
 from strawberry.types.field import StrawberryField
 
 from contracts.errors import GatewayError
-from contracts.settings import Settings
 from resolvers.completion import DEFINITION, Plan, PlanCompiler
 from resolvers.context import Context
 from resolvers.schema import response_extensions
@@ -287,29 +285,3 @@ def _plain_arguments(
         if isinstance(kind, GraphQLScalarType) and argument.out_name is None and name in python:
             plain[name] = python[name]
     return plain
-
-
-class PlanCache:
-    """Compiled plans by (document, operation name): an LRU of `size` entries that also
-    remembers the documents no plan covers, so that they are compiled once."""
-
-    def __init__(self, schema: strawberry.Schema, settings: Settings) -> None:
-        self.schema = schema
-        self.size = settings.document_cache_size
-        self._plans: OrderedDict[tuple[str, str | None], OperationPlan | None] = OrderedDict()
-
-    def get(
-        self, query: str, operation_name: str | None, document: DocumentNode
-    ) -> OperationPlan | None:
-        """The plan of a validated document's operation (`query` is its text, the key)."""
-        key = (query, operation_name)
-        try:
-            self._plans.move_to_end(key)
-            return self._plans[key]
-        except KeyError:
-            pass
-        plan = None if "@" in query else compile_plan(self.schema, document, operation_name)
-        self._plans[key] = plan  # directives (@skip, @include, @defer) bind at run time
-        if len(self._plans) > self.size:
-            self._plans.popitem(last=False)
-        return plan

@@ -1,0 +1,30 @@
+"""A least-recently-used cache filled on a miss: what the node keeps of the documents it has
+seen (parsed, measured, validated, compiled), so a repeated request redoes none of it."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class LRU(Generic[K, V]):
+    """The `size` most recently used values, each made by `make(key)` on a miss."""
+
+    def __init__(self, size: int, make: Callable[[K], V]) -> None:
+        self.size = size
+        self.make = make
+        self._entries: OrderedDict[K, V] = OrderedDict()
+
+    def __call__(self, key: K) -> V:
+        try:
+            self._entries.move_to_end(key)
+            return self._entries[key]
+        except KeyError:
+            value = self._entries[key] = self.make(key)
+            if len(self._entries) > self.size:
+                self._entries.popitem(last=False)
+            return value
