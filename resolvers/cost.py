@@ -59,6 +59,14 @@ class Shape:
 
 
 @dataclass
+class _Selected:
+    """What a root field selects: its leaf fields, and the fragments spread under it."""
+
+    width: int = 0
+    spreads: Counter[str] = field(default_factory=Counter)
+
+
+@dataclass
 class _Part:
     """One definition, read once: what it selects, before its spreads are resolved."""
 
@@ -68,7 +76,7 @@ class _Part:
     spreads: Counter[str] = field(default_factory=Counter)  # anywhere in it
     top_spreads: Counter[str] = field(default_factory=Counter)  # at its own top level
     spread_depths: dict[str, int] = field(default_factory=dict)  # deepest level of each
-    roots: list[tuple[FieldNode, int, Counter[str]]] = field(default_factory=list)
+    roots: list[tuple[FieldNode, _Selected]] = field(default_factory=list)
 
 
 def shape(operation: OperationDefinitionNode, definitions: tuple[DefinitionNode, ...]) -> Shape:
@@ -91,10 +99,14 @@ def shape(operation: OperationDefinitionNode, definitions: tuple[DefinitionNode,
         for spread, count in parts[name].top_spreads.items():
             top[spread] += top[name] * count
     roots = tuple(
-        Root(node, top[name], own + sum(n * width[f] for f, n in under.items()))
+        Root(
+            node,
+            top[name],
+            max(1, under.width + sum(n * width[f] for f, n in under.spreads.items())),
+        )
         for name in order
         if top[name]
-        for node, own, under in parts[name].roots
+        for node, under in parts[name].roots
     )
     aliases = sum(times[name] * part.aliases for name, part in parts.items())
     return Shape(depth[""], aliases, roots)
@@ -155,17 +167,17 @@ def _walk(
     part: _Part,
     level: int,
     root: bool,
-    under: tuple[list[int], Counter[str]] | None,
+    under: _Selected | None,
 ) -> None:
-    """Reads one selection set at `level` into `part`; `under` is the width (and spreads) of
-    the root field being read, None at the root level."""
+    """Reads one selection set at `level` into `part`; `under` is what the root field being
+    read selects, None at the root level."""
     for selection in selections.selections:
         if isinstance(selection, FragmentSpreadNode):
             name = selection.name.value
             part.spreads[name] += 1
             part.spread_depths[name] = max(part.spread_depths.get(name, 0), level)
             if under is not None:
-                under[1][name] += 1
+                under.spreads[name] += 1
             elif root:
                 part.top_spreads[name] += 1
         elif isinstance(selection, InlineFragmentNode):
@@ -177,14 +189,14 @@ def _walk(
             part.aliases += selection.alias is not None
             leaf = selection.selection_set is None
             if under is not None:
-                under[0][0] += leaf
+                under.width += leaf
             else:
                 part.width += leaf
             if root and under is None:
-                mine: tuple[list[int], Counter[str]] = ([0], Counter())
+                selected = _Selected()
                 if selection.selection_set is not None:
-                    _walk(selection.selection_set, part, level + 1, root, mine)
-                part.roots.append((selection, max(1, mine[0][0]), mine[1]))
+                    _walk(selection.selection_set, part, level + 1, root, selected)
+                part.roots.append((selection, selected))
             elif selection.selection_set is not None:
                 _walk(selection.selection_set, part, level + 1, root, under)
 
