@@ -5,6 +5,7 @@ pipeline publishing it."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import time
 from collections.abc import Iterator
@@ -86,18 +87,28 @@ def shown(page: Page) -> dict[str, int]:
     }
 
 
-def test_the_dashboard_is_local_and_shows_a_produced_booking(
-    cluster: Nodes, spark: SparkSession, tmp_path: Path
-) -> None:
-    project = cluster.project
-    origin = cluster.url(cluster.ids[1])
+@contextlib.contextmanager
+def local_page(origin: str, path: str) -> Iterator[Page]:
+    """A page of the node at `origin` in headless Chromium; once closed, every request it
+    made (HTTP and WebSocket) must have gone to that node."""
     requested: list[str] = []
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         page = browser.new_page()
         page.on("request", lambda request: requested.append(request.url))
         page.on("websocket", lambda socket: requested.append(socket.url))
-        page.goto(f"{origin}/pages/")
+        page.goto(origin + path)
+        yield page
+        browser.close()
+    local = (origin + "/", origin.replace("http://", "ws://") + "/")
+    assert requested and all(url.startswith(local) for url in requested), requested
+
+
+def test_the_dashboard_is_local_and_shows_a_produced_booking(
+    cluster: Nodes, spark: SparkSession, tmp_path: Path
+) -> None:
+    project = cluster.project
+    with local_page(cluster.url(cluster.ids[1]), "/pages/") as page:
         page.wait_for_selector("#status[data-state=live]", timeout=15_000)
         page.wait_for_function(
             f"document.querySelectorAll('#customers tbody tr').length == {len(WATCHED)}"
@@ -126,10 +137,7 @@ def test_the_dashboard_is_local_and_shows_a_produced_booking(
             timeout=VISIBLE_WITHIN_MS,
         )
         page.screenshot(path=str(tmp_path / "dashboard.png"), full_page=True)
-        browser.close()
     print(f"the produced booking showed {seen_after * 1000:.0f} ms after the pipeline published")
-    local = (origin + "/", origin.replace("http://", "ws://") + "/")
-    assert requested and all(url.startswith(local) for url in requested), requested
 
 
 def response_pane(page: Page) -> str:
@@ -142,16 +150,9 @@ def test_the_playground_is_local_and_its_subscription_shows_a_produced_booking(
     """GraphiQL from the node's own assets: a subscription run from the editor shows the
     oracle's count, then the count after a booking produced during the test."""
     project = cluster.project
-    origin = cluster.url(cluster.ids[2])
     key = WATCHED[7]
     query = f'subscription {{ customerTotals(key: "{key}") {{ record {{ bookings }} }} }}'
-    requested: list[str] = []
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page()
-        page.on("request", lambda request: requested.append(request.url))
-        page.on("websocket", lambda socket: requested.append(socket.url))
-        page.goto(f"{origin}/graphql?q={quote(query)}")
+    with local_page(cluster.url(cluster.ids[2]), f"/graphql?q={quote(query)}") as page:
         page.click(".graphiql-execute-button", timeout=15_000)
         count = bookings_of(project)[key]
         page.wait_for_function(
@@ -167,6 +168,3 @@ def test_the_playground_is_local_and_its_subscription_shows_a_produced_booking(
             timeout=VISIBLE_WITHIN_MS,
         )
         assert bookings_of(project)[key] == count + 1, response_pane(page)
-        browser.close()
-    local = (origin + "/", origin.replace("http://", "ws://") + "/")
-    assert requested and all(url.startswith(local) for url in requested), requested
