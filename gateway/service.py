@@ -253,4 +253,3 @@ class RequestQueries:
             if value is not None and value < 0:
                 raise bad_input(f"{name} must not be negative, got {value}")
         return Consistency(bound, demand.require_active, demand.max_lag, demand.max_age_ms)
-
