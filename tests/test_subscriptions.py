@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import random
+import socket
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -190,8 +191,11 @@ def test_a_client_that_stops_reading_costs_one_pending_update(
     """Forty subscriptions of large pages on a connection that stops reading: the node
     keeps the latest update of each and says how many it skipped; its memory stays flat."""
     node_id = cluster.nodes.ids[1]
-    # max_queue=1: the client stops reading; no keepalive pings, whose pongs it would not read
-    slow = Socket(cluster.nodes.url(node_id), max_queue=1, ping_interval=None)
+    # max_queue=1 and a small receive window: the client stops reading, and the node feels it
+    # after a few frames, whatever the kernel's buffer autotuning; no keepalive pings, whose
+    # pongs it would not read
+    url = cluster.nodes.url(node_id)
+    slow = Socket(url, max_queue=1, ping_interval=None, sock=small_window(url))
     ids = [f"page{i}" for i in range(40)]
     try:
         for i, id in enumerate(ids):  # distinct bounds: forty cohorts, forty payloads
@@ -227,6 +231,16 @@ def test_a_client_that_stops_reading_costs_one_pending_update(
         assert payloads[-1]["data"]["hourlyRevenueAll"]["records"] == expected
     assert skipped > 0, "the node queued every update of a client that did not read"
     assert grown < 48 * 2**20, f"the node grew {grown / 2**20:.0f} MiB"
+
+
+def small_window(url: str) -> socket.socket:
+    """A connection to the node whose receive buffer is 64 KiB (set before connecting, so the
+    TCP window is small from the start)."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+    sock.connect((host, int(port)))
+    return sock
 
 
 def expected_page(cluster: Served) -> list[dict[str, Any]]:
