@@ -72,14 +72,15 @@ class RootField:
     field: StrawberryField
     nodes: list[FieldNode]
     complete: Plan
-    plain: dict[str, str]  # GraphQL -> Python name of the scalar (or list of scalar) arguments
+    names: dict[str, str]  # GraphQL -> Python name of each argument
+    plain: frozenset[str]  # the scalar (or list of scalar) arguments
     info: str | None  # the name of the resolver's info parameter
 
     def arguments(self, schema: strawberry.Schema, info: _Info, raw: dict[str, Any]) -> Any:
         """The resolver's (args, kwargs): Strawberry's conversion, unless every argument
-        given is a scalar (or a list of them), which Strawberry passes unchanged."""
-        if raw.keys() <= self.plain.keys():
-            kwargs = {self.plain[name]: value for name, value in raw.items()}
+        given is a scalar (or a list of them) or null, which Strawberry passes unchanged."""
+        if all(name in self.plain or value is None for name, value in raw.items()):
+            kwargs = {self.names[name]: value for name, value in raw.items()}
             if self.info is not None:
                 kwargs[self.info] = info
             return [], kwargs
@@ -228,7 +229,7 @@ def compile_plan(
                 field,
                 [d.node for d in details],
                 complete,
-                _plain_arguments(schema, definition, field),
+                *_arguments(schema, definition, field),
                 info.name if info else None,
             )
         )
@@ -273,15 +274,16 @@ def _accepts(kind: Any) -> Callable[[Any], bool] | None:
     return None if scalar is None else (lambda v: v is None or scalar(v))
 
 
-def _plain_arguments(
+def _arguments(
     schema: strawberry.Schema, definition: GraphQLField, field: StrawberryField
-) -> dict[str, str]:
+) -> tuple[dict[str, str], frozenset[str]]:
+    """A root field's arguments: GraphQL -> Python names, and the scalar ones."""
     python = {schema.config.name_converter.from_argument(a): a.python_name for a in field.arguments}
-    plain = {}
+    plain = set()
     for name, argument in definition.args.items():
         kind = argument.type
         while isinstance(kind, GraphQLNonNull | GraphQLList):
             kind = kind.of_type
         if isinstance(kind, GraphQLScalarType) and argument.out_name is None and name in python:
-            plain[name] = python[name]
-    return plain
+            plain.add(name)
+    return python, frozenset(plain)
