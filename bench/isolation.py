@@ -65,9 +65,10 @@ def loop_heavy(url: str, body_path: Path, seconds: float) -> None:
     with httpx.Client(timeout=60, headers={"content-type": "application/json"}) as client:
         while time.monotonic() < deadline:
             started = time.perf_counter()
-            answer = client.post(url, content=body).json()
+            answer = client.post(url, content=body)
             latencies.append(time.perf_counter() - started)
-            errors += bool(answer.get("errors")) or answer.get("data") is None
+            # not decoded: 30 ms of this machine's CPU per answer, taken from the nodes
+            errors += answer.status_code != 200 or b'"errors":' in answer.content
     ordered = sorted(latencies)
     print(orjson.dumps({"count": len(ordered), "errors": errors,
                         "p50_ms": percentile(ordered, 50) * 1000}).decode())  # fmt: skip
