@@ -46,6 +46,12 @@ class Settings:
         "variables before any work (README: Limits); more is refused (COST_LIMIT_EXCEEDED)",
         1,
     )
+    bulk_request_cost: int = _setting(
+        1_000,
+        "a request of a higher cost runs in the bulk lane: in slices that give way to the "
+        "node's other requests (README: Limits)",
+        1,
+    )
     max_response_bytes: int = _setting(
         16_000_000,
         "largest response body; a larger result is replaced by RESPONSE_TOO_LARGE",

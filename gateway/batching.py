@@ -11,13 +11,14 @@ its own answers.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 
 from contracts.partitioner import Key, partition_for, partitions_for
 from contracts.positions import Position, restrict
 from contracts.project import Store
 from contracts.settings import Settings
+from gateway.lanes import SLICE, in_bulk_lane, sliced
 from gateway.queries import Answer, Get, Query, SubQuery, WindowsOfKey
 from gateway.routing import Router, Trace
 
@@ -52,13 +53,16 @@ class Outcome:
         return self.parts[self.key_parts[key]]
 
 
-def keys_by_partition(store: Store, keys: list[Key], partitions: int) -> dict[int, list[Key]]:
+async def keys_by_partition(
+    store: Store, keys: Sequence[Key], partitions: int
+) -> dict[int, list[Key]]:
     grouped: dict[int, list[Key]] = defaultdict(list)
     unique = list(dict.fromkeys(keys))
-    for key, partition in zip(
-        unique, partitions_for(unique, store.key_type, partitions), strict=True
-    ):
-        grouped[partition].append(key)
+    async for some in sliced(unique):
+        for key, partition in zip(
+            some, partitions_for(some, store.key_type, partitions), strict=True
+        ):
+            grouped[partition].append(key)
     return grouped
 
 
@@ -96,7 +100,7 @@ class RequestBatch:
         key_parts: list[dict[Key, int]] = [{} for _ in works]  # work -> key -> part
         shared: dict[Hashable, int] = {}  # key lookups of one partition share a slot
         for index, work in enumerate(works):
-            for part, (partition, query) in enumerate(self._split(work)):
+            for part, (partition, query) in enumerate(await self._split(work)):
                 bound = self._bound(work, partition)
                 slot = _Slot(partition, work.store.name, query, bound, work.consistency)
                 if isinstance(query, Get):
@@ -125,12 +129,18 @@ class RequestBatch:
             for work, ids, parts in zip(works, uses, key_parts, strict=True)
         ]
 
-    def _split(self, work: Work) -> list[tuple[int, Query]]:
-        """The partitions a work reads, each with its own query."""
+    async def _split(self, work: Work) -> list[tuple[int, Query]]:
+        """The partitions a work reads, each with its own query (a bulk lookup's in slices:
+        a node answers each at once from memory, so each is one slice of its loop)."""
         query = work.query
         if isinstance(query, Get):
-            grouped = keys_by_partition(work.store, list(query.keys), self.num_partitions)
-            return [(p, Get(tuple(keys))) for p, keys in sorted(grouped.items())]
+            grouped = await keys_by_partition(work.store, query.keys, self.num_partitions)
+            size = SLICE if in_bulk_lane() else len(query.keys)
+            return [
+                (p, Get(tuple(keys[start : start + size])))
+                for p, keys in sorted(grouped.items())
+                for start in range(0, len(keys), size)
+            ]
         if isinstance(query, WindowsOfKey):
             return [(partition_for(query.key, work.store.key_type, self.num_partitions), query)]
         return [(p, query) for p in work.partitions]

@@ -8,6 +8,7 @@ predicate DuckDB prunes with zone maps, and a scan reads only its page plus one 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import duckdb
@@ -22,7 +23,7 @@ from gateway.snapshots import Snapshot, SnapshotCatalog
 
 
 def execute(
-    catalog: SnapshotCatalog, project: Project, node_id: str, subqueries: list[SubQuery]
+    catalog: SnapshotCatalog, project: Project, node_id: str, subqueries: Sequence[SubQuery]
 ) -> list[Answer]:
     """Run a batch of sub-queries on this node (blocking unless all are in_memory)."""
     return [_answer(catalog, project, node_id, q) for q in subqueries]

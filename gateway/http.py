@@ -22,8 +22,10 @@ from starlette.routing import Route
 from contracts.auth import SECRET_HEADER, is_authentic
 from contracts.errors import GatewayError, error_document
 from gateway import limits
+from gateway.lanes import SLICE
 from gateway.node import GatewayNode
 from gateway.protocol import ProtocolError, decode_request, encode_answers
+from gateway.queries import Get
 from gateway.sync import StoreUnreachable
 
 Endpoint = Callable[[Request], Awaitable[Response]]
@@ -61,7 +63,9 @@ def node_routes(node: GatewayNode) -> list[Route]:
         except GatewayError as exc:
             return error_response(400, exc.code, exc.message)
         node.internal_requests += 1
-        answers = await node.execute_local(subqueries)
+        keys = sum(len(q.query.keys) for q in subqueries if isinstance(q.query, Get))
+        with node.lanes.enter(bulk=keys > SLICE):
+            answers = await node.execute_local(subqueries)
         return Response(encode_answers(answers), media_type="application/json")
 
     async def status(request: Request) -> Response:

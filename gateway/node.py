@@ -15,6 +15,7 @@ from gateway import execution
 from gateway.auth import Authenticator
 from gateway.batching import RequestBatch
 from gateway.health import Membership
+from gateway.lanes import Lanes, sliced
 from gateway.metrics import NodeMetrics, NodeState
 from gateway.peers import PeerClient
 from gateway.queries import Answer, SubQuery
@@ -55,6 +56,7 @@ class GatewayNode:
         self.membership = Membership(project, node_id, self.peers, self.switches)
         self.sync = SnapshotSync(project, node_id, self.catalog, self.peers, self.switches)
         self.metrics = NodeMetrics()
+        self.lanes = Lanes()
         self.router = Router(
             project,
             node_id,
@@ -99,7 +101,10 @@ class GatewayNode:
         """Answer sub-queries from this node's snapshots: in-memory lookups at once, the rest
         one pool task per partition (DuckDB releases the GIL, so partitions run in parallel)."""
         if all(execution.in_memory(self.catalog, q) for q in subqueries):
-            return execution.execute(self.catalog, self.project, self.id, subqueries)
+            answers = []
+            async for some in sliced(subqueries, size=1):
+                answers += execution.execute(self.catalog, self.project, self.id, some)
+            return answers
         loop = asyncio.get_running_loop()
         by_partition: dict[int, list[SubQuery]] = {}
         for q in subqueries:

@@ -19,6 +19,7 @@ from contracts.positions import Position, decode_token, merge
 from contracts.project import Project, Store
 from gateway import cursors, limits, merging
 from gateway.batching import Consistency, Outcome, Work
+from gateway.lanes import sliced
 from gateway.limits import SCAN_LOOKAHEAD
 from gateway.queries import Get, Prefix, Range, Row, Scan, Windows, WindowsOfKey
 
@@ -104,10 +105,11 @@ class RequestQueries:
         limits.check_keys(len(keys), self.project.settings)
         outcome = await self._load(store, Get(tuple(keys)), (), demand)
         entries = []
-        for key in keys:
-            q, answer = outcome.part_of(key)
-            row = answer.row_of(key) if answer.ok else None
-            entries.append(Entry(key, q.partition, row, answer.failure))
+        async for some in sliced(keys):
+            for key in some:
+                q, answer = outcome.part_of(key)
+                row = answer.row_of(key) if answer.ok else None
+                entries.append(Entry(key, q.partition, row, answer.failure))
         return Lookup(entries, self._meta(outcome))
 
     async def windows_of_key(

@@ -123,9 +123,11 @@ class Operations:
         """Run a prepared operation within the deadline. Returns the result and the context
         that made it (a fresh one when the compiled plan gave up)."""
         deadline = self.settings.request_timeout_s
+        bulk = prepared.cost > self.settings.bulk_request_cost
         try:
             async with asyncio.timeout(deadline):
-                return await self._run(prepared, context, variables)
+                with context.node.lanes.enter(bulk):
+                    return await self._run(prepared, context, variables)
         except TimeoutError:
             message = f"the request ran past request_timeout_s ({deadline} s) and was stopped"
             error = GraphQLError(message, extensions={"code": "DEADLINE_EXCEEDED"})

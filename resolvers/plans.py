@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import graphql
+import orjson
 import strawberry
 from graphql import (
     DocumentNode,
@@ -53,6 +54,8 @@ from strawberry.types import ExecutionResult
 from strawberry.types.field import StrawberryField
 
 from contracts.errors import GatewayError
+from gateway.lanes import SLICE, in_bulk_lane, sliced
+from gateway.service import Lookup
 from resolvers.completion import DEFINITION, Plan, PlanCompiler
 from resolvers.context import Context
 from resolvers.schema import response_extensions
@@ -150,18 +153,40 @@ class OperationPlan:
             results = await asyncio.gather(*calls, return_exceptions=True)
         data: dict[str, Any] = {}
         errors: list[GraphQLError] = []
-        for root, result in zip(self.fields, results, strict=True):
-            if isinstance(result, GatewayError) and not is_non_null_type(root.definition.type):
-                data[root.key] = None
-                errors.append(located_error(result, root.nodes, [root.key]))
-                continue
-            if isinstance(result, BaseException):
-                return None
-            try:
-                data[root.key] = root.complete(result)
-            except Exception:  # noqa: BLE001 - a value the schema refuses: graphql-core words it
-                return None
+        async for some in sliced(list(zip(self.fields, results, strict=True))):
+            for root, result in some:
+                if isinstance(result, GatewayError) and not is_non_null_type(root.definition.type):
+                    data[root.key] = None
+                    errors.append(located_error(result, root.nodes, [root.key]))
+                    continue
+                if isinstance(result, BaseException):
+                    return None
+                try:
+                    data[root.key] = await _completed(root.complete, result)
+                except Exception:  # noqa: BLE001 - a value the schema refuses: graphql-core words it
+                    return None
         return ExecutionResult(data, errors or None, response_extensions(context))
+
+
+async def _completed(complete: Plan, result: Any) -> Any:
+    """A root field's completed value. In the bulk lane, a batch's entries (the one list of
+    a result that may be longer than max_page_size) are completed and encoded in slices:
+    the list comes back as one orjson.Fragment, so encoding the response is no long stall."""
+    if not (isinstance(result, Lookup) and in_bulk_lane() and len(result.entries) > SLICE):
+        return complete(result)
+    first: dict[str, Any] | None = None
+    lists: dict[str, list[bytes]] = {}  # response key -> its items, encoded slice by slice
+    async for some in sliced(result.entries):
+        part = complete(Lookup(list(some), result.meta))
+        first = first or part
+        for key, value in part.items():
+            if isinstance(value, list):
+                lists.setdefault(key, []).append(orjson.dumps(value)[1:-1])
+    assert first is not None
+    return {
+        key: orjson.Fragment(b"[" + b",".join(lists[key]) + b"]") if key in lists else value
+        for key, value in first.items()
+    }
 
 
 async def _call(field: StrawberryField, args: list[Any], kwargs: dict[str, Any]) -> Any:

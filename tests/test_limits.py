@@ -90,6 +90,34 @@ def test_aliases_over_a_large_batch_are_refused_before_any_lookup(cluster: Serve
         assert (got and (got["bookings"], got["revenue"])) == (row and pytest.approx(row[1:3]))
 
 
+def test_a_bulk_request_answers_in_slices_what_small_requests_answer(cluster: Served) -> None:
+    """A request over bulk_request_cost runs in slices (keys partitioned, looked up, completed
+    and encoded SLICE at a time): its answer is the one small requests give, in order."""
+    known = sorted(totals(cluster))
+    keys = [k for i in range(3_000) for k in (known[i * 7 % len(known)], f"X{i}")][:3_000]
+    entries = "entries { key partition record { bookings revenue } }"
+    asked = "meta { partial partitionsAsked partitions { partition } }"
+    selection = f"__typename a: {entries} b: {entries} {asked}"
+    query = "query T($keys: [String!]!) { customerTotalsBatch(keys: $keys) { %s } }"
+    bulk = post(cluster, "node1", {"query": query % selection, "variables": {"keys": keys}})
+    answer = bulk.json()["data"]["customerTotalsBatch"]  # cost 3,000 x 2 x 4 > 1,000
+    small = []
+    for start in range(0, len(keys), 100):  # cost 100 x 4 x 2: the interactive lane
+        some = {"keys": keys[start : start + 100]}
+        part = post(cluster, "node1", {"query": query % f"a: {entries}", "variables": some})
+        small += part.json()["data"]["customerTotalsBatch"]["a"]
+    assert answer["__typename"] == "CustomerTotalsBatch"
+    assert answer["a"] == answer["b"] == small
+    assert [e["key"] for e in answer["a"]] == keys
+    meta = answer["meta"]  # of the whole batch, however many slices completed it
+    assert not meta["partial"] and meta["partitionsAsked"] == 9
+    assert [p["partition"] for p in meta["partitions"]] == list(range(9))
+    expected = totals(cluster)
+    for entry in answer["a"]:
+        row, got = expected.get(entry["key"]), entry["record"]
+        assert (got and (got["bookings"], got["revenue"])) == (row and pytest.approx(row[1:3]))
+
+
 def test_a_hung_peer_meets_the_deadline_and_a_client_that_leaves_cancels(
     cluster: Served,
 ) -> None:
