@@ -10,6 +10,7 @@ with `leeway_s`), iss and aud when [auth] names them.
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 import jwt
@@ -68,6 +69,13 @@ class Authenticator:
         except jwt.PyJWTError as exc:
             raise Unauthenticated(f"the bearer token is not valid: {exc}") from None
         return Principal(_subject(claims), _roles(claims, access.roles_claim), claims["exp"])
+
+    def lifetime(self, principal: Principal) -> float | None:
+        """Seconds until the principal's token stops verifying (exp, with the leeway); None
+        when it never does (no [auth])."""
+        if self.access is None or principal.expires is None:
+            return None
+        return principal.expires + self.access.leeway_s - time.time()
 
     def _key(self, token: str) -> Any:
         if self._secret is not None:

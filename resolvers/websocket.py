@@ -12,7 +12,8 @@ that does not parse or validate, variables that do not fit, a limit (TOO_MANY_SU
 A client that breaks the protocol is closed with the protocol's codes: 4400 a message that
 is not the protocol, 4401 subscribe before connection_ack, 4406 no graphql-transport-ws
 subprotocol, 4408 no connection_init in time, 4409 an id already in use, 4429 a second
-connection_init; 4403 a connection_init without a valid token, with [auth].
+connection_init; 4403 a connection_init without a valid token, with [auth], and a connection
+whose token expires (exp, with the leeway): its client reconnects with a fresh one.
 """
 
 from __future__ import annotations
@@ -92,8 +93,15 @@ class Connection:
                     await self._handle(await self._receive())
         except TimeoutError:
             raise ProtocolViolation(4408, "Connection initialisation timeout") from None
-        while True:
-            await self._handle(await self._receive())
+        lifetime = asyncio.timeout(self.hub.node.authenticator.lifetime(self.principal))
+        try:
+            async with lifetime:
+                while True:
+                    await self._handle(await self._receive())
+        except TimeoutError:
+            if not lifetime.expired():
+                raise
+            raise ProtocolViolation(4403, "Forbidden: the bearer token has expired") from None
 
     async def _receive(self) -> dict[str, Any]:
         message = await self.websocket.receive()
