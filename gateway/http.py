@@ -1,7 +1,9 @@
 """A node's HTTP endpoints besides GraphQL: /internal/* for peers and the pipeline (cluster
 secret required), /cluster for smart clients and proxies, /health (liveness: the process
 answers), /ready (readiness: it serves a snapshot of every partition it hosts) and /metrics
-(Prometheus, gateway/metrics.py).
+(Prometheus, gateway/metrics.py). With [auth], /cluster and /metrics need a bearer token
+whose roles grant "cluster" (401, or FORBIDDEN 403); /health and /ready stay open to probes
+that carry no token, and tell nothing but the node's state.
 
 Errors share one shape, contracts.errors.error_document: UNAUTHENTICATED (401), BAD_REQUEST
 (400) for a body that is not the internal protocol, a sub-query past the limits of a GraphQL
@@ -22,6 +24,7 @@ from starlette.routing import Route
 from contracts.auth import SECRET_HEADER, is_authentic
 from contracts.errors import GatewayError, error_document
 from gateway import limits
+from gateway.auth import Unauthenticated
 from gateway.lanes import SLICE
 from gateway.node import GatewayNode
 from gateway.protocol import ProtocolError, decode_request, encode_answers
@@ -33,8 +36,10 @@ MAX_STATUS_WAIT_S = 60.0  # longest a peer's status request may wait for a switc
 INTERNAL_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]  # all answered
 
 
-def error_response(status: int, code: str, message: str) -> Response:
-    return JSONResponse(error_document(code, message), status_code=status)
+def error_response(
+    status: int, code: str, message: str, headers: dict[str, str] | None = None
+) -> Response:
+    return JSONResponse(error_document(code, message), status_code=status, headers=headers)
 
 
 def node_routes(node: GatewayNode) -> list[Route]:
@@ -93,6 +98,23 @@ def node_routes(node: GatewayNode) -> list[Route]:
             orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS), media_type="application/json"
         )
 
+    def operator(endpoint: Endpoint) -> Endpoint:
+        """An operator's endpoint: with [auth], for a token whose roles grant "cluster"."""
+
+        async def checked(request: Request) -> Response:
+            try:
+                principal = node.authenticator.authenticate(request.headers.get("authorization"))
+            except Unauthenticated as refused:
+                challenge = {"www-authenticate": refused.challenge}
+                return error_response(401, refused.code, refused.message, challenge)
+            access = node.authenticator.access
+            if access is not None and not access.permits(principal, "cluster"):
+                message = f'{request.url.path} needs a role that [auth.roles] grants "cluster"'
+                return error_response(403, "FORBIDDEN", message)
+            return await endpoint(request)
+
+        return checked
+
     async def cluster_map(request: Request) -> Response:
         return Response(node.partition_map().to_json(), media_type="application/json")
 
@@ -113,9 +135,9 @@ def node_routes(node: GatewayNode) -> list[Route]:
         return JSONResponse({"node": node.id, "ready": True, "versions": versions})
 
     return [
-        Route("/cluster", cluster_map),
+        Route("/cluster", operator(cluster_map)),
         Route("/health", health),
-        Route("/metrics", metrics),
+        Route("/metrics", operator(metrics)),
         Route("/ready", ready),
         internal("/internal/query", query, "POST"),
         internal("/internal/status", status, "GET", "HEAD"),

@@ -40,6 +40,7 @@ AUTH = f"""
 jwt_secret_env = "{SECRET_ENV}"
 algorithms = ["HS256"]
 audience = "stategate-tests"
+leeway_s = 0
 
 [auth.roles]
 analyst = ["customerTotals", "hourlyRevenue"]
@@ -229,6 +230,38 @@ def test_subscriptions_check_the_token_at_connection_init_and_each_field(
         with connect(ws_url, subprotocols=[PROTOCOL]) as ws:
             ws.send(json.dumps({"type": "connection_init", "payload": init}))
             assert closed_code(ws) == 4403, init
+
+
+def test_operator_endpoints_need_the_cluster_grant_and_probes_none(cluster: Served) -> None:
+    url = cluster.nodes.url("node3")
+    for path in ("/cluster", "/metrics"):
+        missing = httpx.get(url + path)
+        assert missing.status_code == 401 and missing.headers["www-authenticate"] == "Bearer"
+        assert missing.json()["error"]["code"] == "UNAUTHENTICATED"
+        analyst = httpx.get(url + path, headers=bearer(token()))
+        assert analyst.status_code == 403
+        assert analyst.json()["error"]["code"] == "FORBIDDEN"
+    ops = bearer(token(roles="ops"))
+    partitions = httpx.get(url + "/cluster", headers=ops).json()["partitions"]
+    assert len(partitions) == cluster.project.cluster.partitions
+    assert "stategate_graphql_requests_total" in httpx.get(url + "/metrics", headers=ops).text
+    for probe in ("/health", "/ready"):
+        assert httpx.get(url + probe).status_code == 200
+
+
+def test_a_subscription_ends_when_its_token_expires(cluster: Served) -> None:
+    key = customer_elsewhere(cluster, "node1")
+    started = time.time()
+    short = token(exp=int(started) + 3)  # leeway_s = 0 in this project
+    socket = Socket(cluster.nodes.url("node1"), {"Authorization": f"Bearer {short}"})
+    try:
+        socket.subscribe("totals", f"subscription($k: String!) {{ {TOTALS} }}", {"k": key})
+        got = socket.next_of("totals")["data"]["customerTotals"]
+        assert {"key": got["key"], "record": got["record"]} == expected_totals(cluster, key)
+        assert closed_code(socket.ws, timeout=15) == 4403
+        assert time.time() >= int(started) + 3
+    finally:
+        socket.close()
 
 
 def refused_introspection(errors: list[dict[str, Any]]) -> bool:
