@@ -135,7 +135,7 @@ class RequestBatch:
         query = work.query
         if isinstance(query, Get):
             grouped = await keys_by_partition(work.store, query.keys, self.num_partitions)
-            size = SLICE if in_bulk_lane() else len(query.keys)
+            size = SLICE if in_bulk_lane() else max(1, len(query.keys))
             return [
                 (p, Get(tuple(keys[start : start + size])))
                 for p, keys in sorted(grouped.items())
