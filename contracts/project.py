@@ -176,6 +176,12 @@ class Project:
     def store(self, name: str) -> Store:
         return self.stores[name]
 
+    @property
+    def operations_file(self) -> Path | None:
+        """settings.operations, resolved against the project file's folder; None when unset."""
+        name = self.settings.operations
+        return self.path.parent / name if name else None
+
 
 def load(path: str | os.PathLike[str]) -> Project:
     path = Path(path).resolve()

@@ -110,6 +110,24 @@ class Settings:
         "answer GraphQL introspection (`__schema`, `__type`); false refuses it "
         "(GRAPHQL_VALIDATION_FAILED), and the playground then has no docs or completion",
     )
+    operations: str = _setting(
+        "",
+        "a `.graphql` file of named operations, relative to the project file, checked "
+        "against the schema when a node starts; each is registered under the SHA-256 of its "
+        "canonical text (`stategate operations` lists them; README: Persisted operations)",
+    )
+    allow_list: bool = _setting(
+        False,
+        "run only the operations of `operations`, sent by hash or as text in any formatting; "
+        "anything else is refused (OPERATION_NOT_ALLOWED)",
+    )
+    persisted_query_cache_size: int = _setting(
+        1000,
+        "documents a node remembers by the hash a client sent with them (automatic persisted "
+        "queries; each of at most 65536 characters), least recently used out first; 0 "
+        "remembers none",
+        0,
+    )
 
     trigger_interval_s: float = _setting(
         1.0,
@@ -138,6 +156,10 @@ class Settings:
             raise SettingsError("settings.default_page_size must not exceed max_page_size")
         if self.log_level not in LOG_LEVELS:
             raise SettingsError(f"settings.log_level must be one of {', '.join(LOG_LEVELS)}")
+        if self.allow_list and not self.operations:
+            raise SettingsError(
+                "settings.allow_list needs settings.operations, the operations file"
+            )
 
     @property
     def peer_pool_expiry_s(self) -> float:
@@ -162,7 +184,7 @@ def shown(value: object) -> str:
         return "[" + ", ".join(f'"{item}"' for item in value) + "]"
     if isinstance(value, bool):
         return "true" if value else "false"
-    return str(value)
+    return str(value) if value != "" else '""'
 
 
 def table() -> list[tuple[str, object, str]]:

@@ -37,8 +37,8 @@ class NodeMetrics:
         self.registry = CollectorRegistry()
         self.requests = Counter(
             "stategate_graphql_requests",
-            "GraphQL requests by operation name and outcome "
-            "(ok, partial, error, refused, cancelled)",
+            "GraphQL requests by operation name and outcome (ok, partial, error, refused, "
+            "persisted_query_not_found, not_allowed, cancelled)",
             ["operation", "outcome"],
             registry=self.registry,
         )

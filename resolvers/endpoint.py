@@ -3,10 +3,11 @@
 GET (queries only: a mutation is 405) and POST (JSON; a JSON array is a batch, up to
 `max_batch_size` operations sharing one routed batch). The answer is
 application/graphql-response+json when the client accepts it, with status 400 for a request
-that could not run (parse, validation, variables, limits), else application/json with 200.
-Every error has GraphQL's shape and an `extensions.code`, transport errors included. A
-request whose client disconnects is cancelled. A browser's GET without a query gets the
-playground.
+that could not run (parse, validation, variables, limits; 403 for an operation the
+allow-list refuses; 200 for an unknown persisted-query hash, as Apollo's clients expect),
+else application/json with 200. Every error has GraphQL's shape and an `extensions.code`,
+transport errors included. A request whose client disconnects is cancelled. A browser's GET
+with neither a query nor a hash gets the playground.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from gateway.node import GatewayNode
 from resolvers import results
 from resolvers.context import Context
 from resolvers.operations import Operations, Refused
+from resolvers.persisted import NOT_FOUND_OUTCOME
 from resolvers.requests import JSON, GraphQLRequest, TransportError, read_get, read_post
 
 GRAPHQL_RESPONSE = "application/graphql-response+json"
@@ -37,10 +39,14 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 
+NOT_CACHED = {"cache-control": "no-store"}  # a miss, that the client's next request fills
+
+
 @dataclass(frozen=True)
 class Answer:
     body: bytes
-    refused: bool  # a request error: nothing ran
+    status: int = 200  # as application/graphql-response+json: 400 when nothing ran, ...
+    headers: dict[str, str] | None = None
 
 
 class GraphQLEndpoint:
@@ -70,7 +76,8 @@ class GraphQLEndpoint:
         method = scope["method"]
         if method == "GET":
             params = QueryParams(scope["query_string"])
-            if "query" not in params and "text/html" in headers.get("accept", ""):
+            asks = "query" in params or "extensions" in params or "documentId" in params
+            if not asks and "text/html" in headers.get("accept", ""):
                 return HTMLResponse(self.playground)
             parsed: GraphQLRequest | list[GraphQLRequest] = read_get(params)
         elif method == "POST":
@@ -97,8 +104,8 @@ class GraphQLEndpoint:
         if isinstance(answered, list):
             body = b"[" + b",".join(a.body for a in answered) + b"]"
             return Response(body, media_type=media)
-        status = 400 if answered.refused and media == GRAPHQL_RESPONSE else 200
-        return Response(answered.body, status, media_type=media)
+        status = answered.status if media == GRAPHQL_RESPONSE else 200
+        return Response(answered.body, status, answered.headers, media_type=media)
 
     async def _answer(
         self, parsed: GraphQLRequest | list[GraphQLRequest], context: Context, get: bool
@@ -114,25 +121,28 @@ class GraphQLEndpoint:
 
     async def _one(self, request: GraphQLRequest, context: Context, get: bool) -> Answer:
         started = time.perf_counter()
-        query, name, variables = request.query, request.operation_name, request.variables
+        name, variables = request.operation_name, request.variables
         try:
-            if get and self.operations.kind(query, name) is OperationType.MUTATION:
+            source = self.operations.resolve(request.query, name, request.hash)
+            name = source.name
+            if get and self.operations.kind(source.query, name) is OperationType.MUTATION:
                 raise TransportError(
                     405, "METHOD_NOT_ALLOWED", "a mutation is sent with POST", {"allow": "POST"}
                 )
-            prepared = self.operations.prepare(query, name, variables)
+            prepared = self.operations.prepare(source, variables)
             if prepared.kind is OperationType.SUBSCRIPTION:
                 raise Refused.one(
                     "SUBSCRIPTION_OVER_HTTP",
                     "subscriptions are served over WebSocket (graphql-transport-ws) on /graphql",
                 )
         except Refused as refused:
-            self._count(name, "refused", started)
-            return Answer(orjson.dumps({"errors": refused.errors}), refused=True)
+            self._count(name, refused.outcome, started)
+            headers = NOT_CACHED if refused.outcome == NOT_FOUND_OUTCOME else None
+            return Answer(orjson.dumps({"errors": refused.errors}), refused.status, headers)
         result, _ = await self.operations.execute(prepared, context, variables)
         self._count(name, results.outcome(result), started)
         body = results.encoded(results.response(result), self.settings.max_response_bytes)
-        return Answer(body, refused=results.request_error(result))
+        return Answer(body, 400 if results.request_error(result) else 200)
 
     def _count(self, name: str | None, outcome: str, started: float) -> None:
         self.node.metrics.request(name, outcome, time.perf_counter() - started)

@@ -1,12 +1,14 @@
 """A GraphQL operation from its text to its result, the same over every transport (HTTP,
 WebSocket, subscriptions re-evaluated).
 
-The text is parsed once (a bounded number of tokens), its operation picked, its shape
-measured (resolvers/cost.py) and the request refused above the node's limits before any
-other work; then the document is validated once, and the operation runs, by its compiled
-plan (resolvers/plans.py) or graphql-core's executor, within the request deadline. A
-subscription runs as the query it mirrors (the Subscription type has the Query type's
-fields, resolvers/schema.py). Every refusal is a Refused with coded errors.
+A request's document is its text, or the one its hash names (resolvers/persisted.py; with
+`allow_list`, only registered operations run). The text is parsed once (a bounded number of
+tokens), its operation picked, its shape measured (resolvers/cost.py) and the request
+refused above the node's limits before any other work; then the document is validated once,
+and the operation runs, by its compiled plan (resolvers/plans.py) or graphql-core's
+executor, within the request deadline. A subscription runs as the query it mirrors (the
+Subscription type has the Query type's fields, resolvers/schema.py). Every refusal is a
+Refused with coded errors.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, cast
 
 import graphql
@@ -32,31 +35,14 @@ from strawberry.execution import optimized_is_awaitable
 from strawberry.types import ExecutionResult
 
 from contracts.settings import Settings
-from resolvers import results
 from resolvers.completion import PlainRecordExecutionContext
 from resolvers.context import Context
 from resolvers.cost import Shape, shape
 from resolvers.lru import LRU
+from resolvers.persisted import Persisted, Registry, Source, load
 from resolvers.plans import OperationPlan, compile_plan
+from resolvers.results import Refused as Refused
 from resolvers.schema import introspection_rules, response_extensions
-
-
-class Refused(Exception):
-    """An operation that cannot run: the coded errors to answer with."""
-
-    def __init__(self, errors: list[dict[str, Any]]) -> None:
-        super().__init__(errors)
-        self.errors = errors
-
-    @classmethod
-    def coded(cls, code: str, errors: list[GraphQLError]) -> Refused:
-        for error in errors:
-            error.extensions = {**(error.extensions or {}), "code": code}
-        return cls([results.coded(error) for error in errors])
-
-    @classmethod
-    def one(cls, code: str, message: str, **details: Any) -> Refused:
-        return cls.coded(code, [GraphQLError(message, extensions=details)])
 
 
 @dataclass(frozen=True)
@@ -78,7 +64,11 @@ class _Picked:
 
 
 class Operations:
-    def __init__(self, schema: strawberry.Schema, settings: Settings) -> None:
+    def __init__(
+        self, schema: strawberry.Schema, settings: Settings, operations_file: Path | None = None
+    ) -> None:
+        """`operations_file`: the operations to register (resolvers/persisted.py); a
+        ConfigError when one does not validate."""
         self.schema = schema
         self.settings = settings
         self.core = schema._schema
@@ -90,9 +80,26 @@ class Operations:
         self._picked = LRU(size, self._pick)
         self._errors = LRU(size, self._validate)
         self._plans = LRU(size, self._plan)
+        registry = Registry()
+        if operations_file is not None:
+            registry = load(operations_file, self.core, self.rules)
+        self.persisted = Persisted(
+            registry,
+            settings.allow_list,
+            settings.persisted_query_cache_size,
+            settings.document_cache_size,
+            self._parsed,
+        )
 
-    def prepare(self, query: str, name: str | None, variables: dict[str, Any] | None) -> Prepared:
-        """The checked operation, or Refused: parse, pick, measure, validate."""
+    def resolve(self, query: str | None, name: str | None, hash: str | None = None) -> Source:
+        """The document a request runs: its query, or the one its hash names; Refused when
+        the hash names none, or with `allow_list` when the operation is not registered."""
+        return self.persisted.resolve(query, name, hash)
+
+    def prepare(self, source: Source, variables: dict[str, Any] | None) -> Prepared:
+        """The checked operation, or Refused: parse, pick, measure, validate. A document
+        sent with a hash is remembered by it once it passed."""
+        query, name = source.query, source.name
         parsed = self._parsed(query)
         if isinstance(parsed, GraphQLError):
             raise Refused.coded("GRAPHQL_PARSE_FAILED", [parsed])
@@ -108,6 +115,7 @@ class Operations:
         errors = self._errors(query)
         if errors:
             raise Refused.coded("GRAPHQL_VALIDATION_FAILED", list(errors))
+        self.persisted.remember(source)
         return Prepared(query, name, picked.operation.operation, picked.document, cost)
 
     def kind(self, query: str, name: str | None) -> OperationType | None:

@@ -4,10 +4,17 @@ says precisely what is wrong with it.
 POST carries a JSON object {"query", "variables"?, "operationName"?, "extensions"?} (or, when
 batching is on, an array of them); GET carries the same as URL parameters, `variables` and
 `extensions` JSON-encoded. Anything else is a TransportError with its HTTP status.
+
+A request may name a persisted document by its SHA-256 (resolvers/persisted.py) instead of,
+or as well as, sending its query: `extensions.persistedQuery = {"version": 1, "sha256Hash"}`
+(Apollo's automatic persisted queries) or `documentId = "sha256:<hex>"` (GraphQL over HTTP's
+persisted documents). Sent with a query, the hash must be the query's.
 """
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -15,8 +22,10 @@ from typing import Any
 import orjson
 
 JSON = "application/json"
-KEYS = ("query", "variables", "operationName", "extensions")  # others are ignored
+KEYS = ("query", "variables", "operationName", "extensions", "documentId")  # others: ignored
 _ENCODED = ("variables", "extensions")  # JSON inside a GET parameter
+_HEX = re.compile(r"[0-9a-fA-F]{64}")
+_DOCUMENT_ID = re.compile(r"sha256:([0-9a-f]{64})")
 
 
 class TransportError(Exception):
@@ -36,12 +45,18 @@ def bad_request(message: str) -> TransportError:
     return TransportError(400, "BAD_REQUEST", message)
 
 
+def sha256(text: str) -> str:
+    """The lower-case hex SHA-256 of a text's UTF-8 (a lone surrogate as Python encodes it)."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
 @dataclass(frozen=True)
 class GraphQLRequest:
-    query: str
+    query: str | None  # None: `hash` names the document
     variables: dict[str, Any] | None
     operation_name: str | None
     extensions: dict[str, Any] | None
+    hash: str | None = None  # the SHA-256 the request names its document by, lower-case hex
 
 
 def read_get(params: Mapping[str, str]) -> GraphQLRequest:
@@ -89,9 +104,7 @@ def _request(data: object, where: str = "") -> GraphQLRequest:
         raise bad_request(f"{where}a GraphQL request is a JSON object, not {_kind(data)}")
     query, variables = data.get("query"), data.get("variables")
     name, extensions = data.get("operationName"), data.get("extensions")
-    if query is None:
-        raise bad_request(f"{where}the request has no query (persisted queries are not kept)")
-    if not isinstance(query, str):
+    if not (query is None or isinstance(query, str)):
         raise bad_request(f"{where}query must be a string, not {_kind(query)}")
     if not (variables is None or isinstance(variables, dict)):
         raise bad_request(f"{where}variables must be an object, not {_kind(variables)}")
@@ -99,7 +112,54 @@ def _request(data: object, where: str = "") -> GraphQLRequest:
         raise bad_request(f"{where}operationName must be a string, not {_kind(name)}")
     if not (extensions is None or isinstance(extensions, dict)):
         raise bad_request(f"{where}extensions must be an object, not {_kind(extensions)}")
-    return GraphQLRequest(query, variables, name, extensions)
+    hash = persisted_hash(extensions, data.get("documentId"), query, where)
+    if query is None and hash is None:
+        raise bad_request(
+            f"{where}the request has no query, nor the hash of a persisted one "
+            "(extensions.persistedQuery.sha256Hash or documentId)"
+        )
+    return GraphQLRequest(query, variables, name, extensions, hash)
+
+
+def persisted_hash(
+    extensions: object, document_id: object, query: str | None, where: str = ""
+) -> str | None:
+    """The hash a request names its document by, if any: its extensions' persistedQuery
+    (version 1) or its documentId ("sha256:<hex>"), which must agree, and be the query's
+    SHA-256 when it has one (else PERSISTED_QUERY_HASH_MISMATCH)."""
+    hashes = []
+    persisted = extensions.get("persistedQuery") if isinstance(extensions, dict) else None
+    if persisted is not None:
+        if not isinstance(persisted, dict):
+            raise bad_request(
+                f"{where}extensions.persistedQuery must be an object, not {_kind(persisted)}"
+            )
+        version, given = persisted.get("version"), persisted.get("sha256Hash")
+        if version != 1 or isinstance(version, bool):
+            raise bad_request(f"{where}extensions.persistedQuery.version must be 1")
+        if not (isinstance(given, str) and _HEX.fullmatch(given)):
+            raise bad_request(
+                f"{where}extensions.persistedQuery.sha256Hash must be 64 hexadecimal digits"
+            )
+        hashes.append(given.lower())
+    if document_id is not None:
+        matched = _DOCUMENT_ID.fullmatch(document_id) if isinstance(document_id, str) else None
+        if matched is None:
+            raise bad_request(
+                f'{where}documentId must be "sha256:" and 64 lower-case hexadecimal digits'
+            )
+        hashes.append(matched.group(1))
+    if not hashes:
+        return None
+    if len(set(hashes)) > 1:
+        raise bad_request(f"{where}documentId and extensions.persistedQuery name other documents")
+    if query is not None and sha256(query) != hashes[0]:
+        raise TransportError(
+            400,
+            "PERSISTED_QUERY_HASH_MISMATCH",
+            f"{where}the query's SHA-256 is {sha256(query)}, not the hash sent ({hashes[0]})",
+        )
+    return hashes[0]
 
 
 def _kind(value: object) -> str:

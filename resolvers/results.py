@@ -1,5 +1,6 @@
 """A GraphQL result in the response shape: every error with one `extensions.code`, the body
-encoded once and capped at the node's largest response."""
+encoded once and capped at the node's largest response; and a request refused before it ran
+(Refused), in the same shape."""
 
 from __future__ import annotations
 
@@ -33,8 +34,37 @@ def coded(error: GraphQLError) -> dict[str, Any]:
     return formatted
 
 
+class Refused(Exception):
+    """An operation that cannot run: the coded errors to answer with, the HTTP status to
+    answer them with as application/graphql-response+json (application/json is always 200),
+    and the outcome the metrics count."""
+
+    def __init__(
+        self, errors: list[dict[str, Any]], status: int = 400, outcome: str = "refused"
+    ) -> None:
+        super().__init__(errors)
+        self.errors = errors
+        self.status = status
+        self.outcome = outcome
+
+    @classmethod
+    def coded(cls, code: str, errors: list[GraphQLError]) -> Refused:
+        for error in errors:
+            error.extensions = {**(error.extensions or {}), "code": code}
+        return cls([coded(error) for error in errors])
+
+    @classmethod
+    def one(
+        cls, code: str, message: str, *, status: int = 400, outcome: str = "refused", **details: Any
+    ) -> Refused:
+        refused = cls.coded(code, [GraphQLError(message, extensions=details)])
+        refused.status, refused.outcome = status, outcome
+        return refused
+
+
 def outcome(result: ExecutionResult) -> str:
-    """ok, partial (data and errors) or error (no data), as the metrics count them."""
+    """ok, partial (data and errors) or error (no data), as the metrics count them (a
+    Refused request counts as its `outcome`)."""
     if not result.errors:
         return "ok"
     return "error" if result.data is None else "partial"

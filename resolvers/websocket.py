@@ -7,8 +7,11 @@ when the token verifies: else the socket is closed with 4403); then any number
 of subscribe messages. A subscription gets `next` messages until the client completes it
 (resolvers/live.py decides when); a query gets one `next`, then `complete`. ping gets pong.
 
-An operation that cannot run gets an `error` message with coded GraphQL errors: a document
-that does not parse or validate, variables that do not fit, a limit (TOO_MANY_SUBSCRIPTIONS).
+A subscribe payload is a GraphQL request as over HTTP, persisted-query hash included
+(`extensions.persistedQuery` or `documentId`: resolvers/persisted.py). An operation that
+cannot run gets an `error` message with coded GraphQL errors: a document that does not parse
+or validate, variables that do not fit, a limit (TOO_MANY_SUBSCRIPTIONS), an unknown hash
+(PERSISTED_QUERY_NOT_FOUND), an operation the allow-list refuses (OPERATION_NOT_ALLOWED).
 A client that breaks the protocol is closed with the protocol's codes: 4400 a message that
 is not the protocol, 4401 subscribe before connection_ack, 4406 no graphql-transport-ws
 subprotocol, 4408 no connection_init in time, 4409 an id already in use, 4429 a second
@@ -35,6 +38,7 @@ from resolvers import results
 from resolvers.context import Context
 from resolvers.live import Hub, Operation, Subscriber
 from resolvers.operations import Prepared, Refused
+from resolvers.requests import TransportError, persisted_hash
 
 log = logging.getLogger(__name__)
 PROTOCOL = "graphql-transport-ws"
@@ -158,8 +162,11 @@ class Connection:
             raise ProtocolViolation(4400, "Invalid message received: subscribe needs an id")
         query, variables = payload.get("query"), payload.get("variables")
         name = payload.get("operationName")
+        extensions = payload.get("extensions")
+        hashed = isinstance(extensions, dict) and extensions.get("persistedQuery") is not None
+        persisted = hashed or payload.get("documentId") is not None
         if not (
-            isinstance(query, str)
+            (isinstance(query, str) or (query is None and persisted))
             and (variables is None or isinstance(variables, dict))
             and (name is None or isinstance(name, str))
         ):
@@ -167,7 +174,7 @@ class Connection:
         if id in self.operations:
             raise ProtocolViolation(4409, f"Subscriber for {id} already exists")
         try:
-            prepared = self.hub.operations.prepare(query, name, variables)
+            prepared = self._prepare(query, name, variables, payload)
             if prepared.kind is OperationType.SUBSCRIPTION:
                 self._check_limits()
         except Refused as refused:
@@ -181,6 +188,23 @@ class Connection:
         else:
             self.operations[id] = (None, subscriber)
             self._spawn(self._answer_once(id, prepared, variables))
+
+    def _prepare(
+        self,
+        query: str | None,
+        name: str | None,
+        variables: dict[str, Any] | None,
+        payload: dict[str, Any],
+    ) -> Prepared:
+        """As over HTTP: the query, or the persisted document its hash names."""
+        try:
+            hash = persisted_hash(payload.get("extensions"), payload.get("documentId"), query)
+        except TransportError as error:
+            raise Refused.one(error.code, error.message) from None
+        if query is None and hash is None:
+            raise Refused.one("BAD_REQUEST", "the request has no query, nor a persisted one's hash")
+        operations = self.hub.operations
+        return operations.prepare(operations.resolve(query, name, hash), variables)
 
     def _check_limits(self) -> None:
         limit = self.settings.max_subscriptions_per_connection

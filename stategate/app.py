@@ -58,6 +58,8 @@ class GraphQLFirst:
 
 
 def create_app(project: Project, node_id: str) -> ASGIApp:
+    # the operations file first: a bad one stops the node before it opens anything
+    operations = Operations(build_schema(project), project.settings, project.operations_file)
     node = GatewayNode(project, node_id)
 
     async def home(request: Request) -> Response:
@@ -71,7 +73,6 @@ def create_app(project: Project, node_id: str) -> ASGIApp:
         await hub.stop()
         await node.stop()
 
-    operations = Operations(build_schema(project), project.settings)
     hub = Hub(node, operations)
 
     async def graphql_ws(websocket: WebSocket) -> None:

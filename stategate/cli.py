@@ -1,5 +1,5 @@
 """`stategate`: run the demo, a node, the pipeline, the producer, the snapshot store; print
-the schema or the settings."""
+the schema, the settings or the registered operations."""
 
 from __future__ import annotations
 
@@ -95,6 +95,11 @@ def _parser() -> argparse.ArgumentParser:
 
     schema = commands.add_parser("schema", help="print the GraphQL SDL of a project")
     schema.add_argument("--config", default=str(demo.PROJECT_TEMPLATE))
+
+    operations = commands.add_parser(
+        "operations", help="print the registered operations' hashes (JSON: name -> SHA-256)"
+    )
+    operations.add_argument("--config", required=True)
 
     commands.add_parser("settings", help="print the settings table (Markdown)")
     return parser
@@ -225,6 +230,21 @@ def print_schema(project: Project, args: argparse.Namespace) -> int:
     return 0
 
 
+def print_operations(project: Project, args: argparse.Namespace) -> int:
+    """The manifest of settings.operations: each operation's name and the SHA-256 of its
+    canonical text, which clients send instead of the text (README: Persisted operations)."""
+    from resolvers.operations import Operations
+    from resolvers.schema import build_schema
+
+    if project.operations_file is None:
+        print(f"stategate: {project.path}: settings.operations is not set", file=sys.stderr)
+        return 2
+    operations = Operations(build_schema(project), project.settings, project.operations_file)
+    manifest = {op.name: op.hash for op in operations.persisted.registry.operations}
+    print(json.dumps(manifest, indent=2))
+    return 0
+
+
 def print_settings() -> int:
     print("| setting | default | meaning |\n| --- | --- | --- |")
     for name, default, meaning in table():
@@ -234,6 +254,7 @@ def print_settings() -> int:
 
 COMMANDS: dict[str, Command] = {
     "node": run_node,
+    "operations": print_operations,
     "pipeline": run_pipeline,
     "produce": run_produce,
     "schema": print_schema,

@@ -12,6 +12,7 @@ oracle.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Iterator
@@ -59,6 +60,15 @@ LIMIT_CODES = {"TOO_MANY_KEYS", "PAGE_SIZE_OUT_OF_RANGE", "WINDOW_RANGE_TOO_LARG
 LIMITS = "max_page_size = 20\ndefault_page_size = 10\nmax_keys_per_request = 50"
 QUERY = "query($k: Int!) { trainStatus(key: $k) { key } }"
 SEED = orjson.dumps({"query": QUERY, "variables": {"k": 7}, "operationName": None})
+HASH = hashlib.sha256(QUERY.encode()).hexdigest()
+UNKNOWN = "0" * 64
+
+
+def persisted(hash: object = HASH, version: object = 1) -> dict[str, Any]:
+    return {"persistedQuery": {"version": version, "sha256Hash": hash}}
+
+
+PERSISTED_SEED = orjson.dumps({"query": QUERY, "variables": {"k": 7}, "extensions": persisted()})
 
 
 def documented_codes() -> set[str]:
@@ -127,6 +137,12 @@ class Wire:
             error = body["error"]
             ok = isinstance(error, dict) and set(error) == {"code", "message"}
             return "" if ok and all(isinstance(v, str) for v in error.values()) else "bad error"
+        if isinstance(body, list) and body and response.status_code == 200:  # a batch's
+            return next(filter(None, map(self.graphql_shape, body)), "")
+        return self.graphql_shape(body)
+
+    def graphql_shape(self, body: Any) -> str:
+        """What is wrong with a GraphQL response ("" when nothing)."""
         if not isinstance(body, dict) or not {"data", "errors"} & set(body):
             return "neither a GraphQL response nor the error document"
         if not set(body) <= {"data", "errors", "extensions"}:
@@ -341,6 +357,58 @@ POSTS: dict[str, tuple[bytes, dict[str, str]]] = {
         JSON_TYPE,
     ),
     "two operations, no operationName": (orjson.dumps({"query": TWO_OPERATIONS}), JSON_TYPE),
+    # persisted queries: the extension in every wrong shape, a miss, a mismatch, a hit
+    "persistedQuery a string": (orjson.dumps({"extensions": {"persistedQuery": "x"}}), JSON_TYPE),
+    "persistedQuery null": (orjson.dumps({"extensions": {"persistedQuery": None}}), JSON_TYPE),
+    "persistedQuery empty": (orjson.dumps({"extensions": {"persistedQuery": {}}}), JSON_TYPE),
+    "persistedQuery version 2": (orjson.dumps({"extensions": persisted(version=2)}), JSON_TYPE),
+    "persistedQuery version true": (
+        orjson.dumps({"extensions": persisted(version=True)}),
+        JSON_TYPE,
+    ),
+    "sha256Hash a number": (orjson.dumps({"extensions": persisted(5)}), JSON_TYPE),
+    "sha256Hash short": (orjson.dumps({"extensions": persisted("abc")}), JSON_TYPE),
+    "sha256Hash not hex": (orjson.dumps({"extensions": persisted("z" * 64)}), JSON_TYPE),
+    "sha256Hash a lone surrogate": (
+        b'{"extensions": {"persistedQuery": {"version": 1, "sha256Hash": "\\ud800"}}}',
+        JSON_TYPE,
+    ),
+    "a hash alone, unknown": (orjson.dumps({"extensions": persisted(UNKNOWN)}), JSON_TYPE),
+    "a hash with another query": (
+        orjson.dumps({"query": "{ __typename }", "extensions": persisted()}),
+        JSON_TYPE,
+    ),
+    "a hash with its query": (PERSISTED_SEED, JSON_TYPE),
+    "a hash alone, known": (
+        orjson.dumps({"extensions": persisted(), "variables": {"k": 7}}),
+        JSON_TYPE,
+    ),
+    "a hash alone, known, wrong operationName": (
+        orjson.dumps({"extensions": persisted(), "operationName": "Nope"}),
+        JSON_TYPE,
+    ),
+    "a hash alone, known, no variables": (orjson.dumps({"extensions": persisted()}), JSON_TYPE),
+    "documentId alone, unknown": (orjson.dumps({"documentId": f"sha256:{UNKNOWN}"}), JSON_TYPE),
+    "documentId without its prefix": (orjson.dumps({"documentId": HASH}), JSON_TYPE),
+    "documentId a number": (orjson.dumps({"documentId": 5}), JSON_TYPE),
+    "documentId and a hash that disagree": (
+        orjson.dumps({"documentId": f"sha256:{UNKNOWN}", "extensions": persisted()}),
+        JSON_TYPE,
+    ),
+    "a batch of hashes": (
+        orjson.dumps(
+            [
+                {"extensions": persisted(UNKNOWN)},
+                {"extensions": persisted(), "variables": {"k": 1}},
+                {"query": QUERY, "extensions": persisted(), "variables": {"k": 2}},
+            ]
+        ),
+        JSON_TYPE,
+    ),
+    "a batch with a mismatch": (
+        orjson.dumps([{"query": QUERY}, {"query": "{ __typename }", "extensions": persisted()}]),
+        JSON_TYPE,
+    ),
 }
 GETS: dict[str, dict[str, str]] = {
     "no variables JSON": {"query": "{ __typename }", "variables": "["},
@@ -353,6 +421,16 @@ GETS: dict[str, dict[str, str]] = {
     "an empty query": {"query": ""},
     "operationName only": {"operationName": "A"},
     "a long query": {"query": "{ " + "__typename " * 5_000 + "}"},
+    "a hash alone": {"extensions": json.dumps(persisted()), "variables": '{"k": 3}'},
+    "a hash alone, unknown": {"extensions": json.dumps(persisted(UNKNOWN))},
+    "a hash with another query": {"query": "{ __typename }", "extensions": json.dumps(persisted())},
+    "a hash with a mutation": {
+        "query": "mutation { __typename }",
+        "extensions": json.dumps(persisted(hashlib.sha256(b"mutation { __typename }").hexdigest())),
+    },
+    "a documentId alone": {"documentId": f"sha256:{HASH}", "variables": '{"k": 3}'},
+    "a documentId malformed": {"documentId": "md5:abc"},
+    "extensions not JSON": {"extensions": "{"},
 }
 
 
@@ -389,9 +467,45 @@ def mutated(draw: st.DrawFn, seed: bytes) -> bytes:
 
 def test_random_and_mutated_bytes_are_answered_in_shape(wire: Wire) -> None:
     @FUZZ
-    @given(st.binary(max_size=200) | mutated(SEED))
+    @given(st.binary(max_size=200) | mutated(SEED) | mutated(PERSISTED_SEED))
     def run(body: bytes) -> None:
         wire.send(f"POST {body!r}", "POST", "/graphql", content=body, headers=JSON_TYPE)
+
+    run()
+    assert not wire.problems, report(wire.problems)
+
+
+HASHES = st.sampled_from([HASH, HASH.upper(), UNKNOWN]) | st.text(max_size=70) | JSON
+PERSISTED_QUERIES = JSON | st.fixed_dictionaries(
+    {}, optional={"version": st.just(1) | JSON, "sha256Hash": HASHES}
+)
+EXTENSIONS = JSON | st.fixed_dictionaries({}, optional={"persistedQuery": PERSISTED_QUERIES})
+
+
+def test_persisted_query_extensions_are_answered_in_shape(wire: Wire) -> None:
+    @FUZZ
+    @given(
+        EXTENSIONS,
+        st.none() | st.sampled_from([QUERY, "{ __typename }", "{ nope"]),
+        st.none() | st.sampled_from([f"sha256:{HASH}", f"sha256:{UNKNOWN}"]) | JSON,
+        st.booleans(),
+    )
+    def run(extensions: Any, query: str | None, document_id: Any, post: bool) -> None:
+        request: dict[str, Any] = {"extensions": extensions, "variables": {"k": 7}}
+        if query is not None:
+            request["query"] = query
+        if document_id is not None:
+            request["documentId"] = document_id
+        what = f"{'POST' if post else 'GET'} {request!r}"[:400]
+        if post:
+            content = json.dumps(request).encode()  # ints past 64 bits too
+            wire.send(what, "POST", "/graphql", content=content, headers=JSON_TYPE)
+        else:
+            params = {
+                k: v if isinstance(v, str) and k in ("query", "documentId") else json.dumps(v)
+                for k, v in request.items()
+            }
+            wire.send(what, "GET", "/graphql", params=params, headers=ACCEPT_JSON)
 
     run()
     assert not wire.problems, report(wire.problems)
