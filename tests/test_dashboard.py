@@ -157,14 +157,14 @@ def test_the_playground_is_local_and_its_subscription_shows_a_produced_booking(
         count = bookings_of(project)[key]
         page.wait_for_function(
             "document.querySelector('.graphiql-response').innerText"
-            f".includes('\"bookings\": {count}')",
+            f'.includes(\'"bookings": "{count}"\')',
             timeout=15_000,
         )
         book(project, key, {"trip": "Köln→Bonn", "price": 19.9, "seats": 1})
         job.run(project, spark)
         page.wait_for_function(
             "document.querySelector('.graphiql-response').innerText"
-            f".includes('\"bookings\": {count + 1}')",
+            f'.includes(\'"bookings": "{count + 1}"\')',
             timeout=VISIBLE_WITHIN_MS,
         )
         assert bookings_of(project)[key] == count + 1, response_pane(page)
