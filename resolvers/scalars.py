@@ -1,4 +1,5 @@
-"""Scalars beyond GraphQL's five: Long, a 64-bit integer sent as a decimal string.
+"""Scalars beyond GraphQL's five, each described with its exact wire format (README: The
+GraphQL API, Scalars on the wire).
 
 Long is a 64-bit signed integer sent as a JSON string of its decimal digits: a JSON number
 past 2^53 is silently rounded by every client whose numbers are doubles (JavaScript's
@@ -6,16 +7,25 @@ JSON.parse reads key 9007199254740993 as ...992, and looking that up finds nothi
 it takes the same decimal string or, as a convenience, an integer. PostGraphile's BigInt is
 sent the same way. No published scalar specification says this (the ones for Long send a
 JSON number), so Long carries a description and no @specifiedBy.
+
+DateTime keeps Strawberry's serializer and parser, described exactly: it sends an RFC 3339
+date-time in UTC (@specifiedBy RFC 3339's section 5.6) and reads an ISO 8601 date-time as
+dateutil's isoparse does (RFC 3339's among them; a naive one is UTC).
+It is not the date-time of scalars.graphql.org (andimarek), which sends exactly three
+fraction digits and "Z", and refuses a time without an offset or with more digits.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
 import re
 from operator import index
 from typing import Any, NewType
 
 import strawberry
 from graphql import IntValueNode, StringValueNode, ValueNode
+from strawberry.schema.types.base_scalars import DateTimeDefinition
 from strawberry.types.scalar import ScalarDefinition
 
 Long = NewType("Long", int)
@@ -32,6 +42,16 @@ LONG_DESCRIPTION = (
     "boolean, a float, a string that is not decimal digits with an optional leading minus "
     "or a value outside the range is refused."
 )
+
+DATETIME_DESCRIPTION = (
+    "An instant. Sent as an RFC 3339 date-time in UTC with the offset +00:00, e.g. "
+    '"2026-01-01T13:00:00+00:00"; fractional seconds only when not zero, as six digits '
+    '("2026-01-01T13:00:00.250000+00:00"). Read from an ISO 8601 date-time, RFC 3339 ones '
+    'among them ("2026-01-01T13:00:00Z", "2026-01-01T14:00:00+01:00"); one without an '
+    'offset is UTC ("2026-01-01T13:00:00", "2026-01-01" is midnight), and digits finer than '
+    "microseconds are cut."
+)
+RFC_3339 = "https://www.rfc-editor.org/rfc/rfc3339#section-5.6"
 
 
 def serialize_long(value: Any) -> str:
@@ -89,5 +109,9 @@ SCALARS: dict[object, ScalarDefinition] = {
         serialize=serialize_long,
         parse_value=parse_long,
         parse_literal=parse_long_literal,
+    ),
+    # Strawberry's own serializer and parser (isoformat, dateutil's isoparse), described.
+    dt.datetime: dataclasses.replace(
+        DateTimeDefinition, description=DATETIME_DESCRIPTION, specified_by_url=RFC_3339
     ),
 }

@@ -1,11 +1,14 @@
 """Long on the wire: sent as a decimal string, read from a decimal string or an integer, and
 everything else refused with a message that says what is expected, whether the value comes
 as a variable (BAD_USER_INPUT) or as a literal in the document (GRAPHQL_VALIDATION_FAILED);
-the compiled completion sends it as the general path does."""
+the compiled completion sends it as the general path does. DateTime: sent as RFC 3339 in
+UTC, read from ISO 8601, as its description and @specifiedBy say."""
 
 from __future__ import annotations
 
 import json
+import re
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +32,12 @@ value = { balance = "long" }
 name = "balances"
 kind = "table"
 topic = "accounts"
+[[stores]]
+name = "hourly"
+kind = "window"
+topic = "accounts"
+size = "1h"
+aggregates = { n = "count" }
 """
 EDGES = [0, -1, 42, 2**53, 2**53 + 1, -(2**53) - 1, 2**63 - 1, -(2**63)]
 REFUSED: list[Any] = [
@@ -127,3 +136,50 @@ def test_the_compiled_completion_sends_what_the_serializer_does(
 def test_the_schema_says_what_a_long_looks_like(schema: GraphQLSchema) -> None:
     description = schema.type_map["Long"].description or ""
     assert "decimal digits" in description and '"9007199254740993"' in description
+
+
+# --- DateTime: RFC 3339 out, ISO 8601 in ------------------------------------------------
+
+RFC_3339_DATE_TIME = re.compile(  # RFC 3339 section 5.6, as the server writes it (UTC)
+    r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?\+00:00"
+)
+
+
+@pytest.mark.parametrize(
+    ("millis", "sent"),
+    [
+        (0, "1970-01-01T00:00:00+00:00"),
+        (1_767_272_400_000, "2026-01-01T13:00:00+00:00"),
+        (1_767_272_400_250, "2026-01-01T13:00:00.250000+00:00"),
+    ],
+)
+def test_a_datetime_is_sent_as_rfc_3339_in_utc(
+    schema: GraphQLSchema, millis: int, sent: str
+) -> None:
+    moment = datetime.fromtimestamp(millis / 1000, tz=UTC)  # how window starts are made
+    assert schema.type_map["DateTime"].serialize(moment) == sent
+    assert RFC_3339_DATE_TIME.fullmatch(sent)
+
+
+@pytest.mark.parametrize(
+    ("text", "instant"),
+    [
+        ("2026-01-01T13:00:00Z", datetime(2026, 1, 1, 13, tzinfo=UTC)),
+        ("2026-01-01t13:00:00z", datetime(2026, 1, 1, 13, tzinfo=UTC)),
+        ("2026-01-01T14:00:00+01:00", datetime(2026, 1, 1, 13, tzinfo=UTC)),
+        ("2026-01-01T13:00:00.123456789+00:00", datetime(2026, 1, 1, 13, 0, 0, 123456, UTC)),
+        ("2026-01-01T13:00:00", datetime(2026, 1, 1, 13)),  # naive: the resolvers read UTC
+        ("2026-01-01", datetime(2026, 1, 1)),
+    ],
+)
+def test_a_datetime_is_read_from_iso_8601(
+    schema: GraphQLSchema, text: str, instant: datetime
+) -> None:
+    assert schema.type_map["DateTime"].parse_value(text) == instant
+
+
+def test_the_schema_says_what_a_datetime_looks_like(schema: GraphQLSchema) -> None:
+    datetime_type = schema.type_map["DateTime"]
+    assert datetime_type.specified_by_url == "https://www.rfc-editor.org/rfc/rfc3339#section-5.6"
+    assert '"2026-01-01T13:00:00+00:00"' in (datetime_type.description or "")
+    assert schema.type_map["Long"].specified_by_url is None  # no published spec sends a string
