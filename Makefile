@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 
 CODEGEN := .venv-codegen
 
-.PHONY: setup browser demo test lint bench schema client-python
+.PHONY: setup browser demo test lint bench schema clients client-python client-typescript
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -48,3 +48,8 @@ $(CODEGEN)/.installed: clients/python/requirements.txt
 
 client-python: $(CODEGEN)/.installed
 	$(CODEGEN)/bin/ariadne-codegen --config clients/python/ariadne-codegen.toml client
+
+client-typescript:
+	cd clients/typescript && npm ci --no-audit --no-fund && npm run codegen && npm run check
+
+clients: client-python client-typescript

@@ -6,6 +6,10 @@ own project, every answer checked against the oracle:
   a temporary folder; every operation runs on every node, Longs read into exact ints and
   written back as decimal strings (a position bound past 2^53 crosses the internal hop
   exactly), and the subscription pushes a booking produced during the test.
+- TypeScript: `npm ci` installs GraphQL Code Generator and TypeScript from
+  clients/typescript/package-lock.json, the generator writes the types, `tsc --noEmit` checks
+  the example (and refuses a Long used as a number), and the compiled example answers as the
+  oracle does.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import json
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -38,8 +43,10 @@ from tests.projects import demo_project
 ROOT = Path(__file__).resolve().parent.parent
 CLIENTS = ROOT / "clients"
 CODEGEN_VENV = ROOT / ".venv-codegen"
+TYPESCRIPT = CLIENTS / "typescript"
 FROM, TO = "2026-10-25T00:00:00+00:00", "2026-10-31T23:00:00+00:00"  # the demo's last week
 JS_LIMIT = 2**53
+NPM_TIMEOUT_S = 300  # one npm step at most (npm ci downloads ~300 packages on a new machine)
 
 
 @pytest.fixture(scope="module")
@@ -264,6 +271,66 @@ def test_the_python_client_keeps_longs_exact(client: ModuleType, cluster: Nodes)
     for node in cluster.ids:
         (message,) = asyncio.run(ask_past_the_log(node))
         assert f"'bookings': {JS_LIMIT + 1}" in message, message
+
+
+def test_the_typescript_types_check_and_the_example_answers(cluster: Nodes) -> None:
+    npm = shutil.which("npm")
+    if npm is None:
+        pytest.skip("npm is not installed: the TypeScript client needs Node.js and npm")
+
+    def run(*command: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            list(command), cwd=TYPESCRIPT, capture_output=True, text=True, timeout=NPM_TIMEOUT_S
+        )
+        if check:
+            assert done.returncode == 0, f"{command}:\n{done.stdout}\n{done.stderr}"
+        return done
+
+    run(npm, "ci", "--no-audit", "--no-fund")
+    shutil.rmtree(TYPESCRIPT / "generated", ignore_errors=True)
+    run(npm, "run", "codegen")
+    generated = (TYPESCRIPT / "generated" / "graphql.ts").read_text()
+    assert "offset: string" in generated and "bookings: string | null" in generated
+    run(npm, "run", "check")  # tsc --noEmit
+    # A Long used as a number does not type-check: the mapping is in force.
+    probe = TYPESCRIPT / "probe-long.ts"
+    probe.write_text(
+        'import type { CustomerTotalsQuery } from "./generated/graphql.js";\n'
+        "export const n = (q: CustomerTotalsQuery): number =>\n"
+        "  q.customerTotals?.record?.bookings ?? 0;\n"
+    )
+    try:
+        tsc = str(TYPESCRIPT / "node_modules" / ".bin" / "tsc")
+        options = ["--noEmit", "--strict", "--module", "NodeNext", "--skipLibCheck"]
+        refused = run(tsc, *options, str(probe), check=False)
+    finally:
+        probe.unlink()
+    assert refused.returncode != 0 and "TS2322" in refused.stdout, refused.stdout
+
+    run(npm, "run", "build")
+    project = cluster.project
+    totals = totals_of(project)
+    key = max(totals, key=lambda k: totals[k]["bookings"])
+    answered = run("node", "dist/example.js", f"{cluster.url('node2')}/graphql", key, FROM, TO)
+    output = json.loads(answered.stdout)
+    windows = [
+        r
+        for part in oracle.expected_store(project, "hourlyRevenue").values()
+        for r in part
+        if r[0] == key
+        and millis(datetime.fromisoformat(FROM)) <= r[1] <= millis(datetime.fromisoformat(TO))
+    ]
+    assert output == {
+        "node": "node2",
+        "partitions": project.cluster.partitions,
+        "totalLag": "0",
+        "bookings": {key: str(totals[key]["bookings"]), f"{key}-nobody": None},
+        "windows": len(windows),
+        "windowBookings": str(sum(r[2] for r in windows)),
+        "busiestHour": output["busiestHour"],
+    }
+    busiest = max(windows, key=lambda r: r[2])
+    assert int(output["busiestHour"]["bookings"]) == busiest[2]
 
 
 def test_the_python_client_subscription_pushes_a_new_booking(
