@@ -4,7 +4,9 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup browser demo test lint bench schema
+CODEGEN := .venv-codegen
+
+.PHONY: setup browser demo test lint bench schema clients client-python client-typescript
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -27,7 +29,7 @@ lint: setup
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy contracts gateway resolvers spark_pipeline stategate bench
 
-test: lint browser
+test: lint browser $(CODEGEN)/.installed
 	$(PY) -m pytest
 
 bench: setup
@@ -35,3 +37,19 @@ bench: setup
 
 schema: setup
 	$(PY) -m stategate.cli schema > schema.graphql
+
+# The typed clients of clients/operations.graphql (README: Typed clients). ariadne-codegen runs
+# in a venv of its own (it needs graphql-core < 3.3, Strawberry 3.3); the stamp holds the
+# requirements it was made from, as tests/test_clients.py checks.
+$(CODEGEN)/.installed: clients/python/requirements.txt
+	$(PYTHON) -m venv --clear $(CODEGEN)
+	$(CODEGEN)/bin/python -m pip install -q -r clients/python/requirements.txt
+	cp clients/python/requirements.txt $@
+
+client-python: $(CODEGEN)/.installed
+	$(CODEGEN)/bin/ariadne-codegen --config clients/python/ariadne-codegen.toml client
+
+client-typescript:
+	cd clients/typescript && npm ci --no-audit --no-fund && npm run codegen && npm run check
+
+clients: client-python client-typescript

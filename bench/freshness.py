@@ -49,7 +49,7 @@ POSITIONS = body(
     "{ latestBookingRange(first: 1) "
     "{ meta { partitions { partition position { topic offset } } } } }"
 )
-ONE_KEY = "query($k: String!) { customerTotals(key: $k) { entry { bookings revenue } } }"
+ONE_KEY = "query($k: String!) { customerTotals(key: $k) { record { bookings revenue } } }"
 BATCH_LINE = re.compile(rb"micro-batch (\d+): (\d+) records, .* changed in ([0-9.]+) s")
 
 
@@ -141,8 +141,8 @@ async def poll_positions(
                 (
                     at,
                     {
-                        p["partition"]: next(
-                            o["offset"] for o in p["position"] if o["topic"] == "bookings"
+                        p["partition"]: next(  # a Long: a decimal string
+                            int(o["offset"]) for o in p["position"] if o["topic"] == "bookings"
                         )
                         for p in parts
                     },

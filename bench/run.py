@@ -315,8 +315,12 @@ async def verify_gateway(client: Pool, url: str, b: Bodies, floor: Floor) -> dic
     keys = b.key_lists(1)[0]
     answer = await ask(queries.body(queries.KEYS_LIST, {"keys": keys}))
     fields = ("bookings", "revenue", "seats", "cheapest", "dearest")
+    longs = {"bookings", "seats"}  # Longs: decimal strings on the wire, the floor's are ints
     got = {
-        e["key"]: tuple(e["record"][f] for f in fields)
+        e["key"]: tuple(
+            int(v) if f in longs and v is not None else v
+            for f, v in ((f, e["record"][f]) for f in fields)
+        )
         for e in answer["data"]["customerTotalsBatch"]["entries"]
     }
     want = {r[0]: tuple(r[1:]) for r in floor.many_per_partition(keys)}

@@ -165,6 +165,9 @@ _INLINE = {
     "and -2147483648 <= {v} <= 2147483647 else {s}({v})",
     "Float": "None if {first} is None else {v} if type({v}) is float and isfinite({v}) "
     "else {s}({v})",
+    # Long is a decimal string on the wire (resolvers/scalars.py), so an int is converted
+    "Long": "None if {first} is None else str({v}) if type({v}) is int "
+    "and -9223372036854775808 <= {v} <= 9223372036854775807 else {s}({v})",
 }
 
 
@@ -176,7 +179,8 @@ def _code(source: str) -> CodeType:
 
 
 def _inlined(gql_type: GraphQLOutputType) -> GraphQLScalarType | None:
-    """The scalar of a nullable built-in scalar field (its completion can be inlined)."""
+    """The scalar of a nullable built-in scalar field, or Long (its completion can be
+    inlined)."""
     if isinstance(gql_type, GraphQLScalarType) and gql_type.name in _INLINE:
         return gql_type
     return None
@@ -229,9 +233,11 @@ def _non_null(body: Plan, type_name: str) -> Plan:
 
 def _leaf(leaf: Any) -> Plan:
     """A leaf's serializer, with the common case of each built-in scalar inlined (a value
-    graphql-core's serializer returns unchanged); anything else takes the serializer."""
+    graphql-core's serializer returns unchanged) and of Long (an int, as its decimal
+    string); anything else takes the serializer."""
     serialize: Plan = leaf.serialize
     low, high = -(2**31), 2**31 - 1
+    long_low, long_high = -(2**63), 2**63 - 1
     match leaf.name:
         case "String":
             return lambda v: v if type(v) is str else serialize(v)
@@ -241,6 +247,10 @@ def _leaf(leaf: Any) -> Plan:
             return lambda v: v if type(v) is int and low <= v <= high else serialize(v)
         case "Float":
             return lambda v: v if type(v) is float and isfinite(v) else serialize(v)
+        case "Long":
+            return lambda v: (
+                str(v) if type(v) is int and long_low <= v <= long_high else serialize(v)
+            )
     return serialize
 
 

@@ -149,10 +149,11 @@ def _behind(position: Position, sent: Position) -> bool:
     return any(offset < sent[tp] for tp, offset in position.items() if tp in sent)
 
 
-def _tree(position: Position) -> dict[str, dict[str, int]]:
-    tree: dict[str, dict[str, int]] = {}
+def _tree(position: Position) -> dict[str, dict[str, str]]:
+    """{topic: {partition: offset}}, each offset a decimal string as a Long is in the data."""
+    tree: dict[str, dict[str, str]] = {}
     for (topic, partition), offset in sorted(position.items()):
-        tree.setdefault(topic, {})[str(partition)] = offset
+        tree.setdefault(topic, {})[str(partition)] = str(offset)
     return tree
 
 

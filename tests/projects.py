@@ -6,9 +6,12 @@ import random
 from pathlib import Path
 
 from contracts import eventlog
+from contracts import project as projects
 from contracts.eventlog import Record
 from contracts.partitioner import partition_for
 from contracts.project import Project
+from stategate import demo
+from stategate.launcher import free_ports
 
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z, a window boundary
 HOUR_MS = 3_600_000
@@ -93,6 +96,16 @@ def write_project(
     path = root / "stategate.toml"
     path.write_text(text)
     return path
+
+
+def demo_project(folder: Path) -> Project:
+    """The demo's own project file and dashboard (stategate/demo/), on free ports."""
+    project = demo.prepare(folder, fresh=False)
+    text = project.path.read_text()
+    for node, port in zip(project.cluster.nodes, free_ports(3), strict=True):
+        text = text.replace(node.address, f"127.0.0.1:{port}")
+    project.path.write_text(text)
+    return projects.load(project.path)
 
 
 def produce_test_events(

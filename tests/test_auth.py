@@ -117,7 +117,7 @@ def codes(body: dict[str, Any]) -> dict[str, str]:
 def expected_totals(cluster: Served, key: str) -> dict[str, Any]:
     rows = oracle.expected_store(cluster.project, "customerTotals")
     row = {r[0]: r for part in rows.values() for r in part}[key]
-    return {"key": key, "record": {"bookings": row[1], "revenue": pytest.approx(row[2])}}
+    return {"key": key, "record": {"bookings": str(row[1]), "revenue": pytest.approx(row[2])}}
 
 
 def customer_elsewhere(cluster: Served, node_id: str) -> str:

@@ -17,14 +17,13 @@ from playwright.sync_api import Page, sync_playwright
 from pyspark.sql import SparkSession
 
 from contracts import eventlog
-from contracts import project as projects
 from contracts.project import Project
 from spark_pipeline import job
 from stategate import demo
 from stategate.demo import bookings
-from stategate.launcher import free_ports
 from tests import oracle
 from tests.nodes import Nodes
+from tests.projects import demo_project
 
 CHROMIUM = "/usr/bin/chromium"
 # As Debian's Chromium must run here: no sandbox as root, nothing started in the background.
@@ -53,16 +52,6 @@ def cluster(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> It
         nodes.start(node_id)
     yield nodes
     nodes.stop_all()
-
-
-def demo_project(folder: Path) -> Project:
-    """The demo's own project file and dashboard, on free ports."""
-    project = demo.prepare(folder, fresh=False)
-    text = project.path.read_text()
-    for node, port in zip(project.cluster.nodes, free_ports(3), strict=True):
-        text = text.replace(node.address, f"127.0.0.1:{port}")
-    project.path.write_text(text)
-    return projects.load(project.path)
 
 
 def bookings_of(project: Project) -> dict[str, int]:
@@ -157,14 +146,14 @@ def test_the_playground_is_local_and_its_subscription_shows_a_produced_booking(
         count = bookings_of(project)[key]
         page.wait_for_function(
             "document.querySelector('.graphiql-response').innerText"
-            f".includes('\"bookings\": {count}')",
+            f'.includes(\'"bookings": "{count}"\')',
             timeout=15_000,
         )
         book(project, key, {"trip": "Köln→Bonn", "price": 19.9, "seats": 1})
         job.run(project, spark)
         page.wait_for_function(
             "document.querySelector('.graphiql-response').innerText"
-            f".includes('\"bookings\": {count + 1}')",
+            f'.includes(\'"bookings": "{count + 1}"\')',
             timeout=VISIBLE_WITHIN_MS,
         )
         assert bookings_of(project)[key] == count + 1, response_pane(page)

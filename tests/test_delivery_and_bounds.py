@@ -26,7 +26,7 @@ from gateway.switches import Switches
 from gateway.sync import SnapshotSync
 from spark_pipeline import job
 from stategate.launcher import Processes, free_ports, store_command
-from tests import oracle
+from tests import oracle, wire
 from tests.nodes import Served, serve
 from tests.projects import produce_test_events
 
@@ -109,7 +109,10 @@ def test_each_node_holds_exactly_its_partitions_pulled_over_http(remote) -> None
         r for rows in oracle.expected_store(cluster.project, "trainDelays").values() for r in rows
     )
     for node in cluster.nodes.ids:
-        got = [(r["key"], r["reports"], r["totalDelay"]) for r in scan(cluster, node)["records"]]
+        records = scan(cluster, node)["records"]
+        got = [
+            (r["key"], wire.long(r["reports"]), wire.maybe_long(r["totalDelay"])) for r in records
+        ]
         assert got == [r[:3] for r in expected]
 
 
@@ -182,7 +185,8 @@ def test_bounds_tokens_require_active_and_max_lag(remote, spark: SparkSession) -
     assert all(p["role"] == "ACTIVE" for p in active["meta"]["partitions"] if not p["failure"])
 
     # maxLag 0 from node3: its own stale partitions are skipped for up-to-date replicas.
-    lagless = scan(cluster, "node3", {"maxLag": 0})
+    # (A Long is read from a decimal string, and from an integer as well.)
+    lagless = scan(cluster, "node3", {"maxLag": "0"})
     assert not failures(lagless)
     assert all(p["version"] == 2 for p in lagless["meta"]["partitions"])
     strict = scan(cluster, "node3", {"maxLag": 0, "requireActive": True})
@@ -196,7 +200,7 @@ def test_bounds_tokens_require_active_and_max_lag(remote, spark: SparkSession) -
     newest_v1, oldest_v2 = max(built[1]), min(built[2])
     assert oldest_v2 > newest_v1
     max_age = int(time.time() * 1000) - (newest_v1 + oldest_v2) // 2
-    young = scan(cluster, "node3", {"maxAgeMs": max_age})
+    young = scan(cluster, "node3", {"maxAgeMs": str(max_age)})
     assert not failures(young)
     assert all(p["version"] == 2 for p in young["meta"]["partitions"])
     assert young["records"] == fresh["records"]
@@ -213,7 +217,7 @@ def test_bounds_tokens_require_active_and_max_lag(remote, spark: SparkSession) -
 
     # An explicit position no replica has reached fails exactly that partition.
     beyond = scan(
-        cluster, "node2", {"position": [{"topic": "trains", "partition": 4, "offset": 10**9}]}
+        cluster, "node2", {"position": [{"topic": "trains", "partition": 4, "offset": str(10**9)}]}
     )
     assert [p["partition"] for p in beyond["meta"]["partitions"] if p["failure"]] == [4]
 

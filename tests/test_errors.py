@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from contracts.auth import SECRET_HEADER
@@ -72,6 +74,15 @@ BAD = [
         "maxAgeMs must not be negative",
     ),
     ("{ latestBooking(key: ", "GRAPHQL_PARSE_FAILED", "Syntax Error"),
+    # A Long is a decimal string or an integer (README: Scalars on the wire).
+    *(
+        (
+            f"{{ trainStatus(key: 1, consistency: {{maxLag: {value}}}) {{ key }} }}",
+            "GRAPHQL_VALIDATION_FAILED",
+            "Long cannot represent",
+        )
+        for value in ['"0x10"', '" 5"', '"+5"', '"5.0"', "5.0", "true", '"9223372036854775808"']
+    ),
 ]
 
 
@@ -89,6 +100,31 @@ def test_wrong_variable_type_is_bad_user_input(served) -> None:
         "node2", "query($k: Int!) { trainStatus(key: $k) { key } }", {"k": "seven"}
     )
     assert body["errors"][0]["extensions"]["code"] == "BAD_USER_INPUT"
+
+
+LONG_OFFSET = """query($o: Long!) { trainStatus(key: 1, consistency: {position:
+  [{topic: "trains", partition: 1, offset: $o}]}) { key } }"""
+
+
+@pytest.mark.parametrize(
+    "value", [True, 1.5, "0x10", "1e3", "", "-", " 7", "٣", str(2**63), -(2**63) - 1, [1]]
+)
+def test_a_long_variable_that_is_no_decimal_string_or_integer_is_bad_user_input(
+    served, value: object
+) -> None:
+    body = served.nodes.gql("node3", LONG_OFFSET, {"o": value})
+    (error,) = body["errors"]
+    assert error["extensions"]["code"] == "BAD_USER_INPUT", error
+    assert "Long cannot represent" in error["message"], error
+
+
+@pytest.mark.parametrize("value", ["0", "-0", 0, "9007199254740993", 2**63 - 1])
+def test_a_long_is_read_from_a_decimal_string_or_an_integer(served, value: object) -> None:
+    body = served.nodes.gql("node1", LONG_OFFSET, {"o": value})
+    assert not body.get("errors") and body["data"]["trainStatus"]["key"] == 1, body
+    literal = json.dumps(value)  # "0" as a string literal, 0 as an integer literal
+    query = f"{{ trainStatus(key: 1, consistency: {{maxLag: {literal}}}) {{ key }} }}"
+    assert served.nodes.data("node2", query)["trainStatus"]["key"] == 1
 
 
 def test_too_many_keys(served) -> None:

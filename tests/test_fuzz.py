@@ -193,9 +193,16 @@ WIDE_INTS = st.integers(min_value=-(2**70), max_value=2**70) | st.sampled_from(
     [0, -1, 2**31, 2**63 - 1, 2**63, -(2**63) - 1, 2**64]
 )
 STAMPS = st.datetimes().map(lambda d: d.isoformat()) | st.text(max_size=30)
+# A Long is read from a decimal string or an integer; near misses are refused with a code.
+LONGS = (
+    WIDE_INTS.map(str)
+    | WIDE_INTS.map(lambda n: f" {n}")
+    | st.sampled_from(["+1", "1_000", "0x10", "1e3", "1.0", "", "-", "\u0661", "٣"])
+    | st.text(alphabet="0123456789-+. ", max_size=25)
+)
 SCALARS = {
     "DateTime": STAMPS.map(nodes.String),
-    "Long": WIDE_INTS.map(nodes.Int),
+    "Long": WIDE_INTS.map(nodes.Int) | LONGS.map(nodes.String),
 }
 JSON = st.recursive(
     st.none() | st.booleans() | WIDE_INTS | st.floats() | st.text(max_size=20),
@@ -219,7 +226,7 @@ def typed(kind: GraphQLInputType) -> st.SearchStrategy[Any]:
     else:
         right = {
             "Int": WIDE_INTS,
-            "Long": WIDE_INTS,
+            "Long": WIDE_INTS | LONGS,
             "Float": st.floats(),
             "Boolean": st.booleans(),
             "DateTime": STAMPS,
@@ -350,6 +357,14 @@ POSTS: dict[str, tuple[bytes, dict[str, str]]] = {
     ),
     "a Long past 64 bits": (
         json.dumps({"query": LONG_OFFSET, "variables": {"o": 2**100}}).encode(),
+        JSON_TYPE,
+    ),
+    "a Long past 64 bits, as a string": (
+        json.dumps({"query": LONG_OFFSET, "variables": {"o": str(2**63)}}).encode(),
+        JSON_TYPE,
+    ),
+    "a Long of 5000 digits": (
+        json.dumps({"query": LONG_OFFSET, "variables": {"o": "9" * 5000}}).encode(),
         JSON_TYPE,
     ),
     "an Int past 64 bits": (

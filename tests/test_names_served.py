@@ -11,6 +11,7 @@ from contracts import project as projects
 from contracts.eventlog import Record
 from spark_pipeline import job
 from stategate.launcher import free_ports, wait_serving
+from tests import wire
 from tests.nodes import Nodes
 from tests.oracle import expected_store
 from tests.projects import HOUR_MS, START_MS
@@ -78,9 +79,15 @@ def test_keyword_names_are_built_and_served(spark: object, tmp_path: Path) -> No
         nodes.stop_all()
     for store in ("class", "orders", "ordersX"):
         expected = sorted(row for rows in expected_store(project, store).values() for row in rows)
-        answered = sorted(tuple(record.values()) for record in data[store]["records"])
+        types = {"key": "string", **project.stores[store].columns}
+        answered = sorted(
+            tuple(wire.field(types[name], value) for name, value in record.items())
+            for record in data[store]["records"]
+        )
         assert answered == expected, store
     windows = sorted(row for rows in expected_store(project, "from").values() for row in rows)
-    answered = sorted((r["key"], r["WindowStart"], r["type"]) for r in data["from"]["records"])
+    answered = sorted(
+        (r["key"], r["WindowStart"], wire.long(r["type"])) for r in data["from"]["records"]
+    )
     assert answered == [(key, *values) for key, _, *values in windows]
     assert len(answered) > 5

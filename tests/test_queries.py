@@ -10,7 +10,7 @@ import pytest
 from contracts.partitioner import partition_for
 from contracts.positions import decode_token
 from contracts.project import Project, Store
-from tests import oracle
+from tests import oracle, wire
 
 NODES = ["node1", "node2", "node3"]
 KEYED = ["latestBooking", "customerTotals", "trainStatus", "trainDelays"]
@@ -39,7 +39,8 @@ def as_row(store: Store, record: dict[str, Any]) -> tuple:
     window = [millis(record["windowStart"])] if store.kind == "window" else []
     if store.kind == "window":
         assert millis(record["windowEnd"]) - window[0] == store.window_size_ms
-    return (record["key"], *window, *(record[c] for c in store.columns))
+    key = wire.field(store.key_type, record["key"])
+    return (key, *window, *(wire.field(t, record[c]) for c, t in store.columns.items()))
 
 
 _CACHE: dict[tuple[str, str], Any] = {}
@@ -89,8 +90,8 @@ def check_meta(served, meta: dict[str, Any], partitions: list[int]) -> None:
         expected_role = "ACTIVE" if cluster.replica_map[p][0] == part["node"] else "STANDBY"
         assert part["role"] == expected_role
         assert part["version"] >= 1 and part["failure"] is None
-        assert {o["topic"]: o["offset"] for o in part["position"]} == positions[p]
-    merged = {(o["topic"], o["partition"]): o["offset"] for o in meta["position"]}
+        assert wire.offsets(part["position"]) == positions[p]
+    merged = {(o["topic"], o["partition"]): wire.long(o["offset"]) for o in meta["position"]}
     assert merged == {(t, p): o for p in partitions for t, o in positions[p].items()}
     assert decode_token(meta["consistencyToken"]) == merged
 
@@ -268,12 +269,18 @@ def test_one_internal_request_per_owning_node(served) -> None:
 def test_stores_and_cluster_queries(served) -> None:
     data = served.nodes.data(
         "node2",
-        "{ stores { name kind keyType columns { name type } } "
+        "{ stores { name kind keyType windowSizeMs windowAdvanceMs columns { name type } } "
         "cluster { node partitionsCount replicas nodes { id } partitions "
         "{ partition replicas { node role alive version lag "
         "position { topic offset } } } } }",
     )
     assert {s["name"] for s in data["stores"]} == set(served.project.stores)
+    for info in data["stores"]:
+        store = served.project.stores[info["name"]]
+        window = store.kind == "window"
+        assert wire.maybe_long(info["windowSizeMs"]) == (store.window_size_ms if window else None)
+        advance = store.window_advance_ms if window else None
+        assert wire.maybe_long(info["windowAdvanceMs"]) == advance
     cluster = data["cluster"]
     assert cluster["node"] == "node2" and cluster["partitionsCount"] == 9
     positions = expected_positions(served.project)
@@ -282,8 +289,8 @@ def test_stores_and_cluster_queries(served) -> None:
         assert [r["node"] for r in part["replicas"]] == list(replicas)
         assert [r["role"] for r in part["replicas"]] == ["ACTIVE", "STANDBY"]
         for r in part["replicas"]:
-            assert r["alive"] and r["lag"] == 0
-            assert {o["topic"]: o["offset"] for o in r["position"]} == positions[part["partition"]]
+            assert r["alive"] and r["lag"] == "0"
+            assert wire.offsets(r["position"]) == positions[part["partition"]]
     plain = served.nodes.client.get(f"{served.nodes.url('node3')}/cluster").json()
     assert [p["partition"] for p in plain["partitions"]] == list(range(9))
 

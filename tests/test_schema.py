@@ -25,7 +25,9 @@ def test_schema_graphql_matches_the_running_schema() -> None:
 
 
 def test_running_nodes_serve_the_same_sdl_as_the_export(served) -> None:
-    body = served.nodes.data("node1", get_introspection_query(descriptions=True))
+    body = served.nodes.data(
+        "node1", get_introspection_query(descriptions=True, specified_by_url=True)
+    )
     running = print_schema(lexicographic_sort_schema(build_client_schema(body)))
     exported = print_schema(lexicographic_sort_schema(build_schema(sdl(served.project))))
     assert running == exported

@@ -22,7 +22,7 @@ from contracts import eventlog
 from contracts.eventlog import Record
 from contracts.partitioner import partition_for
 from spark_pipeline import job
-from tests import oracle
+from tests import oracle, wire
 from tests.live import Socket, closed_code
 from tests.nodes import Served, serve
 from tests.projects import START_MS
@@ -65,7 +65,11 @@ def expected_totals(cluster: Served, keys: list[str]) -> list[dict[str, Any]]:
     entries = []
     for key in keys:
         row = rows.get(key)
-        record = None if row is None else {"bookings": row[1], "revenue": row[2], "seats": row[3]}
+        record = (
+            None
+            if row is None
+            else {"bookings": str(row[1]), "revenue": row[2], "seats": wire.sent(row[3])}
+        )
         entries.append(
             {"key": key, "partition": partition_for(key, "string", count), "record": record}
         )
@@ -94,8 +98,9 @@ def entries(payload: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def offsets(payload: dict[str, Any]) -> dict[str, int]:
-    position: dict[str, dict[str, int]] = payload["extensions"]["position"]
-    return {f"{t}/{p}": o for t, parts in position.items() for p, o in parts.items()}
+    """The result's position from its extensions (offsets are decimal strings, as in data)."""
+    position: dict[str, dict[str, str]] = payload["extensions"]["position"]
+    return {f"{t}/{p}": wire.long(o) for t, parts in position.items() for p, o in parts.items()}
 
 
 def assert_forward(before: dict[str, int], after: dict[str, int]) -> None:
@@ -254,7 +259,7 @@ def expected_page(cluster: Served) -> list[dict[str, Any]]:
         {
             "key": key,
             "windowStart": iso(start),
-            "bookings": bookings,
+            "bookings": str(bookings),
             "revenue": revenue,
             "meanPrice": mean,
         }

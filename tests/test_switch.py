@@ -17,7 +17,7 @@ from contracts.partitioner import partition_for
 from contracts.positions import decode_token
 from spark_pipeline import compaction, job
 from spark_pipeline.publish import notify_nodes
-from tests import oracle
+from tests import oracle, wire
 from tests.nodes import Served, serve
 from tests.projects import produce_test_events
 
@@ -50,7 +50,10 @@ def by_partition(cluster: Served) -> dict[int, list[tuple]]:
 
 
 def as_rows(records: list[dict[str, Any]]) -> list[tuple]:
-    return [(r["key"], r["reports"], r["totalDelay"], r["worstDelay"]) for r in records]
+    return [
+        (r["key"], wire.long(r["reports"]), wire.maybe_long(r["totalDelay"]), r["worstDelay"])
+        for r in records
+    ]
 
 
 def test_nodes_switch_to_new_versions_under_load(cluster: Served, spark: SparkSession) -> None:
@@ -92,8 +95,7 @@ def test_nodes_switch_to_new_versions_under_load(cluster: Served, spark: SparkSe
         assert as_rows(data["records"]) == after
         for part in data["meta"]["partitions"]:
             assert part["version"] == 2
-            offsets = {o["topic"]: o["offset"] for o in part["position"]}
-            assert offsets == positions[part["partition"]]
+            assert wire.offsets(part["position"]) == positions[part["partition"]]
     # During the switch, every partition of every answer was one whole version: its rows are
     # exactly the oracle's for the version it reports.
     for answer in seen:
@@ -140,7 +142,7 @@ def test_a_token_from_a_node_that_just_switched_is_served_by_every_node(
         ]
         assert [p for p in meta["partitions"] if p["failure"]] == []
         served = {
-            (o["topic"], part["partition"]): o["offset"]
+            (o["topic"], part["partition"]): wire.long(o["offset"])
             for part in meta["partitions"]
             for o in part["position"]
         }

@@ -22,7 +22,7 @@ from contracts.project import Project
 from gateway import cursors
 from spark_pipeline import job
 from stategate.launcher import free_ports, wait_serving
-from tests import oracle
+from tests import oracle, wire
 from tests.nodes import Nodes
 from tests.projects import HOUR_MS, START_MS, write_project
 
@@ -97,7 +97,8 @@ def iso(ms: int) -> str:
 def row_of(project: Project, name: str, record: dict[str, Any]) -> tuple:
     store = project.stores[name]
     window = (millis(record["windowStart"]),) if store.kind == "window" else ()
-    return (record["key"], *window, *(record[c] for c in store.columns))
+    key = wire.field(store.key_type, record["key"])
+    return (key, *window, *(wire.field(t, record[c]) for c, t in store.columns.items()))
 
 
 def fields(project: Project, name: str) -> str:

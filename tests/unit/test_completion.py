@@ -112,7 +112,8 @@ class Data:
         return self.rng.choice([0, -1, 2**31 - 1, -(2**31), self.rng.randrange(-999, 999)])
 
     def long(self) -> int:
-        return self.rng.choice([0, 2**63 - 1, -(2**63), self.rng.randrange(-(2**40), 2**40)])
+        edges = [0, 2**53 + 1, -(2**53) - 1, 2**63 - 1, -(2**63)]  # a Long is sent as a string
+        return self.rng.choice([*edges, self.rng.randrange(-(2**40), 2**40)])
 
     def value(self, kind: str) -> Any:
         rng = self.rng

@@ -23,6 +23,10 @@ const LATEST = `subscription Latest($key: String!) {
 
 const $ = (selector, root = document) => root.querySelector(selector);
 const num = (x) => (x == null ? null : Number(x));
+// A Long (counts, sums, offsets) arrives as a decimal string, exact past 2^53: kept exact as a
+// BigInt to compare and sort, shown as sent.
+const long = (x) => (x == null ? null : BigInt(x));
+const descending = (a, b) => (a === b ? 0 : a < b ? 1 : -1);
 const money = (x) => (x == null ? "–" : Number(x).toFixed(2));
 const parseTime = (s) => Date.parse(/(Z|[+-]\d\d:?\d\d)$/i.test(s) ? s : `${s}Z`); // naive = UTC
 const iso = (ms) => new Date(ms).toISOString().replace(/\.\d{3}Z$/, "Z");
@@ -144,11 +148,11 @@ function renderBusiest(result, extensions) {
   const rows = result.entries.map((e) => ({
     key: e.key,
     failure: e.failure,
-    bookings: num(e.record?.bookings) ?? 0,
+    bookings: long(e.record?.bookings) ?? 0n,
     revenue: num(e.record?.revenue) ?? 0,
-    seats: num(e.record?.seats) ?? 0,
+    seats: long(e.record?.seats) ?? 0n,
   }));
-  rows.sort((a, b) => b.bookings - a.bookings || a.key.localeCompare(b.key));
+  rows.sort((a, b) => descending(a.bookings, b.bookings) || a.key.localeCompare(b.key));
   const maxRevenue = Math.max(1e-9, ...rows.map((r) => r.revenue));
   const hadData = state.totals.size > 0;
   const trs = rows.map((r) => {
@@ -229,7 +233,7 @@ function renderHourly(result, range) {
   slots.forEach(({ t, w }, i) => {
     const revenue = num(w?.revenue) ?? 0;
     const x = left + i * step;
-    const label = `${hh(t)}–${hh(t + HOUR)}: revenue ${money(revenue)}, ${num(w?.bookings) ?? 0} bookings`;
+    const label = `${hh(t)}–${hh(t + HOUR)}: revenue ${money(revenue)}, ${w?.bookings ?? 0} bookings`;
     svg.append(el("svg:rect", {
       class: t === range.hour ? "col current" : "col",
       x: x + step * 0.12, width: step * 0.76, y: y(revenue), height: Math.max(0, y(0) - y(revenue)),

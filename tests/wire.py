@@ -1,0 +1,32 @@
+"""Values as they travel in GraphQL responses. A Long (offsets, counts, sums, long keys) is a
+JSON string of decimal digits (resolvers/scalars.py): these read it back, and fail the test
+when a Long arrives as anything else, a JSON number above all."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def long(value: Any) -> int:
+    """A Long from a response."""
+    assert type(value) is str, f"a Long must arrive as a decimal string, not {value!r}"
+    return int(value)
+
+
+def maybe_long(value: Any) -> int | None:
+    return None if value is None else long(value)
+
+
+def field(field_type: str, value: Any) -> Any:
+    """A value of a store's column or key of `field_type` (contracts/project.py's names)."""
+    return maybe_long(value) if field_type == "long" else value
+
+
+def offsets(position: list[dict[str, Any]]) -> dict[str, int]:
+    """[{topic, offset}] -> {topic: offset}."""
+    return {o["topic"]: long(o["offset"]) for o in position}
+
+
+def sent(value: int | None) -> str | None:
+    """How an expected Long looks in a response: its decimal string (None stays None)."""
+    return None if value is None else str(value)
