@@ -2,6 +2,8 @@
 and clients/operations.graphql, as a user would, and run against real nodes serving the demo's
 own project, every answer checked against the oracle:
 
+- Both against nodes that allow only the operations of clients/operations.graphql (README:
+  Persisted operations), the registry built from the file the clients are generated from.
 - Python: ariadne-codegen (in its own tool venv, .venv-codegen) writes a pydantic client into
   a temporary folder; every operation runs on every node, Longs read into exact ints and
   written back as decimal strings (a position bound past 2^53 crosses the internal hop
@@ -26,10 +28,12 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import httpx
 import pytest
 from pyspark.sql import SparkSession
 
 from contracts import eventlog
+from contracts import project as projects
 from contracts.partitioner import partition_for
 from contracts.project import Project
 from spark_pipeline import job
@@ -51,8 +55,14 @@ NPM_TIMEOUT_S = 300  # one npm step at most (npm ci downloads ~300 packages on a
 
 @pytest.fixture(scope="module")
 def cluster(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nodes]:
-    """Three nodes serving the demo's project (the schema the clients are generated from)."""
+    """Three nodes serving the demo's project (the schema the clients are generated from),
+    allowing only the operations of clients/operations.graphql: the clients' own file is the
+    registry, so every call below also proves the allow-list lets a generated client through."""
     project = demo_project(tmp_path_factory.mktemp("clients"))
+    allowed = f'\n[settings]\noperations = "{CLIENTS / "operations.graphql"}"\nallow_list = true\n'
+    project.path.write_text(project.path.read_text() + allowed)
+    project = projects.load(project.path)
+    assert project.settings.allow_list
     bookings.generate(project, customers=300, events=3000, end_ms=demo.END_MS)
     job.run(project, spark, notify=False)
     nodes = Nodes(project, project.path.parent)
@@ -231,6 +241,12 @@ async def every_operation(client: ModuleType, cluster: Nodes, node: str) -> None
             for replica in part.replicas:
                 assert replica.alive and replica.lag == 0
                 assert {o.topic: o.offset for o in replica.position} == ends[part.partition]
+
+
+def test_the_nodes_run_nothing_but_the_clients_operations(cluster: Nodes) -> None:
+    url = cluster.url("node1") + "/graphql"
+    body = httpx.post(url, json={"query": "{ __typename }"}).json()
+    assert [e["extensions"]["code"] for e in body["errors"]] == ["OPERATION_NOT_ALLOWED"]
 
 
 @pytest.mark.parametrize("node", ["node1", "node2", "node3"])
