@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_FORMATS = ("text", "json")
 
 
 class SettingsError(ValueError):
@@ -90,7 +91,14 @@ class Settings:
     document_cache_size: int = _setting(
         256, "parsed and validated GraphQL documents a node keeps", 0
     )
-    log_level: str = _setting("info", f"a node's log level: {', '.join(LOG_LEVELS)}")
+    log_level: str = _setting(
+        "info", f"the log level of every process (nodes, pipeline, store): {', '.join(LOG_LEVELS)}"
+    )
+    log_format: str = _setting(
+        "text",
+        "how they log to stderr: `text` (time, level, source, logger, message) or `json` (one "
+        "object per line: `ts`, `level`, `source`, `logger`, `message`, `exception`)",
+    )
     cors_origins: tuple[str, ...] = _setting(
         (),
         'origins (`"https://dash.example.com"`) whose pages may call the API from a browser; '
@@ -160,6 +168,8 @@ class Settings:
             raise SettingsError(
                 "settings.allow_list needs settings.operations, the operations file"
             )
+        if self.log_format not in LOG_FORMATS:
+            raise SettingsError(f"settings.log_format must be one of {', '.join(LOG_FORMATS)}")
 
     @property
     def peer_pool_expiry_s(self) -> float:

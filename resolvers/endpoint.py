@@ -27,7 +27,7 @@ from starlette.types import Receive, Scope, Send
 
 from gateway.auth import Unauthenticated
 from gateway.node import GatewayNode
-from resolvers import results
+from resolvers import client_errors, results
 from resolvers.context import Context
 from resolvers.operations import Operations, Refused
 from resolvers.persisted import NOT_FOUND_OUTCOME
@@ -62,6 +62,7 @@ class GraphQLEndpoint:
         try:
             response = await self._respond(scope, headers, receive, media)
         except TransportError as error:
+            client_errors.transport(error.code, error.message)
             self.node.metrics.request(None, "refused", 0.0)
             response = _transport_error(error, media)
         except Exception:  # a bug: logged, and still answered in the one error shape
@@ -136,10 +137,12 @@ class GraphQLEndpoint:
                     "subscriptions are served over WebSocket (graphql-transport-ws) on /graphql",
                 )
         except Refused as refused:
+            client_errors.refused(refused.errors, name, "http")
             self._count(name, refused.outcome, started)
             headers = NOT_CACHED if refused.outcome == NOT_FOUND_OUTCOME else None
             return Answer(orjson.dumps({"errors": refused.errors}), refused.status, headers)
         result, _ = await self.operations.execute(prepared, context, variables)
+        client_errors.failed(result.errors, name, "http")
         self._count(name, results.outcome(result), started)
         body = results.encoded(results.response(result), self.settings.max_response_bytes)
         return Answer(body, 400 if results.request_error(result) else 200)

@@ -31,7 +31,7 @@ from contracts.access import Principal
 from contracts.errors import GatewayError
 from contracts.positions import Position, encode_token
 from gateway.node import GatewayNode
-from resolvers import results
+from resolvers import client_errors, results
 from resolvers.context import Context, batch_loader
 from resolvers.operations import Operations, Prepared, Refused
 
@@ -126,8 +126,10 @@ class Cohort:
         self.reads = frozenset(queries.partitions) or None
         body = results.response(result)
         if self.latest is None and body["data"] is None:
-            self.failed = body.get("errors") or []
+            self.failed = body.get("errors") or []  # refused to each subscriber, who logs it
             return None
+        if self.latest is None and body.get("errors"):  # a first result with errors: once
+            client_errors.refused(body["errors"], self.operation.prepared.name, "websocket")
         serialized = orjson.dumps({k: v for k, v in body.items() if k != "extensions"})
         position = queries.response_token()
         if self.latest is not None and (

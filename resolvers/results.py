@@ -12,6 +12,7 @@ from graphql import GraphQLError
 from strawberry.types import ExecutionResult
 
 from contracts.errors import GatewayError
+from resolvers import client_errors
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +31,7 @@ def coded(error: GraphQLError) -> dict[str, Any]:
     code = error_code(error)
     formatted["extensions"] = {**(error.extensions or {}), "code": code}
     if code == "INTERNAL_SERVER_ERROR":
-        log.error("unexpected error", exc_info=error.original_error)
+        log.error("unexpected error: %s", error.message, exc_info=error.original_error)
     return formatted
 
 
@@ -95,5 +96,6 @@ def encoded(body: dict[str, Any], limit: int) -> bytes:
         f"the response would be {len(data)} bytes, over max_response_bytes ({limit}): "
         "ask for fewer keys, smaller pages or fewer fields"
     )
+    client_errors.transport("RESPONSE_TOO_LARGE", message)
     error = {"message": message, "extensions": {"code": "RESPONSE_TOO_LARGE"}}
     return orjson.dumps({"data": None, "errors": [error]})

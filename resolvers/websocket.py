@@ -34,7 +34,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from contracts.access import ANONYMOUS
 from contracts.errors import GatewayError
 from gateway.auth import Unauthenticated
-from resolvers import results
+from resolvers import client_errors, results
 from resolvers.context import Context
 from resolvers.live import Hub, Operation, Subscriber
 from resolvers.operations import Prepared, Refused
@@ -54,6 +54,7 @@ class ProtocolViolation(Exception):
 
 async def serve(websocket: WebSocket, hub: Hub) -> None:
     if PROTOCOL not in websocket.scope.get("subprotocols", []):
+        client_errors.transport("4406", "Subprotocol not acceptable", "websocket")
         await websocket.close(4406, "Subprotocol not acceptable")
         return
     await websocket.accept(subprotocol=PROTOCOL)
@@ -78,6 +79,7 @@ class Connection:
         try:
             await self._converse()
         except ProtocolViolation as violation:
+            client_errors.transport(str(violation.code), violation.reason, "websocket")
             with contextlib.suppress(Exception):
                 await self.websocket.close(violation.code, violation.reason)
         except WebSocketDisconnect:
@@ -178,6 +180,7 @@ class Connection:
             if prepared.kind is OperationType.SUBSCRIPTION:
                 self._check_limits()
         except Refused as refused:
+            client_errors.refused(refused.errors, name, "websocket")
             await self._send({"id": id, "type": "error", "payload": refused.errors})
             return
         subscriber = Subscriber(id, self._became_ready)
@@ -230,6 +233,7 @@ class Connection:
         try:
             await self.hub.join(operation, subscriber)
         except Refused as refused:
+            client_errors.refused(refused.errors, operation.prepared.name, "websocket")
             self.operations.pop(subscriber.id, None)
             await self._send({"id": subscriber.id, "type": "error", "payload": refused.errors})
             return
@@ -241,6 +245,7 @@ class Connection:
     ) -> None:
         context = Context.create(self.hub.node, self.authorization, self.principal)
         result, _ = await self.hub.operations.execute(prepared, context, variables)
+        client_errors.failed(result.errors, prepared.name, "websocket")
         if self.operations.pop(id, None) is None:
             return
         await self._send({"id": id, "type": "next", "payload": results.response(result)})

@@ -16,6 +16,7 @@ a leftover of a run that crashed there), and nothing is visible until the manife
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +35,9 @@ from contracts.snapshot_file import Kind
 from spark_pipeline.plan import stores_digest
 from spark_pipeline.snapshot import LayerTask, build_layer
 
-_BUILT = "partition int, layer string"  # what each task returns: its layer as JSON
+# What each task returns: its layer as JSON, how many records it read, the rows it wrote per
+# store (JSON), how long it took.
+_BUILT = "partition int, layer string, records long, rows string, seconds double"
 
 
 class GapError(RuntimeError):
@@ -48,6 +51,16 @@ class Published:
     manifest: Manifest
     layers: dict[int, Layer] = field(default_factory=dict)  # partition -> its new layer
     records: int = 0  # new records published
+    tasks: dict[int, Task] = field(default_factory=dict)  # what each partition's task did
+
+
+@dataclass(frozen=True)
+class Task:
+    """What one partition's task did, as the pipeline's progress shows it."""
+
+    records: int  # new records read
+    rows: dict[str, int]  # store -> rows written into the layer
+    seconds: float
 
 
 @dataclass(frozen=True)
@@ -84,6 +97,10 @@ def publish(
     batch = Batch(project, str(store_dir), manifest, rebuild, compact)
     built = records.mapInArrow(lambda batches: _build(batch, batches), _BUILT).collect()
     layers = {row["partition"]: parse_layer(orjson.loads(row["layer"])) for row in built}
+    tasks = {
+        row["partition"]: Task(row["records"], orjson.loads(row["rows"]), row["seconds"])
+        for row in built
+    }
     if not layers:
         return Published(manifest)
     chains = dict(manifest.partitions)
@@ -95,7 +112,7 @@ def publish(
         chains[partition] = PartitionEntry((*below, layer))
     log_end = {t: {p: e.position.get(t, 0) for p, e in chains.items()} for t in project.topics}
     next_manifest = Manifest(chains, log_end, stores_digest(project), now_ms())
-    return Published(next_manifest, layers, count)
+    return Published(next_manifest, layers, count, tasks)
 
 
 def due_for_compaction(entry: PartitionEntry, settings: Settings) -> bool:
@@ -113,6 +130,7 @@ def due_for_compaction(entry: PartitionEntry, settings: Settings) -> bool:
 
 def _build(batch: Batch, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """One task: the new layer of its partition, from the partition's records."""
+    started = time.monotonic()
     context = TaskContext.get()
     assert context is not None
     partition = context.partitionId()
@@ -143,10 +161,25 @@ def _build(batch: Batch, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Recor
         topics=tuple(batch.project.topics.values()),
         stores=tuple(batch.project.stores.values()),
     )
-    _, layer = build_layer(task, records)
+    rows: dict[str, int] = {}
+    _, layer = build_layer(task, records, rows)
     yield pa.RecordBatch.from_pydict(
-        {"partition": [partition], "layer": [orjson.dumps(vars(layer)).decode()]},
-        schema=pa.schema([("partition", pa.int32()), ("layer", pa.string())]),
+        {
+            "partition": [partition],
+            "layer": [orjson.dumps(vars(layer)).decode()],
+            "records": [sum(len(table) for table in records.values())],
+            "rows": [orjson.dumps(rows).decode()],
+            "seconds": [time.monotonic() - started],
+        },
+        schema=pa.schema(
+            [
+                ("partition", pa.int32()),
+                ("layer", pa.string()),
+                ("records", pa.int64()),
+                ("rows", pa.string()),
+                ("seconds", pa.float64()),
+            ]
+        ),
     )
 
 

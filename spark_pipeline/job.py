@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import logging
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -32,9 +34,16 @@ from contracts.manifest import Layer, PartitionEntry, read_manifest, write_manif
 from contracts.project import Project, load  # noqa: E402
 from spark_pipeline.batch import Published, publish  # noqa: E402
 from spark_pipeline.log_source import read_log  # noqa: E402
-from spark_pipeline.plan import plan_run  # noqa: E402
+from spark_pipeline.plan import RunPlan, plan_run  # noqa: E402
+from spark_pipeline.progress import positions, size, stage_progress  # noqa: E402
 from spark_pipeline.publish import notify_nodes, prune  # noqa: E402
-from spark_pipeline.session import spark_session  # noqa: E402
+from spark_pipeline.session import cancelled_on, spark_session  # noqa: E402
+
+log = logging.getLogger(__name__)
+
+
+class StopRequested(RuntimeError):
+    """A stop came before the run's Spark job started: nothing was written."""
 
 
 @dataclass
@@ -62,8 +71,16 @@ class RunReport:
         return orjson.dumps(body, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS)
 
 
-def run(project: Project, spark: SparkSession, notify: bool = True) -> RunReport:
-    """One incremental run; returns what it changed (partitions not listed kept their version)."""
+def run(
+    project: Project,
+    spark: SparkSession,
+    notify: bool = True,
+    stopping: threading.Event | None = None,
+) -> RunReport:
+    """One incremental run; returns what it changed (partitions not listed kept their version).
+    Logs each step as it goes (spark_pipeline/progress.py). Once `stopping` is set, the layers
+    not built yet are not (StopRequested, or the cancelled job's error, is raised): nothing of
+    the run is published, since the manifest is written once every layer is."""
     started = time.monotonic()
     store_dir = snapshot_dir(project)
     topics = {s.topic.name for s in project.stores.values()}
@@ -71,18 +88,93 @@ def run(project: Project, spark: SparkSession, notify: bool = True) -> RunReport
         manifest = read_manifest(store_dir)
         plan = plan_run(project, manifest)
         report = RunReport(records=plan.records(topics), rebuild=plan.rebuild)
+        _log_plan(project, plan, report.records)
         published = Published(manifest)
         if plan.changed:
-            records = read_log(spark, project, plan)
-            published = publish(project, spark, store_dir, manifest, records, plan.rebuild)
+            stopping = stopping or threading.Event()
+            building = time.monotonic()
+            log.info(
+                "building %d layers: one Spark task per partition reads its records and "
+                "writes its layer",
+                len(plan.changed),
+            )
+            with stage_progress(spark, "building layers"), cancelled_on(stopping, spark):
+                _unless(stopping)
+                records = read_log(spark, project, plan)
+                _unless(stopping)
+                published = publish(project, spark, store_dir, manifest, records, plan.rebuild)
+            _log_layers(published, time.monotonic() - building)
         if published.layers:
             write_manifest(store_dir, published.manifest)
             prune(store_dir, published.manifest)
+            log.info(
+                "published: the manifest names %d new layers (partitions %s)",
+                len(published.layers),
+                sorted(published.layers),
+            )
         report.add(manifest.partitions, published.layers)
     if published.layers and notify:
+        telling = time.monotonic()
         report.notify = notify_nodes(project, set(published.layers))
+        told = ", ".join(f"{node} {outcome}" for node, outcome in report.notify.items())
+        log.info(
+            "told the nodes: %s (%.1f s)", told or "none hosts them", time.monotonic() - telling
+        )
     report.seconds = round(time.monotonic() - started, 3)
+    log.info(
+        "run done in %.1f s: %d records, %d new layers",
+        report.seconds,
+        report.records,
+        len(published.layers),
+    )
     return report
+
+
+def _unless(stopping: threading.Event) -> None:
+    if stopping.is_set():
+        raise StopRequested("stopped before the layers were built: nothing was published")
+
+
+def _log_plan(project: Project, plan: RunPlan, records: int) -> None:
+    """What the run reads: the offset range and record count of each topic partition."""
+    log.info(
+        "reading the log %s: %d new records, %d of %d partitions get a new layer%s",
+        project.log_dir,
+        records,
+        len(plan.changed),
+        project.cluster.partitions,
+        " (the stores changed: every partition is rebuilt from offset 0)" if plan.rebuild else "",
+    )
+    for partition in plan.changed:
+        ranges = [
+            f"{topic} [{start}, {end}) {end - start} records"
+            for topic, by_p in sorted(plan.ranges.items())
+            for start, end in [by_p[partition]]
+        ]
+        log.info("partition %d: %s", partition, ", ".join(ranges))
+
+
+def _log_layers(published: Published, seconds: float) -> None:
+    """One line per partition's new layer, then the stage's total."""
+    for partition, layer in sorted(published.layers.items()):
+        task = published.tasks[partition]
+        log.info(
+            "partition %d: wrote v%d %s, %d records, %s in %.1f s; rows %s; positions %s",
+            partition,
+            layer.version,
+            layer.kind,
+            task.records,
+            size(layer.size),
+            task.seconds,
+            " ".join(f"{store}:{n}" for store, n in task.rows.items()),
+            positions({partition: layer.position}),
+        )
+    log.info(
+        "built %d layers from %d records in %.1f s",
+        len(published.layers),
+        published.records,
+        seconds,
+    )
 
 
 def snapshot_dir(project: Project) -> Path:
@@ -98,6 +190,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-notify", action="store_true", help="do not tell the nodes")
     args = parser.parse_args(argv)
     project = load(args.config)
+    logging.basicConfig(  # as `stategate pipeline` logs in text (stategate/logs.py)
+        level=project.settings.log_level.upper(),
+        format="%(asctime)s %(levelname)s pipeline %(name)s: %(message)s",
+    )
     conf = {"spark.executorEnv.PYTHONPATH": _CHECKOUT} if _CHECKOUT else None
     report = run(project, spark_session(args.master, conf), notify=not args.no_notify)
     print(report.to_json().decode())

@@ -3,10 +3,20 @@ cluster."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import subprocess
 import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
 
+from pyspark import SparkContext
 from pyspark.sql import SparkSession
+
+JVM_EXIT_S = 20.0  # how long stop_spark waits for the driver's JVM to exit
+CANCEL_EVERY_S = 0.5
+JSON_LOGGING = Path(__file__).resolve().parent / "log4j2-json.properties"
 
 
 def spark_session(master: str | None = None, conf: dict[str, str] | None = None) -> SparkSession:
@@ -42,3 +52,53 @@ def _master_configured() -> bool:
         or "--master" in os.environ.get("PYSPARK_SUBMIT_ARGS", "")
         or SparkSession.getActiveSession() is not None
     )
+
+
+@contextlib.contextmanager
+def cancelled_on(stopping: threading.Event, spark: SparkSession) -> Iterator[None]:
+    """While the block runs, once `stopping` is set, cancel every Spark job, and again every
+    CANCEL_EVERY_S: a job submitted after a cancel is cancelled too."""
+    done = threading.Event()
+
+    def cancel() -> None:
+        while not done.wait(CANCEL_EVERY_S):
+            if stopping.is_set():
+                with contextlib.suppress(Exception):  # the context is stopping anyway
+                    spark.sparkContext.cancelAllJobs()
+
+    thread = threading.Thread(target=cancel, name="cancel-on-stop", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+
+
+def json_logging() -> dict[str, str]:
+    """The settings that make a driver started here log JSON lines (log4j2-json.properties)
+    from its first line (but for the JVM's own notices, printed before logging starts)."""
+    return {"spark.driver.extraJavaOptions": f'-Dlog4j2.configurationFile="{JSON_LOGGING}"'}
+
+
+def stop_spark(spark: SparkSession) -> None:
+    """Stop the session and the JVM it runs in when this process started it (a child process
+    that ends once its stdin closes), so that nothing of Spark outlives the pipeline: local
+    executors and their Python workers end with it."""
+    gateway = SparkContext._gateway
+    spark.stop()
+    proc: subprocess.Popen[bytes] | None = getattr(gateway, "proc", None)
+    if gateway is not None:
+        with contextlib.suppress(Exception):
+            gateway.shutdown()
+        SparkContext._gateway = SparkContext._jvm = None  # a new session starts a new JVM
+    if proc is None:
+        return  # spark-submit started this process: the JVM is its parent
+    with contextlib.suppress(OSError):
+        if proc.stdin is not None:
+            proc.stdin.close()
+    try:
+        proc.wait(JVM_EXIT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

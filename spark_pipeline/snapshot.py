@@ -65,16 +65,21 @@ class LayerTask:
     stores: tuple[Store, ...]
 
 
-def build_layer(task: LayerTask, records: dict[str, pa.Table]) -> tuple[int, Layer]:
-    """Write the partition's new layer; returns the partition and its manifest entry. A file
-    already at the path is a leftover of a run that crashed before publishing: replaced."""
+def build_layer(
+    task: LayerTask, records: dict[str, pa.Table], rows: dict[str, int] | None = None
+) -> tuple[int, Layer]:
+    """Write the partition's new layer; returns the partition and its manifest entry, and
+    fills `rows` with the rows written per store. A file already at the path is a leftover
+    of a run that crashed before publishing: replaced."""
     relative = relative_path(task.partition, task.version, task.kind)
     final = Path(task.store_root) / relative
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.parent / f".{final.name}.{uuid.uuid4().hex}.tmp"
     created = now_ms()
     try:
-        _write(tmp, task, records, created)
+        written = _write(tmp, task, records, created)
+        if rows is not None:
+            rows.update(written)
         digest, size = _seal(tmp)
         os.replace(tmp, final)
         fsync_dir(final.parent)
@@ -85,8 +90,12 @@ def build_layer(task: LayerTask, records: dict[str, pa.Table]) -> tuple[int, Lay
     return task.partition, layer
 
 
-def _write(path: Path, task: LayerTask, records: dict[str, pa.Table], created_ms: int) -> None:
-    """`records`: topic -> the new records (offset, timestamp, key as text, value)."""
+def _write(
+    path: Path, task: LayerTask, records: dict[str, pa.Table], created_ms: int
+) -> dict[str, int]:
+    """`records`: topic -> the new records (offset, timestamp, key as text, value). Returns
+    the rows written per store."""
+    rows = {}
     with _connection() as con:
         deltas = _stage(con, task, records)
         options = f"ROW_GROUP_SIZE {ROW_GROUP_SIZE}"
@@ -105,9 +114,10 @@ def _write(path: Path, task: LayerTask, records: dict[str, pa.Table], created_ms
             delta = f"(FROM {deltas[store.name]})"
             con.execute(_create_sql(store, task.kind))
             if task.kind == "base":
-                con.execute(_base_sql(store, below, delta))
+                inserted = con.execute(_base_sql(store, below, delta)).fetchone()
             else:
-                con.execute(_delta_sql(store, below, delta))
+                inserted = con.execute(_delta_sql(store, below, delta)).fetchone()
+            rows[store.name] = int(inserted[0]) if inserted else 0
         con.execute(
             f'CREATE TABLE {POSITION_TABLE} (topic VARCHAR, "partition" INTEGER, "offset" BIGINT)'
         )
@@ -128,6 +138,7 @@ def _write(path: Path, task: LayerTask, records: dict[str, pa.Table], created_ms
         for alias, _ in below:
             con.execute(f"DETACH {alias}")
         con.execute("DETACH snap")
+    return rows
 
 
 def _stage(

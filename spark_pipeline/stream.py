@@ -8,6 +8,10 @@ Exactly once, end to end: Spark replays a micro-batch it had not committed when 
 died, and the sink keeps only the records at or past each partition's published position,
 so a replay publishes what is missing and nothing twice. The checkpoint lives in the
 snapshot store, per stores digest (new declarations start a new one after a rebuild).
+
+Stopping (stop(), on SIGTERM or SIGINT in `stategate pipeline`): a catch-up run is cancelled;
+a micro-batch under way may finish (up to STOP_GRACE_S), then the query is stopped; so a stop
+publishes a whole micro-batch or nothing of it.
 """
 
 from __future__ import annotations
@@ -31,10 +35,13 @@ from spark_pipeline.batch import Published, publish
 from spark_pipeline.job import run, snapshot_dir
 from spark_pipeline.log_source import NAME, LogSource, options
 from spark_pipeline.plan import stores_digest
+from spark_pipeline.progress import positions
 from spark_pipeline.publish import notify_nodes, prune
 
 log = logging.getLogger(__name__)
 CRASH_AT = "STATEGATE_CRASH_AT"  # tests: die at this point of a micro-batch (see _crash_point)
+STOP_GRACE_S = 30.0  # how long a stop waits for the micro-batch under way
+COMPACTION = "stategate-compaction"  # the compactor's Spark job group, cancelled by a stop
 
 
 @dataclass
@@ -59,17 +66,25 @@ class Follower:
         self._query: StreamingQuery | None = None
         self._compactor: threading.Thread | None = None
         self._notifier = ThreadPoolExecutor(max_workers=1, thread_name_prefix="notify")
+        self._publishing = threading.Lock()  # held while a micro-batch publishes
+        self._compacting = threading.Event()  # set while a compaction runs
+        self._told: dict[str, str] = {}  # node -> how the last notification went
 
     def start(self) -> None:
         """Follow the log from the checkpoint; without one (a first start, or new store
-        declarations), catch up with a one-shot run first, a rebuild when the stores changed."""
+        declarations), catch up with a one-shot run first, a rebuild when the stores changed.
+        Returns without following when a stop came meanwhile."""
         if not self.checkpoint.exists():
-            run(self.project, self.spark, notify=self.notify)
+            log.info("no checkpoint at %s: catching up with a one-shot run first", self.checkpoint)
+            run(self.project, self.spark, notify=self.notify, stopping=self.stopping)
+        if self.stopping.is_set():
+            return
         manifest = read_manifest(self.store_dir)
         self.spark.dataSource.register(LogSource)
         settings = self.project.settings
+        partitions = range(self.project.cluster.partitions)
         start = {
-            topic: {p: manifest.published(p, topic) for p in range(self.project.cluster.partitions)}
+            topic: {p: manifest.published(p, topic) for p in partitions}
             for topic in self.project.topics
         }
         source = options(self.project, start)
@@ -83,7 +98,12 @@ class Follower:
         )
         self._compactor = threading.Thread(target=self._compact_forever, daemon=True)
         self._compactor.start()
-        log.info("following %s every %s s", self.project.log_dir, settings.trigger_interval_s)
+        log.info(
+            "following %s every %s s; published positions %s",
+            self.project.log_dir,
+            settings.trigger_interval_s,
+            positions({p: {t: by_p[p] for t, by_p in start.items()} for p in partitions}),
+        )
 
     @property
     def checkpoint(self) -> Path:
@@ -91,7 +111,8 @@ class Follower:
 
     def wait(self) -> None:
         """Until stop() or the query fails (re-raised)."""
-        assert self._query is not None
+        if self._query is None:
+            return  # stopped before following
         while not self.stopping.is_set():
             if self._query.awaitTermination(1):
                 break
@@ -99,31 +120,58 @@ class Follower:
         if exception is not None and not self.stopping.is_set():
             raise RuntimeError(f"the streaming query failed: {exception}")
 
-    def stop(self) -> None:
+    def request_stop(self) -> None:
+        """Ask for a stop without waiting (from a signal handler): a catch-up run is cancelled
+        (spark_pipeline/job.py); a micro-batch under way is left to stop()."""
+        self.stopping.set()
+
+    def stop(self, grace_s: float = STOP_GRACE_S) -> None:
+        """Stop following: let the micro-batch under way publish (up to `grace_s`), stop the
+        query, cancel a compaction (its base is not published) and the notifications due."""
         self.stopping.set()
         if self._query is not None:
+            if self._publishing.acquire(timeout=grace_s):
+                self._publishing.release()
+            else:
+                log.warning(
+                    "a micro-batch still runs after %s s: stopped; it is published again at "
+                    "the next start",
+                    grace_s,
+                )
             self._query.stop()
         if self._compactor is not None:
+            if self._compacting.is_set():
+                self.spark.sparkContext.cancelJobGroup(COMPACTION)
             self._compactor.join(60)
-        self._notifier.shutdown(wait=True, cancel_futures=True)
+        self._notifier.shutdown(wait=False, cancel_futures=True)
+        log.info(
+            "stopped after %d micro-batches: %d records, %d layers, %d compactions",
+            self.progress.batches,
+            self.progress.records,
+            self.progress.layers,
+            self.progress.compactions,
+        )
 
     def _publish(self, batch: DataFrame, batch_id: int) -> None:
-        started = time.monotonic()
-        with locked(self.store_dir):
-            manifest = read_manifest(self.store_dir)
-            published = publish(
-                self.project, self.spark, self.store_dir, manifest, batch, compact=False
-            )
+        with self._publishing:
+            started = time.monotonic()
+            with locked(self.store_dir):
+                manifest = read_manifest(self.store_dir)
+                published = publish(
+                    self.project, self.spark, self.store_dir, manifest, batch, compact=False
+                )
+                if published.layers:
+                    _crash_point("layers-written")
+                    write_manifest(self.store_dir, published.manifest)
+                    _crash_point("manifest-written")
+                    prune(self.store_dir, published.manifest)
+            self._report(batch_id, published, time.monotonic() - started)
             if published.layers:
-                _crash_point("layers-written")
-                write_manifest(self.store_dir, published.manifest)
-                _crash_point("manifest-written")
-                prune(self.store_dir, published.manifest)
-        self._report(batch_id, published, time.monotonic() - started)
-        if published.layers:
-            self._tell_nodes(set(published.layers))
+                self._tell_nodes(set(published.layers))
 
     def _report(self, batch_id: int, published: Published, seconds: float) -> None:
+        """One line per micro-batch: its records, the partitions it changed, how long it
+        took, and where those partitions are now."""
         progress = self.progress
         progress.batches += 1
         progress.records += published.records
@@ -131,18 +179,20 @@ class Follower:
         changed = sorted(published.layers)
         progress.last = {"batch": batch_id, "records": published.records, "partitions": changed}
         log.info(
-            "micro-batch %s: %s records, partitions %s changed in %.3f s "
+            "micro-batch %s: %s records, partitions %s changed in %.3f s; positions %s "
             "(total %s records, %s layers)",
             batch_id,
             published.records,
             changed,
             seconds,
+            positions({p: layer.position for p, layer in published.layers.items()}) or "-",
             progress.records,
             progress.layers,
         )
 
     def _compact_forever(self) -> None:
         """Fold one due chain at a time, beside the micro-batches."""
+        self.spark.sparkContext.setJobGroup(COMPACTION, "compaction", interruptOnCancel=True)
         while not self.stopping.wait(self.project.settings.trigger_interval_s):
             try:
                 self._compact_one()
@@ -156,7 +206,11 @@ class Follower:
         if not due:
             return
         chains = {due[0]: manifest.partitions[due[0]]}
-        bases = compaction.compact(self.project, self.spark, self.store_dir, chains)
+        self._compacting.set()
+        try:
+            bases = compaction.compact(self.project, self.spark, self.store_dir, chains)
+        finally:
+            self._compacting.clear()
         with locked(self.store_dir):
             rebased = compaction.rebase(read_manifest(self.store_dir), chains, bases)
             write_manifest(self.store_dir, rebased)
@@ -168,7 +222,18 @@ class Follower:
         """Notify the hosting nodes without holding up the next micro-batch (they answer once
         they have installed the new layers)."""
         if self.notify:
-            self._notifier.submit(notify_nodes, self.project, partitions)
+            self._notifier.submit(self._notify, partitions)
+
+    def _notify(self, partitions: set[int]) -> None:
+        """Tell the nodes; log a node's notifications when they start or stop failing (a
+        node down would otherwise log a line per micro-batch)."""
+        for node, outcome in notify_nodes(self.project, partitions).items():
+            before = self._told.get(node, "ok")
+            self._told[node] = outcome
+            if outcome != "ok" and before == "ok":
+                log.warning("could not tell %s about new layers: %s", node, outcome)
+            elif outcome == "ok" and before != "ok":
+                log.info("told %s about new layers again", node)
 
 
 def _crash_point(name: str) -> None:

@@ -7,8 +7,10 @@ import argparse
 import dataclasses
 import importlib.util
 import json
+import logging
 import signal
 import sys
+import time
 from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
@@ -17,13 +19,15 @@ from contracts import eventlog
 from contracts import project as projects
 from contracts.partitioner import serialize_key
 from contracts.project import Project
-from contracts.settings import shown, table
-from stategate import demo, exposure, logs
+from contracts.settings import Settings, shown, table
+from stategate import demo, exposure, logs, stopping
 
 Command = Callable[[Project, argparse.Namespace], int]
+log = logging.getLogger("stategate")
 
 
 NEEDS_SPARK = ("demo", "pipeline")
+STORE_GRACE_S = 10  # how long a stopping store server lets downloads under way go on
 NO_SPARK = (
     "stategate: {} needs Spark, which a node's install leaves out: "
     "pip install 'stategate[pipeline]'"
@@ -82,7 +86,8 @@ def _parser() -> argparse.ArgumentParser:
     pipeline.add_argument(
         "--follow",
         action="store_true",
-        help="keep running: publish new records every settings.trigger_interval_s (SIGTERM stops)",
+        help="keep running: publish new records every settings.trigger_interval_s (SIGTERM "
+        "stops it after the micro-batch under way)",
     )
 
     produce = commands.add_parser("produce", help="append JSON lines from stdin to a topic")
@@ -113,13 +118,16 @@ def run_node(project: Project, args: argparse.Namespace) -> int:
     address = project.cluster.node(args.node).address
     if not _may_listen(address, project):
         return 2
-    logs.configure(args.node, project.settings.log_level)
+    logs.configure(args.node, project.settings)
     host, port = address.rsplit(":", 1)
     try:
         app = create_app(project, args.node)
     except projects.ConfigError as exc:  # what this node reads at start: [auth]'s keys
         print(f"stategate: {exc}", file=sys.stderr)
         return 2
+    # SIGTERM or SIGINT: uvicorn stops accepting, closes idle connections and WebSockets
+    # (1012), lets requests under way finish (a request runs at most request_timeout_s),
+    # runs the app's shutdown, then ends the process by the signal.
     uvicorn.run(
         app,
         host=host,
@@ -132,8 +140,14 @@ def run_node(project: Project, args: argparse.Namespace) -> int:
         ws="websockets-sansio",  # waits while a slow client's socket buffer is full
         ws_max_size=project.settings.max_request_bytes,
         timeout_keep_alive=int(project.settings.keep_alive_s),
+        timeout_graceful_shutdown=_grace_s(project.settings),
     )
     return 0
+
+
+def _grace_s(settings: Settings) -> int:
+    """How long a stopping node waits for requests under way: as long as one may run."""
+    return int(settings.request_timeout_s) + 1
 
 
 def _may_listen(address: str, project: Project) -> bool:
@@ -144,35 +158,68 @@ def _may_listen(address: str, project: Project) -> bool:
 
 
 def run_pipeline(project: Project, args: argparse.Namespace) -> int:
+    """One run, or --follow until SIGTERM or SIGINT; either way a stop publishes nothing
+    half-done (the manifest names layers only once they are all written), stops Spark and
+    its JVM, and ends the process by the signal (stategate/stopping.py)."""
     from spark_pipeline.job import run
-    from spark_pipeline.session import spark_session
+    from spark_pipeline.session import json_logging, spark_session, stop_spark
 
-    logs.configure("pipeline", project.settings.log_level)
-    spark = spark_session(args.master)
-    if args.follow:
-        return follow(project, spark, notify=not args.no_notify)
-    report = run(project, spark, notify=not args.no_notify)
-    print(json.dumps(report, indent=2, default=str))
+    logs.configure("pipeline", project.settings)
+    stop = stopping.StopRequest().install()
+    started = time.monotonic()
+    log.info("starting Spark")
+    as_json = project.settings.log_format == "json"
+    spark = spark_session(args.master, json_logging() if as_json else None)
+    stop.install()  # again: PySpark's context takes SIGINT for itself
+    context = spark.sparkContext
+    log.info(
+        "Spark %s started in %.1f s (master %s, %d task slots)",
+        spark.version,
+        time.monotonic() - started,
+        context.master,
+        context.defaultParallelism,
+    )
+    try:
+        if args.follow:
+            follow(project, spark, stop, notify=not args.no_notify)
+        elif not stop.requested:
+            report = run(project, spark, notify=not args.no_notify, stopping=stop.event)
+            print(report.to_json().decode(), flush=True)
+    except Exception as exc:
+        if not stop.requested:
+            raise
+        log.info(
+            "stopped before publishing (%s): nothing of this run is visible; the next run "
+            "reads its records again",
+            type(exc).__name__,
+        )
+    finally:
+        stop_spark(spark)
+    if stop.requested:
+        log.info("Spark stopped")
+        stop.exit()
     return 0
 
 
-def follow(project: Project, spark: object, notify: bool) -> int:
-    """Run the continuous pipeline until SIGTERM or SIGINT, then stop it cleanly."""
+def follow(project: Project, spark: object, stop: stopping.StopRequest, notify: bool) -> None:
+    """Run the continuous pipeline until the stop, then stop it cleanly."""
     from spark_pipeline.stream import Follower
 
     follower = Follower(project, spark, notify=notify)  # type: ignore[arg-type]
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: follower.stopping.set())
-    follower.start()
+    stop.on_stop(follower.request_stop)
     try:
+        follower.start()
         follower.wait()
     finally:
         follower.stop()
-    print(json.dumps(dataclasses.asdict(follower.progress), default=str))
-    return 0
+    print(json.dumps(dataclasses.asdict(follower.progress), default=str), flush=True)
 
 
 def run_produce(project: Project, args: argparse.Namespace) -> int:
+    """Read every line, then append them all. SIGTERM or SIGINT while reading ends the
+    process at once, appending nothing; during the append it is held until every record
+    is appended and the summary printed, then ends the process."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl-C as SIGTERM: no traceback
     topic = project.topics.get(args.topic)
     if topic is None:
         print(f"stategate: unknown topic {args.topic!r}", file=sys.stderr)
@@ -197,8 +244,12 @@ def run_produce(project: Project, args: argparse.Namespace) -> int:
         except (ValueError, KeyError, TypeError) as exc:
             print(f"stategate: line {number}: {exc}; nothing was appended", file=sys.stderr)
             return 2
-    counts = eventlog.produce(project.log_dir, topic, project.cluster.partitions, records)
-    print(json.dumps({"appended": sum(counts.values()), "partitions": counts}))
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, stopping.SIGNALS)
+    try:
+        counts = eventlog.produce(project.log_dir, topic, project.cluster.partitions, records)
+        print(json.dumps({"appended": sum(counts.values()), "partitions": counts}), flush=True)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)  # a stop that came: ends it here
     return 0
 
 
@@ -209,9 +260,9 @@ def serve_store(project: Project, args: argparse.Namespace) -> int:
 
     if not _may_listen(args.listen, project):
         return 2
-    logs.configure("store", project.settings.log_level)
+    logs.configure("store", project.settings)
     host, port = args.listen.rsplit(":", 1)
-    uvicorn.run(
+    uvicorn.run(  # stops as a node does (run_node)
         create_store_app(project),
         host=host,
         port=int(port),
@@ -219,6 +270,7 @@ def serve_store(project: Project, args: argparse.Namespace) -> int:
         log_level=project.settings.log_level,
         access_log=False,
         timeout_keep_alive=int(project.settings.keep_alive_s),
+        timeout_graceful_shutdown=STORE_GRACE_S,
     )
     return 0
 

@@ -24,6 +24,7 @@ from spark_pipeline.compaction import compact, rebase
 from spark_pipeline.job import run
 from spark_pipeline.plan import LogBehindError, plan_run
 from spark_pipeline.publish import notify_nodes, prune
+from tests import progress
 from tests.chains import chain_state
 from tests.oracle import expected_positions, expected_store
 from tests.projects import produce_test_events, write_project
@@ -47,21 +48,70 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Project:
 @pytest.fixture(scope="module")
 def first(project: Project, spark: SparkSession) -> dict:
     produce_test_events(project, seed=1)
-    report = run(project, spark, notify=False)
-    return {"report": report, "manifest": _manifest(project), "digests": _digests(project)}
+    return _run_logged(project, spark)
 
 
 @pytest.fixture(scope="module")
 def second(project: Project, spark: SparkSession, first: dict) -> dict:
     produce_test_events(project, seed=2, n_bookings=300, n_trains=0, only={1, 4})
     produce_test_events(project, seed=3, n_bookings=0, n_trains=120, only={4, 7})
-    report = run(project, spark, notify=False)
-    return {"report": report, "manifest": _manifest(project), "digests": _digests(project)}
+    return _run_logged(project, spark)
+
+
+def _run_logged(project: Project, spark: SparkSession) -> dict:
+    """A run, what it logged, and the log's end offsets it read up to (from the segments)."""
+    ends = {
+        p: {t: eventlog.end_offset(project.log_dir, t, p) for t in project.topics}
+        for p in range(project.cluster.partitions)
+    }
+    with progress.captured() as lines:
+        report = run(project, spark, notify=False)
+    return {
+        "report": report,
+        "manifest": _manifest(project),
+        "digests": _digests(project),
+        "lines": list(lines),
+        "ends": ends,
+    }
 
 
 def test_first_run_builds_every_partition_as_the_oracle_says(project: Project, first: dict):
     assert first["report"].versions == {p: (None, 1) for p in range(project.cluster.partitions)}
     _assert_published_state_is_the_oracles(project, first["manifest"])
+
+
+def test_a_run_logs_each_partitions_offsets_records_and_layer(
+    project: Project, first: dict, second: dict
+) -> None:
+    """The progress lines say what the raw log holds: each changed partition's offset range
+    and record count per topic, then its new layer with the same records and positions."""
+    starts = {p: dict.fromkeys(project.topics, 0) for p in first["ends"]}
+    for done, changed in ((first, set(range(9))), (second, CHANGED)):
+        ends, lines = done["ends"], done["lines"]
+        expected = {
+            p: {t: (starts[p][t], ends[p][t], ends[p][t] - starts[p][t]) for t in project.topics}
+            for p in changed
+        }
+        assert progress.planned(lines) == expected
+        records = {p: sum(n for _, _, n in expected[p].values()) for p in changed}
+        layers = progress.written(lines)
+        assert {p: (r, at) for p, (_, _, r, _, at) in layers.items()} == {
+            p: (records[p], ends[p]) for p in changed
+        }
+        total, count = sum(records.values()), len(changed)
+        read = f"reading the log {project.log_dir}: {total} new records, {count} of 9 partitions"
+        assert any(line.startswith(read) for line in lines), lines
+        assert any(line.startswith(f"built {count} layers from {total} records") for line in lines)
+        done_line = f": {total} records, {count} new layers"
+        assert any(line.startswith("run done in") and line.endswith(done_line) for line in lines)
+        starts = ends
+    # the first run's layers are bases, each with its partition's whole state: as the oracle
+    # counts it for the partitions the second run left alone
+    state = {name: expected_store(project, name) for name in project.stores}
+    bases = {p: layer for p, layer in progress.written(first["lines"]).items() if p not in CHANGED}
+    assert {layer[1] for layer in bases.values()} == {"base"}
+    rows = {p: {n: len(state[n][p]) for n in project.stores} for p in bases}
+    assert {p: layer[3] for p, layer in bases.items()} == rows
 
 
 def test_the_oracle_sees_the_awkward_cases(project: Project, first: dict):

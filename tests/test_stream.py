@@ -16,6 +16,7 @@ from pyspark.sql import SparkSession
 
 from contracts.project import Project, load
 from spark_pipeline.stream import Follower
+from tests import progress
 from tests.chains import chain_state
 from tests.oracle import expected_positions, expected_store
 from tests.projects import HOUR_MS, START_MS, produce_test_events, write_project
@@ -62,7 +63,16 @@ def assert_rows_close(actual: list, expected: list, where: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def follower(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Follower]:
+def stream_log() -> Iterator[list[str]]:
+    """What the follower logs, from its start."""
+    with progress.captured() as lines:
+        yield lines
+
+
+@pytest.fixture(scope="module")
+def follower(
+    spark: SparkSession, tmp_path_factory: pytest.TempPathFactory, stream_log: list[str]
+) -> Iterator[Follower]:
     root = tmp_path_factory.mktemp("stream")
     project = load(write_project(root, ports=[18201, 18202, 18203]))
     fast = dataclasses.replace(
@@ -105,3 +115,50 @@ def test_compaction_folds_chains_beside_the_micro_batches(follower: Follower) ->
     bases = [e["layers"][0] for e in manifest["partitions"].values()]
     assert any(b["version"] > 1 for b in bases), "a base folded deltas at a later version"
     assert_state_is_the_oracles(project, manifest)
+
+
+def test_each_micro_batch_logs_its_records_partitions_and_positions(
+    follower: Follower, stream_log: list[str]
+) -> None:
+    """One line per micro-batch, not per record: together they count the records produced,
+    name the partitions that got them, and end at the raw log's positions."""
+    project, lines = follower.project, stream_log
+    before = wait_caught_up(project)
+    deadline = time.monotonic() + 10
+    while len(batch_lines(lines)) < follower.progress.batches:  # the last one's line is due
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    seen = len(batch_lines(lines))
+    start = {int(p): e["layers"][-1]["position"] for p, e in before["partitions"].items()}
+    produce_test_events(
+        project, seed=30, n_bookings=90, n_trains=30, start_ms=START_MS + 9 * HOUR_MS, only={2, 5}
+    )
+    end = expected_positions(project)
+    produced = sum(end[p][t] - start[p][t] for p in end for t in project.topics)
+    changed = {p for p in end if end[p] != start[p]}
+    assert produced > 0 and changed == {2, 5}
+    deadline = time.monotonic() + CAUGHT_UP_S
+    while True:
+        batches = batch_lines(lines)[seen:]
+        last: dict[int, dict[str, int]] = {}
+        for _, _, _, at in batches:
+            last.update(at)
+        if last == {p: end[p] for p in changed}:
+            break
+        assert time.monotonic() < deadline, (batches, end)
+        time.sleep(0.1)
+    assert sum(records for _, records, _, _ in batches) == produced
+    assert set().union(*(partitions for _, _, partitions, _ in batches)) == changed
+    assert all(set(partitions) == set(at) for _, _, partitions, at in batches)
+
+
+def batch_lines(lines: list[str]) -> list[tuple[int, int, list[int], dict[int, dict[str, int]]]]:
+    """(batch, records, partitions, positions) of each micro-batch line."""
+    found = []
+    for line in list(lines):
+        match = progress.MICRO_BATCH.match(line)
+        if match:
+            batch, records, partitions, at = match.groups()
+            changed = [int(p) for p in partitions.split(", ") if p]
+            found.append((int(batch), int(records), changed, progress.positions(at)))
+    return found

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import shutil
-import signal
 import subprocess
 import sys
-import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,6 +26,7 @@ from websockets.typing import Subprotocol
 from contracts import eventlog
 from contracts import project as projects
 from contracts.project import Project
+from stategate import logs, stopping
 from stategate.launcher import Processes
 
 HERE = Path(__file__).resolve().parent
@@ -34,6 +34,8 @@ PROJECT_TEMPLATE = HERE / "stategate.toml"
 # The demo's bookings span the week before this instant, so the example queries find them.
 PROTOCOL = Subprotocol("graphql-transport-ws")
 END_MS = int(datetime(2026, 11, 1, tzinfo=UTC).timestamp() * 1000)
+PIPELINE_STOP_S = 60.0  # the pipeline lets its micro-batch finish (up to 30 s), then stops Spark
+log = logging.getLogger(__name__)
 
 
 def example_query() -> str:
@@ -53,44 +55,71 @@ def prepare(folder: Path, fresh: bool) -> Project:
 
 
 def run(folder: Path, customers: int, events: int, fresh: bool, check: bool, rate: float) -> int:
+    """Until SIGINT or SIGTERM (whenever it comes: while generating, starting or running),
+    then stop every child (the pipeline, which stops its Spark, and the nodes) and end by
+    the signal; with `check`, until the checks ran (0, or 1 when one failed)."""
+    stop = stopping.StopRequest(raising=True).install()
+    status = 0
+    with contextlib.suppress(stopping.Stopped):
+        status = _run(folder, customers, events, fresh, check, rate, stop)
+    if stop.requested:
+        stop.exit()
+    return status
+
+
+def _run(
+    folder: Path,
+    customers: int,
+    events: int,
+    fresh: bool,
+    check: bool,
+    rate: float,
+    stop: stopping.StopRequest,
+) -> int:
     from stategate.demo import bookings
 
     project = prepare(folder, fresh)
+    logs.configure("demo", project.settings)
     if not project.log_dir.exists():
         print(f"generating {events} bookings of {customers} customers ...", flush=True)
-        bookings.generate(project, customers=customers, events=events, end_ms=END_MS)
+        try:
+            bookings.generate(project, customers=customers, events=events, end_ms=END_MS)
+        except BaseException:  # a half-generated log would be taken as whole next time
+            shutil.rmtree(project.log_dir, ignore_errors=True)
+            raise
     print("starting the continuous pipeline (Spark, local mode) ...", flush=True)
-    pipeline = _follow(project, folder / "pipeline.log")
+    pipeline: subprocess.Popen[bytes] | None = None
     nodes = Processes(logs=None)
     live = bookings.LiveBookings(project, customers, rate)
     try:
+        pipeline = _follow(project, folder / "pipeline.log")
         _wait_published(project, pipeline, folder / "pipeline.log")
         nodes.start_nodes(project)
         live.start()
         print(_instructions(project, rate), flush=True)
         if check:
             return _check(project) or _check_live(project)
-        _wait_for_a_stop_signal()
+        while not stop.event.wait(1.0):
+            pass
+        return 0
     finally:
+        stop.raising = False  # a signal now must not cut the clean-up short
         live.stop()
-        pipeline.terminate()  # SIGTERM: the pipeline stops its query cleanly
+        _stop(pipeline, nodes)
+
+
+def _stop(pipeline: subprocess.Popen[bytes] | None, nodes: Processes) -> None:
+    """SIGTERM to every child at once, then wait for each (killed if it does not end)."""
+    log.info("stopping the pipeline and %d nodes", len(nodes.procs))
+    if pipeline is not None and pipeline.poll() is None:
+        pipeline.terminate()  # it lets its micro-batch finish and stops Spark
+    nodes.stop_all()
+    if pipeline is not None:
         try:
-            pipeline.wait(60)
+            pipeline.wait(PIPELINE_STOP_S)
         except subprocess.TimeoutExpired:
             pipeline.kill()
-        nodes.stop_all()
-    return 0
-
-
-def _wait_for_a_stop_signal() -> None:
-    """Until SIGINT or SIGTERM, whatever their disposition was (a shell starting the demo
-    in the background makes it ignore SIGINT; an unhandled SIGTERM would kill the demo and
-    leave its nodes and pipeline running)."""
-    stop = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
-    while not stop.wait(1.0):
-        pass
+            pipeline.wait()
 
 
 def _follow(project: Project, log: Path) -> subprocess.Popen[bytes]:

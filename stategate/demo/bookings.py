@@ -144,7 +144,8 @@ class LiveBookings:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(10)
+        if self._thread.is_alive():
+            self._thread.join(10)
 
     def _run(self) -> None:
         topic = self.project.topics[TOPIC]

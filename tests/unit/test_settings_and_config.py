@@ -160,6 +160,11 @@ def test_an_unknown_log_level_is_refused() -> None:
     assert Settings.parse({"log_level": "debug"}).log_level == "debug"
 
 
+def test_an_unknown_log_format_is_refused() -> None:
+    refused({"log_format": "logfmt"}, "log_format")
+    assert Settings.parse({"log_format": "json"}).log_format == "json"
+
+
 # --- in the project file ----------------------------------------------------------------
 
 

@@ -1,0 +1,77 @@
+"""What the pipeline tells its operator as it goes, at INFO: each step with its counts and
+elapsed time, from numbers it has anyway (the plan's offset ranges, the tasks' results,
+Spark's status tracker), never from an extra pass over the data.
+
+A long Spark stage reports every PROGRESS_EVERY_S how many of its tasks (one per partition)
+are done; the continuous pipeline logs one line per micro-batch (spark_pipeline/stream.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+
+from pyspark.sql import SparkSession
+
+PROGRESS_EVERY_S = 10.0
+log = logging.getLogger("spark_pipeline")
+
+
+@contextmanager
+def stage_progress(
+    spark: SparkSession, what: str, every_s: float = PROGRESS_EVERY_S
+) -> Iterator[None]:
+    """While the block runs, log every `every_s` how far the Spark stages running are:
+    "building layers: 4 of 9 tasks done, 2 running (40 s)"."""
+    done = threading.Event()
+    started = time.monotonic()
+
+    def report() -> None:
+        tracker = spark.sparkContext.statusTracker()
+        while not done.wait(every_s):
+            try:
+                stages = [tracker.getStageInfo(s) for s in tracker.getActiveStageIds()]
+            except Exception:  # noqa: BLE001 - the context is going away: nothing to say
+                return
+            running = [s for s in stages if s is not None]
+            if not running:  # Spark plans the read (its Python workers start)
+                log.info("%s: preparing (%.0f s)", what, time.monotonic() - started)
+                continue
+            log.info(
+                "%s: %d of %d tasks done, %d running (%.0f s)",
+                what,
+                sum(s.numCompletedTasks for s in running),
+                sum(s.numTasks for s in running),
+                sum(s.numActiveTasks for s in running),
+                time.monotonic() - started,
+            )
+
+    thread = threading.Thread(target=report, name="progress", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+
+
+def positions(by_partition: Mapping[int, Mapping[str, int]]) -> str:
+    """bookings-0:1234 bookings-3:998 trains-3:17: where each partition's topics are."""
+    return " ".join(
+        f"{topic}-{partition}:{offset}"
+        for partition, by_topic in sorted(by_partition.items())
+        for topic, offset in sorted(by_topic.items())
+    )
+
+
+def size(n: int) -> str:
+    """Bytes as a person reads them: 512 B, 3.4 MB."""
+    value = float(n)
+    for unit in ("B", "kB", "MB", "GB"):
+        if value < 1000 or unit == "GB":
+            return f"{n} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1000
+    raise AssertionError("unreachable")

@@ -1,0 +1,181 @@
+"""SIGTERM stops every kind of stategate process cleanly and soon, and leaves no process it
+started behind: a node (with a WebSocket subscription and a keep-alive connection open), the
+snapshot store server, the producer reading its input (nothing appended), a one-shot pipeline
+run building its layers (nothing published; the next run publishes all of it, right), and
+the demo, while it starts and once it runs (its pipeline with Spark's JVM and Python workers,
+and its nodes). Each ends by the signal: -SIGTERM here, status 143 in a shell. The continuous
+pipeline's stop is tested with its crash recovery (tests/test_follow.py)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+from pyspark.sql import SparkSession
+
+from contracts import eventlog
+from contracts import project as projects
+from contracts.project import Project
+from spark_pipeline import job
+from stategate import demo
+from stategate.launcher import Processes, free_ports, store_command
+from tests.live import Socket, closed_code
+from tests.projects import produce_test_events, write_project
+from tests.test_stream import assert_state_is_the_oracles, manifest_of
+
+SERVER_STOP_S = 5.0  # a node, the store server, the producer
+SPARK_STOP_S = 30.0  # the pipeline and the demo: Spark stops its context, then its JVM
+START_S = 300.0
+
+
+def stop(proc: subprocess.Popen[bytes], within_s: float) -> float:
+    """SIGTERM `proc`; it and every process it started end within `within_s`, it by the
+    signal. Returns how long that took."""
+    children = psutil.Process(proc.pid).children(recursive=True)
+    started = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    try:
+        returncode = proc.wait(within_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AssertionError(f"still running {within_s} s after SIGTERM") from None
+    left = max(0.1, within_s - (time.monotonic() - started))
+    _, alive = psutil.wait_procs(children, timeout=left)
+    alive = [p for p in alive if running(p)]
+    for process in alive:
+        process.kill()
+    assert not alive, f"left behind: {[(p.pid, p.name()) for p in alive]}"
+    assert returncode == -signal.SIGTERM
+    return time.monotonic() - started
+
+
+def running(process: psutil.Process) -> bool:
+    """Not ended: a zombie has (only its exit status waits for its parent, or for init)."""
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def wait_for(text: bytes, log: Path, proc: subprocess.Popen[bytes], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while text not in log.read_bytes():
+        assert proc.poll() is None, log.read_text(errors="replace")[-3000:]
+        assert time.monotonic() < deadline, log.read_text(errors="replace")[-3000:]
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Project:
+    return projects.load(write_project(tmp_path, free_ports(3)))
+
+
+def test_a_node_stops_with_a_subscription_and_a_connection_open(project: Project) -> None:
+    processes = Processes(project.path.parent)
+    try:
+        processes.start_nodes(project, ["node1"])
+        url = project.cluster.node("node1").url
+        client = httpx.Client()
+        assert client.get(f"{url}/health").status_code == 200  # kept alive
+        socket = Socket(url)
+        socket.subscribe("s", "subscription { stores { name } }")
+        assert socket.next_of("s")["data"]["stores"]
+        stop(processes.procs["node1"], SERVER_STOP_S)
+        assert closed_code(socket.ws) == 1012  # "service restart": come back later
+        client.close()
+    finally:
+        processes.stop_all()
+    log = (project.path.parent / "node1.log").read_text()
+    assert "Application shutdown complete" in log and "Traceback" not in log
+
+
+def test_the_store_server_stops(project: Project) -> None:
+    processes = Processes(project.path.parent)
+    port = free_ports(1)[0]
+    try:
+        processes.start(
+            "store", store_command(project, f"127.0.0.1:{port}"), f"http://127.0.0.1:{port}"
+        )
+        stop(processes.procs["store"], SERVER_STOP_S)
+    finally:
+        processes.stop_all()
+
+
+def test_the_producer_stopped_while_reading_appends_nothing(project: Project) -> None:
+    command = [sys.executable, "-m", "stategate.cli", "produce"]
+    command += ["--config", str(project.path), "--topic", "trains"]
+    proc = subprocess.Popen(command, stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdin is not None
+    line = {"key": 7, "value": {"delay": 3, "station": "Köln", "cancelled": False}}
+    proc.stdin.write(json.dumps(line).encode() + b"\n")
+    proc.stdin.flush()
+    time.sleep(1.0)  # it reads on, waiting for the end of its input
+    stop(proc, SERVER_STOP_S)
+    assert proc.stderr is not None and b"Traceback" not in proc.stderr.read()
+    ends = [eventlog.end_offset(project.log_dir, "trains", p) for p in range(9)]
+    assert ends == [0] * 9
+
+
+def test_a_pipeline_run_stopped_while_building_publishes_nothing(
+    project: Project, spark: SparkSession
+) -> None:
+    produce_test_events(project, seed=3)
+    log = project.path.parent / "pipeline.log"
+    command = [sys.executable, "-m", "stategate.cli", "pipeline"]
+    command += ["--config", str(project.path), "--no-notify"]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    wait_for(b"building 9 layers", log, proc, START_S)
+    stop(proc, SPARK_STOP_S)
+    text = log.read_text()
+    assert "SIGTERM: stopping" in text and "stopped before publishing" in text, text[-3000:]
+    assert not (Path(project.snapshot_store) / "manifest.json").exists()
+    job.run(project, spark, notify=False)  # the next run publishes every record, once
+    assert_state_is_the_oracles(project, manifest_of(project))
+
+
+# The demo on free ports: its project template with the loopback ports replaced.
+ON_PORTS = """
+import sys
+from pathlib import Path
+from stategate import demo
+demo.PROJECT_TEMPLATE = Path(sys.argv[1])
+from stategate.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+@pytest.mark.parametrize("when", ["starting", "running"])
+def test_the_demo_stops_every_process_it_started(tmp_path: Path, when: str) -> None:
+    template = demo.PROJECT_TEMPLATE.read_text()
+    for old, new in zip((8101, 8102, 8103), free_ports(3), strict=True):
+        template = template.replace(f"127.0.0.1:{old}", f"127.0.0.1:{new}")
+    (tmp_path / "stategate.toml").write_text(template)
+    command = [sys.executable, "-c", ON_PORTS, str(tmp_path / "stategate.toml"), "demo"]
+    command += ["--dir", str(tmp_path / "demo"), "--customers", "300", "--events", "3000"]
+    log = tmp_path / "demo.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        if when == "starting":  # Spark is starting, the nodes are not yet
+            wait_for(b"starting the continuous pipeline", log, proc, START_S)
+            deadline = time.monotonic() + START_S
+            while not any(p.name() == "java" for p in psutil.Process(proc.pid).children(True)):
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+        else:
+            wait_for(b"The cluster is up", log, proc, START_S)
+            names = [p.name() for p in psutil.Process(proc.pid).children(recursive=True)]
+            assert names.count("java") == 1 and len(names) >= 5, names  # + pipeline, 3 nodes
+        stop(proc, SPARK_STOP_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "Traceback" not in log.read_text(), log.read_text()[-3000:]
