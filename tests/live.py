@@ -5,11 +5,18 @@ from __future__ import annotations
 
 import contextlib
 import json
+import socket
 import time
+from collections import deque
 from typing import Any
 
+from websockets.client import ClientProtocol
 from websockets.exceptions import ConnectionClosed
+from websockets.frames import Frame, Opcode
+from websockets.protocol import State
 from websockets.sync.client import ClientConnection, connect
+from websockets.typing import Subprotocol
+from websockets.uri import parse_uri
 
 PROTOCOL = "graphql-transport-ws"
 
@@ -81,3 +88,68 @@ def closed_code(ws: ClientConnection, timeout: float = 10) -> int | None:
             ws.recv(timeout=timeout)
     except ConnectionClosed as closed:
         return closed.rcvd.code if closed.rcvd else None
+
+
+class Unread(Socket):
+    """A client that reads only while a test waits for a message: websockets' sans-I/O
+    protocol over a plain socket with a 64 KiB receive buffer. Between calls nothing reads,
+    so what the node sends waits in the kernel's buffers, then in the node, as it does for a
+    browser tab that stopped reading (the sync client's reader thread reads ahead of the
+    test, as far as the kernel lets it)."""
+
+    def __init__(self, url: str, init: dict[str, Any] | None = None) -> None:
+        host, port = url.removeprefix("http://").rsplit(":", 1)
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+        self.sock.connect((host, int(port)))
+        ws_url = url.replace("http://", "ws://") + "/graphql"
+        self.protocol = ClientProtocol(
+            parse_uri(ws_url), subprotocols=[Subprotocol(PROTOCOL)], max_size=None
+        )
+        self.protocol.send_request(self.protocol.connect())
+        self.frames: deque[Frame] = deque()
+        self.held = []
+        self._flush()
+        deadline = time.monotonic() + 10
+        while self.protocol.handshake_exc is None and self.protocol.state is State.CONNECTING:
+            self._read(max(0.01, deadline - time.monotonic()))
+        assert self.protocol.handshake_exc is None, self.protocol.handshake_exc
+        self.send({"type": "connection_init", **({"payload": init} if init else {})})
+        assert self.receive()["type"] == "connection_ack"
+
+    def send(self, message: dict[str, Any]) -> None:
+        self.protocol.send_text(json.dumps(message).encode())
+        self._flush()
+
+    def receive(self, timeout: float = 30) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while not any(f.opcode is Opcode.TEXT for f in self.frames):
+            self._read(deadline - time.monotonic())
+        while (frame := self.frames.popleft()).opcode is not Opcode.TEXT:
+            pass
+        message: dict[str, Any] = json.loads(frame.data)
+        return message
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def _read(self, timeout: float) -> None:
+        if timeout <= 0:
+            raise TimeoutError
+        self.sock.settimeout(timeout)
+        try:
+            data = self.sock.recv(1 << 20)
+        except TimeoutError:
+            raise TimeoutError from None
+        if data:
+            self.protocol.receive_data(data)
+        else:
+            self.protocol.receive_eof()
+        for event in self.protocol.events_received():
+            if isinstance(event, Frame):
+                self.frames.append(event)
+        self._flush()  # pongs
+
+    def _flush(self) -> None:
+        for data in self.protocol.data_to_send():
+            self.sock.sendall(data)
