@@ -15,7 +15,7 @@ from contracts import project as projects
 from contracts.auth import secret_headers
 from contracts.project import Project
 from spark_pipeline import job
-from stategate.launcher import Processes, free_ports
+from stategate.launcher import Processes, free_ports, wait_serving
 from tests.projects import produce_test_events, write_project
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -38,6 +38,12 @@ class Nodes:
 
     def start(self, node_id: str) -> None:
         self.processes.start_nodes(self.project, [node_id])
+
+    def start_all(self) -> None:
+        """Start every node, and return once each serves every partition it hosts."""
+        for node_id in self.ids:
+            self.start(node_id)
+        wait_serving(self.project, self.ids)
 
     def kill(self, node_id: str) -> None:
         self.processes.kill(node_id)

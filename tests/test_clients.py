@@ -39,7 +39,6 @@ from contracts.project import Project
 from spark_pipeline import job
 from stategate import demo
 from stategate.demo import bookings
-from stategate.launcher import wait_serving
 from tests import oracle
 from tests.nodes import Nodes
 from tests.projects import demo_project
@@ -66,9 +65,7 @@ def cluster(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> It
     bookings.generate(project, customers=300, events=3000, end_ms=demo.END_MS)
     job.run(project, spark, notify=False)
     nodes = Nodes(project, project.path.parent)
-    for node_id in nodes.ids:
-        nodes.start(node_id)
-    wait_serving(project, nodes.ids)
+    nodes.start_all()
     yield nodes
     nodes.stop_all()
 

@@ -19,7 +19,7 @@ from contracts import project as projects
 from contracts.eventlog import Record
 from contracts.partitioner import partition_for
 from spark_pipeline import job
-from stategate.launcher import free_ports, wait_serving
+from stategate.launcher import free_ports
 from tests import oracle, wire
 from tests.live import Socket
 from tests.nodes import Nodes
@@ -86,9 +86,7 @@ def cluster(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> It
     eventlog.produce(project.log_dir, project.topics["accounts"], 2, records)
     job.run(project, spark, notify=False)
     nodes = Nodes(project, root)
-    for node_id in nodes.ids:
-        nodes.start(node_id)
-    wait_serving(project, nodes.ids)
+    nodes.start_all()
     yield nodes
     nodes.stop_all()
 

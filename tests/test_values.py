@@ -21,7 +21,7 @@ from contracts.partitioner import partition_for
 from contracts.project import Project
 from gateway import cursors
 from spark_pipeline import job
-from stategate.launcher import free_ports, wait_serving
+from stategate.launcher import free_ports
 from tests import oracle, wire
 from tests.nodes import Nodes
 from tests.projects import HOUR_MS, START_MS, write_project
@@ -57,9 +57,7 @@ def cluster(spark: object, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     write_raw(project)
     job.run(project, spark, notify=False)  # type: ignore[arg-type]
     nodes = Nodes(project, root)
-    for node_id in nodes.ids:
-        nodes.start(node_id)
-    wait_serving(project, nodes.ids)
+    nodes.start_all()
     yield nodes
     nodes.stop_all()
 
