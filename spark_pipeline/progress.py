@@ -9,12 +9,13 @@ are done; the continuous pipeline logs one line per micro-batch (spark_pipeline/
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 from pyspark.sql import SparkSession
+
+from spark_pipeline.session import every
 
 PROGRESS_EVERY_S = 10.0
 log = logging.getLogger("spark_pipeline")
@@ -26,36 +27,30 @@ def stage_progress(
 ) -> Iterator[None]:
     """While the block runs, log every `every_s` how far the Spark stages running are:
     "building layers: 4 of 9 tasks done, 2 running (40 s)"."""
-    done = threading.Event()
     started = time.monotonic()
+    tracker = spark.sparkContext.statusTracker()
 
-    def report() -> None:
-        tracker = spark.sparkContext.statusTracker()
-        while not done.wait(every_s):
-            try:
-                stages = [tracker.getStageInfo(s) for s in tracker.getActiveStageIds()]
-            except Exception:  # noqa: BLE001 - the context is going away: nothing to say
-                return
-            running = [s for s in stages if s is not None]
-            if not running:  # Spark plans the read (its Python workers start)
-                log.info("%s: preparing (%.0f s)", what, time.monotonic() - started)
-                continue
-            log.info(
-                "%s: %d of %d tasks done, %d running (%.0f s)",
-                what,
-                sum(s.numCompletedTasks for s in running),
-                sum(s.numTasks for s in running),
-                sum(s.numActiveTasks for s in running),
-                time.monotonic() - started,
-            )
+    def report() -> bool:
+        try:
+            stages = [tracker.getStageInfo(s) for s in tracker.getActiveStageIds()]
+        except Exception:  # noqa: BLE001 - the context is going away: nothing to say
+            return False
+        running = [s for s in stages if s is not None]
+        if not running:  # Spark plans the read (its Python workers start)
+            log.info("%s: preparing (%.0f s)", what, time.monotonic() - started)
+            return True
+        log.info(
+            "%s: %d of %d tasks done, %d running (%.0f s)",
+            what,
+            sum(s.numCompletedTasks for s in running),
+            sum(s.numTasks for s in running),
+            sum(s.numActiveTasks for s in running),
+            time.monotonic() - started,
+        )
+        return True
 
-    thread = threading.Thread(target=report, name="progress", daemon=True)
-    thread.start()
-    try:
+    with every(every_s, report, "progress"):
         yield
-    finally:
-        done.set()
-        thread.join()
 
 
 def positions(by_partition: Mapping[int, Mapping[str, int]]) -> str:

@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from pyspark import SparkContext
@@ -58,15 +58,28 @@ def _master_configured() -> bool:
 def cancelled_on(stopping: threading.Event, spark: SparkSession) -> Iterator[None]:
     """While the block runs, once `stopping` is set, cancel every Spark job, and again every
     CANCEL_EVERY_S: a job submitted after a cancel is cancelled too."""
-    done = threading.Event()
 
     def cancel() -> None:
-        while not done.wait(CANCEL_EVERY_S):
-            if stopping.is_set():
-                with contextlib.suppress(Exception):  # the context is stopping anyway
-                    spark.sparkContext.cancelAllJobs()
+        if stopping.is_set():
+            with contextlib.suppress(Exception):  # the context is stopping anyway
+                spark.sparkContext.cancelAllJobs()
 
-    thread = threading.Thread(target=cancel, name="cancel-on-stop", daemon=True)
+    with every(CANCEL_EVERY_S, cancel, "cancel-on-stop"):
+        yield
+
+
+@contextlib.contextmanager
+def every(seconds: float, tick: Callable[[], bool | None], name: str) -> Iterator[None]:
+    """While the block runs, call `tick` every `seconds` on a thread of its own, until it
+    returns False."""
+    done = threading.Event()
+
+    def loop() -> None:
+        while not done.wait(seconds):
+            if tick() is False:
+                return
+
+    thread = threading.Thread(target=loop, name=name, daemon=True)
     thread.start()
     try:
         yield
