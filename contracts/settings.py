@@ -49,8 +49,8 @@ class Settings:
     )
     bulk_request_cost: int = _setting(
         1_000,
-        "a request of a higher cost runs in the bulk lane: in slices that give way to the "
-        "node's other requests (README: Limits)",
+        "a request of a higher cost runs in the bulk lane: its long stretches on a thread of "
+        "their own, in slices that wait for the node's other requests (README: Limits)",
         1,
     )
     max_response_bytes: int = _setting(

@@ -18,7 +18,7 @@ from contracts.partitioner import Key, partition_for, partitions_for
 from contracts.positions import Position, restrict
 from contracts.project import Store
 from contracts.settings import Settings
-from gateway.lanes import SLICE, in_bulk_lane, sliced
+from gateway.lanes import offload, sliced
 from gateway.queries import Answer, Get, Query, SubQuery, WindowsOfKey
 from gateway.routing import Router, Trace
 
@@ -53,12 +53,10 @@ class Outcome:
         return self.parts[self.key_parts[key]]
 
 
-async def keys_by_partition(
-    store: Store, keys: Sequence[Key], partitions: int
-) -> dict[int, list[Key]]:
+def keys_by_partition(store: Store, keys: Sequence[Key], partitions: int) -> dict[int, list[Key]]:
     grouped: dict[int, list[Key]] = defaultdict(list)
     unique = list(dict.fromkeys(keys))
-    async for some in sliced(unique):
+    for some in sliced(unique):
         for key, partition in zip(
             some, partitions_for(some, store.key_type, partitions), strict=True
         ):
@@ -130,17 +128,11 @@ class RequestBatch:
         ]
 
     async def _split(self, work: Work) -> list[tuple[int, Query]]:
-        """The partitions a work reads, each with its own query (a bulk lookup's in slices:
-        a node answers each at once from memory, so each is one slice of its loop)."""
+        """The partitions a work reads, each with its own query."""
         query = work.query
         if isinstance(query, Get):
-            grouped = await keys_by_partition(work.store, query.keys, self.num_partitions)
-            size = SLICE if in_bulk_lane() else max(1, len(query.keys))
-            return [
-                (p, Get(tuple(keys[start : start + size])))
-                for p, keys in sorted(grouped.items())
-                for start in range(0, len(keys), size)
-            ]
+            grouped = await offload(keys_by_partition, work.store, query.keys, self.num_partitions)
+            return [(p, Get(tuple(keys))) for p, keys in sorted(grouped.items())]
         if isinstance(query, WindowsOfKey):
             return [(partition_for(query.key, work.store.key_type, self.num_partitions), query)]
         return [(p, query) for p in work.partitions]

@@ -25,10 +25,10 @@ from contracts.auth import SECRET_HEADER, is_authentic
 from contracts.errors import GatewayError, error_document
 from gateway import limits
 from gateway.auth import Unauthenticated
-from gateway.lanes import SLICE
+from gateway.lanes import SLICE, offload
 from gateway.node import GatewayNode
 from gateway.protocol import ProtocolError, decode_request, encode_answers
-from gateway.queries import Get
+from gateway.queries import keys_of
 from gateway.sync import StoreUnreachable
 
 Endpoint = Callable[[Request], Awaitable[Response]]
@@ -68,10 +68,10 @@ def node_routes(node: GatewayNode) -> list[Route]:
         except GatewayError as exc:
             return error_response(400, exc.code, exc.message)
         node.internal_requests += 1
-        keys = sum(len(q.query.keys) for q in subqueries if isinstance(q.query, Get))
-        with node.lanes.enter(bulk=keys > SLICE):
+        with node.lanes.enter(bulk=keys_of(subqueries) > SLICE):
             answers = await node.execute_local(subqueries)
-        return Response(encode_answers(answers), media_type="application/json")
+            body = await offload(encode_answers, answers)
+        return Response(body, media_type="application/json")
 
     async def status(request: Request) -> Response:
         """The node's status; with `changes` and `wait`, once its switch counter differs

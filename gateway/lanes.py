@@ -1,80 +1,125 @@
-"""Two lanes on a node's event loop: interactive requests run as they come; bulk requests
-run their long loops in slices and give way between slices.
+"""Two lanes on a node: interactive requests have its Python first; a bulk request's long
+stretches run on a thread of their own, in slices, and only while no interactive request is
+in flight.
 
-Everything a request does in Python runs on the node's one event loop: routing its keys,
-answering them from memory, building its entries, completing its result. A one-key lookup
-needs about a millisecond of it; the costliest request the limits allow needs about a
-hundred, and run at once that is a hundred-millisecond stall for every other client of the
-node. A request whose cost passes `bulk_request_cost` (and an internal request carrying more
-than SLICE keys) runs in the bulk lane: its loops take SLICE items at a time, and between
-two slices it lets every ready callback run and, while interactive requests are in flight,
-waits for them to finish, at most MAX_WAIT_S, so a steady stream of small requests slows
-bulk work but never stops it.
+A one-key lookup needs well under a millisecond of Python; the costliest request the limits
+allow needs about a hundred: routing 10,000 keys, answering them from memory, building and
+completing the entries, encoding them. A request whose cost passes `bulk_request_cost` (and
+an internal request carrying more than SLICE keys) runs in the bulk lane: its awaits stay on
+the event loop, but each long stretch is handed to the node's bulk thread (`offload`), which
+works through it in slices (`sliced`). The process has one GIL, and Python shares it
+fairly, not by priority; so between two slices the thread waits while any HTTP request that
+is not bulk is in flight (counted from its arrival, `Lanes.request`): the loop then has the
+GIL to itself. The wait lasts at most MAX_WAIT_S, so a node saturated with small requests
+slows bulk work (at least a slice every MAX_WAIT_S) but never stops it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterator, Sequence
+import contextvars
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
 from typing import TypeVar
 
-SLICE = 256  # items a bulk loop takes between two turns of the loop (~1 ms of work)
+SLICE = 256  # items a bulk stretch takes between two turns (~1 ms of work)
 MAX_WAIT_S = 0.005  # longest a bulk slice waits for interactive requests to finish
 
 T = TypeVar("T")
+_thread = threading.local()
 _bulk: ContextVar[Lanes | None] = ContextVar("stategate_bulk_lane", default=None)
+_counted: ContextVar[bool] = ContextVar("stategate_counted_request", default=False)
 
 
 class Lanes:
-    """A node's lanes: how many interactive requests are in flight, and the bulk lane's
-    turns."""
+    """A node's bulk thread, and how many interactive requests are in flight: HTTP requests
+    from their arrival, but those that entered the bulk lane."""
 
     def __init__(self) -> None:
         self.interactive = 0
-        self._idle = asyncio.Event()
+        self._idle = threading.Event()
         self._idle.set()
+        self._thread = ThreadPoolExecutor(1, "bulk", initializer=_mark_bulk_thread)
+
+    @contextlib.contextmanager
+    def request(self) -> Iterator[None]:
+        """Count the block (an HTTP request, from its arrival) as interactive, until it
+        enters the bulk lane."""
+        token = _counted.set(True)
+        self._add(1)
+        try:
+            yield
+        finally:
+            self._add(-1)
+            _counted.reset(token)
 
     @contextlib.contextmanager
     def enter(self, bulk: bool) -> Iterator[None]:
         """Run the block (a request, or an internal request) in its lane."""
-        if bulk:
-            token = _bulk.set(self)
-            try:
-                yield
-            finally:
-                _bulk.reset(token)
+        if not bulk:
+            yield
             return
-        self.interactive += 1
-        self._idle.clear()
+        token = _bulk.set(self)
+        counted = _counted.get()
+        if counted:
+            self._add(-1)
         try:
             yield
         finally:
-            self.interactive -= 1
-            if not self.interactive:
-                self._idle.set()
+            if counted:
+                self._add(1)
+            _bulk.reset(token)
 
-    async def give_way(self) -> None:
-        await asyncio.sleep(0)
+    def _add(self, change: int) -> None:
+        self.interactive += change
         if self.interactive:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(MAX_WAIT_S):
-                    await self._idle.wait()
+            self._idle.clear()
+        else:
+            self._idle.set()
+
+    def give_way(self) -> None:
+        """On the bulk thread: wait while interactive requests are in flight (the GIL is
+        theirs meanwhile), at most MAX_WAIT_S."""
+        self._idle.wait(MAX_WAIT_S)
+
+    def close(self) -> None:
+        self._thread.shutdown(wait=True)
 
 
 def in_bulk_lane() -> bool:
     return _bulk.get() is not None
 
 
-async def sliced(items: Sequence[T], size: int = SLICE) -> AsyncIterator[Sequence[T]]:
-    """The items in slices of `size`, giving way between them, in the bulk lane; else all of
-    them at once."""
+async def offload(work: Callable[..., T], *args: object, items: int | None = None) -> T:
+    """`work(*args)`: on the bulk thread in the bulk lane (when its `items`, if given, are
+    more than a SLICE: a hop to the thread costs about what a small stretch does), else here
+    and now."""
     lanes = _bulk.get()
-    if lanes is None or len(items) <= size:
+    if lanes is None or (items is not None and items <= SLICE):
+        return work(*args)
+    run = contextvars.copy_context().run  # the lane goes along: `sliced` gives way there
+    return await asyncio.get_running_loop().run_in_executor(lanes._thread, run, work, *args)
+
+
+def sliced(items: Sequence[T], size: int = SLICE) -> Iterator[Sequence[T]]:
+    """The items in slices of `size`, giving way between them on the bulk thread; else all
+    of them at once."""
+    lanes = _bulk.get()
+    if lanes is None or len(items) <= size or not _on_bulk_thread():
         yield items
         return
     for start in range(0, len(items), size):
         if start:
-            await lanes.give_way()
+            lanes.give_way()
         yield items[start : start + size]
+
+
+def _mark_bulk_thread() -> None:
+    _thread.bulk = True
+
+
+def _on_bulk_thread() -> bool:
+    return getattr(_thread, "bulk", False)

@@ -15,10 +15,10 @@ from gateway import execution
 from gateway.auth import Authenticator
 from gateway.batching import RequestBatch
 from gateway.health import Membership
-from gateway.lanes import Lanes, sliced
+from gateway.lanes import Lanes, offload, sliced
 from gateway.metrics import NodeMetrics, NodeState
 from gateway.peers import PeerClient
-from gateway.queries import Answer, SubQuery
+from gateway.queries import Answer, SubQuery, keys_of
 from gateway.routing import Router
 from gateway.snapshots import SnapshotCatalog
 from gateway.status import (
@@ -95,16 +95,14 @@ class GatewayNode:
                 await task
         await self.peers.aclose()
         self.pool.shutdown(wait=True)
+        self.lanes.close()
         self.catalog.close()
 
     async def execute_local(self, subqueries: list[SubQuery]) -> list[Answer]:
         """Answer sub-queries from this node's snapshots: in-memory lookups at once, the rest
         one pool task per partition (DuckDB releases the GIL, so partitions run in parallel)."""
         if all(execution.in_memory(self.catalog, q) for q in subqueries):
-            answers = []
-            async for some in sliced(subqueries, size=1):
-                answers += execution.execute(self.catalog, self.project, self.id, some)
-            return answers
+            return await offload(self._execute_in_memory, subqueries, items=keys_of(subqueries))
         loop = asyncio.get_running_loop()
         by_partition: dict[int, list[SubQuery]] = {}
         for q in subqueries:
@@ -118,6 +116,12 @@ class GatewayNode:
             )
         )
         return [answer for batch in batches for answer in batch]
+
+    def _execute_in_memory(self, subqueries: list[SubQuery]) -> list[Answer]:
+        answers = []
+        for some in sliced(subqueries, size=1):
+            answers += execution.execute(self.catalog, self.project, self.id, list(some))
+        return answers
 
     def request_batch(self, authorization: str | None) -> RequestBatch:
         return RequestBatch(

@@ -77,6 +77,11 @@ class SubQuery:
     max_age_ms: int | None = None  # the oldest snapshot the caller accepts
 
 
+def keys_of(subqueries: list[SubQuery]) -> int:
+    """How many keys the sub-queries look up."""
+    return sum(len(q.query.keys) for q in subqueries if isinstance(q.query, Get))
+
+
 @dataclass(slots=True)
 class Answer:
     id: int

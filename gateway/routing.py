@@ -25,10 +25,11 @@ from contracts.errors import Failure
 from contracts.positions import satisfies
 from contracts.project import Project
 from gateway.health import Membership
+from gateway.lanes import offload
 from gateway.metrics import NodeMetrics
 from gateway.peers import PeerClient, PeerError, PeerRefused
 from gateway.protocol import ProtocolError, decode_answers, encode_request
-from gateway.queries import Answer, SubQuery
+from gateway.queries import Answer, SubQuery, keys_of
 
 log = logging.getLogger(__name__)
 # Failures the caller's own demands cause (a bound, requireActive): not worth a warning.
@@ -159,9 +160,10 @@ class Router:
             return await self.local(subqueries)
         url = f"{self.project.cluster.node(node_id).url}/internal/query"
         try:
-            answers = decode_answers(
-                await self.peers.post(url, encode_request(subqueries), authorization)
-            )
+            keys = keys_of(subqueries)
+            request = await offload(encode_request, subqueries, items=keys)
+            reply = await self.peers.post(url, request, authorization)
+            answers = await offload(decode_answers, reply, items=keys)
         except PeerRefused as exc:  # it is up, but did not answer these: fail them over
             self.metrics.internal_calls.labels(node_id, "refused").inc()
             return _all_failed(subqueries, node_id, f"{node_id} {exc}")

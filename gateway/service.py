@@ -19,7 +19,7 @@ from contracts.positions import Position, decode_token, merge
 from contracts.project import Project, Store
 from gateway import cursors, limits, merging
 from gateway.batching import Consistency, Outcome, Work
-from gateway.lanes import sliced
+from gateway.lanes import offload, sliced
 from gateway.limits import SCAN_LOOKAHEAD
 from gateway.queries import Get, Prefix, Range, Row, Scan, Windows, WindowsOfKey
 
@@ -104,12 +104,7 @@ class RequestQueries:
     async def lookup(self, store: Store, keys: list[Key], demand: Demand | None) -> Lookup:
         limits.check_keys(len(keys), self.project.settings)
         outcome = await self._load(store, Get(tuple(keys)), (), demand)
-        entries = []
-        async for some in sliced(keys):
-            for key in some:
-                q, answer = outcome.part_of(key)
-                row = answer.row_of(key) if answer.ok else None
-                entries.append(Entry(key, q.partition, row, answer.failure))
+        entries = await offload(_entries, keys, outcome, items=len(keys))
         return Lookup(entries, self._meta(outcome))
 
     async def windows_of_key(
@@ -255,3 +250,14 @@ class RequestQueries:
             if value is not None and value < 0:
                 raise bad_input(f"{name} must not be negative, got {value}")
         return Consistency(bound, demand.require_active, demand.max_lag, demand.max_age_ms)
+
+
+def _entries(keys: list[Key], outcome: Outcome) -> list[Entry]:
+    """A lookup's entries, in the order of its keys, from the answers of their partitions."""
+    entries = []
+    for some in sliced(keys):
+        for key in some:
+            q, answer = outcome.part_of(key)
+            row = answer.row_of(key) if answer.ok else None
+            entries.append(Entry(key, q.partition, row, answer.failure))
+    return entries

@@ -54,7 +54,7 @@ from strawberry.types import ExecutionResult
 from strawberry.types.field import StrawberryField
 
 from contracts.errors import GatewayError
-from gateway.lanes import SLICE, in_bulk_lane, sliced
+from gateway.lanes import SLICE, in_bulk_lane, offload, sliced
 from gateway.service import Lookup
 from resolvers.completion import DEFINITION, Plan, PlanCompiler
 from resolvers.context import Context
@@ -134,7 +134,7 @@ class OperationPlan:
         self, schema: strawberry.Schema, context: Context, variables: dict[str, Any] | None
     ) -> ExecutionResult | None:
         """The response, or None when the general path must answer this request."""
-        coerced = self.bind(schema._schema, variables or {})
+        coerced = await offload(self.bind, schema._schema, variables or {})
         if isinstance(coerced, list):
             return None  # the general path words the coercion errors
         info = _Info(context)
@@ -151,9 +151,19 @@ class OperationPlan:
             results = [await _settled(calls[0])]
         else:
             results = await asyncio.gather(*calls, return_exceptions=True)
+        completed = await offload(self._complete, results)
+        if completed is None:
+            return None
+        data, errors = completed
+        return ExecutionResult(data, errors or None, response_extensions(context))
+
+    def _complete(self, results: list[Any]) -> tuple[dict[str, Any], list[GraphQLError]] | None:
+        """The data and the field errors, or None when the general path must answer. In
+        the bulk lane (on its thread), each field's value comes encoded: see _encoded."""
+        bulk = in_bulk_lane()
         data: dict[str, Any] = {}
         errors: list[GraphQLError] = []
-        async for some in sliced(list(zip(self.fields, results, strict=True))):
+        for some in sliced(list(zip(self.fields, results, strict=True))):
             for root, result in some:
                 if isinstance(result, GatewayError) and not is_non_null_type(root.definition.type):
                     data[root.key] = None
@@ -162,21 +172,23 @@ class OperationPlan:
                 if isinstance(result, BaseException):
                     return None
                 try:
-                    data[root.key] = await _completed(root.complete, result)
+                    data[root.key] = (
+                        _encoded(root.complete, result) if bulk else root.complete(result)
+                    )
                 except Exception:  # noqa: BLE001 - a value the schema refuses: graphql-core words it
                     return None
-        return ExecutionResult(data, errors or None, response_extensions(context))
+        return data, errors
 
 
-async def _completed(complete: Plan, result: Any) -> Any:
-    """A root field's completed value. In the bulk lane, a batch's entries (the one list of
-    a result that may be longer than max_page_size) are completed and encoded in slices:
-    the list comes back as one orjson.Fragment, so encoding the response is no long stall."""
-    if not (isinstance(result, Lookup) and in_bulk_lane() and len(result.entries) > SLICE):
-        return complete(result)
+def _encoded(complete: Plan, result: Any) -> Any:
+    """A field's value completed and encoded as an orjson.Fragment, so encoding the
+    response is no long stall; a batch's entries (the one list of a result that may be
+    longer than max_page_size) slice by slice, giving way between them."""
+    if not (isinstance(result, Lookup) and len(result.entries) > SLICE):
+        return orjson.Fragment(orjson.dumps(complete(result)))
     first: dict[str, Any] | None = None
     lists: dict[str, list[bytes]] = {}  # response key -> its items, encoded slice by slice
-    async for some in sliced(result.entries):
+    for some in sliced(result.entries):
         part = complete(Lookup(list(some), result.meta))
         first = first or part
         for key, value in part.items():

@@ -18,6 +18,7 @@ from starlette.websockets import WebSocket
 
 from contracts.project import Project
 from gateway.http import node_routes
+from gateway.lanes import Lanes
 from gateway.node import GatewayNode
 from resolvers import websocket as websocket_protocol
 from resolvers.endpoint import GraphQLEndpoint
@@ -46,15 +47,20 @@ class GraphQLFirst:
     """HTTP requests to /graphql go straight to the GraphQL endpoint (it answers every
     request itself, errors included); everything else through Starlette's routing."""
 
-    def __init__(self, graphql: ASGIApp, app: Starlette) -> None:
+    def __init__(self, graphql: ASGIApp, app: Starlette, lanes: Lanes) -> None:
         self.graphql = graphql
         self.app = app
+        self.lanes = lanes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"] == "/graphql":
-            await self.graphql(scope, receive, send)
-        else:
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        with self.lanes.request():
+            if scope["path"] == "/graphql":
+                await self.graphql(scope, receive, send)
+            else:
+                await self.app(scope, receive, send)
 
 
 def create_app(project: Project, node_id: str) -> ASGIApp:
@@ -91,7 +97,7 @@ def create_app(project: Project, node_id: str) -> ASGIApp:
         ],
         lifespan=lifespan,
     )
-    served = GraphQLFirst(graphql, app)
+    served = GraphQLFirst(graphql, app, node.lanes)
     origins = project.settings.cors_origins
     if not origins:
         return served
