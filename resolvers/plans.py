@@ -54,7 +54,7 @@ from strawberry.types import ExecutionResult
 from strawberry.types.field import StrawberryField
 
 from contracts.errors import GatewayError
-from gateway.lanes import SLICE, in_bulk_lane, offload, sliced
+from gateway.lanes import STEP, in_bulk_lane, offload, sliced
 from gateway.service import Lookup
 from resolvers.completion import DEFINITION, Plan, PlanCompiler
 from resolvers.context import Context
@@ -184,7 +184,7 @@ def _encoded(complete: Plan, result: Any) -> Any:
     """A field's value completed and encoded as an orjson.Fragment, so encoding the
     response is no long stall; a batch's entries (the one list of a result that may be
     longer than max_page_size) slice by slice, giving way between them."""
-    if not (isinstance(result, Lookup) and len(result.entries) > SLICE):
+    if not (isinstance(result, Lookup) and len(result.entries) > STEP):
         return orjson.Fragment(orjson.dumps(complete(result)))
     first: dict[str, Any] | None = None
     lists: dict[str, list[bytes]] = {}  # response key -> its items, encoded slice by slice

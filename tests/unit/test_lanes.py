@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Iterator
 
-from gateway.lanes import MAX_WAIT_S, SLICE, Lanes, in_bulk_lane, offload, sliced
+from gateway.lanes import MAX_WAIT_S, SLICE, STEP, Lanes, in_bulk_lane, offload, sliced
 
 
 def _walk(items: int) -> tuple[str, list[float]]:
@@ -39,7 +39,7 @@ def _lanes() -> Iterator[Lanes]:
 def test_outside_the_bulk_lane_everything_runs_here_in_one_slice() -> None:
     async def walk() -> tuple[str, list[float]]:
         with _lanes() as lanes, lanes.enter(bulk=False):
-            return await offload(_walk, SLICE * 3)
+            return await offload(_walk, STEP * 3)
 
     thread, starts = asyncio.run(walk())
     assert thread == threading.current_thread().name
@@ -57,7 +57,7 @@ def test_small_stretches_of_bulk_work_run_here() -> None:
 def test_bulk_slices_run_back_to_back_on_the_bulk_thread_when_nothing_else_is_in_flight() -> None:
     async def alone() -> tuple[str, list[float]]:
         with _lanes() as lanes:
-            return await _bulk(lanes, SLICE * 4)
+            return await _bulk(lanes, STEP * 4)
 
     thread, starts = asyncio.run(alone())
     assert thread.startswith("bulk")
@@ -78,7 +78,7 @@ def test_bulk_slices_wait_for_interactive_requests_at_most_max_wait() -> None:
 
             task = asyncio.create_task(interactive())
             await asyncio.sleep(0)  # the interactive request is in flight
-            _, starts = await _bulk(lanes, SLICE * 2)
+            _, starts = await _bulk(lanes, STEP * 2)
             await task
             return starts, finished
 
@@ -95,7 +95,7 @@ def test_bulk_slices_wait_for_interactive_requests_at_most_max_wait() -> None:
 
             task = asyncio.create_task(interactive())
             await asyncio.sleep(0)
-            _, starts = await _bulk(lanes, SLICE * 3)
+            _, starts = await _bulk(lanes, STEP * 3)
             done.set()
             await task
             return starts
@@ -110,7 +110,7 @@ def test_a_request_that_enters_the_bulk_lane_is_no_longer_interactive() -> None:
         with _lanes() as lanes, lanes.request():
             before = lanes.interactive
             with lanes.enter(bulk=True):
-                _, starts = await offload(_walk, SLICE * 3)
+                _, starts = await offload(_walk, STEP * 3)
             return starts, before, lanes.interactive
 
     starts, before, after = asyncio.run(request())
