@@ -59,19 +59,20 @@ def node_routes(node: GatewayNode) -> list[Route]:
         return Route(path, checked, methods=INTERNAL_METHODS)
 
     async def query(request: Request) -> Response:
-        try:
-            subqueries = decode_request(await request.body())
-            for subquery in subqueries:
-                limits.check_subquery(subquery, node.project)
-        except ProtocolError as exc:
-            return error_response(400, "BAD_REQUEST", f"not the internal protocol: {exc}")
-        except GatewayError as exc:
-            return error_response(400, exc.code, exc.message)
-        node.internal_requests += 1
-        with node.lanes.enter(bulk=keys_of(subqueries) > SLICE):
-            answers = await node.execute_local(subqueries)
-            body = await offload(encode_answers, answers)
-        return Response(body, media_type="application/json")
+        with node.lanes.request():
+            try:
+                subqueries = decode_request(await request.body())
+                for subquery in subqueries:
+                    limits.check_subquery(subquery, node.project)
+            except ProtocolError as exc:
+                return error_response(400, "BAD_REQUEST", f"not the internal protocol: {exc}")
+            except GatewayError as exc:
+                return error_response(400, exc.code, exc.message)
+            node.internal_requests += 1
+            with node.lanes.enter(bulk=keys_of(subqueries) > SLICE):
+                answers = await node.execute_local(subqueries)
+                body = await offload(encode_answers, answers)
+            return Response(body, media_type="application/json")
 
     async def status(request: Request) -> Response:
         """The node's status; with `changes` and `wait`, once its switch counter differs

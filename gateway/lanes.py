@@ -8,10 +8,14 @@ completing the entries, encoding them. A request whose cost passes `bulk_request
 an internal request carrying more than SLICE keys) runs in the bulk lane: its awaits stay on
 the event loop, but each long stretch is handed to the node's bulk thread (`offload`), which
 works through it in slices (`sliced`). The process has one GIL, and Python shares it
-fairly, not by priority; so between two slices the thread waits while any HTTP request that
-is not bulk is in flight (counted from its arrival, `Lanes.request`): the loop then has the
-GIL to itself. The wait lasts at most MAX_WAIT_S, so a node saturated with small requests
-slows bulk work (at least a slice every MAX_WAIT_S) but never stops it.
+fairly, not by priority; so between two slices the thread waits while any request that is
+not bulk is in flight (a GraphQL request over HTTP or an internal query, counted from its
+arrival: `Lanes.request`; a peer's status poll mostly waits, and is not counted), and the
+loop has the GIL to itself. The wait lasts at most MAX_WAIT_S, so a node saturated with
+small requests slows bulk work (at least a slice every MAX_WAIT_S) but never stops it. A
+request that arrives during a slice must first take the GIL from the thread, which Python
+grants a waiting thread after its switch interval: the node sets it to SWITCH_INTERVAL_S
+(`share_the_gil`), so the slice's remainder does not make it wait.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -28,6 +33,7 @@ from typing import TypeVar
 SLICE = 256  # keys of one bulk sub-query; fewer are not worth a hop to the bulk thread
 STEP = 64  # items the bulk thread takes between two looks at interactive requests (~0.25 ms)
 MAX_WAIT_S = 0.005  # longest the bulk thread waits for interactive requests to finish
+SWITCH_INTERVAL_S = 0.0002  # longest a thread waits for the GIL (Python's default: 5 ms)
 
 T = TypeVar("T")
 _thread = threading.local()
@@ -36,8 +42,8 @@ _counted: ContextVar[bool] = ContextVar("stategate_counted_request", default=Fal
 
 
 class Lanes:
-    """A node's bulk thread, and how many interactive requests are in flight: HTTP requests
-    from their arrival, but those that entered the bulk lane."""
+    """A node's bulk thread, and how many interactive requests are in flight: the requests
+    counted from their arrival (`request`), but those that entered the bulk lane."""
 
     def __init__(self) -> None:
         self.interactive = 0
@@ -47,8 +53,8 @@ class Lanes:
 
     @contextlib.contextmanager
     def request(self) -> Iterator[None]:
-        """Count the block (an HTTP request, from its arrival) as interactive, until it
-        enters the bulk lane."""
+        """Count the block (a request, from its arrival) as interactive, until it enters the
+        bulk lane."""
         token = _counted.set(True)
         self._add(1)
         try:
@@ -88,6 +94,11 @@ class Lanes:
 
     def close(self) -> None:
         self._thread.shutdown(wait=True)
+
+
+def share_the_gil() -> None:
+    """Hand the GIL to a waiting thread after SWITCH_INTERVAL_S (for the whole process)."""
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
 
 
 def in_bulk_lane() -> bool:

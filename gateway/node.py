@@ -15,7 +15,7 @@ from gateway import execution
 from gateway.auth import Authenticator
 from gateway.batching import RequestBatch
 from gateway.health import Membership
-from gateway.lanes import Lanes, offload, sliced
+from gateway.lanes import Lanes, offload, share_the_gil, sliced
 from gateway.metrics import NodeMetrics, NodeState
 from gateway.peers import PeerClient
 from gateway.queries import Answer, SubQuery, keys_of
@@ -82,6 +82,7 @@ class GatewayNode:
             log.warning("snapshot store unreachable at start: %s", exc)
         gc.freeze()  # what start-up built lives as long as the node: out of every collection
         gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
+        share_the_gil()
         self._tasks = [
             asyncio.create_task(self.membership.watch_forever()),
             asyncio.create_task(self.sync.run_forever()),

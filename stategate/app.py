@@ -53,14 +53,11 @@ class GraphQLFirst:
         self.lanes = lanes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        with self.lanes.request():
-            if scope["path"] == "/graphql":
+        if scope["type"] == "http" and scope["path"] == "/graphql":
+            with self.lanes.request():  # a client's request has the node's Python first
                 await self.graphql(scope, receive, send)
-            else:
-                await self.app(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)
 
 
 def create_app(project: Project, node_id: str) -> ASGIApp:

@@ -84,6 +84,7 @@ def test_aliases_over_a_large_batch_are_refused_before_any_lookup(cluster: Serve
     # One such batch is within the limit, and right.
     expected = totals(cluster)
     one = post(cluster, "node2", {"query": TOTALS % BATCH, "variables": {"keys": keys}}).json()
+    assert one.get("data"), one.get("errors")
     for entry in one["data"]["customerTotalsBatch"]["entries"]:
         row = expected.get(entry["key"])
         got = entry["record"]
