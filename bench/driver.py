@@ -155,6 +155,45 @@ async def run_async(
     return summarize(name, concurrency, latencies, errors, wall, cpu, server, first_error, note)
 
 
+async def run_paced(
+    name: str, operation: Operation, rate: float, duration_s: float, warmup: int = 0
+) -> Stats:
+    """Start calls at `rate` a second for `duration_s`, whether earlier ones answered or not
+    (an open loop, as independent clients send), each timed from the moment it was due: time
+    it spent waiting to be sent counts (no coordinated omission)."""
+    for i in range(warmup):
+        await operation(-1 - i)
+    latencies: list[float] = []
+    errors = 0
+    first_error: str | None = None
+    in_flight: set[asyncio.Task[None]] = set()
+
+    async def call(i: int, due: float) -> None:
+        nonlocal errors, first_error
+        error = await operation(i)
+        latencies.append(time.perf_counter() - due)
+        if error is not None:
+            errors += 1
+            first_error = first_error or error
+
+    cpu0 = time.process_time()
+    started = time.perf_counter()
+    total = int(rate * duration_s)
+    sent = 0
+    while sent < total:
+        now = time.perf_counter()
+        while sent < total and started + sent / rate <= now:
+            task = asyncio.create_task(call(sent, started + sent / rate))
+            in_flight.add(task)
+            task.add_done_callback(in_flight.discard)
+            sent += 1
+        await asyncio.sleep(max(0.0, started + sent / rate - time.perf_counter()))
+    await asyncio.gather(*in_flight)
+    wall = time.perf_counter() - started
+    cpu = time.process_time() - cpu0
+    return summarize(name, 0, latencies, errors, wall, cpu, None, first_error, f"{rate:.0f}/s")
+
+
 def run_sync(
     name: str, operation: SyncOperation, duration_s: float, max_count: int, warmup: int = 3
 ) -> Stats:
