@@ -36,7 +36,7 @@ MAX_WAIT_S = 0.005  # longest the bulk thread waits for interactive requests to 
 SWITCH_INTERVAL_S = 0.0002  # longest a thread waits for the GIL (Python's default: 5 ms)
 
 T = TypeVar("T")
-_thread = threading.local()
+_this_thread = threading.local()
 _bulk: ContextVar[Lanes | None] = ContextVar("stategate_bulk_lane", default=None)
 _counted: ContextVar[bool] = ContextVar("stategate_counted_request", default=False)
 
@@ -49,7 +49,7 @@ class Lanes:
         self.interactive = 0
         self._idle = threading.Event()
         self._idle.set()
-        self._thread = ThreadPoolExecutor(1, "bulk", initializer=_mark_bulk_thread)
+        self._executor = ThreadPoolExecutor(1, "bulk", initializer=_mark_bulk_thread)
 
     @contextlib.contextmanager
     def request(self) -> Iterator[None]:
@@ -92,8 +92,13 @@ class Lanes:
         theirs meanwhile), at most MAX_WAIT_S."""
         self._idle.wait(MAX_WAIT_S)
 
+    async def run(self, work: Callable[..., T], *args: object) -> T:
+        """`work(*args)` on the bulk thread, in the caller's context (so in its lane)."""
+        run = contextvars.copy_context().run
+        return await asyncio.get_running_loop().run_in_executor(self._executor, run, work, *args)
+
     def close(self) -> None:
-        self._thread.shutdown(wait=True)
+        self._executor.shutdown(wait=True)
 
 
 def share_the_gil() -> None:
@@ -112,8 +117,7 @@ async def offload(work: Callable[..., T], *args: object, items: int | None = Non
     lanes = _bulk.get()
     if lanes is None or (items is not None and items <= SLICE):
         return work(*args)
-    run = contextvars.copy_context().run  # the lane goes along: `sliced` gives way there
-    return await asyncio.get_running_loop().run_in_executor(lanes._thread, run, work, *args)
+    return await lanes.run(work, *args)
 
 
 def sliced(items: Sequence[T], size: int = STEP) -> Iterator[Sequence[T]]:
@@ -130,8 +134,8 @@ def sliced(items: Sequence[T], size: int = STEP) -> Iterator[Sequence[T]]:
 
 
 def _mark_bulk_thread() -> None:
-    _thread.bulk = True
+    _this_thread.bulk = True
 
 
 def _on_bulk_thread() -> bool:
-    return getattr(_thread, "bulk", False)
+    return getattr(_this_thread, "bulk", False)
