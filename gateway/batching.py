@@ -131,7 +131,10 @@ class RequestBatch:
         """The partitions a work reads, each with its own query."""
         query = work.query
         if isinstance(query, Get):
-            grouped = await offload(keys_by_partition, work.store, query.keys, self.num_partitions)
+            size = len(query.keys)
+            grouped = await offload(
+                keys_by_partition, work.store, query.keys, self.num_partitions, items=size
+            )
             return [(p, Get(tuple(keys))) for p, keys in sorted(grouped.items())]
         if isinstance(query, WindowsOfKey):
             return [(partition_for(query.key, work.store.key_type, self.num_partitions), query)]

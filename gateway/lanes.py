@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
 from typing import TypeVar
 
-SLICE = 256  # keys of one bulk sub-query; fewer are not worth a hop to the bulk thread
+SLICE = 256  # items not worth a hop to the bulk thread; an internal request of more keys is bulk
 STEP = 64  # items the bulk thread takes between two looks at interactive requests (~0.25 ms)
 MAX_WAIT_S = 0.005  # longest the bulk thread waits for interactive requests to finish
 SWITCH_INTERVAL_S = 0.0002  # longest a thread waits for the GIL (Python's default: 5 ms)
