@@ -86,10 +86,7 @@ def canonical(document: DocumentNode, operation: OperationDefinitionNode) -> str
     by name. None when it spreads a fragment the document does not define."""
     fragments = _fragments(document)
     used = _used(operation, fragments)
-    if used is None:
-        return None
-    definitions = (operation, *(fragments[name] for name in sorted(used)))
-    return print_ast(DocumentNode(definitions=definitions))
+    return None if used is None else print_ast(_alone(operation, fragments, used))
 
 
 class Persisted:
@@ -188,7 +185,7 @@ def load(path: Path, schema: GraphQLSchema, rules: Collection[type[ASTValidation
     for name, operation in operations.items():
         used = _used(operation, fragments, known_only=True)
         assert used is not None
-        alone = DocumentNode(definitions=(operation, *(fragments[f] for f in sorted(used))))
+        alone = _alone(operation, fragments, used)
         errors = graphql.validate(schema, alone, rules)
         if errors:
             raise ConfigError(f"{path}: operation {name!r}: {_one_line(errors[0])}")
@@ -196,6 +193,15 @@ def load(path: Path, schema: GraphQLSchema, rules: Collection[type[ASTValidation
         kind = operation.operation
         registered.append(Registered(name, sha256(canonical_text), canonical_text, kind))
     return Registry(registered)
+
+
+def _alone(
+    operation: OperationDefinitionNode,
+    fragments: dict[str, FragmentDefinitionNode],
+    used: set[str],
+) -> DocumentNode:
+    """A document of the operation and the fragments it uses, sorted by name."""
+    return DocumentNode(definitions=(operation, *(fragments[name] for name in sorted(used))))
 
 
 def _fragments(document: DocumentNode) -> dict[str, FragmentDefinitionNode]:
