@@ -1,4 +1,4 @@
-"""The GraphQL names a project's stores become, defined once: resolvers/stores.py names the
+"""The GraphQL names a project's stores become, defined once: resolvers/schema/stores.py names the
 schema with them, and loading a project refuses names that would clash (`check`).
 
 A table or aggregate store `s` generates the root fields s, sBatch, sRange and, for string

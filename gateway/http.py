@@ -1,13 +1,13 @@
 """A node's HTTP endpoints besides GraphQL: /internal/* for peers and the pipeline (cluster
 secret required), /cluster for smart clients and proxies, /health (liveness: the process
 answers), /ready (readiness: it serves a snapshot of every partition it hosts) and /metrics
-(Prometheus, gateway/metrics.py). With [auth], /cluster and /metrics need a bearer token
+(Prometheus, gateway/cluster/metrics.py). With [auth], /cluster and /metrics need a bearer token
 whose roles grant "cluster" (401, or FORBIDDEN 403); /health and /ready stay open to probes
 that carry no token, and tell nothing but the node's state.
 
 Errors share one shape, contracts.errors.error_document: UNAUTHENTICATED (401), BAD_REQUEST
 (400) for a body that is not the internal protocol, a sub-query past the limits of a GraphQL
-request (400, coded as there: gateway/limits.py), METHOD_NOT_ALLOWED (405) on /internal/*,
+request (400, coded as there: gateway/model/limits.py), METHOD_NOT_ALLOWED (405) on /internal/*,
 STORE_UNREACHABLE (502), NOT_READY (503).
 """
 
@@ -23,13 +23,13 @@ from starlette.routing import Route
 
 from contracts.auth import SECRET_HEADER, is_authentic
 from contracts.errors import GatewayError, error_document
-from gateway import limits
 from gateway.auth import Unauthenticated
-from gateway.lanes import SLICE, offload
+from gateway.model import limits
+from gateway.model.queries import keys_of
 from gateway.node import GatewayNode
-from gateway.protocol import ProtocolError, decode_request, encode_answers
-from gateway.queries import keys_of
-from gateway.sync import StoreUnreachable
+from gateway.runtime.lanes import SLICE, offload
+from gateway.storage.sync import StoreUnreachable
+from gateway.wire.protocol import ProtocolError, decode_request, encode_answers
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 MAX_STATUS_WAIT_S = 60.0  # longest a peer's status request may wait for a switch
@@ -76,7 +76,7 @@ def node_routes(node: GatewayNode) -> list[Route]:
 
     async def status(request: Request) -> Response:
         """The node's status; with `changes` and `wait`, once its switch counter differs
-        from `changes`, or after `wait` seconds (gateway/health.py)."""
+        from `changes`, or after `wait` seconds (gateway/cluster/health.py)."""
         params = request.query_params
         if "changes" in params:
             try:

@@ -11,17 +11,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 from contracts import eventlog
 from contracts.project import Project
-from gateway import execution
 from gateway.auth import Authenticator
-from gateway.batching import RequestBatch
-from gateway.health import Membership
-from gateway.lanes import Lanes, offload, share_the_gil, sliced
-from gateway.metrics import NodeMetrics, NodeState
-from gateway.peers import PeerClient
-from gateway.queries import Answer, SubQuery, keys_of
-from gateway.routing import Router
-from gateway.snapshots import SnapshotCatalog
-from gateway.status import (
+from gateway.cluster.batching import RequestBatch
+from gateway.cluster.health import Membership
+from gateway.cluster.metrics import NodeMetrics, NodeState
+from gateway.cluster.routing import Router
+from gateway.cluster.status import (
     LiveCounts,
     NodeStatus,
     PartitionInfo,
@@ -29,8 +24,13 @@ from gateway.status import (
     PartitionState,
     ReplicaInfo,
 )
-from gateway.switches import Switches
-from gateway.sync import SnapshotSync, StoreUnreachable
+from gateway.model.queries import Answer, SubQuery, keys_of
+from gateway.runtime.lanes import Lanes, offload, share_the_gil, sliced
+from gateway.storage import execution
+from gateway.storage.snapshots import SnapshotCatalog
+from gateway.storage.switches import Switches
+from gateway.storage.sync import SnapshotSync, StoreUnreachable
+from gateway.wire.peers import PeerClient
 
 log = logging.getLogger(__name__)
 # A request allocates thousands of short-lived objects (rows, records, dicts); at the default

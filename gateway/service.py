@@ -17,11 +17,11 @@ from contracts.errors import Failure, GatewayError, bad_input
 from contracts.partitioner import Key
 from contracts.positions import Position, decode_token, merge
 from contracts.project import Project, Store
-from gateway import cursors, limits, merging
-from gateway.batching import Consistency, Outcome, Work
-from gateway.lanes import offload, sliced
-from gateway.limits import SCAN_LOOKAHEAD
-from gateway.queries import Get, Prefix, Range, Row, Scan, Windows, WindowsOfKey
+from gateway.cluster.batching import Consistency, Outcome, Work
+from gateway.model import cursors, limits, merging
+from gateway.model.limits import SCAN_LOOKAHEAD
+from gateway.model.queries import Get, Prefix, Range, Row, Scan, Windows, WindowsOfKey
+from gateway.runtime.lanes import offload, sliced
 
 Load = Callable[[Work], Awaitable[Outcome]]
 

@@ -18,13 +18,13 @@ from starlette.websockets import WebSocket
 
 from contracts.project import Project
 from gateway.http import node_routes
-from gateway.lanes import Lanes
 from gateway.node import GatewayNode
-from resolvers import websocket as websocket_protocol
-from resolvers.endpoint import GraphQLEndpoint
-from resolvers.live import Hub
-from resolvers.operations import Operations
-from resolvers.schema import build_schema
+from gateway.runtime.lanes import Lanes
+from resolvers.execution.operations import Operations
+from resolvers.schema.build import build_schema
+from resolvers.transport import websocket as websocket_protocol
+from resolvers.transport.endpoint import GraphQLEndpoint
+from resolvers.transport.live import Hub
 
 CORS_MAX_AGE_S = 600  # how long a browser may cache a preflight's answer
 STATIC = Path(__file__).parent / "static"  # client libraries pages load from the node

@@ -276,7 +276,7 @@ def serve_store(project: Project, args: argparse.Namespace) -> int:
 
 
 def print_schema(project: Project, args: argparse.Namespace) -> int:
-    from resolvers.schema import sdl
+    from resolvers.schema.build import sdl
 
     sys.stdout.write(sdl(project))
     return 0
@@ -285,8 +285,8 @@ def print_schema(project: Project, args: argparse.Namespace) -> int:
 def print_operations(project: Project, args: argparse.Namespace) -> int:
     """The manifest of settings.operations: each operation's name and the SHA-256 of its
     canonical text, which clients send instead of the text (README: Persisted operations)."""
-    from resolvers.operations import Operations
-    from resolvers.schema import build_schema
+    from resolvers.execution.operations import Operations
+    from resolvers.schema.build import build_schema
 
     if project.operations_file is None:
         print(f"stategate: {project.path}: settings.operations is not set", file=sys.stderr)

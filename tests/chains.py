@@ -10,7 +10,7 @@ from pathlib import Path
 import duckdb
 
 from contracts.project import Project, Store
-from gateway.row_select import columns
+from gateway.storage.row_select import columns
 
 SNAPSHOT_FORMAT = 2
 

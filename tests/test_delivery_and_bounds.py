@@ -20,10 +20,10 @@ from pyspark.sql import SparkSession
 from contracts.auth import SECRET_HEADER
 from contracts.positions import decode_token, encode_token
 from contracts.snapshot_file import relative_path
-from gateway.peers import PeerClient
-from gateway.snapshots import SnapshotCatalog
-from gateway.switches import Switches
-from gateway.sync import SnapshotSync
+from gateway.storage.snapshots import SnapshotCatalog
+from gateway.storage.switches import Switches
+from gateway.storage.sync import SnapshotSync
+from gateway.wire.peers import PeerClient
 from spark_pipeline import job
 from stategate.launcher import Processes, free_ports, store_command
 from tests import oracle, wire

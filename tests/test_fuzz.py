@@ -38,10 +38,10 @@ from pyspark.sql import SparkSession
 
 from contracts.auth import secret_headers
 from contracts.project import Project
-from gateway.limits import SCAN_LOOKAHEAD
-from gateway.protocol import decode_answers, decode_request, encode_request
-from gateway.queries import Get, Prefix, Range, SubQuery, Windows, WindowsOfKey
-from resolvers.schema import build_schema
+from gateway.model.limits import SCAN_LOOKAHEAD
+from gateway.model.queries import Get, Prefix, Range, SubQuery, Windows, WindowsOfKey
+from gateway.wire.protocol import decode_answers, decode_request, encode_request
+from resolvers.schema.build import build_schema
 from tests import oracle
 from tests.nodes import Served, serve
 

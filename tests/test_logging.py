@@ -243,7 +243,7 @@ def assert_one_client_line(
 ) -> None:
     assert len(lines) == 1, lines
     (line,) = lines
-    assert line["level"] == level and line["logger"] == "resolvers.client_errors", line
+    assert line["level"] == level and line["logger"] == "resolvers.execution.client_errors", line
     assert "exception" not in line and "Traceback" not in json.dumps(line)
     named = f" operation={operation}" if operation else ""
     assert line["message"].startswith(f"client error {code}{named} via={via}: "), line

@@ -17,12 +17,12 @@ import uvloop
 
 from contracts import project as config
 from contracts.errors import Failure
-from gateway.health import Membership
-from gateway.metrics import NodeMetrics
-from gateway.peers import PeerClient, PeerError, PeerUnreachable
-from gateway.queries import Answer, Get, Range, SubQuery
-from gateway.routing import Router
-from gateway.switches import Switches
+from gateway.cluster.health import Membership
+from gateway.cluster.metrics import NodeMetrics
+from gateway.cluster.routing import Router
+from gateway.model.queries import Answer, Get, Range, SubQuery
+from gateway.storage.switches import Switches
+from gateway.wire.peers import PeerClient, PeerError, PeerUnreachable
 from stategate.launcher import free_ports
 from tests.nodes import Served
 from tests.projects import write_project

@@ -32,8 +32,8 @@ from graphql import (
     is_leaf_type,
 )
 
-from resolvers.plans import compile_plan
-from resolvers.schema import build_schema
+from resolvers.execution.plans import compile_plan
+from resolvers.schema.build import build_schema
 from tests import oracle
 
 DOCUMENTS = 240

@@ -13,7 +13,7 @@ from graphql import (
 )
 
 from contracts import project as config
-from resolvers.schema import sdl
+from resolvers.schema.build import sdl
 from stategate.demo import PROJECT_TEMPLATE as DEMO_CONFIG
 
 ROOT = Path(__file__).resolve().parent.parent

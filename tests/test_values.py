@@ -19,7 +19,7 @@ from contracts import eventlog
 from contracts import project as projects
 from contracts.partitioner import partition_for
 from contracts.project import Project
-from gateway import cursors
+from gateway.model import cursors
 from spark_pipeline import job
 from stategate.launcher import free_ports
 from tests import oracle, wire

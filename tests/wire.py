@@ -1,5 +1,5 @@
 """Values as they travel in GraphQL responses. A Long (offsets, counts, sums, long keys) is a
-JSON string of decimal digits (resolvers/scalars.py): these read it back, and fail the test
+JSON string of decimal digits (resolvers/schema/scalars.py): these read it back, and fail the test
 when a Long arrives as anything else, a JSON number above all."""
 
 from __future__ import annotations

@@ -14,13 +14,13 @@ import pytest
 from contracts.partitioner import Key, partition_for
 from contracts.positions import Position
 from contracts.project import Project, Store, load
-from gateway.batching import DEFAULT_MAX_KEYS, Consistency, Outcome, RequestBatch, Work
-from gateway.health import Membership
-from gateway.metrics import NodeMetrics
-from gateway.peers import PeerClient
-from gateway.queries import Answer, Get, Prefix, Query, Range, SubQuery, Windows, WindowsOfKey
-from gateway.routing import Router
-from gateway.switches import Switches
+from gateway.cluster.batching import DEFAULT_MAX_KEYS, Consistency, Outcome, RequestBatch, Work
+from gateway.cluster.health import Membership
+from gateway.cluster.metrics import NodeMetrics
+from gateway.cluster.routing import Router
+from gateway.model.queries import Answer, Get, Prefix, Query, Range, SubQuery, Windows, WindowsOfKey
+from gateway.storage.switches import Switches
+from gateway.wire.peers import PeerClient
 from tests.projects import write_project
 
 LogEnd = Callable[[str, int], "int | None"]
@@ -149,7 +149,7 @@ def test_every_work_gets_back_the_parts_holding_its_keys_in_partition_order(node
 
 
 def test_a_partitions_shared_lookup_holds_at_most_max_keys(node: Node) -> None:
-    """Peers refuse a sub-query of more than max_keys_per_request keys (gateway/limits.py),
+    """Peers refuse a sub-query of more than max_keys_per_request keys (gateway/model/limits.py),
     so lookups that would pool more into one partition's sub-query start another."""
     project = node.project
     store = project.stores["trainStatus"]

@@ -32,10 +32,10 @@ from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
 from contracts.errors import Failure
 from contracts.positions import Position
 from contracts.project import Project, Store, load
+from gateway.cluster.status import PartitionInfo, PartitionMap, ReplicaInfo
 from gateway.service import Entry, KeyWindows, Lookup, Meta, Page, PartitionOutcome
-from gateway.status import PartitionInfo, PartitionMap, ReplicaInfo
-from resolvers.completion import PlainRecordExecutionContext
-from resolvers.schema import build_schema
+from resolvers.execution.completion import PlainRecordExecutionContext
+from resolvers.schema.build import build_schema
 from tests.projects import write_project
 
 BASELINE = StrawberryGraphQLCoreExecutionContext

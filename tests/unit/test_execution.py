@@ -17,12 +17,12 @@ import pytest
 from contracts.errors import Failure
 from contracts.project import Project, Store, load
 from contracts.snapshot_file import columns as stored_columns
-from gateway import execution
-from gateway.layers import LayeredTable, LayerHeader, LocalLayer, Overlay
-from gateway.lookup_table import MAX_KEY_BYTES, LookupTable
-from gateway.queries import Get, Prefix, Query, Range, Row, SubQuery, Windows, WindowsOfKey
-from gateway.row_select import columns
-from gateway.snapshots import Base, Snapshot
+from gateway.model.queries import Get, Prefix, Query, Range, Row, SubQuery, Windows, WindowsOfKey
+from gateway.storage import execution
+from gateway.storage.layers import LayeredTable, LayerHeader, LocalLayer, Overlay
+from gateway.storage.lookup_table import MAX_KEY_BYTES, LookupTable
+from gateway.storage.row_select import columns
+from gateway.storage.snapshots import Base, Snapshot
 from tests.projects import write_project
 
 MAX = "\U0010ffff"

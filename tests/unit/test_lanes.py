@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Iterator
 
-from gateway.lanes import MAX_WAIT_S, SLICE, STEP, Lanes, in_bulk_lane, offload, sliced
+from gateway.runtime.lanes import MAX_WAIT_S, SLICE, STEP, Lanes, in_bulk_lane, offload, sliced
 
 
 def _walk(items: int) -> tuple[str, list[float]]:

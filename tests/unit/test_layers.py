@@ -1,10 +1,17 @@
-"""The packages import in one direction; a test that walks every import keeps it so.
+"""The packages import in one direction, and so do the floors inside gateway/ and resolvers/;
+a test that walks every import keeps it so.
 
 contracts        the shared formats and vocabulary: imports none of ours
 gateway          a node's query service, routing, storage: contracts
 spark_pipeline   the pipeline: contracts
-resolvers        the GraphQL schema over the query service: gateway, contracts
+resolvers        the GraphQL front end over the query service: gateway, contracts
 stategate        composition (CLI, demo, the ASGI app): any of them
+
+Inside gateway/, from the ground up: model (values and pure rules) and runtime (scheduling);
+wire (the internal protocol and transports); storage (snapshots, tables, execution, delivery);
+cluster (membership, status, routing, batching); then the node, its service and its HTTP
+routes at the top. Inside resolvers/: schema (the typed fields), execution (operations, the
+executors, persisted documents, costs), transport (HTTP, WebSocket, live queries).
 """
 
 from __future__ import annotations
@@ -30,17 +37,42 @@ FORBIDDEN = {
     "gateway": {"pyspark", "strawberry"},
     "resolvers": {"pyspark"},
 }
+# The floors inside a package, lowest first; a module directly in the package is its top
+# floor. A floor imports its own and the floors below it.
+FLOORS = {
+    "gateway": [{"model", "runtime"}, {"wire"}, {"storage"}, {"cluster"}, {""}],
+    "resolvers": [{"schema"}, {"execution"}, {"transport"}, {""}],
+}
 
 
 def imports(path: Path) -> set[str]:
-    """The top-level packages a module imports, at any depth in the file."""
+    """The dotted names of our modules and the top-level packages a module imports, at any
+    depth in the file."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
-            found.update(alias.name.split(".")[0] for alias in node.names)
+            found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            found.add(node.module.split(".")[0])
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
     return found
+
+
+def tops(names: set[str]) -> set[str]:
+    return {name.split(".")[0] for name in names}
+
+
+def floor_of(package: str, dotted: str) -> int:
+    """The floor of a module or sub-package `package.<sub>...`; a name of the package's own
+    top (a module at its root) is its top floor."""
+    parts = dotted.split(".")
+    sub = parts[1] if len(parts) > 2 or (ROOT / package / parts[1]).is_dir() else ""
+    if len(parts) == 1:
+        sub = ""
+    for number, floor in enumerate(FLOORS[package]):
+        if sub in floor:
+            return number
+    raise AssertionError(f"{dotted}: {package}/{sub} is on no floor of {package}")
 
 
 @pytest.mark.parametrize("package", sorted(ALLOWED))
@@ -49,14 +81,53 @@ def test_packages_import_only_the_layers_below_them(package: str) -> None:
     assert modules, f"no modules in {package}"
     wrong = {
         str(m.relative_to(ROOT)): sorted(
-            (imports(m) & OURS) - ALLOWED[package] | imports(m) & FORBIDDEN.get(package, set())
+            (tops(imports(m)) & OURS) - ALLOWED[package]
+            | tops(imports(m)) & FORBIDDEN.get(package, set())
         )
         for m in modules
     }
     assert {m: names for m, names in wrong.items() if names} == {}
 
 
+@pytest.mark.parametrize("package", sorted(FLOORS))
+def test_floors_import_only_their_own_and_the_floors_below(package: str) -> None:
+    wrong = {}
+    for module in sorted((ROOT / package).rglob("*.py")):
+        dotted = ".".join(module.relative_to(ROOT).with_suffix("").parts)
+        if dotted.endswith(".__init__"):
+            continue
+        own = floor_of(package, dotted)
+        above = sorted(
+            name
+            for name in imports(module)
+            if name.startswith(f"{package}.")
+            and _is_module(name)
+            and floor_of(package, name) > own
+        )
+        if above:
+            wrong[dotted] = above
+    assert wrong == {}
+
+
+@pytest.mark.parametrize("package", sorted(FLOORS))
+def test_every_sub_package_is_on_a_floor(package: str) -> None:
+    subs = {p.name for p in (ROOT / package).iterdir() if (p / "__init__.py").is_file()}
+    assert subs <= set().union(*FLOORS[package])
+
+
+def _is_module(dotted: str) -> bool:
+    path = ROOT.joinpath(*dotted.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
 def test_the_walker_sees_imports_inside_functions(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
-    module.write_text("def f():\n    from resolvers.schema import sdl\n    import pyspark.sql\n")
-    assert imports(module) == {"resolvers", "pyspark"}
+    module.write_text("def f():\n    from resolvers.schema import x\n    import pyspark.sql\n")
+    assert tops(imports(module)) == {"resolvers", "pyspark"}
+
+
+def test_a_floor_that_imports_one_above_it_is_found(tmp_path: Path) -> None:
+    assert floor_of("gateway", "gateway.model.queries") < floor_of("gateway", "gateway.node")
+    assert floor_of("resolvers", "resolvers.schema.stores") < floor_of(
+        "resolvers", "resolvers.transport.live"
+    )

@@ -8,8 +8,8 @@ import pytest
 
 from contracts.errors import GatewayError
 from contracts.project import Project, load
-from gateway.limits import SCAN_LOOKAHEAD, check_subquery
-from gateway.queries import Get, Prefix, Query, Range, SubQuery, Windows, WindowsOfKey
+from gateway.model.limits import SCAN_LOOKAHEAD, check_subquery
+from gateway.model.queries import Get, Prefix, Query, Range, SubQuery, Windows, WindowsOfKey
 from tests.projects import HOUR_MS, write_project
 
 

@@ -19,7 +19,7 @@ from graphql import GraphQLError
 
 from contracts.errors import GatewayError
 from contracts.settings import Settings
-from resolvers import client_errors, results
+from resolvers.execution import client_errors, results
 from stategate import logs
 
 RFC3339_MS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
@@ -44,12 +44,12 @@ def lines(stream: io.StringIO) -> list[dict[str, object]]:
 
 
 def test_a_json_line_has_the_documented_fields(captured: io.StringIO) -> None:
-    logging.getLogger("gateway.sync").warning("partition %s not updated: %s", 3, "gone")
+    logging.getLogger("gateway.storage.sync").warning("partition %s not updated: %s", 3, "gone")
     (line,) = lines(captured)
     assert list(line) == ["ts", "level", "source", "logger", "message"]
     assert RFC3339_MS.match(str(line["ts"]))
     assert line["level"] == "WARNING" and line["source"] == "node7"
-    assert line["logger"] == "gateway.sync"
+    assert line["logger"] == "gateway.storage.sync"
     assert line["message"] == "partition 3 not updated: gone"
 
 
@@ -57,7 +57,7 @@ def test_an_exception_is_one_field_of_one_line(captured: io.StringIO) -> None:
     try:
         raise ZeroDivisionError("boom")
     except ZeroDivisionError:
-        logging.getLogger("resolvers.endpoint").exception("answering failed")
+        logging.getLogger("resolvers.transport.endpoint").exception("answering failed")
     assert len(captured.getvalue().splitlines()) == 1
     (line,) = lines(captured)
     assert line["level"] == "ERROR" and line["message"] == "answering failed"
@@ -113,7 +113,7 @@ def test_text_lines_name_the_source_and_the_logger() -> None:
 
 
 def client_lines(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
-    return [r for r in caplog.records if r.name == "resolvers.client_errors"]
+    return [r for r in caplog.records if r.name == "resolvers.execution.client_errors"]
 
 
 def test_a_refused_operation_logs_one_line_with_code_operation_and_message(

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from contracts.errors import Failure
-from gateway import merging
-from gateway.queries import Answer, Get, Range, Row, SubQuery, Windows
+from gateway.model import merging
+from gateway.model.queries import Answer, Get, Range, Row, SubQuery, Windows
 
 Part = tuple[SubQuery, Answer]
 

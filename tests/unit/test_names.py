@@ -11,7 +11,7 @@ from graphql import GraphQLObjectType, GraphQLSchema
 
 from contracts import names
 from contracts.project import ConfigError, Project, load
-from resolvers.schema import build_schema
+from resolvers.schema.build import build_schema
 
 HEAD = """
 cluster = { secret = "s", nodes = [{ id = "n1", address = "127.0.0.1:1", data_dir = "n1" }] }

@@ -1,6 +1,6 @@
 """Persisted operations without a node: the hash a request names its document by, the
 registry of an operations file and its canonical texts, and what a request resolves to, with
-and without the allow-list (resolvers/requests.py, resolvers/persisted.py)."""
+and without the allow-list (resolvers/transport/requests.py, resolvers/execution/persisted.py)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from graphql import parse, print_ast
 from contracts import project as projects
 from contracts.project import ConfigError
 from contracts.settings import Settings, SettingsError
-from resolvers.operations import Operations, Refused
-from resolvers.persisted import MAX_REMEMBERED_CHARS, Source, canonical
-from resolvers.requests import TransportError, persisted_hash, read_get, read_post
-from resolvers.schema import build_schema
+from resolvers.execution.operations import Operations, Refused
+from resolvers.execution.persisted import MAX_REMEMBERED_CHARS, Source, canonical
+from resolvers.schema.build import build_schema
+from resolvers.transport.requests import TransportError, persisted_hash, read_get, read_post
 from tests.projects import write_project
 
 OPERATIONS = """

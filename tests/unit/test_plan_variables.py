@@ -12,8 +12,8 @@ import pytest
 from graphql.execution.values import get_variable_values
 
 from contracts.project import load
-from resolvers.plans import compile_plan
-from resolvers.schema import build_schema
+from resolvers.execution.plans import compile_plan
+from resolvers.schema.build import build_schema
 from tests.projects import write_project
 
 DOCUMENT = """query Q($k: String!, $ks: [String!]!, $first: Int, $ids: [Int], $maybe: [String],

@@ -12,14 +12,14 @@ import orjson
 import pytest
 
 from contracts.errors import Failure
-from gateway.protocol import (
+from gateway.model.queries import Answer, Get, Prefix, Query, Range, SubQuery, Windows, WindowsOfKey
+from gateway.wire.protocol import (
     ProtocolError,
     decode_answers,
     decode_request,
     encode_answers,
     encode_request,
 )
-from gateway.queries import Answer, Get, Prefix, Query, Range, SubQuery, Windows, WindowsOfKey
 
 KINDS = ("get", "window", "range", "prefix", "windows", "windows_after")
 Decoder = Callable[[bytes], list[Any]]

@@ -18,9 +18,9 @@ from graphql import GraphQLSchema, parse, validate
 from graphql.execution.values import get_variable_values
 
 from contracts.project import load
-from resolvers.completion import _INLINE, _leaf
-from resolvers.scalars import parse_long, serialize_long
-from resolvers.schema import build_schema
+from resolvers.execution.completion import _INLINE, _leaf
+from resolvers.schema.build import build_schema
+from resolvers.schema.scalars import parse_long, serialize_long
 
 PROJECT = """
 cluster = { secret = "s", nodes = [{ id = "n1", address = "127.0.0.1:1", data_dir = "n1" }] }

@@ -16,7 +16,7 @@ from contracts.errors import GatewayError
 from contracts.partitioner import Key, KeyType
 from contracts.positions import Position
 from contracts.project import Store, parse
-from gateway import cursors
+from gateway.model import cursors
 
 TOPIC_CHARS = string.ascii_letters + string.digits + "._-äö日本🚆\"'\\ "
 

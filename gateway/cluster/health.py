@@ -1,0 +1,129 @@
+"""What this node knows of its peers: liveness, and each peer's snapshot positions.
+
+Each peer's status is watched by a blocking poll: the peer answers as soon as it switches a
+version (gateway/storage/switches.py), and after `health_interval_s` when nothing changed. So a node
+hears of a peer's switch within one round trip, and of its liveness at least that often.
+The partitions a peer switched are reported to this node's Switches. A failed call marks
+a peer down at once and a successful one marks it up.
+
+A peer down because a call timed out (hung, overloaded) is skipped until a poll or a call
+sees it again, so it costs at most one timeout per request. A peer down because it refused
+or reset a connection fails fast: the router still asks it when no other replica is left,
+so a stale belief never fails a partition on its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+
+from contracts.project import Project
+from gateway.cluster.status import NodeStatus, PartitionState
+from gateway.storage.switches import Switches
+from gateway.wire.peers import PeerClient, PeerError, PeerUnreachable, PoolExhausted
+from gateway.wire.protocol import ProtocolError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Peer:
+    id: str
+    alive: bool = True  # optimistic until a call or a poll says otherwise
+    hung: bool = False  # down because a call timed out: asking again costs a whole timeout
+    seen_ms: int = 0
+    changes: int = -1  # the peer's switch counter as last seen; -1: answer at once
+    partitions: dict[int, PartitionState] = field(default_factory=dict)
+
+
+class Membership:
+    def __init__(
+        self, project: Project, node_id: str, peers: PeerClient, switches: Switches
+    ) -> None:
+        self.project = project
+        self.node_id = node_id
+        self.client = peers
+        self.switches = switches
+        self.peers = {n.id: Peer(n.id) for n in project.cluster.nodes if n.id != node_id}
+
+    def alive(self, node_id: str) -> bool:
+        peer = self.peers.get(node_id)
+        return peer is None or peer.alive
+
+    def beliefs(self) -> dict[str, bool]:
+        """Each peer: alive or not, as this node believes."""
+        return {peer.id: peer.alive for peer in self.peers.values()}
+
+    def cheap_to_ask(self, node_id: str) -> bool:
+        """Alive, or down for a fast failure (refused, reset) rather than a timeout."""
+        peer = self.peers.get(node_id)
+        return peer is None or not peer.hung
+
+    def mark_down(self, node_id: str, error: PeerError | ProtocolError) -> None:
+        peer = self.peers.get(node_id)
+        if peer is None or isinstance(error, PoolExhausted):
+            return  # no connection of our own was free: nothing is known of the peer
+        peer.hung = isinstance(error, PeerUnreachable) and error.hung
+        if peer.alive:
+            # A peer never seen yet is most likely still starting: not worth a warning.
+            level = logging.WARNING if peer.seen_ms else logging.INFO
+            log.log(level, "peer %s is down: %s", node_id, error)
+            peer.alive = False
+
+    def mark_up(self, node_id: str) -> None:
+        peer = self.peers.get(node_id)
+        if peer is not None and not peer.alive:
+            log.info("peer %s is back", node_id)
+            peer.alive, peer.hung = True, False
+
+    def state(self, node_id: str, partition: int) -> PartitionState | None:
+        peer = self.peers.get(node_id)
+        return None if peer is None else peer.partitions.get(partition)
+
+    def offsets(self, node_id: str, partition: int) -> dict[str, int] | None:
+        state = self.state(node_id, partition)
+        return None if state is None else state.offsets
+
+    async def watch_forever(self) -> None:
+        await asyncio.gather(*(self._watch(peer) for peer in self.peers.values()))
+
+    async def poll_once(self) -> None:
+        """Every peer's status, now."""
+        await asyncio.gather(*(self._poll(peer, wait=False) for peer in self.peers.values()))
+
+    async def _watch(self, peer: Peer) -> None:
+        while True:
+            try:
+                answered = await self._poll(peer, wait=True)
+            except Exception:  # a frozen view of the peers is worse than one lost poll
+                log.exception("polling %s failed", peer.id)
+                answered = False
+            if not answered:
+                await asyncio.sleep(self.project.settings.health_interval_s)
+
+    async def _poll(self, peer: Peer, wait: bool) -> bool:
+        """Ask the peer's status (when `wait`, once it differs from what was seen last);
+        False when it did not answer."""
+        interval = self.project.settings.health_interval_s
+        url = f"{self.project.cluster.node(peer.id).url}/internal/status"
+        if wait:
+            url += f"?changes={peer.changes}&wait={interval}"
+        timeout = self.project.settings.internal_timeout_s + (interval if wait else 0)
+        try:
+            status = NodeStatus.from_json(await self.client.get(url, timeout) or b"")
+        except (PeerError, ProtocolError) as exc:  # no status from it: down for routing
+            self.mark_down(peer.id, exc)
+            peer.changes = -1
+            return False
+        switched = [
+            p
+            for p, state in status.partitions.items()
+            if (seen := peer.partitions.get(p)) is None or seen.version != state.version
+        ]
+        peer.partitions, peer.changes = status.partitions, status.changes
+        peer.seen_ms = int(time.time() * 1000)
+        self.mark_up(peer.id)
+        self.switches.observed(switched)
+        return True

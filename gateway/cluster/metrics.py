@@ -1,0 +1,146 @@
+"""A node's Prometheus metrics (prometheus-client), served at /metrics.
+
+Counted as they happen: GraphQL requests by operation and outcome, with their latency;
+internal calls by peer and outcome; failovers (a partition's sub-query moving on from a
+replica that could not answer it). Read at each scrape from the node's own state: each
+hosted partition's snapshot version, age and lag, sync errors, what the node believes of
+its peers, and its subscriptions.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from gateway.cluster.status import LiveCounts, NodeStatus
+
+MAX_OPERATION_NAMES = 200  # distinct operation labels; later names count as "other"
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """What a scrape reads of the node (gateway/node.py provides it)."""
+
+    status: Callable[[], NodeStatus]
+    lag: Callable[[int, dict[str, int]], int | None]
+    peers_alive: Callable[[], dict[str, bool]]
+
+
+class NodeMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "stategate_graphql_requests",
+            "GraphQL requests by operation name and outcome (ok, partial, error, refused, "
+            "persisted_query_not_found, not_allowed, cancelled)",
+            ["operation", "outcome"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "stategate_graphql_request_seconds",
+            "GraphQL request latency, from the request's arrival to its response",
+            ["operation"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.internal_calls = Counter(
+            "stategate_internal_calls",
+            "internal calls this node made, by peer and outcome "
+            "(ok, refused, garbage, unreachable)",
+            ["peer", "outcome"],
+            registry=self.registry,
+        )
+        self.failovers = Counter(
+            "stategate_failovers",
+            "sub-queries that moved on from a replica, by that replica and its failure",
+            ["peer", "reason"],
+            registry=self.registry,
+        )
+        self._names: set[str] = set()
+
+    def operation(self, name: str | None) -> str:
+        """The label of an operation name: a bounded set, whatever clients send."""
+        if not name:
+            return "anonymous"
+        if name in self._names or len(self._names) < MAX_OPERATION_NAMES:
+            self._names.add(name)
+            return name
+        return "other"
+
+    def request(self, name: str | None, outcome: str, seconds: float) -> None:
+        operation = self.operation(name)
+        self.requests.labels(operation, outcome).inc()
+        self.latency.labels(operation).observe(seconds)
+
+    def watch(self, state: NodeState) -> None:
+        self.registry.register(_StateCollector(state))
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class _StateCollector(Collector):
+    def __init__(self, state: NodeState) -> None:
+        self.state = state
+
+    def collect(self) -> Iterator[Metric]:
+        status = self.state.status()
+        version = GaugeMetricFamily(
+            "stategate_snapshot_version", "the version served, per partition", labels=["partition"]
+        )
+        age = GaugeMetricFamily(
+            "stategate_snapshot_age_seconds",
+            "seconds since the pipeline built the snapshot served, per partition",
+            labels=["partition"],
+        )
+        lag = GaugeMetricFamily(
+            "stategate_snapshot_lag",
+            "log offsets the snapshot served is behind the log end, per partition",
+            labels=["partition"],
+        )
+        now = time.time()
+        for partition, state in status.partitions.items():
+            label = [str(partition)]
+            version.add_metric(label, state.version)
+            age.add_metric(label, max(0.0, now - state.created_ms / 1000))
+            behind = self.state.lag(partition, state.offsets)
+            if behind is not None:
+                lag.add_metric(label, behind)
+        errors = GaugeMetricFamily(
+            "stategate_sync_errors",
+            "1 for each partition whose newest version failed to install",
+            labels=["partition"],
+        )
+        for partition in status.sync_errors:
+            errors.add_metric([str(partition)], 1)
+        up = GaugeMetricFamily(
+            "stategate_peer_up", "what this node believes of each peer", labels=["peer"]
+        )
+        for peer, alive in self.state.peers_alive().items():
+            up.add_metric([peer], 1 if alive else 0)
+        yield from (version, age, lag, errors, up, *_live(status.live))
+        yield CounterMetricFamily(
+            "stategate_internal_requests_served",
+            "internal query requests this node answered for its peers",
+            value=status.internal_requests,
+        )
+
+
+def _live(live: LiveCounts) -> Iterator[Metric]:
+    yield GaugeMetricFamily(
+        "stategate_subscriptions", "open subscriptions", value=live.subscriptions
+    )
+    yield GaugeMetricFamily(
+        "stategate_subscription_cohorts",
+        "distinct subscriptions, each evaluated once per change",
+        value=live.cohorts,
+    )
+    yield CounterMetricFamily(
+        "stategate_subscription_evaluations", "cohort evaluations", value=live.evaluations
+    )

@@ -1,0 +1,194 @@
+"""Where sub-queries go: each partition to one of its replicas, in rounds.
+
+Round r sends every sub-query still unanswered to its next eligible replica, one internal
+request per node, all nodes in parallel. A partition whose replica failed (node down,
+NOT_PRESENT during a move, NOT_UP_TO_BOUND...) moves to the next replica in the next round.
+Internal requests are answered locally by the receiving node and never forwarded again.
+
+Replica order: this node first when it hosts the partition and is as fresh as the active
+(no hop at all), then the active, then the standbys; replicas known to be behind the
+request's bound go after those, and a replica that is really behind answers NOT_UP_TO_BOUND.
+Last come replicas believed down that failed fast (gateway/cluster/health.py): asking one again
+costs a refused connection, and what this node believes of a peer may be out of date.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from contracts.errors import Failure
+from contracts.positions import satisfies
+from contracts.project import Project
+from gateway.cluster.health import Membership
+from gateway.cluster.metrics import NodeMetrics
+from gateway.model.queries import Answer, SubQuery, keys_of
+from gateway.runtime.lanes import offload
+from gateway.wire.peers import PeerClient, PeerError, PeerRefused
+from gateway.wire.protocol import ProtocolError, decode_answers, encode_request
+
+log = logging.getLogger(__name__)
+# Failures the caller's own demands cause (a bound, requireActive): not worth a warning.
+_ASKED_FOR = frozenset({Failure.NOT_UP_TO_BOUND, Failure.NOT_ACTIVE})
+
+
+@dataclass
+class Trace:
+    """What one request cost: the internal calls of each round."""
+
+    rounds: list[dict[str, int]] = field(default_factory=list)  # node -> sub-queries
+    millis: float = 0.0
+
+    def calls(self) -> int:
+        return sum(len(r) for r in self.rounds)
+
+
+class Router:
+    def __init__(
+        self,
+        project: Project,
+        node_id: str,
+        membership: Membership,
+        peers: PeerClient,
+        local: Callable[[list[SubQuery]], Awaitable[list[Answer]]],
+        local_offsets: Callable[[int], dict[str, int] | None],
+        metrics: NodeMetrics,
+    ) -> None:
+        self.project = project
+        self.node_id = node_id
+        self.membership = membership
+        self.peers = peers
+        self.local = local
+        self.local_offsets = local_offsets
+        self.metrics = metrics
+
+    async def execute(
+        self, subqueries: list[SubQuery], authorization: str | None = None
+    ) -> tuple[dict[int, Answer], Trace]:
+        started = time.perf_counter()
+        trace = Trace()
+        done: dict[int, Answer] = {}
+        tried: dict[int, set[str]] = defaultdict(set)
+        pending = list(subqueries)
+        while pending:
+            by_node: dict[str, list[SubQuery]] = defaultdict(list)
+            for q in pending:
+                node = self._next_replica(q, tried[q.id])
+                if node is None:
+                    done.setdefault(q.id, self._unanswerable(q))
+                    continue
+                tried[q.id].add(node)
+                by_node[node].append(q)
+            if not by_node:
+                break
+            trace.rounds.append({n: len(qs) for n, qs in by_node.items()})
+            calls = [self._call(n, qs, authorization) for n, qs in by_node.items()]
+            batches = [await calls[0]] if len(calls) == 1 else await asyncio.gather(*calls)
+            by_id = {q.id: q for qs in by_node.values() for q in qs}
+            pending = []
+            for answer in (a for answers in batches for a in answers):
+                if not _hides(answer, done.get(answer.id)):
+                    done[answer.id] = answer  # a failure stands unless a later one says more
+                if answer.failure is not None and answer.failure.retryable:
+                    self.metrics.failovers.labels(answer.node or "none", answer.failure).inc()
+                    log.log(
+                        logging.INFO if answer.failure in _ASKED_FOR else logging.WARNING,
+                        "partition %s on %s failed (%s): %s",
+                        by_id[answer.id].partition,
+                        answer.node,
+                        answer.failure,
+                        answer.message,
+                    )
+                    pending.append(by_id[answer.id])
+        trace.millis = (time.perf_counter() - started) * 1000
+        return done, trace
+
+    def replicas(self, q: SubQuery) -> list[str]:
+        """The replicas of the sub-query's partition worth asking, in the order they are tried.
+
+        Replicas known to be behind the bound go after the others rather than nowhere: what
+        this node knows of a peer is up to one poll old, and only the replica itself can
+        refuse. Replicas down for a fast failure come last; hung ones are not asked.
+        """
+        ids = list(self.project.cluster.replica_map[q.partition])
+        active = ids[0]
+        if q.require_active:
+            ids = [active]
+        elif self.node_id in ids[1:] and self._as_fresh_as(active, q.partition):
+            ids.remove(self.node_id)
+            ids.insert(0, self.node_id)
+        alive = [n for n in ids if self.membership.alive(n)]
+        down = [n for n in ids if n not in alive and self.membership.cheap_to_ask(n)]
+        return sorted(alive, key=lambda n: not self._may_satisfy(n, q)) + down
+
+    def _next_replica(self, q: SubQuery, tried: set[str]) -> str | None:
+        return next((n for n in self.replicas(q) if n not in tried), None)
+
+    def _known_offsets(self, node_id: str, partition: int) -> dict[str, int] | None:
+        if node_id == self.node_id:
+            return self.local_offsets(partition)
+        return self.membership.offsets(node_id, partition)
+
+    def _may_satisfy(self, node_id: str, q: SubQuery) -> bool:
+        offsets = self._known_offsets(node_id, q.partition)
+        return offsets is None or satisfies(offsets, q.bound)  # unknown: let the node say
+
+    def _as_fresh_as(self, active: str, partition: int) -> bool:
+        mine = self.local_offsets(partition)
+        if mine is None:
+            return False
+        theirs = self._known_offsets(active, partition)
+        return theirs is None or satisfies(mine, theirs)
+
+    def _unanswerable(self, q: SubQuery) -> Answer:
+        """The failure of a partition no live replica was left to ask."""
+        ids = self.project.cluster.replica_map[q.partition]
+        if q.require_active:
+            text = f"active replica {ids[0]} of partition {q.partition} is down"
+        else:
+            text = f"no live replica of partition {q.partition} ({', '.join(ids)} are down)"
+        return Answer(id=q.id, node="").fail(Failure.NODE_UNAVAILABLE, text)
+
+    async def _call(
+        self, node_id: str, subqueries: list[SubQuery], authorization: str | None
+    ) -> list[Answer]:
+        if node_id == self.node_id:
+            return await self.local(subqueries)
+        url = f"{self.project.cluster.node(node_id).url}/internal/query"
+        try:
+            keys = keys_of(subqueries)
+            request = await offload(encode_request, subqueries, items=keys)
+            reply = await self.peers.post(url, request, authorization)
+            answers = await offload(decode_answers, reply, items=keys)
+        except PeerRefused as exc:  # it is up, but did not answer these: fail them over
+            self.metrics.internal_calls.labels(node_id, "refused").inc()
+            return _all_failed(subqueries, node_id, f"{node_id} {exc}")
+        except ProtocolError as exc:  # not our protocol: another version, a proxy
+            self.metrics.internal_calls.labels(node_id, "garbage").inc()
+            return _all_failed(subqueries, node_id, f"{node_id} answered garbage: {exc}")
+        except PeerError as exc:
+            self.metrics.internal_calls.labels(node_id, "unreachable").inc()
+            self.membership.mark_down(node_id, exc)
+            return _all_failed(subqueries, node_id, f"{node_id} unreachable: {exc}")
+        self.metrics.internal_calls.labels(node_id, "ok").inc()
+        self.membership.mark_up(node_id)
+        return answers
+
+
+def _hides(answer: Answer, earlier: Answer | None) -> bool:
+    """An unreachable replica asked last says less than what an earlier replica answered."""
+    return (
+        answer.failure is Failure.NODE_UNAVAILABLE
+        and earlier is not None
+        and earlier.failure not in (None, Failure.NODE_UNAVAILABLE)
+    )
+
+
+def _all_failed(subqueries: list[SubQuery], node_id: str, message: str) -> list[Answer]:
+    return [
+        Answer(id=q.id, node=node_id).fail(Failure.NODE_UNAVAILABLE, message) for q in subqueries
+    ]

@@ -1,0 +1,108 @@
+"""What nodes tell each other and their clients about their partitions: a node's own status
+(polled by its peers on /internal/status) and the partition map (/cluster, `cluster` query)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import orjson
+
+from gateway.wire.protocol import ProtocolError
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    """One replica's snapshot of a partition."""
+
+    version: int
+    offsets: dict[str, int]  # topic -> next offset to read
+    created_ms: int  # when the pipeline built it
+    served_ms: int  # when this replica began serving it
+
+
+@dataclass
+class LiveCounts:
+    """A node's subscriptions, kept up to date by resolvers/transport/live.py."""
+
+    subscriptions: int = 0  # open on this node
+    cohorts: int = 0  # distinct ones among them, each evaluated once per change
+    evaluations: int = 0  # cohort evaluations since the node started
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    node: str
+    partitions: dict[int, PartitionState]
+    sync_errors: dict[int, str]
+    internal_requests: int
+    changes: int  # counts the node's version switches (gateway/storage/switches.py)
+    live: LiveCounts
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(asdict(self), option=orjson.OPT_NON_STR_KEYS)
+
+    @classmethod
+    def from_json(cls, body: bytes) -> NodeStatus:
+        try:
+            raw = orjson.loads(body)
+            return cls(
+                node=str(raw["node"]),
+                partitions={
+                    int(p): PartitionState(
+                        version=int(s["version"]),
+                        offsets={str(t): int(o) for t, o in s["offsets"].items()},
+                        created_ms=int(s["created_ms"]),
+                        served_ms=int(s["served_ms"]),
+                    )
+                    for p, s in raw["partitions"].items()
+                },
+                sync_errors={int(p): str(e) for p, e in raw["sync_errors"].items()},
+                internal_requests=int(raw["internal_requests"]),
+                changes=int(raw["changes"]),
+                live=LiveCounts(**{k: int(v) for k, v in raw["live"].items()}),
+            )
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ProtocolError(f"not a node status: {exc!r}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaInfo:
+    node: str
+    address: str
+    active: bool
+    alive: bool
+    version: int | None
+    position: dict[str, int]
+    lag: int | None  # offsets behind the log end, all topics; None when unknown
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    partition: int
+    replicas: list[ReplicaInfo]
+
+
+@dataclass(frozen=True)
+class PartitionMap:
+    """Partitions, their replicas and roles, as the answering node knows them."""
+
+    node: str
+    partitions_count: int
+    replicas: int
+    topics: dict[str, str]  # topic -> key type
+    nodes: dict[str, str]  # node id -> address
+    partitions: list[PartitionInfo]
+    generated_ms: int
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(_json_map(self))
+
+
+def _json_map(partition_map: PartitionMap) -> dict[str, Any]:
+    body = asdict(partition_map)
+    body["nodes"] = [{"id": i, "address": a} for i, a in partition_map.nodes.items()]
+    for partition in body["partitions"]:
+        for replica in partition["replicas"]:
+            replica["role"] = "ACTIVE" if replica.pop("active") else "STANDBY"
+    return body

@@ -1,0 +1,57 @@
+"""The request limits of the settings, held the same way by a GraphQL request and by an
+internal one: `max_keys_per_request` keys per lookup, `max_page_size` rows per page and
+windows per window query. Each check raises the coded GatewayError the README names.
+
+A scan's sub-query asks for its page plus SCAN_LOOKAHEAD rows: the extra row tells whether
+another page follows.
+"""
+
+from __future__ import annotations
+
+from contracts.errors import GatewayError
+from contracts.project import Project, Store
+from contracts.settings import Settings
+from gateway.model.queries import Get, Prefix, Range, SubQuery, Windows, WindowsOfKey
+
+SCAN_LOOKAHEAD = 1
+
+
+def check_keys(count: int, settings: Settings) -> None:
+    limit = settings.max_keys_per_request
+    if count > limit:
+        raise GatewayError(
+            "TOO_MANY_KEYS", f"{count} keys asked, the limit is {limit} (max_keys_per_request)"
+        )
+
+
+def check_page_size(first: int, settings: Settings) -> None:
+    maximum = settings.max_page_size
+    if not 1 <= first <= maximum:
+        raise GatewayError(
+            "PAGE_SIZE_OUT_OF_RANGE", f"first must be between 1 and {maximum}, not {first}"
+        )
+
+
+def check_window_span(store: Store, from_ms: int, to_ms: int, settings: Settings) -> None:
+    maximum = settings.max_page_size
+    count = (to_ms - from_ms) // store.window_advance_ms + 1
+    if count > maximum:
+        raise GatewayError(
+            "WINDOW_RANGE_TOO_LARGE",
+            f"[from, to] spans {count} windows, the limit is {maximum} "
+            "(max_page_size); use the paginated All query",
+        )
+
+
+def check_subquery(q: SubQuery, project: Project) -> None:
+    """An internal sub-query within the limits its GraphQL request was held to."""
+    settings = project.settings
+    match q.query:
+        case Get(keys):
+            check_keys(len(keys), settings)
+        case Range(limit=limit) | Prefix(limit=limit) | Windows(limit=limit):
+            check_page_size(limit - SCAN_LOOKAHEAD, settings)
+        case WindowsOfKey(_, from_ms, to_ms):
+            store = project.stores.get(q.store)
+            if store is not None and store.kind == "window":
+                check_window_span(store, from_ms, to_ms, settings)

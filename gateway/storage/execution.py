@@ -1,0 +1,196 @@
+"""Answering sub-queries from this node's snapshots: lookups from the in-memory tables,
+everything else with one SQL statement per sub-query.
+
+Snapshots are sorted by key (and window start), so every statement below is a range
+predicate DuckDB prunes with zone maps, and a scan reads only its page plus one row.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import duckdb
+
+from contracts.errors import Failure
+from contracts.positions import satisfies
+from contracts.project import Project, Store
+from contracts.snapshot_file import DELETED, key_columns
+from gateway.model.queries import (
+    Answer,
+    Get,
+    Prefix,
+    Query,
+    Range,
+    Row,
+    SubQuery,
+    Windows,
+    WindowsOfKey,
+)
+from gateway.storage.row_select import columns
+from gateway.storage.snapshots import Snapshot, SnapshotCatalog
+
+
+def execute(
+    catalog: SnapshotCatalog, project: Project, node_id: str, subqueries: Sequence[SubQuery]
+) -> list[Answer]:
+    """Run a batch of sub-queries on this node (blocking unless all are in_memory)."""
+    return [_answer(catalog, project, node_id, q) for q in subqueries]
+
+
+def in_memory(catalog: SnapshotCatalog, q: SubQuery) -> bool:
+    """Whether a sub-query is a lookup the current snapshot answers from memory (so it can
+    run on the event loop: microseconds, no thread hop)."""
+    snapshot = catalog.get(q.partition)
+    return isinstance(q.query, Get) and snapshot is not None and q.store in snapshot.tables
+
+
+def _answer(catalog: SnapshotCatalog, project: Project, node_id: str, q: SubQuery) -> Answer:
+    active = project.cluster.replica_map.get(q.partition, ("",))[0] == node_id
+    answer = Answer(id=q.id, node=node_id, active=active)
+    store = project.stores.get(q.store)
+    if store is None:
+        return answer.fail(Failure.DOES_NOT_EXIST, f"no store {q.store!r} on node {node_id}")
+    if q.require_active and not active:
+        return answer.fail(Failure.NOT_ACTIVE, f"{node_id} is a standby of {q.partition}")
+    with catalog.lease(q.partition) as snapshot:
+        if snapshot is None:
+            return answer.fail(Failure.NOT_PRESENT, f"{node_id} has no snapshot of {q.partition}")
+        answer.version, answer.offsets = snapshot.version, snapshot.offsets
+        if not satisfies(snapshot.offsets, q.bound):
+            return answer.fail(
+                Failure.NOT_UP_TO_BOUND,
+                f"partition {q.partition} on {node_id} is at {snapshot.offsets}, "
+                f"the bound asks for {q.bound}",
+            )
+        if q.max_age_ms is not None:
+            age_ms = int(time.time() * 1000) - snapshot.created_ms
+            if age_ms > q.max_age_ms:
+                return answer.fail(
+                    Failure.NOT_UP_TO_BOUND,
+                    f"partition {q.partition} on {node_id} is a snapshot {age_ms} ms old, "
+                    f"maxAgeMs is {q.max_age_ms}",
+                )
+        table = snapshot.tables.get(store.name)
+        if table is not None and isinstance(q.query, Get):
+            answer.rows = table.get(q.query.keys)
+            return answer
+        try:
+            answer.rows = run(catalog.cursor(), snapshot, store, q.query)
+        except duckdb.Error as exc:
+            return answer.fail(Failure.STORE_EXCEPTION, f"{type(exc).__name__}: {exc}")
+    return answer
+
+
+def run(
+    cursor: duckdb.DuckDBPyConnection, snapshot: Snapshot, store: Store, query: Query
+) -> list[Row]:
+    """Answer a query from the snapshot's base and, when it has deltas, its overlay: the
+    overlay's rows replace the base's of the same key.
+
+    A page of n rows needs, of the overlay, its first n + D rows (D: its deleted rows), and of
+    the base its first n + (overlay rows fetched): every row up to the page's last key is
+    then in hand, and so is every overlay row that could shadow one of them."""
+    where, args, order, limit = _predicate(query)
+    cols = ", ".join(columns(store))
+    table = f'"{store.name}"'
+    overlay = snapshot.overlay
+    if overlay is None:
+        return _fetch(cursor, f"{snapshot.base.alias}.{table}", cols, where, args, order, limit)
+    deleted = overlay.deleted.get(store.name, 0)
+    changed = _fetch(
+        cursor,
+        f"{overlay.alias}.{table}",
+        f"{cols}, {DELETED}",
+        where,
+        args,
+        order,
+        None if limit is None else limit + deleted,
+    )
+    more = None if limit is None else limit + len(changed)
+    rows = _fetch(cursor, f"{snapshot.base.alias}.{table}", cols, where, args, order, more)
+    return layered(rows, changed, len(key_columns(store)), limit)
+
+
+def layered(rows: list[Row], changed: list[Row], width: int, limit: int | None) -> list[Row]:
+    """Base rows under the overlay's `changed` rows (`_deleted` last), in key order."""
+    if not changed:
+        return rows if limit is None else rows[:limit]
+    replaced = {tuple(row[:width]) for row in changed}
+    merged = [row for row in rows if tuple(row[:width]) not in replaced]
+    merged.extend(row[:-1] for row in changed if not row[-1])
+    merged.sort(key=lambda row: tuple(row[:width]))
+    return merged if limit is None else merged[:limit]
+
+
+def _fetch(
+    cursor: duckdb.DuckDBPyConnection,
+    table: str,
+    cols: str,
+    where: str,
+    args: list[Any],
+    order: str,
+    limit: int | None,
+) -> list[Row]:
+    sql = f"SELECT {cols} FROM {table} WHERE {where}"
+    if order:
+        sql += f" ORDER BY {order}"
+    if limit is not None:
+        sql += f" LIMIT {int(limit)}"
+    return [list(row) for row in cursor.execute(sql, args).fetchall()]
+
+
+def _predicate(query: Query) -> tuple[str, list[Any], str, int | None]:
+    """WHERE clause, its arguments, ORDER BY and LIMIT of a query."""
+    match query:
+        case Get(keys) if len(keys) == 1:
+            return "key = ?", list(keys), "", None
+        case Get(keys):
+            return "key IN (SELECT unnest(?))", [list(keys)], "", None
+        case WindowsOfKey(key, from_ms, to_ms):
+            return (
+                "key = ? AND window_start BETWEEN ? AND ?",
+                [key, from_ms, to_ms],
+                "window_start",
+                None,
+            )
+        case Windows(from_ms, to_ms, limit, after):
+            terms = ["window_start BETWEEN ? AND ?"]
+            args: list[Any] = [from_ms, to_ms]
+            if after is not None:
+                terms.append("(key > ? OR (key = ? AND window_start > ?))")
+                args += [after[0], after[0], after[1]]
+            return " AND ".join(terms), args, "key, window_start", limit
+        case Prefix(prefix, limit, after):
+            terms, args = ["key >= ?", "starts_with(key, ?)"], [prefix, prefix]
+            upper = prefix_upper_bound(prefix)
+            if upper is not None:
+                terms.append("key < ?")
+                args.append(upper)
+            return _after(terms, args, after), args, "key", limit
+        case Range(low, high, limit, after):
+            terms, args = [], []
+            for term, value in (("key >= ?", low), ("key <= ?", high)):
+                if value is not None:
+                    terms.append(term)
+                    args.append(value)
+            return _after(terms, args, after), args, "key", limit
+
+
+def _after(terms: list[str], args: list[Any], after: object) -> str:
+    if after is not None:
+        terms.append("key > ?")
+        args.append(after)
+    return " AND ".join(terms) or "true"
+
+
+def prefix_upper_bound(prefix: str) -> str | None:
+    """The smallest string greater than every string starting with `prefix` (None: none)."""
+    stripped = prefix.rstrip("\U0010ffff")
+    if not stripped:
+        return None
+    last = ord(stripped[-1]) + 1
+    if 0xD800 <= last <= 0xDFFF:  # skip surrogates, which UTF-8 cannot encode
+        last = 0xE000
+    return stripped[:-1] + chr(last)

@@ -1,0 +1,143 @@
+"""A keyed store's rows in one snapshot, held in memory so that point and batch lookups
+cost microseconds instead of a DuckDB query each.
+
+The key index is a sorted numpy array (int64 for integer keys, fixed-width UTF-8 bytes for
+string keys) searched with `searchsorted`; the other columns stay in the order the snapshot
+stores them, each in the form that reads fastest (gateway/storage/columns.py). String keys wider
+than MAX_KEY_BYTES, or ending in NUL (numpy's fixed-width bytes drop trailing NULs), are not
+indexed: such a store keeps answering lookups with DuckDB.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from contracts.partitioner import Key
+from contracts.project import Store
+from gateway.model.queries import Row
+from gateway.storage.columns import column_of
+from gateway.storage.row_select import columns
+
+MAX_KEY_BYTES = 64  # wider string keys are looked up with DuckDB (index memory is n x width)
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+class LookupTable:
+    def __init__(self, sorted_keys: np.ndarray, order: np.ndarray | None, values: pa.Table):
+        self._keys = sorted_keys
+        self._order = order  # row number of each sorted key; None: rows are in key order
+        # every column but the key (the index holds the keys)
+        self._columns = [column_of(column) for column in values.columns]
+        self._strings = sorted_keys.dtype.kind == "S"
+        self.rows = values.num_rows
+
+    @classmethod
+    def load(
+        cls, connection: duckdb.DuckDBPyConnection, alias: str, store: Store
+    ) -> LookupTable | None:
+        """Read a keyed store of an attached snapshot; None when its keys cannot be indexed."""
+        select = ", ".join(columns(store))
+        table = connection.sql(f'SELECT {select} FROM {alias}."{store.name}"').to_arrow_table()
+        return cls.from_arrow(table, store.key_type != "string")
+
+    @classmethod
+    def from_arrow(cls, table: pa.Table, integer_keys: bool) -> LookupTable | None:
+        """Index rows whose first column is the key; None when the keys cannot be indexed."""
+        keys = _index_keys(table.column(0), integer_keys)
+        if keys is None:
+            return None
+        order: np.ndarray | None = None
+        if len(keys) > 1 and not bool(np.all(keys[:-1] < keys[1:])):
+            order = np.argsort(keys, kind="stable")
+            keys = keys[order]
+        return cls(keys, order, table.remove_column(0))
+
+    @property
+    def nbytes(self) -> int:
+        extra = 0 if self._order is None else self._order.nbytes
+        return int(self._keys.nbytes + extra + sum(c.nbytes for c in self._columns))
+
+    def get(self, keys: Sequence[Key]) -> list[Row]:
+        """The rows of the keys present (absent keys have none), in no particular order."""
+        if len(keys) == 1:
+            found = self._find_one(keys[0])
+            return [] if found is None else [self._row(found)]
+        return self._rows(self._find_many(keys))
+
+    def _find_one(self, key: Key) -> int | None:
+        """The position of a key in the sorted index, or None."""
+        probe = self._probe(key)
+        if probe is None:
+            return None
+        at = int(np.searchsorted(self._keys, probe))
+        if at == len(self._keys) or self._keys[at] != probe:
+            return None
+        return at
+
+    def _find_many(self, keys: Sequence[Key]) -> np.ndarray:
+        probes = [p for p in map(self._probe, dict.fromkeys(keys)) if p is not None]
+        if not probes:
+            return np.empty(0, dtype=np.int64)
+        wanted = np.array(probes, dtype=self._keys.dtype)
+        at = np.searchsorted(self._keys, wanted)
+        inside = at < len(self._keys)
+        at, wanted = at[inside], wanted[inside]
+        found: np.ndarray = at[self._keys[at] == wanted]
+        return found
+
+    def _probe(self, key: Key) -> Any:
+        """The key as the index stores it, or None when no indexed key can equal it."""
+        if not self._strings:
+            ok = isinstance(key, int) and _INT64[0] <= key <= _INT64[1]
+            return key if ok else None
+        if not isinstance(key, str):
+            return None
+        try:
+            raw = key.encode()
+        except UnicodeEncodeError:  # a lone surrogate: no stored key has one
+            return None
+        if len(raw) > self._keys.dtype.itemsize or raw.endswith(b"\x00"):
+            return None
+        return raw
+
+    def _row(self, at: int) -> Row:
+        index = at if self._order is None else int(self._order[at])
+        key = self._keys[at].item()
+        return [key.decode() if self._strings else key, *(c.value(index) for c in self._columns)]
+
+    def _rows(self, positions: np.ndarray) -> list[Row]:
+        if len(positions) == 0:
+            return []
+        keys = self._keys[positions].tolist()
+        if self._strings:
+            keys = [k.decode() for k in keys]
+        picked = positions if self._order is None else self._order[positions]
+        values = [column.values(picked) for column in self._columns]
+        return [list(row) for row in zip(keys, *values, strict=True)]
+
+
+def _index_keys(keys: pa.ChunkedArray, integers: bool) -> np.ndarray | None:
+    """The keys as a numpy array, built from Arrow's buffers (no Python object per key)."""
+    if integers:
+        integer_keys: np.ndarray = keys.to_numpy().astype(np.int64)
+        return integer_keys
+    array = keys.combine_chunks().cast(pa.string())
+    offsets = np.frombuffer(array.buffers()[1], dtype=np.int32)[
+        array.offset : array.offset + len(array) + 1
+    ]
+    data = np.frombuffer(array.buffers()[2] or b"", dtype=np.uint8)[offsets[0] : offsets[-1]]
+    lengths = np.diff(offsets)
+    width = int(lengths.max(initial=0)) or 1
+    if width > MAX_KEY_BYTES:
+        return None
+    rows = np.zeros((len(array), width), dtype=np.uint8)
+    rows[np.arange(width) < lengths[:, None]] = data  # row-major: each key's bytes in order
+    ends = rows[np.arange(len(array)), np.maximum(lengths - 1, 0)]
+    if bool(np.any((ends == 0) & (lengths > 0))):
+        return None  # a key ending in NUL: numpy's fixed-width bytes would drop it
+    return rows.view(f"S{width}").ravel()

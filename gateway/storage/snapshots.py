@@ -1,0 +1,339 @@
+"""The node's snapshots: one DuckDB hub connection, one read-only ATTACH per base file, one
+in-memory database per overlay of deltas (gateway/storage/layers.py), a cursor per thread, and each
+keyed store's rows in memory for lookups.
+
+A partition's Snapshot is its chain as served: a Base and the Overlay of the deltas above
+it. A new delta makes a new Snapshot over the same Base (only the delta is read); a new base
+(a rebuild, or a compaction at the same version) makes a new Base. A query leases the
+partition's current snapshot; installing a new one switches the pointer at once and retires
+the old one, which is released when its last lease ends, and its base with the last
+snapshot over it. A query in flight therefore always finishes on the version it started with.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+
+from contracts.project import Store
+from contracts.snapshot_file import FormatError, parse_file_name, partition_folder
+from gateway.storage.layers import (
+    LayeredTable,
+    LayerError,
+    LayerHeader,
+    LocalLayer,
+    Overlay,
+    read_header,
+)
+from gateway.storage.lookup_table import LookupTable
+
+log = logging.getLogger(__name__)
+
+
+class SnapshotError(Exception):
+    """A chain of layer files that cannot be served (unreadable, wrong partition, missing
+    tables)."""
+
+
+@dataclass(eq=False)
+class Base:
+    layer: LocalLayer
+    alias: str  # its ATTACH in the hub
+    header: LayerHeader
+    tables: dict[str, LookupTable]  # keyed stores, in memory
+    files: set[Path] = field(default_factory=set)  # its file and the deltas installed over it
+    users: int = 0  # snapshots over it not yet released
+
+
+@dataclass(eq=False)
+class Snapshot:
+    partition: int
+    base: Base
+    overlay: Overlay | None
+    layers: tuple[LocalLayer, ...]  # the chain it serves, base first
+    tables: dict[str, LayeredTable] = field(default_factory=dict)  # answerable from memory
+    served_ms: int = field(default_factory=lambda: int(time.time() * 1000))  # installed at
+    leases: int = 0
+    retired: bool = False
+    released: bool = False
+
+    @property
+    def version(self) -> int:
+        return self.layers[-1].version
+
+    @property
+    def header(self) -> LayerHeader:
+        return self.overlay.header if self.overlay else self.base.header
+
+    @property
+    def offsets(self) -> dict[str, int]:
+        return self.header.offsets
+
+    @property
+    def created_ms(self) -> int:
+        return self.header.created_ms
+
+    @property
+    def order(self) -> tuple[int, int]:
+        """Which of two snapshots of a partition is newer: the version, then the base's (a
+        compaction makes a newer base at the same version)."""
+        return self.version, self.layers[0].version
+
+
+class SnapshotCatalog:
+    def __init__(self, folder: Path, stores: list[Store], threads: int, memory: str) -> None:
+        self.folder = folder
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self._stores = stores
+        self._hub = duckdb.connect(":memory:", config={"threads": threads, "memory_limit": memory})
+        # reads delta files (small) on their way into overlays; kept open: connecting costs
+        # ~50 ms, more than reading a delta
+        self._loader = duckdb.connect(":memory:", config={"threads": 1, "memory_limit": memory})
+        self._loader_lock = threading.Lock()
+        self._memory = memory
+        self._lock = threading.Lock()
+        self._current: dict[int, Snapshot] = {}
+        self._local = threading.local()
+        self._serial = itertools.count(1)
+
+    def open_existing(self, partitions: list[int]) -> None:
+        """Serve the newest chain of each hosted partition already on disk that opens."""
+        for partition in partitions:
+            for chain in self._chains_on_disk(partition):
+                try:
+                    self.install(partition, chain)
+                    break
+                except SnapshotError as exc:
+                    log.warning("not serving %s: %s", chain[-1].path, exc)
+        self._remove_strays(partitions)
+
+    def _chains_on_disk(self, partition: int) -> list[list[LocalLayer]]:
+        """Candidate chains, best first: each base with the consecutive deltas above it on
+        disk, then the same base alone."""
+        folder = self.folder / partition_folder(partition)
+        found = [
+            (parsed, path)
+            for path in (folder.iterdir() if folder.is_dir() else ())
+            if (parsed := parse_file_name(path.name)) is not None
+        ]
+        deltas = {v: path for (v, kind), path in found if kind == "delta"}
+        chains = []
+        for (version, _), path in sorted(
+            ((p, path) for p, path in found if p[1] == "base"), reverse=True
+        ):
+            chain = [LocalLayer(version, "base", path)]
+            while (nxt := chain[-1].version + 1) in deltas:
+                chain.append(LocalLayer(nxt, "delta", deltas[nxt]))
+            chains.append(chain)
+            if len(chain) > 1:
+                chains.append(chain[:1])
+        return chains
+
+    def install(self, partition: int, chain: list[LocalLayer]) -> Snapshot:
+        """Serve a chain of verified files: only its new deltas are read when it extends the
+        current chain. Returns the partition's current snapshot after it."""
+        current = self.get(partition)
+        known = len(current.layers) if current else 0
+        if current is not None and tuple(chain[:known]) == current.layers:
+            if len(chain) == known:
+                return current
+            snapshot = self._extend(partition, current, chain)
+        else:
+            snapshot = self._load(partition, chain)
+        with self._lock:
+            old = self._current.get(partition)
+            stale: Snapshot | None
+            if old is not None and old.order >= snapshot.order:
+                stale = snapshot
+            else:
+                self._current[partition] = snapshot
+                stale = old
+            if stale is not None:
+                stale.retired = True
+        if stale is not None:
+            self._release_if_unused(stale)
+        return self._current[partition]
+
+    def _load(self, partition: int, chain: list[LocalLayer]) -> Snapshot:
+        base = self._open_base(partition, chain[0])
+        try:
+            return self._over(partition, base, None, chain, chain[1:])
+        except SnapshotError:
+            if base.users == 0:
+                self._close_base(base)
+            raise
+
+    def _extend(self, partition: int, current: Snapshot, chain: list[LocalLayer]) -> Snapshot:
+        deltas = chain[len(current.layers) :]
+        return self._over(partition, current.base, current.overlay, chain, deltas)
+
+    def _over(
+        self,
+        partition: int,
+        base: Base,
+        previous: Overlay | None,
+        chain: list[LocalLayer],
+        deltas: list[LocalLayer],
+    ) -> Snapshot:
+        """A snapshot of `base` with `deltas` merged over `previous`."""
+        overlay = previous
+        if deltas:
+            alias = f"o{partition}_{next(self._serial)}"
+            try:
+                with self._loader_lock:
+                    overlay = Overlay.build(
+                        alias, previous, deltas, partition, self._stores, self._loader
+                    )
+                overlay.install(self._hub, self._stores)
+            except (LayerError, FormatError, duckdb.Error) as exc:
+                self._detach(alias)
+                raise SnapshotError(f"partition {partition}: {exc}") from exc
+        snapshot = Snapshot(partition, base, overlay, tuple(chain))
+        for name, table in base.tables.items():
+            over = overlay.tables.get(name) if overlay else None
+            if overlay is None or over is not None:
+                snapshot.tables[name] = LayeredTable(table, over)
+        with self._lock:
+            base.users += 1
+            base.files.update(layer.path for layer in deltas)
+        return snapshot
+
+    def _open_base(self, partition: int, layer: LocalLayer) -> Base:
+        """Attach a base file and read its keyed stores into memory."""
+        alias = f"b{partition}_{next(self._serial)}"
+        cursor = self._hub.cursor()
+        try:
+            cursor.execute(f"ATTACH '{layer.path}' AS {alias} (READ_ONLY)")
+        except duckdb.Error as exc:
+            raise SnapshotError(f"cannot open {layer.path.name}: {exc}") from exc
+        try:
+            header = read_header(cursor, alias, partition, layer)
+            self._check_stores(cursor, alias)
+            tables = self._load_tables(layer.path)
+        except (duckdb.Error, SnapshotError, LayerError, FormatError) as exc:
+            self._detach(alias)
+            raise SnapshotError(
+                f"{layer.path.name} is not a base of partition {partition}: {exc}"
+            ) from exc
+        return Base(layer, alias, header, tables, files={layer.path})
+
+    def _check_stores(self, cursor: duckdb.DuckDBPyConnection, alias: str) -> None:
+        tables = {
+            r[0]
+            for r in cursor.execute(
+                "SELECT table_name FROM duckdb_tables() WHERE database_name = ?", [alias]
+            ).fetchall()
+        }
+        missing = [s.name for s in self._stores if s.name not in tables]
+        if missing:
+            raise SnapshotError(f"stores {missing} are missing")
+
+    def _load_tables(self, path: Path) -> dict[str, LookupTable]:
+        """The keyed stores of a file, read by a DuckDB instance of their own (closed after),
+        so that the hub's buffer pool does not keep every row of them."""
+        loaded = {}
+        config: dict[str, str | bool | int | float | list[str]] = {
+            "threads": 1,
+            "memory_limit": self._memory,
+        }
+        with duckdb.connect(":memory:", config=config) as connection:
+            connection.execute(f"ATTACH '{path}' AS snapshot (READ_ONLY)")
+            for store in self._stores:
+                if store.kind == "window":
+                    continue
+                table = LookupTable.load(connection, "snapshot", store)
+                if table is None:
+                    log.info("%s: keys too wide for the in-memory index", store.name)
+                else:
+                    loaded[store.name] = table
+        return loaded
+
+    @contextmanager
+    def lease(self, partition: int) -> Iterator[Snapshot | None]:
+        with self._lock:
+            snapshot = self._current.get(partition)
+            if snapshot is not None:
+                snapshot.leases += 1
+        try:
+            yield snapshot
+        finally:
+            if snapshot is not None:
+                with self._lock:
+                    snapshot.leases -= 1
+                self._release_if_unused(snapshot)
+
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        """This thread's cursor on the hub (duckdb refuses one connection on two threads)."""
+        cursor = getattr(self._local, "cursor", None)
+        if cursor is None:
+            cursor = self._local.cursor = self._hub.cursor()
+        return cursor
+
+    def get(self, partition: int) -> Snapshot | None:
+        """The partition's current snapshot (a single dict read: no lock needed)."""
+        return self._current.get(partition)
+
+    def current(self) -> dict[int, Snapshot]:
+        with self._lock:
+            return dict(self._current)
+
+    def version(self, partition: int) -> int:
+        snapshot = self.get(partition)
+        return snapshot.version if snapshot else 0
+
+    def close(self) -> None:
+        self._loader.close()
+        self._hub.close()
+
+    def _release_if_unused(self, snapshot: Snapshot) -> None:
+        with self._lock:
+            if not snapshot.retired or snapshot.leases > 0 or snapshot.released:
+                return
+            snapshot.released = True
+            base = snapshot.base
+            base.users -= 1
+            base_done = base.users == 0
+        if snapshot.overlay is not None:  # each snapshot's overlay is its own
+            self._detach(snapshot.overlay.alias)
+        if base_done:
+            self._close_base(base)
+
+    def _close_base(self, base: Base) -> None:
+        """Detach a base no snapshot uses and delete its files (a delta a newer chain shares
+        stays)."""
+        self._detach(base.alias)
+        with self._lock:
+            in_use = {layer.path for s in self._current.values() for layer in s.layers}
+        for path in base.files - in_use:
+            path.unlink(missing_ok=True)
+
+    def _detach(self, alias: str) -> None:
+        try:
+            self._hub.cursor().execute(f"DETACH {alias}")
+        except duckdb.Error as exc:  # already detached, or never attached
+            log.debug("detach %s: %s", alias, exc)
+
+    def _remove_strays(self, partitions: list[int]) -> None:
+        """Delete older versions and unfinished downloads left by an earlier run."""
+        serving = {layer.path for s in self.current().values() for layer in s.layers}
+        for partition in partitions:
+            folder = self.folder / partition_folder(partition)
+            if not folder.is_dir():
+                continue
+            for path in folder.iterdir():
+                if path not in serving and (
+                    parse_file_name(path.name) or path.name.startswith(".")
+                ):
+                    try:
+                        os.unlink(path)
+                    except OSError as exc:
+                        log.warning("cannot remove %s: %s", path, exc)

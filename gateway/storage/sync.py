@@ -1,0 +1,220 @@
+"""Delivery: a node pulls the snapshots of the partitions it hosts from the snapshot store.
+
+The store is a directory (local or shared file system) or an http(s) URL served by
+`stategate store`, authenticated with the cluster secret. A file is downloaded under a
+hidden name in the node's own data directory, its size and sha256 are checked against the
+manifest, and only then is it renamed and attached; anything else is deleted and the
+previous version keeps serving. A version that failed is tried again after a backoff that
+doubles per attempt (from `sync_interval_s` up to a minute), not on every sync: a damaged
+file in the store must not be downloaded every two seconds. An explicit sync (the
+pipeline's notification, POST /internal/sync) tries at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from contracts.manifest import FILE_NAME, Layer, Manifest, PartitionEntry
+from contracts.project import Project
+from contracts.snapshot_file import FormatError, relative_path
+from gateway.storage.layers import LocalLayer
+from gateway.storage.snapshots import SnapshotCatalog, SnapshotError
+from gateway.storage.switches import Switches
+from gateway.wire.peers import PeerClient, PeerError
+
+log = logging.getLogger(__name__)
+_CHUNK = 1 << 20
+
+
+class DeliveryError(Exception):
+    """A snapshot that did not arrive intact."""
+
+
+class StoreUnreachable(Exception):
+    """The snapshot store could not be read: down, or a manifest this node cannot read."""
+
+
+@dataclass
+class _Refusal:
+    """A manifest entry that failed to install, and when to try it again."""
+
+    sha256: str
+    attempts: int
+    retry_at: float  # time.monotonic()
+
+
+class SnapshotSync:
+    def __init__(
+        self,
+        project: Project,
+        node_id: str,
+        catalog: SnapshotCatalog,
+        peers: PeerClient,
+        switches: Switches,
+    ) -> None:
+        self.project = project
+        self.node_id = node_id
+        self.catalog = catalog
+        self.peers = peers
+        self.switches = switches
+        self.manifest = Manifest()
+        self.errors: dict[int, str] = {}
+        self._refused: dict[int, _Refusal] = {}
+        self._lock = asyncio.Lock()
+        self._remote = "://" in project.snapshot_url
+
+    async def run_once(self, force: bool = False) -> dict[int, int]:
+        """Install every newer version the manifest lists; returns partition -> version.
+        Versions that failed before wait for their backoff unless `force`."""
+        async with self._lock:
+            self.manifest = await self._read_manifest()
+            installed: dict[int, int] = {}
+            for partition in self.project.cluster.hosted_by(self.node_id):
+                entry = self.manifest.partitions.get(partition)
+                if entry is None or not self._is_newer(partition, entry):
+                    continue
+                refusal = self._refused.get(partition)
+                if refusal is not None and refusal.sha256 != entry.top.sha256:
+                    refusal = None  # a new file: its own first attempt
+                if refusal is not None and not force and time.monotonic() < refusal.retry_at:
+                    continue
+                try:
+                    await self._install(partition, entry)
+                except (DeliveryError, SnapshotError, PeerError) as exc:
+                    self._refuse(partition, entry, refusal, exc)
+                else:
+                    self.errors.pop(partition, None)
+                    self._refused.pop(partition, None)
+                    installed[partition] = entry.version
+            return installed
+
+    def _refuse(
+        self, partition: int, entry: PartitionEntry, last: _Refusal | None, exc: Exception
+    ) -> None:
+        settings = self.project.settings
+        attempts = last.attempts + 1 if last else 1
+        delay = min(settings.sync_interval_s * 2 ** (attempts - 1), settings.sync_max_backoff_s)
+        self._refused[partition] = _Refusal(entry.top.sha256, attempts, time.monotonic() + delay)
+        self.errors[partition] = (
+            f"version {entry.version}: {exc} (attempt {attempts}, next in {delay:g} s)"
+        )
+        log.warning("partition %s not updated: %s", partition, self.errors[partition])
+
+    async def run_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.project.settings.sync_interval_s)
+            try:
+                await self.run_once()
+            except StoreUnreachable as exc:
+                log.warning("snapshot store unreachable: %s", exc)
+            except Exception:  # a bug must not end syncing for good
+                log.exception("syncing snapshots failed")
+
+    def log_end(self, topic: str, partition: int) -> int | None:
+        """The log end offset the pipeline saw when it last published."""
+        return self.manifest.log_end.get(topic, {}).get(partition)
+
+    async def _read_manifest(self) -> Manifest:
+        try:
+            if self._remote:
+                raw = await self.peers.get(f"{self.project.snapshot_url}/{FILE_NAME}")
+            else:
+                path = Path(self.project.snapshot_url) / FILE_NAME
+                raw = await asyncio.to_thread(_read_if_exists, path)
+            return Manifest() if raw is None else Manifest.from_json(raw)
+        except (PeerError, FormatError, OSError) as exc:
+            raise StoreUnreachable(str(exc)) from exc
+
+    def _is_newer(self, partition: int, entry: PartitionEntry) -> bool:
+        """Whether the manifest's chain is newer than the one served: a higher version, or a
+        newer base at the same version (a compaction)."""
+        snapshot = self.catalog.get(partition)
+        return snapshot is None or (entry.version, entry.base.version) > snapshot.order
+
+    async def _install(self, partition: int, entry: PartitionEntry) -> None:
+        """Download the chain's layers this node lacks, check them, and serve the chain."""
+        chain: list[LocalLayer] = []
+        fetched: list[Path] = []
+        served = self.catalog.get(partition)
+        have = {layer.path for layer in served.layers} if served else set()
+        try:
+            for layer in entry.layers:
+                local = LocalLayer(layer.version, layer.kind, self._local_path(partition, layer))
+                if local.path not in have:
+                    await self._download(layer, local.path)
+                    fetched.append(local.path)
+                chain.append(local)
+            version = served.version if served else None
+            serving = await asyncio.to_thread(self.catalog.install, partition, chain)
+        except (DeliveryError, SnapshotError, PeerError):
+            for path in fetched:
+                path.unlink(missing_ok=True)
+            raise
+        if serving.version != version:  # a compacted chain at the same version changes nothing
+            self.switches.installed(partition)
+
+    def _local_path(self, partition: int, layer: Layer) -> Path:
+        """Where a layer goes on this node: named by the node, never by the manifest."""
+        return self.catalog.folder / relative_path(partition, layer.version, layer.kind)
+
+    async def _download(self, layer: Layer, final: Path) -> None:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = final.parent / f".incoming-{final.name}"
+        try:
+            digest, size = await self._fetch(layer.path, tmp)
+            if size != layer.size or digest != layer.sha256:
+                raise DeliveryError(
+                    f"checksum mismatch: got {size} bytes sha256 {digest[:12]}, "
+                    f"manifest says {layer.size} bytes sha256 {layer.sha256[:12]}"
+                )
+            os.rename(tmp, final)
+        except OSError as exc:
+            raise DeliveryError(f"cannot copy {layer.path}: {exc}") from exc
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    async def _fetch(self, relative: str, target: Path) -> tuple[str, int]:
+        """Copy one file of the store to target; returns its sha256 and size. Disk writes,
+        hashing and fsync run in a worker thread, never on the event loop."""
+        digest = hashlib.sha256()
+        with open(target, "wb") as out:
+            if self._remote:
+                async with self.peers.stream(f"{self.project.snapshot_url}/{relative}") as chunks:
+                    async for chunk in chunks:
+                        await asyncio.to_thread(_absorb, chunk, digest, out)
+            else:
+                source = Path(self.project.snapshot_url) / relative
+                await asyncio.to_thread(_copy, source, digest, out)
+            await asyncio.to_thread(_sync, out)
+            size = out.tell()
+        return digest.hexdigest(), size
+
+
+def _read_if_exists(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+
+
+def _absorb(chunk: bytes, digest: hashlib._Hash, out: BinaryIO) -> None:
+    digest.update(chunk)
+    out.write(chunk)
+
+
+def _copy(source: Path, digest: hashlib._Hash, out: BinaryIO) -> None:
+    with open(source, "rb") as src:
+        while chunk := src.read(_CHUNK):
+            _absorb(chunk, digest, out)
+
+
+def _sync(out: BinaryIO) -> None:
+    out.flush()
+    os.fsync(out.fileno())

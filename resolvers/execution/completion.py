@@ -1,0 +1,232 @@
+"""Completing plain records fast, with the typed schema intact.
+
+graphql-core completes every field of every object through its general machinery (about
+6 us a field), so a page of 1000 records costs more than the lookups behind it. Most of our
+schema is plain records: object types whose fields have no resolver of their own (records,
+entries, pages, position metadata). For those, the selection set is compiled once per
+request into a plan, a tree of small closures that reads attributes and serializes leaves
+with the same scalar and enum serializers graphql-core would use. Anything else (root
+fields, @defer, fields with resolvers or extensions) takes graphql-core's own path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import lru_cache
+from math import isfinite
+from types import CodeType
+from typing import Any
+
+from graphql import (
+    GraphQLObjectType,
+    GraphQLOutputType,
+    GraphQLResolveInfo,
+    GraphQLScalarType,
+    is_leaf_type,
+    is_list_type,
+    is_non_null_type,
+    is_object_type,
+)
+from graphql.pyutils import Path
+from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
+
+from resolvers.schema.annotations import DEFINITION, Plan, reader
+
+Collect = Callable[[GraphQLObjectType, Any], Any]  # (type, field details) -> CollectedFields
+
+
+class PlanCompiler:
+    """Compiles the completion of a value of a type, for a selection (its field details),
+    into a Plan; None when some part of it needs graphql-core's own path."""
+
+    def __init__(self, collect: Collect) -> None:
+        self.collect = collect
+
+    def compile(self, gql_type: GraphQLOutputType, field_details_list: Any) -> Plan | None:
+        non_null = is_non_null_type(gql_type)
+        inner = gql_type.of_type if non_null else gql_type  # type: ignore[union-attr]
+        body: Plan | None
+        if is_list_type(inner):
+            item = self.compile(inner.of_type, field_details_list)
+            body = None if item is None else _list(item)
+        elif is_leaf_type(inner):
+            body = _leaf(inner)
+        elif is_object_type(inner):
+            body = self._compile_object(inner, field_details_list)
+        else:
+            body = None
+        if body is None:
+            return None
+        return _non_null(body, str(gql_type)) if non_null else _nullable(body)
+
+    def _compile_object(self, obj: GraphQLObjectType, field_details_list: Any) -> Plan | None:
+        collected = self.collect(obj, field_details_list)
+        if collected.new_defer_usages:
+            return None
+        fields: list[_Field] = []
+        for response_key, sub_fields in collected.grouped_field_set.items():
+            name = sub_fields[0].node.name.value
+            if name == "__typename":
+                fields.append((response_key, _itself, _constant(obj.name), None))
+                continue
+            field = obj.fields.get(name)
+            definition = field.extensions.get(DEFINITION) if field else None
+            if (
+                field is None
+                or field.args
+                or definition is None
+                or definition.extensions
+                or definition.permission_classes
+            ):
+                return None
+            read = reader(definition)
+            plan = None if read is None else self.compile(field.type, sub_fields)
+            if read is None or plan is None:
+                return None
+            fields.append((response_key, read, plan, _inlined(field.type)))
+        return _object(fields)
+
+
+class PlainRecordExecutionContext(StrawberryGraphQLCoreExecutionContext):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._compiler = PlanCompiler(self.collect_subfields)
+        # Keyed like graphql-core's own memo: the field list is kept alive with its plan.
+        self._plans: dict[tuple[int, int], tuple[Any, Plan | None]] = {}
+
+    def complete_value(
+        self,
+        return_type: GraphQLOutputType,
+        field_details_list: Any,
+        info: GraphQLResolveInfo[Any],
+        path: Path,
+        result: Any,
+        position_context: Any,
+    ) -> Any:
+        if not isinstance(result, Exception):
+            plan = self._plan(return_type, field_details_list)
+            if plan is not None:
+                try:
+                    return plan(result)
+                except Exception:  # noqa: BLE001 - a value the schema refuses somewhere below:
+                    pass  # graphql-core's own path reports it at its field and nulls as little
+
+        return super().complete_value(
+            return_type, field_details_list, info, path, result, position_context
+        )
+
+    def _plan(self, return_type: GraphQLOutputType, field_details_list: Any) -> Plan | None:
+        key = (id(return_type), id(field_details_list))
+        cached = self._plans.get(key)
+        if cached is None:
+            cached = (field_details_list, self._compiler.compile(return_type, field_details_list))
+            self._plans[key] = cached
+        return cached[1]
+
+
+def _itself(value: Any) -> Any:
+    return value
+
+
+CODE_CACHE_SIZE = 1024  # generated completion functions kept compiled, by source
+_Field = tuple[str, Plan, Plan, "GraphQLScalarType | None"]  # key, read, plan, inlined leaf
+# A nullable built-in scalar's completion as one expression of `v`: what _nullable(_leaf(...))
+# does, without two calls per value.
+_INLINE = {
+    "String": "None if {first} is None else {v} if type({v}) is str else {s}({v})",
+    "Boolean": "None if {first} is None else {v} if type({v}) is bool else {s}({v})",
+    "Int": "None if {first} is None else {v} if type({v}) is int "
+    "and -2147483648 <= {v} <= 2147483647 else {s}({v})",
+    "Float": "None if {first} is None else {v} if type({v}) is float and isfinite({v}) "
+    "else {s}({v})",
+    # Long is a decimal string on the wire (resolvers/schema/scalars.py), so an int is converted
+    "Long": "None if {first} is None else str({v}) if type({v}) is int "
+    "and -9223372036854775808 <= {v} <= 9223372036854775807 else {s}({v})",
+}
+
+
+@lru_cache(maxsize=CODE_CACHE_SIZE)
+def _code(source: str) -> CodeType:
+    """Compiled once per shape of selection: a document with a thousand aliased fields of
+    one shape compiles one function, not a thousand."""
+    return compile(source, "<completion plan>", "exec")
+
+
+def _inlined(gql_type: GraphQLOutputType) -> GraphQLScalarType | None:
+    """The scalar of a nullable built-in scalar field, or Long (its completion can be
+    inlined)."""
+    if isinstance(gql_type, GraphQLScalarType) and gql_type.name in _INLINE:
+        return gql_type
+    return None
+
+
+def _object(fields: list[_Field]) -> Plan:
+    """Completes an object as one generated function: a dict display with one entry per
+    field, built-in scalars inlined (graphql-jit's idea; a closure per field per value
+    cost most of a large result's completion)."""
+    namespace: dict[str, Any] = {"isfinite": isfinite}
+    entries = []
+    for i, (key, read, plan, scalar) in enumerate(fields):
+        namespace[f"r{i}"], namespace[f"p{i}"] = read, plan
+        if scalar is None:
+            entries.append(f"{key!r}: p{i}(r{i}(value))")
+        else:
+            namespace[f"s{i}"] = scalar.serialize
+            inline = _INLINE[scalar.name].format(
+                first=f"(v{i} := r{i}(value))", v=f"v{i}", s=f"s{i}"
+            )
+            entries.append(f"{key!r}: ({inline})")
+    source = "def complete(value):\n    return {" + ", ".join(entries) + "}\n"
+    exec(_code(source), namespace)  # noqa: S102 - code we generated
+    complete: Plan = namespace["complete"]
+    return complete
+
+
+def _list(item: Plan) -> Plan:
+    def complete(values: Any) -> list[Any]:
+        return [item(v) for v in values]
+
+    return complete
+
+
+def _nullable(body: Plan) -> Plan:
+    def complete(value: Any) -> Any:
+        return None if value is None else body(value)
+
+    return complete
+
+
+def _non_null(body: Plan, type_name: str) -> Plan:
+    def complete(value: Any) -> Any:
+        if value is None:
+            raise TypeError(f"Cannot return null for non-nullable type {type_name}.")
+        return body(value)
+
+    return complete
+
+
+def _leaf(leaf: Any) -> Plan:
+    """A leaf's serializer, with the common case of each built-in scalar inlined (a value
+    graphql-core's serializer returns unchanged) and of Long (an int, as its decimal
+    string); anything else takes the serializer."""
+    serialize: Plan = leaf.serialize
+    low, high = -(2**31), 2**31 - 1
+    long_low, long_high = -(2**63), 2**63 - 1
+    match leaf.name:
+        case "String":
+            return lambda v: v if type(v) is str else serialize(v)
+        case "Boolean":
+            return lambda v: v if type(v) is bool else serialize(v)
+        case "Int":
+            return lambda v: v if type(v) is int and low <= v <= high else serialize(v)
+        case "Float":
+            return lambda v: v if type(v) is float and isfinite(v) else serialize(v)
+        case "Long":
+            return lambda v: (
+                str(v) if type(v) is int and long_low <= v <= long_high else serialize(v)
+            )
+    return serialize
+
+
+def _constant(value: str) -> Plan:
+    return lambda _: value

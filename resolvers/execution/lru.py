@@ -1,0 +1,54 @@
+"""A least-recently-used cache filled on a miss: what the node keeps of the documents it has
+seen (parsed, measured, validated, compiled), so a repeated request redoes none of it; and
+the documents clients persisted by their hash (resolvers/execution/persisted.py)."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class LRU(Generic[K, V]):
+    """The `size` most recently used values, each made by `make(key)` on a miss."""
+
+    def __init__(self, size: int, make: Callable[[K], V]) -> None:
+        self.size = size
+        self.make = make
+        self._entries: OrderedDict[K, V] = OrderedDict()
+
+    def __call__(self, key: K) -> V:
+        try:
+            self._entries.move_to_end(key)
+            return self._entries[key]
+        except KeyError:
+            value = self._entries[key] = self.make(key)
+            if len(self._entries) > self.size:
+                self._entries.popitem(last=False)
+            return value
+
+
+class Recent(Generic[K, V]):
+    """The `size` most recently used entries, put there by hand (none when size is 0)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._entries: OrderedDict[K, V] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: K) -> V | None:
+        if key not in self._entries:
+            return None
+        self._entries.move_to_end(key)
+        return self._entries[key]
+
+    def put(self, key: K, value: V) -> None:
+        self._entries[key] = value
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.size:
+            self._entries.popitem(last=False)

@@ -1,0 +1,249 @@
+"""A GraphQL operation from its text to its result, the same over every transport (HTTP,
+WebSocket, subscriptions re-evaluated).
+
+A request's document is its text, or the one its hash names (resolvers/execution/persisted.py; with
+`allow_list`, only registered operations run). The text is parsed once (a bounded number of
+tokens), its operation picked, its shape measured (resolvers/execution/cost.py) and the request
+refused above the node's limits before any other work; then the document is validated once,
+and the operation runs, by its compiled plan (resolvers/execution/plans.py) or graphql-core's
+executor, within the request deadline. A subscription runs as the query it mirrors (the
+Subscription type has the Query type's fields, resolvers/schema/build.py). Every refusal is a
+Refused with coded errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import graphql
+import strawberry
+from graphql import (
+    DocumentNode,
+    GraphQLError,
+    NamedTypeNode,
+    NameNode,
+    OperationDefinitionNode,
+    OperationType,
+    Visitor,
+    specified_rules,
+)
+from strawberry.execution import optimized_is_awaitable
+from strawberry.types import ExecutionResult
+
+from contracts.settings import Settings
+from resolvers.execution.completion import PlainRecordExecutionContext
+from resolvers.execution.cost import Shape, shape
+from resolvers.execution.lru import LRU
+from resolvers.execution.persisted import Persisted, Registry, Source, load
+from resolvers.execution.plans import OperationPlan, compile_plan
+from resolvers.execution.results import Refused as Refused
+from resolvers.execution.results import introspection_rules, response_extensions
+from resolvers.schema.context import Context
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """An operation that passed every check: what runs, and what it is."""
+
+    query: str  # the text as sent
+    name: str | None
+    kind: OperationType
+    document: DocumentNode  # a subscription's rewritten as the query it mirrors
+    cost: int
+
+
+@dataclass(frozen=True)
+class _Picked:
+    operation: OperationDefinitionNode | None
+    shape: Shape | GraphQLError | None
+    document: DocumentNode
+
+
+class Operations:
+    def __init__(
+        self, schema: strawberry.Schema, settings: Settings, operations_file: Path | None = None
+    ) -> None:
+        """`operations_file`: the operations to register (resolvers/execution/persisted.py); a
+        ConfigError when one does not validate."""
+        self.schema = schema
+        self.settings = settings
+        self.core = schema._schema
+        assert self.core.query_type is not None
+        self.fields = self.core.query_type.fields
+        self.rules = [*specified_rules, *introspection_rules(settings)]
+        size = max(1, settings.document_cache_size)
+        self._parsed = LRU(size, self._parse)
+        self._picked = LRU(size, self._pick)
+        self._errors = LRU(size, self._validate)
+        self._plans = LRU(size, self._plan)
+        registry = Registry()
+        if operations_file is not None:
+            registry = load(operations_file, self.core, self.rules)
+        self.persisted = Persisted(
+            registry,
+            settings.allow_list,
+            settings.persisted_query_cache_size,
+            settings.document_cache_size,
+            self._parsed,
+        )
+
+    def resolve(self, query: str | None, name: str | None, hash: str | None = None) -> Source:
+        """The document a request runs: its query, or the one its hash names; Refused when
+        the hash names none, or with `allow_list` when the operation is not registered."""
+        return self.persisted.resolve(query, name, hash)
+
+    def prepare(self, source: Source, variables: dict[str, Any] | None) -> Prepared:
+        """The checked operation, or Refused: parse, pick, measure, validate. A document
+        sent with a hash is remembered by it once it passed."""
+        query, name = source.query, source.name
+        parsed = self._parsed(query)
+        if isinstance(parsed, GraphQLError):
+            raise Refused.coded("GRAPHQL_PARSE_FAILED", [parsed])
+        picked = self._picked((query, name))
+        if picked.operation is None:
+            message = (
+                f"the document has no operation named {name!r}"
+                if name
+                else "the document has several operations: name one (operationName)"
+            )
+            raise Refused.one("BAD_USER_INPUT", message)
+        cost = self._measure(picked.shape, variables or {})
+        errors = self._errors(query)
+        if errors:
+            raise Refused.coded("GRAPHQL_VALIDATION_FAILED", list(errors))
+        self.persisted.remember(source)
+        return Prepared(query, name, picked.operation.operation, picked.document, cost)
+
+    def kind(self, query: str, name: str | None) -> OperationType | None:
+        """The kind of the operation the request names, when the document has it."""
+        if isinstance(self._parsed(query), GraphQLError):
+            return None
+        operation = self._picked((query, name)).operation
+        return None if operation is None else operation.operation
+
+    async def execute(
+        self, prepared: Prepared, context: Context, variables: dict[str, Any] | None
+    ) -> tuple[ExecutionResult, Context]:
+        """Run a prepared operation within the deadline. Returns the result and the context
+        that made it (a fresh one when the compiled plan gave up)."""
+        deadline = self.settings.request_timeout_s
+        bulk = prepared.cost > self.settings.bulk_request_cost
+        try:
+            async with asyncio.timeout(deadline):
+                with context.node.lanes.enter(bulk):
+                    return await self._run(prepared, context, variables)
+        except TimeoutError:
+            message = f"the request ran past request_timeout_s ({deadline} s) and was stopped"
+            error = GraphQLError(message, extensions={"code": "DEADLINE_EXCEEDED"})
+            return ExecutionResult(None, [error], response_extensions(context)), context
+
+    async def _run(
+        self, prepared: Prepared, context: Context, variables: dict[str, Any] | None
+    ) -> tuple[ExecutionResult, Context]:
+        plan = self._plans((prepared.query, prepared.name))
+        if plan is not None:
+            result = await plan.run(self.schema, context, variables)
+            if result is not None:
+                return result, context
+            context = context.again()
+        outcome = graphql.execute(
+            self.core,
+            prepared.document,
+            context_value=context,
+            variable_values=variables,
+            operation_name=prepared.name,
+            executor_class=PlainRecordExecutionContext,
+            is_awaitable=cast(Any, optimized_is_awaitable),  # strawberry's, typed as bool
+        )
+        done = await outcome if inspect.isawaitable(outcome) else outcome
+        errors = done.errors
+        if errors and done.data is None:  # refused before any field ran: the variables
+            for error in errors:
+                if error.path is None:
+                    error.extensions = {**(error.extensions or {}), "code": "BAD_USER_INPUT"}
+        return ExecutionResult(done.data, errors, response_extensions(context)), context
+
+    def _measure(self, measured: Shape | GraphQLError | None, variables: dict[str, Any]) -> int:
+        if isinstance(measured, GraphQLError):
+            raise Refused.coded("GRAPHQL_VALIDATION_FAILED", [measured])
+        assert measured is not None
+        settings = self.settings
+        if measured.depth > settings.max_query_depth:
+            message = f"the document is {measured.depth} levels deep (max_query_depth is "
+            raise Refused.one("GRAPHQL_VALIDATION_FAILED", f"{message}{settings.max_query_depth})")
+        if measured.aliases > settings.max_keys_per_request:
+            raise Refused.one(
+                "GRAPHQL_VALIDATION_FAILED",
+                f"the document has {measured.aliases} aliases, fragments expanded "
+                f"(the limit is max_keys_per_request, {settings.max_keys_per_request})",
+            )
+        cost = measured.cost(self.fields, variables)
+        if cost > settings.max_request_cost:
+            raise Refused.one(
+                "COST_LIMIT_EXCEEDED",
+                f"the request may return {cost} values, over max_request_cost "
+                f"({settings.max_request_cost}): ask for fewer keys, smaller pages or "
+                "fewer aliases",
+                cost=cost,
+                limit=settings.max_request_cost,
+            )
+        return cost
+
+    def _parse(self, query: str) -> DocumentNode | GraphQLError:
+        try:
+            return graphql.parse(query, max_tokens=self.settings.max_document_tokens)
+        except GraphQLError as error:
+            return error
+        except RecursionError:
+            return GraphQLError("the document is nested too deeply to parse")
+
+    def _pick(self, key: tuple[str, str | None]) -> _Picked:
+        query, name = key
+        document = self._parsed(query)
+        assert not isinstance(document, GraphQLError)
+        operation = graphql.utilities.get_operation_ast(document, name)
+        if operation is None:
+            return _Picked(None, None, document)
+        try:
+            measured: Shape | GraphQLError = shape(operation, document.definitions)
+        except GraphQLError as error:
+            measured = error
+        if operation.operation is OperationType.SUBSCRIPTION:
+            document = _as_query(document, operation)
+        return _Picked(operation, measured, document)
+
+    def _plan(self, key: tuple[str, str | None]) -> OperationPlan | None:
+        """The compiled plan of a validated operation; None leaves it to graphql-core, as it
+        does any text with a directive (@skip, @include, @defer bind at run time)."""
+        query, name = key
+        return None if "@" in query else compile_plan(self.schema, self._picked(key).document, name)
+
+    def _validate(self, query: str) -> tuple[GraphQLError, ...]:
+        document = self._parsed(query)
+        assert not isinstance(document, GraphQLError)
+        return tuple(graphql.validate(self.core, document, self.rules))
+
+
+def _as_query(document: DocumentNode, operation: OperationDefinitionNode) -> DocumentNode:
+    query = OperationDefinitionNode(
+        operation=OperationType.QUERY,
+        name=operation.name,
+        variable_definitions=operation.variable_definitions,
+        directives=operation.directives,
+        selection_set=operation.selection_set,
+    )
+    rewritten = DocumentNode(
+        definitions=tuple(query if d is operation else d for d in document.definitions)
+    )
+    return cast(DocumentNode, graphql.visit(rewritten, _OnQuery()))  # fragments' conditions
+
+
+class _OnQuery(Visitor):
+    def enter_named_type(self, node: NamedTypeNode, *_: Any) -> NamedTypeNode | None:
+        if node.name.value != "Subscription":
+            return None
+        return NamedTypeNode(name=NameNode(value="Query"))

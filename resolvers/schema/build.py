@@ -1,0 +1,44 @@
+"""The schema: fixed metadata queries plus the typed fields of every declared store."""
+
+from __future__ import annotations
+
+import copy
+
+import strawberry
+from strawberry.schema.config import StrawberryConfig
+from strawberry.tools import create_type
+
+from contracts import names
+from contracts.project import Project
+from resolvers.schema import cluster
+from resolvers.schema.scalars import SCALARS
+from resolvers.schema.stores import store_fields
+
+SUBSCRIPTION_DESCRIPTION = (
+    "Every query field, pushed over graphql-transport-ws on /graphql: the first result at "
+    "once, then a new one whenever a partition it reads switches version and the result "
+    "changed (README: Subscriptions)."
+)
+
+
+def build_schema(project: Project) -> strawberry.Schema:
+    fields = [
+        strawberry.field(cluster.stores, name=names.STORES, description="The declared stores."),
+        strawberry.field(cluster.cluster, name=names.CLUSTER, description="The partition map."),
+    ]
+    for store in project.stores.values():
+        fields.extend(store_fields(store, project.settings))
+    query = create_type("Query", fields)
+    # The same fields: a subscription runs as the query it mirrors (resolvers/transport/live.py).
+    subscription = create_type(
+        "Subscription", [copy.copy(f) for f in fields], description=SUBSCRIPTION_DESCRIPTION
+    )
+    return strawberry.Schema(
+        query=query,
+        subscription=subscription,
+        config=StrawberryConfig(scalar_map=SCALARS),
+    )
+
+
+def sdl(project: Project) -> str:
+    return build_schema(project).as_str() + "\n"

@@ -1,0 +1,54 @@
+"""The request context: the gateway's query service for this request, behind one DataLoader,
+so every root field of a request joins one routed batch; and who is asking (the Principal
+the transport verified), so every root field checks what it may read."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from strawberry.dataloader import DataLoader
+
+from contracts.access import Principal
+from contracts.errors import GatewayError
+from gateway.cluster.batching import Outcome, RequestBatch, Work
+from gateway.node import GatewayNode
+from gateway.service import Load, RequestQueries
+
+
+def batch_loader(batch: RequestBatch) -> Load:
+    """Loads that all join `batch`: those made in one turn of the event loop are one call."""
+    loader: DataLoader[Work, Outcome] = DataLoader(load_fn=batch.run, cache=False)
+    return loader.load
+
+
+@dataclass
+class Context:
+    node: GatewayNode
+    batch: RequestBatch
+    queries: RequestQueries
+    principal: Principal
+
+    @classmethod
+    def create(cls, node: GatewayNode, authorization: str | None, principal: Principal) -> Context:
+        batch = node.request_batch(authorization)
+        return cls.joining(node, batch, batch_loader(batch), principal)
+
+    @classmethod
+    def joining(
+        cls, node: GatewayNode, batch: RequestBatch, load: Load, principal: Principal
+    ) -> Context:
+        """A context of its own (its results' positions) whose loads join a shared batch:
+        the subscriptions evaluated together (resolvers/transport/live.py) send one routed batch."""
+        return cls(node, batch, RequestQueries(node.project, load), principal)
+
+    def again(self) -> Context:
+        """A fresh context on the same batch, for running the operation again."""
+        return Context.joining(self.node, self.batch, self.queries.load, self.principal)
+
+    def authorize(self, name: str) -> None:
+        """Raise FORBIDDEN unless the principal may read the root field `name` (a store,
+        "cluster" or "stores"); without [auth], anyone may."""
+        access = self.node.project.access
+        if access is not None and not access.permits(self.principal, name):
+            roles = ", ".join(sorted(self.principal.roles)) or "none"
+            raise GatewayError("FORBIDDEN", f"the token's roles ({roles}) may not read {name}")

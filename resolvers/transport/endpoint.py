@@ -1,0 +1,224 @@
+"""The /graphql endpoint over HTTP, as GraphQL over HTTP specifies it.
+
+GET (queries only: a mutation is 405) and POST (JSON; a JSON array is a batch, up to
+`max_batch_size` operations sharing one routed batch). The answer is
+application/graphql-response+json when the client accepts it, with status 400 for a request
+that could not run (parse, validation, variables, limits; 403 for an operation the
+allow-list refuses; 200 for an unknown persisted-query hash, as Apollo's clients expect),
+else application/json with 200. Every error has GraphQL's shape and an `extensions.code`,
+transport errors included. A request whose client disconnects is cancelled. A browser's GET
+with neither a query nor a hash gets the playground.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import orjson
+from graphql import OperationType
+from starlette.datastructures import Headers, QueryParams
+from starlette.responses import HTMLResponse, Response
+from starlette.types import Receive, Scope, Send
+
+from gateway.auth import Unauthenticated
+from gateway.node import GatewayNode
+from resolvers.execution import client_errors, results
+from resolvers.execution.operations import Operations, Refused
+from resolvers.execution.persisted import NOT_FOUND_OUTCOME
+from resolvers.schema.context import Context
+from resolvers.transport.requests import JSON, GraphQLRequest, TransportError, read_get, read_post
+
+GRAPHQL_RESPONSE = "application/graphql-response+json"
+CLIENT_CLOSED = 499  # never seen by the client, which left: for the access log only
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+
+NOT_CACHED = {"cache-control": "no-store"}  # a miss, that the client's next request fills
+
+
+@dataclass(frozen=True)
+class Answer:
+    body: bytes
+    status: int = 200  # as application/graphql-response+json: 400 when nothing ran, ...
+    headers: dict[str, str] | None = None
+
+
+class GraphQLEndpoint:
+    def __init__(self, node: GatewayNode, operations: Operations, playground: str) -> None:
+        self.node = node
+        self.operations = operations
+        self.settings = node.project.settings
+        self.playground = playground
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = Headers(scope=scope)
+        media = _media(headers.get("accept", ""))
+        try:
+            response = await self._respond(scope, headers, receive, media)
+        except TransportError as error:
+            client_errors.transport(error.code, error.message)
+            self.node.metrics.request(None, "refused", 0.0)
+            response = _transport_error(error, media)
+        except Exception:  # a bug: logged, and still answered in the one error shape
+            log.exception("answering a GraphQL request failed")
+            failed = TransportError(500, "INTERNAL_SERVER_ERROR", "the node failed to answer")
+            response = _transport_error(failed, media)
+        await response(scope, receive, send)
+
+    async def _respond(
+        self, scope: Scope, headers: Headers, receive: Receive, media: str
+    ) -> Response:
+        method = scope["method"]
+        if method == "GET":
+            params = QueryParams(scope["query_string"])
+            asks = "query" in params or "extensions" in params or "documentId" in params
+            if not asks and "text/html" in headers.get("accept", ""):
+                return HTMLResponse(self.playground)
+            parsed: GraphQLRequest | list[GraphQLRequest] = read_get(params)
+        elif method == "POST":
+            body = await _read(headers, receive, self.settings.max_request_bytes)
+            parsed = read_post(headers.get("content-type", ""), body, self.settings.max_batch_size)
+        else:
+            raise TransportError(
+                405, "METHOD_NOT_ALLOWED", f"{method} is not GraphQL over HTTP: use GET or POST",
+                {"allow": "GET, POST"},
+            )  # fmt: skip
+        authorization = headers.get("authorization")
+        try:
+            principal = self.node.authenticator.authenticate(authorization)
+        except Unauthenticated as refused:
+            challenge = {"www-authenticate": refused.challenge}
+            raise TransportError(401, refused.code, refused.message, challenge) from None
+        context = Context.create(self.node, authorization, principal)
+        work = self._answer(parsed, context, method == "GET")
+        started = time.perf_counter()
+        answered = await _unless_disconnected(work, receive)
+        if answered is None:
+            self._count(None, "cancelled", started)
+            return Response(status_code=CLIENT_CLOSED)
+        if isinstance(answered, list):
+            body = b"[" + b",".join(a.body for a in answered) + b"]"
+            return Response(body, media_type=media)
+        status = answered.status if media == GRAPHQL_RESPONSE else 200
+        return Response(answered.body, status, answered.headers, media_type=media)
+
+    async def _answer(
+        self, parsed: GraphQLRequest | list[GraphQLRequest], context: Context, get: bool
+    ) -> Answer | list[Answer]:
+        if not isinstance(parsed, list):
+            return await self._one(parsed, context, get)
+        contexts = [context, *(context.again() for _ in parsed[1:])]  # one routed batch
+        return list(
+            await asyncio.gather(
+                *(self._one(r, c, get) for r, c in zip(parsed, contexts, strict=True))
+            )
+        )
+
+    async def _one(self, request: GraphQLRequest, context: Context, get: bool) -> Answer:
+        started = time.perf_counter()
+        name, variables = request.operation_name, request.variables
+        try:
+            source = self.operations.resolve(request.query, name, request.hash)
+            name = source.name
+            if get and self.operations.kind(source.query, name) is OperationType.MUTATION:
+                raise TransportError(
+                    405, "METHOD_NOT_ALLOWED", "a mutation is sent with POST", {"allow": "POST"}
+                )
+            prepared = self.operations.prepare(source, variables)
+            if prepared.kind is OperationType.SUBSCRIPTION:
+                raise Refused.one(
+                    "SUBSCRIPTION_OVER_HTTP",
+                    "subscriptions are served over WebSocket (graphql-transport-ws) on /graphql",
+                )
+        except Refused as refused:
+            client_errors.refused(refused.errors, name, "http")
+            self._count(name, refused.outcome, started)
+            headers = NOT_CACHED if refused.outcome == NOT_FOUND_OUTCOME else None
+            return Answer(orjson.dumps({"errors": refused.errors}), refused.status, headers)
+        result, _ = await self.operations.execute(prepared, context, variables)
+        client_errors.failed(result.errors, name, "http")
+        self._count(name, results.outcome(result), started)
+        body = results.encoded(results.response(result), self.settings.max_response_bytes)
+        return Answer(body, 400 if results.request_error(result) else 200)
+
+    def _count(self, name: str | None, outcome: str, started: float) -> None:
+        self.node.metrics.request(name, outcome, time.perf_counter() - started)
+
+
+def _media(accept: str) -> str:
+    """The response's media type: the first of ours the Accept header names."""
+    for part in accept.split(","):
+        kind = part.split(";")[0].strip().lower()
+        if kind == GRAPHQL_RESPONSE:
+            return GRAPHQL_RESPONSE
+        if kind in (JSON, "application/*", "*/*"):
+            return JSON
+    return JSON
+
+
+def _transport_error(error: TransportError, media: str) -> Response:
+    body = {"errors": [{"message": error.message, "extensions": {"code": error.code}}]}
+    return Response(orjson.dumps(body), error.status, error.headers, media_type=media)
+
+
+async def _read(headers: Headers, receive: Receive, limit: int) -> bytes:
+    """The body, or REQUEST_TOO_LARGE (413) once it is known to pass `limit`: from its
+    Content-Length, or as soon as the chunks received pass it. Never more than `limit` is
+    kept; the rest is read and dropped, so the client is not reset while still sending."""
+    length = headers.get("content-length", "")
+    too_large = TransportError(
+        413, "REQUEST_TOO_LARGE", f"the request body is over max_request_bytes ({limit} bytes)"
+    )
+    if length.isdigit() and int(length) > limit:
+        if "100-continue" not in headers.get("expect", "").lower():
+            await _drain(receive)  # else the client waits: asking for it would invite it
+        raise too_large
+    chunks, size, more = [], 0, True
+    while more:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        more = message.get("more_body", False)
+        if size > limit:
+            if more:
+                await _drain(receive)
+            raise too_large
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def _drain(receive: Receive) -> None:
+    """Read the rest of the body and drop it."""
+    while True:
+        message = await receive()
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            return
+
+
+async def _unless_disconnected(work: Awaitable[T], receive: Receive) -> T | None:
+    """The work's result, or None when the client disconnected first (the work is
+    cancelled: its internal calls with it)."""
+    task = asyncio.ensure_future(work)
+    watch = asyncio.ensure_future(_disconnect(receive))
+    try:
+        await asyncio.wait((task, watch), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for pending in (task, watch):
+            pending.cancel()
+    if task.cancelled() or not task.done():
+        await asyncio.gather(task, return_exceptions=True)
+        return None
+    return task.result()
+
+
+async def _disconnect(receive: Receive) -> Any:
+    while (await receive())["type"] != "http.disconnect":
+        pass

@@ -1,0 +1,286 @@
+"""GraphQL over WebSocket on /graphql: the graphql-transport-ws protocol, the one graphql-ws
+clients speak.
+
+The client sends connection_init (its payload may carry {"Authorization": "Bearer ..."},
+else the handshake's Authorization header counts) and gets connection_ack (with [auth], only
+when the token verifies: else the socket is closed with 4403); then any number of subscribe
+messages. A subscription gets `next` messages until the client completes it
+(resolvers/transport/live.py decides when); a query gets one `next`, then `complete`. ping
+gets pong.
+
+A subscribe payload is a GraphQL request as over HTTP, persisted-query hash included
+(`extensions.persistedQuery` or `documentId`: resolvers/execution/persisted.py). An
+operation that cannot run gets an `error` message with coded GraphQL errors: a document that
+does not parse or validate, variables that do not fit, a limit (TOO_MANY_SUBSCRIPTIONS), an
+unknown hash (PERSISTED_QUERY_NOT_FOUND), an operation the allow-list refuses
+(OPERATION_NOT_ALLOWED). A client that breaks the protocol is closed with the protocol's
+codes: 4400 a message that is not the protocol, 4401 subscribe before connection_ack, 4406
+no graphql-transport-ws subprotocol, 4408 no connection_init in time, 4409 an id already in
+use, 4429 a second connection_init; 4403 a connection_init without a valid token, with
+[auth], and a connection whose token expires (exp, with the leeway): its client reconnects
+with a fresh one."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from typing import Any
+
+import orjson
+from graphql import OperationType
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from contracts.access import ANONYMOUS
+from contracts.errors import GatewayError
+from gateway.auth import Unauthenticated
+from resolvers.execution import client_errors, results
+from resolvers.execution.operations import Prepared, Refused
+from resolvers.schema.context import Context
+from resolvers.transport.live import Hub, Operation, Subscriber
+from resolvers.transport.requests import TransportError, persisted_hash
+
+log = logging.getLogger(__name__)
+PROTOCOL = "graphql-transport-ws"
+MAX_REASON = 120  # a close frame's reason is at most 123 bytes
+
+
+class ProtocolViolation(Exception):
+    def __init__(self, code: int, reason: str) -> None:
+        super().__init__(reason)
+        self.code = code
+        self.reason = reason
+
+
+async def serve(websocket: WebSocket, hub: Hub) -> None:
+    if PROTOCOL not in websocket.scope.get("subprotocols", []):
+        client_errors.transport("4406", "Subprotocol not acceptable", "websocket")
+        await websocket.close(4406, "Subprotocol not acceptable")
+        return
+    await websocket.accept(subprotocol=PROTOCOL)
+    await Connection(websocket, hub).serve()
+
+
+class Connection:
+    def __init__(self, websocket: WebSocket, hub: Hub) -> None:
+        self.websocket = websocket
+        self.hub = hub
+        self.settings = hub.node.project.settings
+        self.authorization: str | None = websocket.headers.get("authorization")
+        self.principal = ANONYMOUS  # verified at connection_init
+        self.acknowledged = False
+        self.operations: dict[str, tuple[Operation | None, Subscriber]] = {}
+        self._ready: deque[Subscriber] = deque()
+        self._wake = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def serve(self) -> None:
+        writer = asyncio.create_task(self._write())
+        try:
+            await self._converse()
+        except ProtocolViolation as violation:
+            client_errors.transport(str(violation.code), violation.reason, "websocket")
+            with contextlib.suppress(Exception):
+                await self.websocket.close(violation.code, violation.reason)
+        except WebSocketDisconnect:
+            pass
+        finally:
+            writer.cancel()
+            for task in self._tasks:
+                task.cancel()
+            for id in list(self.operations):
+                self._end(id)
+
+    async def _converse(self) -> None:
+        timeout = self.settings.connection_init_timeout_s
+        try:
+            async with asyncio.timeout(timeout):
+                while not self.acknowledged:
+                    await self._handle(await self._receive())
+        except TimeoutError:
+            raise ProtocolViolation(4408, "Connection initialisation timeout") from None
+        lifetime = asyncio.timeout(self.hub.node.authenticator.lifetime(self.principal))
+        try:
+            async with lifetime:
+                while True:
+                    await self._handle(await self._receive())
+        except TimeoutError:
+            if not lifetime.expired():
+                raise
+            raise ProtocolViolation(4403, "Forbidden: the bearer token has expired") from None
+
+    async def _receive(self) -> dict[str, Any]:
+        message = await self.websocket.receive()
+        if message["type"] == "websocket.disconnect":
+            raise WebSocketDisconnect(message.get("code", 1000))
+        raw = message.get("text")
+        if raw is None:
+            raw = message.get("bytes") or b""
+        try:
+            parsed = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            raise ProtocolViolation(4400, "Invalid message received: not JSON") from None
+        if not isinstance(parsed, dict) or not isinstance(parsed.get("type"), str):
+            raise ProtocolViolation(4400, "Invalid message received: no type")
+        return parsed
+
+    async def _handle(self, message: dict[str, Any]) -> None:
+        kind = message["type"]
+        if kind == "connection_init":
+            self._initialise(message.get("payload"))
+            await self._send({"type": "connection_ack"})
+        elif kind == "ping":
+            await self._send({"type": "pong"})
+        elif kind == "pong":
+            pass
+        elif kind == "subscribe":
+            if not self.acknowledged:
+                raise ProtocolViolation(4401, "Unauthorized")
+            await self._subscribe(message)
+        elif kind == "complete":
+            id = message.get("id")
+            if isinstance(id, str):
+                self._end(id)
+        else:
+            raise ProtocolViolation(4400, f"Invalid message received: unknown type {kind!r}")
+
+    def _initialise(self, payload: object) -> None:
+        if self.acknowledged:
+            raise ProtocolViolation(4429, "Too many initialisation requests")
+        if payload is not None and not isinstance(payload, dict):
+            raise ProtocolViolation(4400, "Invalid message received: payload is not an object")
+        given = {str(k).lower(): v for k, v in (payload or {}).items()}.get("authorization")
+        if isinstance(given, str):
+            self.authorization = given
+        try:
+            self.principal = self.hub.node.authenticator.authenticate(self.authorization)
+        except Unauthenticated as refused:
+            raise ProtocolViolation(4403, f"Forbidden: {refused.message}"[:MAX_REASON]) from None
+        self.acknowledged = True
+
+    async def _subscribe(self, message: dict[str, Any]) -> None:
+        id, payload = message.get("id"), message.get("payload")
+        if not isinstance(id, str) or not id or not isinstance(payload, dict):
+            raise ProtocolViolation(4400, "Invalid message received: subscribe needs an id")
+        query, variables = payload.get("query"), payload.get("variables")
+        name = payload.get("operationName")
+        extensions = payload.get("extensions")
+        hashed = isinstance(extensions, dict) and extensions.get("persistedQuery") is not None
+        persisted = hashed or payload.get("documentId") is not None
+        if not (
+            (isinstance(query, str) or (query is None and persisted))
+            and (variables is None or isinstance(variables, dict))
+            and (name is None or isinstance(name, str))
+        ):
+            raise ProtocolViolation(4400, "Invalid message received: not a GraphQL request")
+        if id in self.operations:
+            raise ProtocolViolation(4409, f"Subscriber for {id} already exists")
+        try:
+            prepared = self._prepare(query, name, variables, payload)
+            if prepared.kind is OperationType.SUBSCRIPTION:
+                self._check_limits()
+        except Refused as refused:
+            client_errors.refused(refused.errors, name, "websocket")
+            await self._send({"id": id, "type": "error", "payload": refused.errors})
+            return
+        subscriber = Subscriber(id, self._became_ready)
+        if prepared.kind is OperationType.SUBSCRIPTION:
+            operation = Operation(prepared, variables, self.authorization, self.principal)
+            self.operations[id] = (operation, subscriber)
+            self._spawn(self._join(operation, subscriber))
+        else:
+            self.operations[id] = (None, subscriber)
+            self._spawn(self._answer_once(id, prepared, variables))
+
+    def _prepare(
+        self,
+        query: str | None,
+        name: str | None,
+        variables: dict[str, Any] | None,
+        payload: dict[str, Any],
+    ) -> Prepared:
+        """As over HTTP: the query, or the persisted document its hash names."""
+        try:
+            hash = persisted_hash(payload.get("extensions"), payload.get("documentId"), query)
+        except TransportError as error:
+            raise Refused.one(error.code, error.message) from None
+        if query is None and hash is None:
+            raise Refused.one("BAD_REQUEST", "the request has no query, nor a persisted one's hash")
+        operations = self.hub.operations
+        return operations.prepare(operations.resolve(query, name, hash), variables)
+
+    def _check_limits(self) -> None:
+        limit = self.settings.max_subscriptions_per_connection
+        open_here = sum(1 for operation, _ in self.operations.values() if operation is not None)
+        error = self.hub.refusal()
+        if open_here >= limit:
+            error = GatewayError(
+                "TOO_MANY_SUBSCRIPTIONS",
+                f"this connection has {limit} subscriptions open already "
+                "(max_subscriptions_per_connection)",
+            )
+        if error is not None:
+            raise Refused([{"message": error.message, "extensions": error.extensions}])
+
+    def _spawn(self, work: Any) -> None:
+        task = asyncio.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _join(self, operation: Operation, subscriber: Subscriber) -> None:
+        if self.operations.get(subscriber.id, (None, None))[1] is not subscriber:
+            return  # completed before it started
+        try:
+            await self.hub.join(operation, subscriber)
+        except Refused as refused:
+            client_errors.refused(refused.errors, operation.prepared.name, "websocket")
+            self.operations.pop(subscriber.id, None)
+            await self._send({"id": subscriber.id, "type": "error", "payload": refused.errors})
+            return
+        if self.operations.get(subscriber.id, (None, None))[1] is not subscriber:
+            self.hub.leave(operation, subscriber)  # completed while it was evaluated
+
+    async def _answer_once(
+        self, id: str, prepared: Prepared, variables: dict[str, Any] | None
+    ) -> None:
+        context = Context.create(self.hub.node, self.authorization, self.principal)
+        result, _ = await self.hub.operations.execute(prepared, context, variables)
+        client_errors.failed(result.errors, prepared.name, "websocket")
+        if self.operations.pop(id, None) is None:
+            return
+        await self._send({"id": id, "type": "next", "payload": results.response(result)})
+        await self._send({"id": id, "type": "complete"})
+
+    def _end(self, id: str) -> None:
+        operation, subscriber = self.operations.pop(id, (None, None))
+        if operation is not None and subscriber is not None:
+            self.hub.leave(operation, subscriber)
+
+    def _became_ready(self, subscriber: Subscriber) -> None:
+        self._ready.append(subscriber)
+        self._wake.set()
+
+    async def _write(self) -> None:
+        """Send each ready subscriber's pending update, one at a time: while the client
+        reads slowly, newer updates replace the pending ones (resolvers/transport/live.py)."""
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._ready:
+                subscriber = self._ready.popleft()
+                payload = subscriber.take()
+                current = self.operations.get(subscriber.id, (None, None))[1]
+                if payload is None or current is not subscriber:
+                    continue
+                head = b'{"id":' + orjson.dumps(subscriber.id) + b',"type":"next","payload":'
+                await self._send_text(head + payload + b"}")
+
+    async def _send(self, message: dict[str, Any]) -> None:
+        await self._send_text(orjson.dumps(message))
+
+    async def _send_text(self, text: bytes) -> None:
+        """Send one message; on a connection already gone, nothing (the receiving side
+        ends the conversation)."""
+        with contextlib.suppress(OSError, RuntimeError, WebSocketDisconnect):
+            await self.websocket.send({"type": "websocket.send", "text": text.decode()})
