@@ -2,8 +2,8 @@
 
 httpx costs about 1 ms of client CPU per request on these machines, enough to make the client
 the bottleneck; this client costs a few tens of microseconds. It speaks only what the
-benchmark needs: POST and GET with a body of known length, responses with Content-Length or
-chunked bodies, one request in flight per connection.
+benchmark needs: POST and GET with a body of known length, one request in flight per
+connection; replies are read by the node's own parser (gateway/wire/hop.py).
 """
 
 from __future__ import annotations
@@ -15,9 +15,7 @@ from types import TracebackType
 from typing import Any
 from urllib.parse import urlsplit
 
-
-class HttpError(Exception):
-    pass
+from gateway.wire.hop import ClosedByPeer, read_reply
 
 
 @dataclass(frozen=True)
@@ -49,34 +47,8 @@ class Connection:
             f"content-type: {content_type}\r\ncontent-length: {len(body)}\r\n\r\n"
         )
         self.writer.write(head.encode() + body)
-        status_line = await self.reader.readuntil(b"\r\n")
-        status = int(status_line.split(b" ", 2)[1])
-        length, chunked = -1, False
-        while True:
-            line = await self.reader.readuntil(b"\r\n")
-            if line == b"\r\n":
-                break
-            name, _, value = line.partition(b":")
-            name = name.strip().lower()
-            if name == b"content-length":
-                length = int(value)
-            elif name == b"transfer-encoding" and b"chunked" in value.lower():
-                chunked = True
-        if chunked:
-            return status, await self._chunks()
-        if length < 0:
-            raise HttpError("response without content-length")
-        return status, await self.reader.readexactly(length)
-
-    async def _chunks(self) -> bytes:
-        parts: list[bytes] = []
-        while True:
-            size = int((await self.reader.readuntil(b"\r\n")).split(b";")[0], 16)
-            if size == 0:
-                await self.reader.readuntil(b"\r\n")
-                return b"".join(parts)
-            parts.append(await self.reader.readexactly(size))
-            await self.reader.readexactly(2)
+        status, reply, _ = await read_reply(self.reader)
+        return status, reply
 
     def close(self) -> None:
         self.writer.close()
@@ -104,7 +76,7 @@ class Pool:
         connection = idle.pop() if reused else await Connection.open(*origin)
         try:
             answer = await connection.request(method, target, body)
-        except (asyncio.IncompleteReadError, ConnectionResetError, BrokenPipeError):
+        except (ClosedByPeer, ConnectionResetError, BrokenPipeError):
             connection.close()
             if not reused:
                 raise

@@ -30,7 +30,7 @@ from gateway.storage import execution
 from gateway.storage.snapshots import SnapshotCatalog
 from gateway.storage.switches import Switches
 from gateway.storage.sync import SnapshotSync, StoreUnreachable
-from gateway.wire.peers import PeerClient
+from gateway.wire.peers import PeerClient, pooled
 
 log = logging.getLogger(__name__)
 # A request allocates thousands of short-lived objects (rows, records, dicts); at the default
@@ -51,7 +51,7 @@ class GatewayNode:
             threads=settings.duckdb_threads,
             memory=settings.duckdb_memory_limit,
         )
-        self.peers = PeerClient(project.cluster.secret, settings)
+        self.peers = PeerClient(project.cluster.secret, pooled(settings))
         self.switches = Switches()
         self.membership = Membership(project, node_id, self.peers, self.switches)
         self.sync = SnapshotSync(project, node_id, self.catalog, self.peers, self.switches)

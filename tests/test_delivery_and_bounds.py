@@ -23,7 +23,7 @@ from contracts.snapshot_file import relative_path
 from gateway.storage.snapshots import SnapshotCatalog
 from gateway.storage.switches import Switches
 from gateway.storage.sync import SnapshotSync
-from gateway.wire.peers import PeerClient
+from gateway.wire.peers import PeerClient, pooled
 from spark_pipeline import job
 from stategate.launcher import Processes, free_ports, store_command
 from tests import oracle, wire
@@ -297,7 +297,7 @@ def test_a_damaged_version_waits_for_a_backoff_before_it_is_fetched_again(
     catalog = SnapshotCatalog(tmp_path / "node1", list(project.stores.values()), 1, "256MB")
 
     async def main() -> None:
-        peers = PeerClient(project.cluster.secret, project.settings)
+        peers = PeerClient(project.cluster.secret, pooled(project.settings))
         try:
             sync = SnapshotSync(project, "node1", catalog, peers, Switches())
             assert set(await sync.run_once()) == set(hosted) - {damaged}

@@ -22,7 +22,8 @@ from gateway.cluster.metrics import NodeMetrics
 from gateway.cluster.routing import Router
 from gateway.model.queries import Answer, Get, Range, SubQuery
 from gateway.storage.switches import Switches
-from gateway.wire.peers import PeerClient, PeerError, PeerUnreachable
+from gateway.wire.errors import PeerError, PeerUnreachable
+from gateway.wire.peers import PeerClient, pooled
 from stategate.launcher import free_ports
 from tests.nodes import Served
 from tests.projects import write_project
@@ -65,7 +66,7 @@ def router_of_node1(project: config.Project, membership: Membership) -> Router:
 
 
 def peers(project: config.Project) -> PeerClient:
-    return PeerClient(project.cluster.secret, project.settings)
+    return PeerClient(project.cluster.secret, pooled(project.settings))
 
 
 def project(tmp_path: Path, port: int) -> config.Project:

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from contracts.project import Project
 from gateway.cluster.status import NodeStatus, PartitionState
 from gateway.storage.switches import Switches
-from gateway.wire.peers import PeerClient, PeerError, PeerUnreachable, PoolExhausted
+from gateway.wire.errors import PeerError, PeerUnreachable, PoolExhausted
+from gateway.wire.peers import PeerClient
 from gateway.wire.protocol import ProtocolError
 
 log = logging.getLogger(__name__)

@@ -28,7 +28,8 @@ from gateway.cluster.health import Membership
 from gateway.cluster.metrics import NodeMetrics
 from gateway.model.queries import Answer, SubQuery, keys_of
 from gateway.runtime.lanes import offload
-from gateway.wire.peers import PeerClient, PeerError, PeerRefused
+from gateway.wire.errors import PeerError, PeerRefused
+from gateway.wire.peers import PeerClient
 from gateway.wire.protocol import ProtocolError, decode_answers, encode_request
 
 log = logging.getLogger(__name__)

@@ -27,7 +27,8 @@ from contracts.snapshot_file import FormatError, relative_path
 from gateway.storage.layers import LocalLayer
 from gateway.storage.snapshots import SnapshotCatalog, SnapshotError
 from gateway.storage.switches import Switches
-from gateway.wire.peers import PeerClient, PeerError
+from gateway.wire.errors import PeerError
+from gateway.wire.peers import PeerClient
 
 log = logging.getLogger(__name__)
 _CHUNK = 1 << 20

@@ -2,9 +2,11 @@
 peer, on plain asyncio streams.
 
 A general client (httpx) spends about a millisecond of CPU per call here, several times the
-lookups it carries; this one writes a request in one call and reads a Content-Length reply.
-Failures surface as OSError (refused, reset, closed), TimeoutError (the whole call ran past
-its timeout) or PoolFull; gateway/wire/peers.py turns them into the PeerError vocabulary.
+lookups it carries; this one writes a request in one call and reads the reply with
+`read_reply`, the one HTTP/1.1 reply parser (the benchmark's raw client uses it too).
+HopTransport sends POSTs this way and everything else through the general transport it
+wraps; the pool's own failures (OSError, TimeoutError, PoolFull) become the PeerError
+vocabulary there.
 """
 
 from __future__ import annotations
@@ -12,8 +14,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import defaultdict
+from collections.abc import Mapping
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
+
+from contracts.settings import Settings
+from gateway.wire.errors import PeerUnreachable, PoolExhausted
+from gateway.wire.transport import Reply, Streamed, Transport
 
 _MAX_HEADER_BYTES = 64 * 1024
 
@@ -51,7 +59,7 @@ class HopPool:
             lambda: _Origin(asyncio.Semaphore(self.connections))
         )
 
-    async def post(self, url: str, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
+    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> tuple[int, bytes]:
         """(status, body) of a POST; a kept-alive connection the peer had closed is retried
         once on a fresh one."""
         parts = urlsplit(url)
@@ -111,30 +119,80 @@ async def _exchange(connection: _Connection, request: bytes) -> tuple[int, bytes
     open); the connection is closed on any failure."""
     try:
         connection.writer.write(request)
+        return await read_reply(connection.reader)
+    except BaseException:
+        connection.close()
+        raise
+
+
+async def read_reply(reader: asyncio.StreamReader) -> tuple[int, bytes, bool]:
+    """One HTTP/1.1 reply: (status, body, whether the connection stays open), its body sized
+    by Content-Length or chunked. ClosedByPeer when the connection was closed before the
+    reply began, ConnectionError when the reply is broken."""
+    try:
         try:
-            status_line = await connection.reader.readuntil(b"\r\n")
+            status_line = await reader.readuntil(b"\r\n")
         except asyncio.IncompleteReadError as exc:
             if exc.partial:
                 raise
             raise ClosedByPeer("the peer closed the connection") from exc
         status = int(status_line.split(b" ", 2)[1])
-        length, keep_alive = -1, True
-        while (line := await connection.reader.readuntil(b"\r\n")) != b"\r\n":
+        length, chunked, keep_alive = -1, False, True
+        while (line := await reader.readuntil(b"\r\n")) != b"\r\n":
             name, _, value = line.partition(b":")
             name = name.strip().lower()
             if name == b"content-length":
                 length = int(value)
             elif name == b"connection" and b"close" in value.lower():
                 keep_alive = False
-            elif name == b"transfer-encoding":
-                raise ConnectionError("a chunked reply on the internal protocol")
+            elif name == b"transfer-encoding" and b"chunked" in value.lower():
+                chunked = True
+        if chunked:
+            return status, await _chunks(reader), keep_alive
         if length < 0:
-            raise ConnectionError("a reply without content-length on the internal protocol")
-        body = await connection.reader.readexactly(length)
+            raise ConnectionError("a reply without content-length or chunks")
+        return status, await reader.readexactly(length), keep_alive
     except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError) as exc:
-        connection.close()
         raise ConnectionError(f"a broken reply: {exc!r}") from exc
-    except BaseException:
-        connection.close()
-        raise
-    return status, body, keep_alive
+
+
+async def _chunks(reader: asyncio.StreamReader) -> bytes:
+    parts: list[bytes] = []
+    while size := int((await reader.readuntil(b"\r\n")).split(b";")[0], 16):
+        parts.append(await reader.readexactly(size))
+        await reader.readexactly(2)
+    await reader.readuntil(b"\r\n")
+    return b"".join(parts)
+
+
+class HopTransport:
+    """POSTs over the pooled hop; GETs and streams over the general transport it wraps."""
+
+    def __init__(self, general: Transport, settings: Settings) -> None:
+        self.general = general
+        self._pool = HopPool(
+            settings.peer_connections, settings.peer_pool_expiry_s, settings.internal_timeout_s
+        )
+
+    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> Reply:
+        try:
+            status, reply = await self._pool.post(url, body, headers)
+        except PoolFull as exc:
+            raise PoolExhausted(str(exc)) from exc
+        except TimeoutError as exc:
+            raise PeerUnreachable(f"no reply within the timeout: {exc!r}", hung=True) from exc
+        except OSError as exc:
+            raise PeerUnreachable(repr(exc), hung=False) from exc
+        return Reply(status, reply)
+
+    async def get(
+        self, url: str, headers: Mapping[str, str], timeout: float | None = None
+    ) -> Reply:
+        return await self.general.get(url, headers, timeout)
+
+    def stream(self, url: str, headers: Mapping[str, str]) -> AbstractAsyncContextManager[Streamed]:
+        return self.general.stream(url, headers)
+
+    async def aclose(self) -> None:
+        await self._pool.aclose()
+        await self.general.aclose()

@@ -20,7 +20,9 @@ from gateway.cluster.metrics import NodeMetrics
 from gateway.cluster.routing import Router
 from gateway.model.queries import Answer, Get, Prefix, Query, Range, SubQuery, Windows, WindowsOfKey
 from gateway.storage.switches import Switches
+from gateway.wire.mock import Call, MockTransport
 from gateway.wire.peers import PeerClient
+from gateway.wire.transport import Reply
 from tests.projects import write_project
 
 LogEnd = Callable[[str, int], "int | None"]
@@ -51,7 +53,7 @@ class Node:
         max_keys: int = DEFAULT_MAX_KEYS,
     ) -> list[Outcome]:
         async def go() -> list[Outcome]:
-            peers = PeerClient(self.project.cluster.secret, self.project.settings)
+            peers = PeerClient(self.project.cluster.secret, MockTransport(_no_peers))
             try:
                 membership = Membership(self.project, "node1", peers, Switches())
                 router = Router(
@@ -305,3 +307,7 @@ def test_lookups_and_scans_in_one_batch_go_in_one_round(node: Node) -> None:
 def test_an_empty_batch_sends_nothing(node: Node) -> None:
     assert node.run([]) == []
     assert node.calls == []
+
+
+def _no_peers(call: Call) -> Reply:
+    raise AssertionError(f"a one-node cluster called a peer: {call.url}")

@@ -100,9 +100,7 @@ def test_floors_import_only_their_own_and_the_floors_below(package: str) -> None
         above = sorted(
             name
             for name in imports(module)
-            if name.startswith(f"{package}.")
-            and _is_module(name)
-            and floor_of(package, name) > own
+            if name.startswith(f"{package}.") and _is_module(name) and floor_of(package, name) > own
         )
         if above:
             wrong[dotted] = above

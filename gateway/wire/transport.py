@@ -1,0 +1,43 @@
+"""The one protocol every way of reaching a peer speaks, as httpx's transports do: a pooled
+HTTP/1.1 hop for queries (gateway/wire/hop.py), httpx for everything (gateway/wire/general.py),
+and a handler in the same process for tests (gateway/wire/mock.py).
+
+A transport sends what it is given and returns the reply whatever its status; it raises only
+the PeerError family (gateway/wire/errors.py). Headers, statuses and their meaning are the
+client's (gateway/wire/peers.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import Protocol
+
+CHUNK_BYTES = 1 << 20  # a streamed file's chunks
+
+
+@dataclass(frozen=True)
+class Reply:
+    status: int
+    body: bytes
+
+
+@dataclass(frozen=True)
+class Streamed:
+    status: int
+    chunks: AsyncIterator[bytes]  # the body; read only when the status is a success
+
+
+class Transport(Protocol):
+    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> Reply: ...
+
+    async def get(
+        self, url: str, headers: Mapping[str, str], timeout: float | None = None
+    ) -> Reply: ...
+
+    def stream(
+        self, url: str, headers: Mapping[str, str]
+    ) -> AbstractAsyncContextManager[Streamed]: ...
+
+    async def aclose(self) -> None: ...

@@ -1,0 +1,160 @@
+"""The wire floor without sockets: the peer client's statuses and headers over the mock
+transport, the one HTTP/1.1 reply parser, and routing's failover against peers played by a
+handler."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+from contracts.auth import SECRET_HEADER
+from contracts.errors import Failure
+from contracts.project import Project, load
+from gateway.cluster.health import Membership
+from gateway.cluster.metrics import NodeMetrics
+from gateway.cluster.routing import Router
+from gateway.model.queries import Answer, Get, SubQuery
+from gateway.storage.switches import Switches
+from gateway.wire.errors import PeerRefused, PeerUnreachable
+from gateway.wire.hop import ClosedByPeer, HopTransport, read_reply
+from gateway.wire.mock import Call, MockTransport
+from gateway.wire.peers import PeerClient
+from gateway.wire.protocol import decode_request, encode_answers
+from gateway.wire.transport import Reply
+from tests.projects import write_project
+
+T = TypeVar("T")
+
+
+def run(make: Callable[[], Awaitable[T]]) -> T:
+    async def go() -> T:
+        return await make()
+
+    return asyncio.run(go())
+
+
+def test_the_client_sends_the_secret_and_the_callers_authorization() -> None:
+    transport = MockTransport(lambda call: Reply(200, b"ok"))
+    client = PeerClient("s3cret", transport)
+    assert run(lambda: client.post("http://n/internal/query", b"[]", "Bearer t")) == b"ok"
+    (call,) = transport.calls
+    assert call.headers[SECRET_HEADER] == "s3cret"
+    assert call.headers["authorization"] == "Bearer t"
+    assert (call.method, call.body) == ("POST", b"[]")
+
+
+def test_statuses_become_our_vocabulary() -> None:
+    replies = {"/missing": Reply(404, b""), "/broken": Reply(500, b"no"), "/ok": Reply(200, b"x")}
+    client = PeerClient("s", MockTransport(lambda call: replies[call.url]))
+    assert run(lambda: client.get("/missing")) is None
+    assert run(lambda: client.get("/ok")) == b"x"
+    with pytest.raises(PeerRefused) as refused:
+        run(lambda: client.post("/broken", b""))
+    assert refused.value.status == 500
+
+
+def test_a_stream_yields_its_chunks_and_an_error_status_refuses() -> None:
+    body = bytes(range(256)) * 9000  # more than one chunk
+    client = PeerClient("s", MockTransport(lambda c: Reply(200 if c.url == "/f" else 503, body)))
+
+    async def read(url: str) -> bytes:
+        async with client.stream(url) as chunks:
+            return b"".join([chunk async for chunk in chunks])
+
+    assert run(lambda: read("/f")) == body
+    with pytest.raises(PeerRefused):
+        run(lambda: read("/gone"))
+
+
+def test_the_hop_sends_gets_and_streams_through_the_transport_it_wraps(project: Project) -> None:
+    general = MockTransport(lambda call: Reply(200, call.url.encode()))
+    hop = HopTransport(general, project.settings)
+    assert run(lambda: hop.get("http://n/manifest", {})).body == b"http://n/manifest"
+    assert [c.method for c in general.calls] == ["GET"]
+
+
+async def _parse(raw: bytes) -> tuple[int, bytes, bool]:
+    reader = asyncio.StreamReader()
+    reader.feed_data(raw)
+    reader.feed_eof()
+    return await read_reply(reader)
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        (b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nhi", (200, b"hi", True)),
+        (b"HTTP/1.1 503 No\r\nConnection: close\r\nContent-Length: 0\r\n\r\n", (503, b"", False)),
+        (
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+            b"3;x=y\r\nabc\r\n2\r\nde\r\n0\r\n\r\n",
+            (200, b"abcde", True),
+        ),
+    ],
+)
+def test_the_parser_reads_sized_and_chunked_replies(
+    raw: bytes, expected: tuple[int, bytes, bool]
+) -> None:
+    assert run(lambda: _parse(raw)) == expected
+
+
+def test_a_connection_closed_before_the_reply_may_be_retried_a_broken_one_not() -> None:
+    with pytest.raises(ClosedByPeer):
+        run(lambda: _parse(b""))
+    for broken in (b"HTTP/1.1 200 OK\r\n\r\n", b"HTTP/1.1 2x0\r\n\r\n", b"HTTP/1.1 200 OK\r\ncon"):
+        with pytest.raises(ConnectionError) as raised:
+            run(lambda broken=broken: _parse(broken))  # type: ignore[misc]
+        assert not isinstance(raised.value, ClosedByPeer)
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Project:
+    return load(write_project(Path(tmp_path_factory.mktemp("wire")), [7101, 7102, 7103]))
+
+
+def _peer(call: Call, down: set[str]) -> Reply:
+    """A peer that answers every sub-query with its own name, unless it is down."""
+    node = "node" + call.url.split(":")[2][3]  # 127.0.0.1:710N -> nodeN
+    if node in down:
+        raise PeerUnreachable("connection refused", hung=False)
+    queries = decode_request(call.body)
+    return Reply(200, encode_answers([Answer(id=q.id, node=node, rows=[]) for q in queries]))
+
+
+def _route(project: Project, down: set[str]) -> tuple[dict[int, Answer], MockTransport]:
+    transport = MockTransport(lambda call: _peer(call, down))
+
+    async def go() -> dict[int, Answer]:
+        peers = PeerClient(project.cluster.secret, transport)
+        membership = Membership(project, "node1", peers, Switches())
+
+        async def local(subqueries: list[SubQuery]) -> list[Answer]:
+            raise AssertionError("node1 hosts none of these partitions")
+
+        router = Router(project, "node1", membership, peers, local, lambda p: None, NodeMetrics())
+        away = [p for p in range(project.cluster.partitions) if "node1" not in _ids(project, p)]
+        queries = [SubQuery(i, p, "latestBooking", Get(("k",))) for i, p in enumerate(away)]
+        answers, _ = await router.execute(queries)
+        return answers
+
+    return run(go), transport
+
+
+def _ids(project: Project, partition: int) -> list[str]:
+    return list(project.cluster.replica_map[partition])
+
+
+def test_routing_fails_over_to_the_next_replica_when_a_peer_is_down(project: Project) -> None:
+    answers, transport = _route(project, down={"node2"})
+    assert answers and all(a.failure is None and a.node == "node3" for a in answers.values())
+    asked = {c.url.split("/")[2] for c in transport.calls}
+    assert asked == {"127.0.0.1:7102", "127.0.0.1:7103"}
+
+
+def test_a_partition_with_no_live_replica_fails_with_its_reason(project: Project) -> None:
+    answers, _ = _route(project, down={"node2", "node3"})
+    assert answers and all(a.failure is Failure.NODE_UNAVAILABLE for a in answers.values())
