@@ -5,8 +5,8 @@ A request's document is its text, or the one its hash names (resolvers/execution
 `allow_list`, only registered operations run). The text is parsed once (a bounded number of
 tokens), its operation picked, its shape measured (resolvers/execution/cost.py) and the request
 refused above the node's limits before any other work; then the document is validated once,
-and the operation runs, by its compiled plan (resolvers/execution/plans.py) or graphql-core's
-executor, within the request deadline. A subscription runs as the query it mirrors (the
+its executor chosen once (resolvers/execution/executors.py), and the operation runs within
+the request deadline. A subscription runs as the query it mirrors (the
 Subscription type has the Query type's fields, resolvers/schema/build.py). Every refusal is a
 Refused with coded errors.
 """
@@ -14,7 +14,6 @@ Refused with coded errors.
 from __future__ import annotations
 
 import asyncio
-import inspect
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -31,15 +30,14 @@ from graphql import (
     Visitor,
     specified_rules,
 )
-from strawberry.execution import optimized_is_awaitable
 from strawberry.types import ExecutionResult
 
 from contracts.settings import Settings
-from resolvers.execution.completion import PlainRecordExecutionContext
 from resolvers.execution.cost import Shape, shape
+from resolvers.execution.executors import Compiled, Executor, General
 from resolvers.execution.lru import LRU
 from resolvers.execution.persisted import Persisted, Registry, Source, load
-from resolvers.execution.plans import OperationPlan, compile_plan
+from resolvers.execution.plans import compile_plan
 from resolvers.execution.results import Refused as Refused
 from resolvers.execution.results import introspection_rules, response_extensions
 from resolvers.schema.context import Context
@@ -54,6 +52,7 @@ class Prepared:
     kind: OperationType
     document: DocumentNode  # a subscription's rewritten as the query it mirrors
     cost: int
+    executor: Executor
 
 
 @dataclass(frozen=True)
@@ -79,7 +78,7 @@ class Operations:
         self._parsed = LRU(size, self._parse)
         self._picked = LRU(size, self._pick)
         self._errors = LRU(size, self._validate)
-        self._plans = LRU(size, self._plan)
+        self._executors = LRU(size, self._executor)
         registry = Registry()
         if operations_file is not None:
             registry = load(operations_file, self.core, self.rules)
@@ -116,7 +115,8 @@ class Operations:
         if errors:
             raise Refused.coded("GRAPHQL_VALIDATION_FAILED", list(errors))
         self.persisted.remember(source)
-        return Prepared(query, name, picked.operation.operation, picked.document, cost)
+        executor = self._executors((query, name))
+        return Prepared(query, name, picked.operation.operation, picked.document, cost, executor)
 
     def kind(self, query: str, name: str | None) -> OperationType | None:
         """The kind of the operation the request names, when the document has it."""
@@ -127,45 +127,18 @@ class Operations:
 
     async def execute(
         self, prepared: Prepared, context: Context, variables: dict[str, Any] | None
-    ) -> tuple[ExecutionResult, Context]:
-        """Run a prepared operation within the deadline. Returns the result and the context
-        that made it (a fresh one when the compiled plan gave up)."""
+    ) -> ExecutionResult:
+        """Run a prepared operation by its executor, within the deadline."""
         deadline = self.settings.request_timeout_s
         bulk = prepared.cost > self.settings.bulk_request_cost
         try:
             async with asyncio.timeout(deadline):
                 with context.node.lanes.enter(bulk):
-                    return await self._run(prepared, context, variables)
+                    return await prepared.executor.run(context, variables)
         except TimeoutError:
             message = f"the request ran past request_timeout_s ({deadline} s) and was stopped"
             error = GraphQLError(message, extensions={"code": "DEADLINE_EXCEEDED"})
-            return ExecutionResult(None, [error], response_extensions(context)), context
-
-    async def _run(
-        self, prepared: Prepared, context: Context, variables: dict[str, Any] | None
-    ) -> tuple[ExecutionResult, Context]:
-        plan = self._plans((prepared.query, prepared.name))
-        if plan is not None:
-            result = await plan.run(self.schema, context, variables)
-            if result is not None:
-                return result, context
-            context = context.again()
-        outcome = graphql.execute(
-            self.core,
-            prepared.document,
-            context_value=context,
-            variable_values=variables,
-            operation_name=prepared.name,
-            executor_class=PlainRecordExecutionContext,
-            is_awaitable=cast(Any, optimized_is_awaitable),  # strawberry's, typed as bool
-        )
-        done = await outcome if inspect.isawaitable(outcome) else outcome
-        errors = done.errors
-        if errors and done.data is None:  # refused before any field ran: the variables
-            for error in errors:
-                if error.path is None:
-                    error.extensions = {**(error.extensions or {}), "code": "BAD_USER_INPUT"}
-        return ExecutionResult(done.data, errors, response_extensions(context)), context
+            return ExecutionResult(None, [error], response_extensions(context))
 
     def _measure(self, measured: Shape | GraphQLError | None, variables: dict[str, Any]) -> int:
         if isinstance(measured, GraphQLError):
@@ -216,11 +189,15 @@ class Operations:
             document = _as_query(document, operation)
         return _Picked(operation, measured, document)
 
-    def _plan(self, key: tuple[str, str | None]) -> OperationPlan | None:
-        """The compiled plan of a validated operation; None leaves it to graphql-core, as it
-        does any text with a directive (@skip, @include, @defer bind at run time)."""
+    def _executor(self, key: tuple[str, str | None]) -> Executor:
+        """The compiled plan of a validated operation when it has one; graphql-core's
+        executor for the rest, and for any text with a directive (@skip, @include, @defer
+        bind at run time)."""
         query, name = key
-        return None if "@" in query else compile_plan(self.schema, self._picked(key).document, name)
+        document = self._picked(key).document
+        general = General(self.core, document, name)
+        plan = None if "@" in query else compile_plan(self.schema, document, name)
+        return general if plan is None else Compiled(plan, self.schema, general)
 
     def _validate(self, query: str) -> tuple[GraphQLError, ...]:
         document = self._parsed(query)

@@ -4,10 +4,11 @@ root fields' resolvers (one routed batch, as always) and complete the results wi
 plans, without graphql-core's per-request execution machinery or Strawberry's hooks.
 
 A plan covers queries without directives whose root fields are resolvers returning plain
-records (resolvers/execution/completion.py). Whatever a plan cannot answer exactly, it refuses:
-compile() returns None, and OperationPlan.run returns None (variables that do not coerce,
-an error other than a GatewayError, a value the schema refuses). The caller then takes the
-general path, which answers it, errors included, as it always did.
+records (resolvers/execution/completion.py); compile_plan() returns None for any other. What
+a plan cannot word exactly it hands on, never running a resolver twice: before any resolver
+ran (variables or arguments that do not coerce), OperationPlan.run returns UNBOUND; after
+(an error other than a GatewayError, a value the schema refuses), it returns the root
+fields' results as Resolved, for graphql-core to complete (resolvers/execution/executors.py).
 """
 
 from __future__ import annotations
@@ -60,6 +61,20 @@ from resolvers.execution.completion import PlanCompiler
 from resolvers.execution.results import response_extensions
 from resolvers.schema.annotations import DEFINITION, Plan
 from resolvers.schema.context import Context
+
+
+class Unbound:
+    """Nothing ran: the general path words the request's errors."""
+
+
+UNBOUND = Unbound()
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """The root fields ran: their results by response key, for graphql-core to complete."""
+
+    results: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -133,11 +148,11 @@ class OperationPlan:
 
     async def run(
         self, schema: strawberry.Schema, context: Context, variables: dict[str, Any] | None
-    ) -> ExecutionResult | None:
-        """The response, or None when the general path must answer this request."""
+    ) -> ExecutionResult | Unbound | Resolved:
+        """The response; UNBOUND or the results Resolved when it needs graphql-core's words."""
         coerced = await offload(self.bind, schema._schema, variables or {})
         if isinstance(coerced, list):
-            return None  # the general path words the coercion errors
+            return UNBOUND  # the general path words the coercion errors
         info = _Info(context)
         bound = []
         for root in self.fields:
@@ -145,7 +160,7 @@ class OperationPlan:
                 raw = get_argument_values(root.definition, root.nodes[0], coerced)
                 bound.append(root.arguments(schema, info, raw))
             except Exception:  # noqa: BLE001 - any refusal is the general path's to word
-                return None
+                return UNBOUND
         # made only once every field bound: a coroutine never awaited would warn
         calls = [_call(r.field, a, k) for r, (a, k) in zip(self.fields, bound, strict=True)]
         if len(calls) == 1:  # no task to gather
@@ -154,12 +169,12 @@ class OperationPlan:
             results = await asyncio.gather(*calls, return_exceptions=True)
         completed = await offload(self._complete, results)
         if completed is None:
-            return None
+            return Resolved({r.key: result for r, result in zip(self.fields, results, strict=True)})
         data, errors = completed
         return ExecutionResult(data, errors or None, response_extensions(context))
 
     def _complete(self, results: list[Any]) -> tuple[dict[str, Any], list[GraphQLError]] | None:
-        """The data and the field errors, or None when the general path must answer. In
+        """The data and the field errors, or None when graphql-core must complete it. In
         the bulk lane (on its thread), each field's value comes encoded: see _encoded."""
         bulk = in_bulk_lane()
         data: dict[str, Any] = {}

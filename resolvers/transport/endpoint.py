@@ -141,7 +141,7 @@ class GraphQLEndpoint:
             self._count(name, refused.outcome, started)
             headers = NOT_CACHED if refused.outcome == NOT_FOUND_OUTCOME else None
             return Answer(orjson.dumps({"errors": refused.errors}), refused.status, headers)
-        result, _ = await self.operations.execute(prepared, context, variables)
+        result = await self.operations.execute(prepared, context, variables)
         client_errors.failed(result.errors, name, "http")
         self._count(name, results.outcome(result), started)
         body = results.encoded(results.response(result), self.settings.max_response_bytes)

@@ -274,4 +274,5 @@ class Hub:
 
     async def _run(self, cohort: Cohort, context: Context) -> tuple[ExecutionResult, Context]:
         operation = cohort.operation
-        return await self.operations.execute(operation.prepared, context, operation.variables)
+        result = await self.operations.execute(operation.prepared, context, operation.variables)
+        return result, context

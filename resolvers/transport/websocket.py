@@ -245,7 +245,7 @@ class Connection:
         self, id: str, prepared: Prepared, variables: dict[str, Any] | None
     ) -> None:
         context = Context.create(self.hub.node, self.authorization, self.principal)
-        result, _ = await self.hub.operations.execute(prepared, context, variables)
+        result = await self.hub.operations.execute(prepared, context, variables)
         client_errors.failed(result.errors, prepared.name, "websocket")
         if self.operations.pop(id, None) is None:
             return
