@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from contracts.clock import now_ms as now_ms
 from contracts.durable import fsync_dir, locked
 from contracts.partitioner import Key, partition_for
 from contracts.project import Topic
@@ -177,7 +177,3 @@ def read(log_dir: Path, topic: str, partition: int, start: int = 0) -> Iterator[
                 value = row["value"]
                 row["value"] = None if value is None else json.loads(value)
                 yield row
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000

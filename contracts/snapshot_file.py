@@ -86,6 +86,11 @@ def columns(store: Store) -> dict[str, str]:
     return typed
 
 
+def literal(text: str) -> str:
+    """A SQL string literal: a path in ATTACH, a JSON path."""
+    return "'" + text.replace("'", "''") + "'"
+
+
 def quoted(name: str) -> str:
     """A table or column name as DuckDB's SQL spells it."""
     return '"' + name.replace('"', '""') + '"'

@@ -10,6 +10,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from contracts import eventlog
+from contracts.clock import now_ms
 from contracts.project import Project
 from gateway.auth import Authenticator
 from gateway.cluster.batching import RequestBatch
@@ -195,7 +196,7 @@ class GatewayNode:
             topics={t.name: t.key_type for t in self.project.topics.values()},
             nodes={n.id: n.address for n in cluster.nodes},
             partitions=partitions,
-            generated_ms=int(time.time() * 1000),
+            generated_ms=now_ms(),
         )
 
     def _lag(self, partition: int, offsets: dict[str, int]) -> int | None:

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from dataclasses import dataclass, field
 
+from contracts.clock import now_ms
 from contracts.project import Project
 from gateway.cluster.status import NodeStatus, PartitionState
 from gateway.storage.switches import Switches
@@ -124,7 +124,7 @@ class Membership:
             if (seen := peer.partitions.get(p)) is None or seen.version != state.version
         ]
         peer.partitions, peer.changes = status.partitions, status.changes
-        peer.seen_ms = int(time.time() * 1000)
+        peer.seen_ms = now_ms()
         self.mark_up(peer.id)
         self.switches.observed(switched)
         return True

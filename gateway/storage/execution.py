@@ -7,12 +7,12 @@ predicate DuckDB prunes with zone maps, and a scan reads only its page plus one 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from typing import Any
 
 import duckdb
 
+from contracts.clock import now_ms
 from contracts.errors import Failure
 from contracts.positions import satisfies
 from contracts.project import Project, Store
@@ -65,7 +65,7 @@ def _answer(catalog: SnapshotCatalog, project: Project, node_id: str, q: SubQuer
                 f"the bound asks for {q.bound}",
             )
         if q.max_age_ms is not None:
-            age_ms = int(time.time() * 1000) - snapshot.created_ms
+            age_ms = now_ms() - snapshot.created_ms
             if age_ms > q.max_age_ms:
                 return answer.fail(
                     Failure.NOT_UP_TO_BOUND,

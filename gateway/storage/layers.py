@@ -26,6 +26,7 @@ from contracts.snapshot_file import (
     Kind,
     check_format,
     key_columns,
+    literal,
     newest_rows,
     quoted,
 )
@@ -98,7 +99,7 @@ class Overlay:
         header = previous.header if previous else None
         for layer in deltas:
             try:
-                connection.execute(f"ATTACH '{layer.path}' AS delta (READ_ONLY)")
+                connection.execute(f"ATTACH {literal(str(layer.path))} AS delta (READ_ONLY)")
             except duckdb.Error as exc:
                 raise LayerError(f"cannot open {layer.path.name}: {exc}") from exc
             try:

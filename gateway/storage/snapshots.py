@@ -16,7 +16,6 @@ import itertools
 import logging
 import os
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -24,8 +23,9 @@ from pathlib import Path
 
 import duckdb
 
+from contracts.clock import now_ms
 from contracts.project import Store
-from contracts.snapshot_file import FormatError, parse_file_name, partition_folder
+from contracts.snapshot_file import FormatError, literal, parse_file_name, partition_folder
 from gateway.storage.layers import (
     LayeredTable,
     LayerError,
@@ -61,7 +61,7 @@ class Snapshot:
     overlay: Overlay | None
     layers: tuple[LocalLayer, ...]  # the chain it serves, base first
     tables: dict[str, LayeredTable] = field(default_factory=dict)  # answerable from memory
-    served_ms: int = field(default_factory=lambda: int(time.time() * 1000))  # installed at
+    served_ms: int = field(default_factory=now_ms)  # installed at
     leases: int = 0
     retired: bool = False
     released: bool = False
@@ -212,7 +212,7 @@ class SnapshotCatalog:
         alias = f"b{partition}_{next(self._serial)}"
         cursor = self._hub.cursor()
         try:
-            cursor.execute(f"ATTACH '{layer.path}' AS {alias} (READ_ONLY)")
+            cursor.execute(f"ATTACH {literal(str(layer.path))} AS {alias} (READ_ONLY)")
         except duckdb.Error as exc:
             raise SnapshotError(f"cannot open {layer.path.name}: {exc}") from exc
         try:
@@ -246,7 +246,7 @@ class SnapshotCatalog:
             "memory_limit": self._memory,
         }
         with duckdb.connect(":memory:", config=config) as connection:
-            connection.execute(f"ATTACH '{path}' AS snapshot (READ_ONLY)")
+            connection.execute(f"ATTACH {literal(str(path))} AS snapshot (READ_ONLY)")
             for store in self._stores:
                 if store.kind == "window":
                     continue

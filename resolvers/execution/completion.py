@@ -177,7 +177,7 @@ def _object(fields: list[_Field]) -> Plan:
             )
             entries.append(f"{key!r}: ({inline})")
     source = "def complete(value):\n    return {" + ", ".join(entries) + "}\n"
-    exec(_code(source), namespace)  # noqa: S102 - code we generated
+    exec(_code(source), namespace)
     complete: Plan = namespace["complete"]
     return complete
 

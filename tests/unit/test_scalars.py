@@ -128,7 +128,7 @@ def test_the_compiled_completion_sends_what_the_serializer_does(
     assert _leaf(long_type)(number) == serialize_long(number)
     inline = _INLINE["Long"].format(first="(v := value)", v="v", s="s")
     namespace = {"s": serialize_long, "value": number}
-    assert eval(inline, namespace) == serialize_long(number)  # noqa: S307 - our own source
+    assert eval(inline, namespace) == serialize_long(number)
     with pytest.raises(ValueError):
         _leaf(long_type)(2**63)
 
