@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -26,7 +25,7 @@ from gateway.cluster.status import (
     ReplicaInfo,
 )
 from gateway.model.queries import Answer, SubQuery, keys_of
-from gateway.runtime.lanes import Lanes, offload, share_the_gil, sliced
+from gateway.runtime.lanes import Lanes, offload, sliced
 from gateway.storage import execution
 from gateway.storage.snapshots import SnapshotCatalog
 from gateway.storage.switches import Switches
@@ -34,9 +33,6 @@ from gateway.storage.sync import SnapshotSync, StoreUnreachable
 from gateway.wire.peers import PeerClient, pooled
 
 log = logging.getLogger(__name__)
-# A request allocates thousands of short-lived objects (rows, records, dicts); at the default
-# 700 allocations the young generation is collected several times per large request.
-GC_YOUNG_THRESHOLD = 20_000
 
 
 class GatewayNode:
@@ -81,9 +77,6 @@ class GatewayNode:
             await self.sync.run_once()
         except StoreUnreachable as exc:
             log.warning("snapshot store unreachable at start: %s", exc)
-        gc.freeze()  # what start-up built lives as long as the node: out of every collection
-        gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
-        share_the_gil()
         self._tasks = [
             asyncio.create_task(self.membership.watch_forever()),
             asyncio.create_task(self.sync.run_forever()),

@@ -20,6 +20,7 @@ from contracts.project import Project
 from gateway.http import node_routes
 from gateway.node import GatewayNode
 from gateway.runtime.lanes import Lanes
+from gateway.runtime.process import tune_for_serving
 from resolvers.execution.operations import Operations
 from resolvers.schema.build import build_schema
 from resolvers.transport import websocket as websocket_protocol
@@ -72,6 +73,7 @@ def create_app(project: Project, node_id: str) -> ASGIApp:
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await node.start()
         hub.start()
+        tune_for_serving()
         yield
         await hub.stop()
         await node.stop()
