@@ -17,7 +17,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
 from contracts.project import Project
-from gateway.http import node_routes
+from gateway import http
 from gateway.node import GatewayNode
 from gateway.runtime.lanes import Lanes
 from gateway.runtime.process import tune_for_serving
@@ -90,12 +90,14 @@ def create_app(project: Project, node_id: str) -> ASGIApp:
         routes=[
             Route("/", home),
             WebSocketRoute("/graphql", graphql_ws),
-            *node_routes(node),
+            *http.ROUTES,
             Mount("/static", StaticFiles(directory=STATIC)),
             *([Mount("/pages", StaticFiles(directory=pages, html=True))] if pages else []),
         ],
         lifespan=lifespan,
+        exception_handlers={405: http.method_not_allowed},
     )
+    app.state.node = node
     served = GraphQLFirst(graphql, app, node.lanes)
     origins = project.settings.cors_origins
     if not origins:

@@ -10,7 +10,7 @@ from contracts.snapshot_file import literal
 
 
 def test_a_path_with_quotes_attaches(tmp_path: Path) -> None:
-    folder = tmp_path / "it's \"here\""
+    folder = tmp_path / 'it\'s "here"'
     folder.mkdir()
     path = folder / "v000001.base.duckdb"
     with duckdb.connect(str(path)) as writer:
