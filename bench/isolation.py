@@ -12,7 +12,7 @@ rate the closed loop reached idle, each timed from the moment it was due (a stal
 delays every lookup due during it, as it would independent clients').
 
 The heavy request is the costliest the default limits allow: a customerTotalsBatch of
-max_keys_per_request keys, every column selected (cost 10,000 x 7 = 70,000 of
+max_keys_per_field keys, every column selected (cost 10,000 x 7 = 70,000 of
 max_request_cost's 100,000). The target: the lookups' p99 loaded within 2x of idle, in both
 loops. Each figure is printed with the machine's load average.
 """
@@ -56,7 +56,7 @@ PACED_SHARE = 0.5  # the open loop's rate, as a share of the closed loop's idle 
 
 
 def heavy_body(project: Project, customers: int) -> bytes:
-    count = project.settings.max_keys_per_request
+    count = project.settings.max_keys_per_field
     step = max(1, customers // count)
     keys = [f"C{i:06d}" for i in range(0, step * count, step)][:count]
     return orjson.dumps({"query": HEAVY, "variables": {"keys": keys}})

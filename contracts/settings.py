@@ -12,6 +12,14 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
+# The most keys one internal sub-query carries, on every node alike (a peer refuses more): a
+# constant of the internal protocol, not a setting; max_keys_per_field may not pass it.
+MAX_SUBQUERY_KEYS = 10_000
+# Settings that were renamed or split: the message an old project file gets.
+RETIRED = {
+    "max_keys_per_request": "split into max_keys_per_field (keys of one batch field) and "
+    "max_aliases (aliases in one document)",
+}
 LOG_FORMATS = ("text", "json")
 
 
@@ -19,8 +27,10 @@ class SettingsError(ValueError):
     """One entry of [settings] is wrong; the message names it."""
 
 
-def _setting(default: Any, help: str, minimum: float | None = None) -> Any:
-    return field(default=default, metadata={"help": help, "minimum": minimum})
+def _setting(
+    default: Any, help: str, minimum: float | None = None, maximum: float | None = None
+) -> Any:
+    return field(default=default, metadata={"help": help, "minimum": minimum, "maximum": maximum})
 
 
 @dataclass(frozen=True)
@@ -29,8 +39,17 @@ class Settings:
     max_page_size: int = _setting(
         1000, "largest `first`; also the most windows one window query returns", 1
     )
-    max_keys_per_request: int = _setting(
-        10_000, "most keys of one batch field, and most aliases in a request", 1
+    max_keys_per_field: int = _setting(
+        10_000,
+        f"most keys of one batch field (TOO_MANY_KEYS); at most {MAX_SUBQUERY_KEYS}, the "
+        "internal protocol's keys per sub-query",
+        1,
+        MAX_SUBQUERY_KEYS,
+    )
+    max_aliases: int = _setting(
+        10_000,
+        "most aliases in one document, fragments expanded (GRAPHQL_VALIDATION_FAILED)",
+        1,
     )
     max_request_bytes: int = _setting(
         4_000_000,
@@ -160,6 +179,9 @@ class Settings:
                 raise SettingsError(f"settings.{item.name} must be a finite number, not {value}")
             if minimum is not None and not value >= minimum:
                 raise SettingsError(f"settings.{item.name} must be at least {minimum}, not {value}")
+            maximum = item.metadata["maximum"]
+            if maximum is not None and not value <= maximum:
+                raise SettingsError(f"settings.{item.name} must be at most {maximum}, not {value}")
         if self.default_page_size > self.max_page_size:
             raise SettingsError("settings.default_page_size must not exceed max_page_size")
         if self.log_level not in LOG_LEVELS:
@@ -182,6 +204,8 @@ class Settings:
         known = {item.name: item for item in fields(cls)}
         values: dict[str, Any] = {}
         for name, value in raw.items():
+            if name in RETIRED:
+                raise SettingsError(f"settings.{name} was {RETIRED[name]}")
             if name not in known:
                 raise SettingsError(f"settings.{name} is not a setting (see the README's table)")
             values[name] = _typed(name, value, type(known[name].default))

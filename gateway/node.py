@@ -124,7 +124,6 @@ class GatewayNode:
             self.project.cluster.partitions,
             self.log_end,
             authorization,
-            self.project.settings.max_keys_per_request,
         )
 
     def log_end(self, topic: str, partition: int) -> int | None:

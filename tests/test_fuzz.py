@@ -38,6 +38,7 @@ from pyspark.sql import SparkSession
 
 from contracts.auth import secret_headers
 from contracts.project import Project
+from contracts.settings import MAX_SUBQUERY_KEYS
 from gateway.model.limits import SCAN_LOOKAHEAD
 from gateway.model.queries import Get, Prefix, Range, SubQuery, Windows, WindowsOfKey
 from gateway.wire.protocol import decode_answers, decode_request, encode_request
@@ -57,7 +58,7 @@ FUZZ = settings(
 RSS_GROWTH_BOUND = 160 * 2**20  # what fuzzing may leave behind in node1 (bodies are 4 MB)
 LIMIT_CODES = {"TOO_MANY_KEYS", "PAGE_SIZE_OUT_OF_RANGE", "WINDOW_RANGE_TOO_LARGE"}
 # Small limits, so that a partition of the small project holds more than a page.
-LIMITS = "max_page_size = 20\ndefault_page_size = 10\nmax_keys_per_request = 50"
+LIMITS = "max_page_size = 20\ndefault_page_size = 10\nmax_keys_per_field = 50"
 QUERY = "query($k: Int!) { trainStatus(key: $k) { key } }"
 SEED = orjson.dumps({"query": QUERY, "variables": {"k": 7}, "operationName": None})
 HASH = hashlib.sha256(QUERY.encode()).hexdigest()
@@ -539,9 +540,7 @@ def internal_request(cluster: Served) -> st.SearchStrategy[list[SubQuery]]:
         st.builds(lambda ks: Get(tuple(ks)), st.lists(keys, max_size=5)),
         st.builds(
             Get,
-            st.integers(0, 2).map(
-                lambda n: tuple(range(project.settings.max_keys_per_request + n))
-            ),
+            st.integers(0, 2).map(lambda n: tuple(range(MAX_SUBQUERY_KEYS + n))),
         ),
         st.builds(Range, st.none() | keys, st.none() | keys, limit, st.none() | keys),
         st.builds(Prefix, st.text(max_size=4), limit, st.none() | st.text(max_size=4)),
@@ -563,7 +562,7 @@ def past_limits(q: SubQuery, project: Project) -> bool:
     most = project.settings.max_page_size
     match q.query:
         case Get(keys):
-            return len(keys) > project.settings.max_keys_per_request
+            return len(keys) > MAX_SUBQUERY_KEYS
         case Range(limit=limit) | Prefix(limit=limit) | Windows(limit=limit):
             return not 1 <= limit - SCAN_LOOKAHEAD <= most
         case WindowsOfKey(_, low, high):

@@ -3,7 +3,7 @@
 Each root field contributes a Work item: a store, a query, the partitions it reads and its
 consistency demands. The batch splits every item into per-partition sub-queries (key lookups
 of one partition with the same demands share one: a thousand aliased lookups become one
-IN-list per partition, of at most `max_keys_per_request` keys), hands them all to the router
+IN-list per partition, of at most MAX_SUBQUERY_KEYS keys), hands them all to the router
 at once (so each owning node gets one internal request per round), and gives every item back
 its own answers.
 """
@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from contracts.partitioner import Key, partition_for, partitions_for
 from contracts.positions import Position, restrict
 from contracts.project import Store
-from contracts.settings import Settings
+from contracts.settings import MAX_SUBQUERY_KEYS
 from gateway.cluster.routing import Router, Trace
 from gateway.model.queries import Answer, Get, Query, SubQuery, WindowsOfKey
 from gateway.runtime.lanes import offload, sliced
 
 LogEnd = Callable[[str, int], "int | None"]
-DEFAULT_MAX_KEYS = Settings().max_keys_per_request
+DEFAULT_MAX_KEYS = MAX_SUBQUERY_KEYS
 
 
 @dataclass(frozen=True)

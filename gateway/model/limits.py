@@ -1,6 +1,7 @@
 """The request limits of the settings, held the same way by a GraphQL request and by an
-internal one: `max_keys_per_request` keys per lookup, `max_page_size` rows per page and
-windows per window query. Each check raises the coded GatewayError the README names.
+internal one: `max_keys_per_field` keys per batch field (and MAX_SUBQUERY_KEYS per internal
+sub-query, the protocol's own), `max_page_size` rows per page and windows per window query.
+Each check raises the coded GatewayError the README names.
 
 A scan's sub-query asks for its page plus SCAN_LOOKAHEAD rows: the extra row tells whether
 another page follows.
@@ -10,18 +11,19 @@ from __future__ import annotations
 
 from contracts.errors import GatewayError
 from contracts.project import Project, Store
-from contracts.settings import Settings
+from contracts.settings import MAX_SUBQUERY_KEYS, Settings
 from gateway.model.queries import Get, Prefix, Range, SubQuery, Windows, WindowsOfKey
 
 SCAN_LOOKAHEAD = 1
 
 
 def check_keys(count: int, settings: Settings) -> None:
-    limit = settings.max_keys_per_request
+    _check_keys(count, settings.max_keys_per_field, "max_keys_per_field")
+
+
+def _check_keys(count: int, limit: int, name: str) -> None:
     if count > limit:
-        raise GatewayError(
-            "TOO_MANY_KEYS", f"{count} keys asked, the limit is {limit} (max_keys_per_request)"
-        )
+        raise GatewayError("TOO_MANY_KEYS", f"{count} keys asked, the limit is {limit} ({name})")
 
 
 def check_page_size(first: int, settings: Settings) -> None:
@@ -48,7 +50,7 @@ def check_subquery(q: SubQuery, project: Project) -> None:
     settings = project.settings
     match q.query:
         case Get(keys):
-            check_keys(len(keys), settings)
+            _check_keys(len(keys), MAX_SUBQUERY_KEYS, "the internal protocol's MAX_SUBQUERY_KEYS")
         case Range(limit=limit) | Prefix(limit=limit) | Windows(limit=limit):
             check_page_size(limit - SCAN_LOOKAHEAD, settings)
         case WindowsOfKey(_, from_ms, to_ms):

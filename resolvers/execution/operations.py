@@ -148,11 +148,11 @@ class Operations:
         if measured.depth > settings.max_query_depth:
             message = f"the document is {measured.depth} levels deep (max_query_depth is "
             raise Refused.one("GRAPHQL_VALIDATION_FAILED", f"{message}{settings.max_query_depth})")
-        if measured.aliases > settings.max_keys_per_request:
+        if measured.aliases > settings.max_aliases:
             raise Refused.one(
                 "GRAPHQL_VALIDATION_FAILED",
                 f"the document has {measured.aliases} aliases, fragments expanded "
-                f"(the limit is max_keys_per_request, {settings.max_keys_per_request})",
+                f"(the limit is max_aliases, {settings.max_aliases})",
             )
         cost = measured.cost(self.fields, variables)
         if cost > settings.max_request_cost:

@@ -131,7 +131,7 @@ def _keyed_fields(store: Store, settings: Settings) -> list[StrawberryField]:
             _signed(batch, Batch | None, keys=_list_of(K), consistency=consistency),
             named["batch"],
             "Many keys at once; entries align with the input keys.",
-            _keys(settings.max_keys_per_request),
+            _keys(settings.max_keys_per_field),
         ),
         _field(
             _signed(

@@ -151,7 +151,7 @@ def test_every_work_gets_back_the_parts_holding_its_keys_in_partition_order(node
 
 
 def test_a_partitions_shared_lookup_holds_at_most_max_keys(node: Node) -> None:
-    """Peers refuse a sub-query of more than max_keys_per_request keys (gateway/model/limits.py),
+    """Peers refuse a sub-query of more than MAX_SUBQUERY_KEYS keys (gateway/model/limits.py),
     so lookups that would pool more into one partition's sub-query start another."""
     project = node.project
     store = project.stores["trainStatus"]

@@ -8,6 +8,7 @@ import pytest
 
 from contracts.errors import GatewayError
 from contracts.project import Project, load
+from contracts.settings import MAX_SUBQUERY_KEYS
 from gateway.model.limits import SCAN_LOOKAHEAD, check_subquery
 from gateway.model.queries import Get, Prefix, Query, Range, SubQuery, Windows, WindowsOfKey
 from tests.projects import HOUR_MS, write_project
@@ -15,7 +16,7 @@ from tests.projects import HOUR_MS, write_project
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Project:
-    settings = "max_page_size = 50\nmax_keys_per_request = 20\ndefault_page_size = 10"
+    settings = "max_page_size = 50\nmax_keys_per_field = 20\ndefault_page_size = 10"
     return load(
         write_project(tmp_path_factory.mktemp("limits"), [7001], replicas=1, settings=settings)
     )
@@ -24,7 +25,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Project:
 def largest(project: Project) -> list[tuple[str, Query, Query, str]]:
     """(store, the largest query allowed, one past it, the code refusing that)."""
     page = project.settings.max_page_size + SCAN_LOOKAHEAD
-    keys = project.settings.max_keys_per_request
+    keys = MAX_SUBQUERY_KEYS  # the protocol's, whatever the node's settings
     span = (project.settings.max_page_size - 1) * HOUR_MS // 2  # delaysHopping advances 30m
     return [
         ("trainStatus", Get(tuple(range(keys))), Get(tuple(range(keys + 1))), "TOO_MANY_KEYS"),

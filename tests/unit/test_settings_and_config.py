@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from contracts.project import ConfigError, load
-from contracts.settings import Settings, SettingsError, shown, table
+from contracts.settings import MAX_SUBQUERY_KEYS, Settings, SettingsError, shown, table
 from tests.projects import write_project
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -148,6 +148,18 @@ def test_a_nan_is_refused_for_every_bounded_number() -> None:
         else:
             accepted.append(name)
     assert accepted == []
+
+
+def test_a_value_above_the_maximum_is_refused_and_the_maximum_accepted() -> None:
+    capped = [item.name for item in fields(Settings) if item.metadata["maximum"] is not None]
+    assert capped == ["max_keys_per_field"]
+    assert f"at most {MAX_SUBQUERY_KEYS}" in refused({capped[0]: MAX_SUBQUERY_KEYS + 1}, capped[0])
+    assert Settings.parse({capped[0]: MAX_SUBQUERY_KEYS}).max_keys_per_field == MAX_SUBQUERY_KEYS
+
+
+def test_a_retired_setting_names_the_settings_that_replace_it() -> None:
+    message = refused({"max_keys_per_request": 100}, "max_keys_per_request")
+    assert "max_keys_per_field" in message and "max_aliases" in message
 
 
 def test_the_default_page_must_not_exceed_the_largest_page() -> None:
