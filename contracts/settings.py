@@ -21,6 +21,7 @@ RETIRED = {
     "max_aliases (aliases in one document)",
 }
 LOG_FORMATS = ("text", "json")
+LOG_ENDS = ("published", "log")
 
 
 class SettingsError(ValueError):
@@ -118,6 +119,12 @@ class Settings:
         "how they log to stderr: `text` (time, level, source, logger, message) or `json` (one "
         "object per line: `ts`, `level`, `source`, `logger`, `message`, `exception`)",
     )
+    log_end: str = _setting(
+        "published",
+        "the end `maxLag` counts behind: `published` (the newest position the pipeline "
+        "published, or any replica's past it) or `log` (the log's own end, read from "
+        "[log] dir: for nodes on the log's machine)",
+    )
     cors_origins: tuple[str, ...] = _setting(
         (),
         'origins (`"https://dash.example.com"`) whose pages may call the API from a browser; '
@@ -190,6 +197,8 @@ class Settings:
             raise SettingsError(
                 "settings.allow_list needs settings.operations, the operations file"
             )
+        if self.log_end not in LOG_ENDS:
+            raise SettingsError(f"settings.log_end must be one of {', '.join(LOG_ENDS)}")
         if self.log_format not in LOG_FORMATS:
             raise SettingsError(f"settings.log_format must be one of {', '.join(LOG_FORMATS)}")
 

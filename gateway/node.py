@@ -5,15 +5,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from concurrent.futures import ThreadPoolExecutor
 
-from contracts import eventlog
 from contracts.clock import now_ms
 from contracts.project import Project
 from gateway.auth import Authenticator
 from gateway.cluster.batching import RequestBatch
 from gateway.cluster.health import Membership
+from gateway.cluster.log_end import LogEnd, LogFileEnd, PublishedEnd
 from gateway.cluster.metrics import NodeMetrics, NodeState
 from gateway.cluster.routing import Router
 from gateway.cluster.status import (
@@ -63,11 +62,15 @@ class GatewayNode:
             self._local_offsets,
             self.metrics,
         )
+        self.log_end: LogEnd = (
+            LogFileEnd(project.log_dir, settings.health_interval_s)
+            if settings.log_end == "log"
+            else PublishedEnd(self.sync.log_end, self._positions)
+        )
         self.metrics.watch(NodeState(self.status, self._lag, self.membership.beliefs))
         self.pool = ThreadPoolExecutor(settings.query_threads, thread_name_prefix="query")
         self.internal_requests = 0
         self.live = LiveCounts()
-        self._log_ends: dict[tuple[str, int], tuple[float, int]] = {}
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
@@ -126,17 +129,12 @@ class GatewayNode:
             authorization,
         )
 
-    def log_end(self, topic: str, partition: int) -> int | None:
-        """The log end offset: read from the log when this machine has it (at most once per
-        health interval), else the one the pipeline saw (from the manifest)."""
-        if not self.project.log_dir.is_dir():
-            return self.sync.log_end(topic, partition)
-        now = time.monotonic()
-        cached = self._log_ends.get((topic, partition))
-        if cached is None or now - cached[0] > self.project.settings.health_interval_s:
-            cached = (now, eventlog.end_offset(self.project.log_dir, topic, partition))
-            self._log_ends[(topic, partition)] = cached
-        return cached[1]
+    def _positions(self, partition: int) -> list[dict[str, int]]:
+        """Every known replica's offsets of a partition: this node's, and its peers' as
+        last polled."""
+        known = [self._local_offsets(partition)]
+        known += [self.membership.offsets(peer, partition) for peer in self.membership.peers]
+        return [offsets for offsets in known if offsets is not None]
 
     def _local_offsets(self, partition: int) -> dict[str, int] | None:
         snapshot = self.catalog.get(partition)

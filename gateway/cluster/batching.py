@@ -11,18 +11,18 @@ its own answers.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
 from contracts.partitioner import Key, partition_for, partitions_for
 from contracts.positions import Position, restrict
 from contracts.project import Store
 from contracts.settings import MAX_SUBQUERY_KEYS
+from gateway.cluster.log_end import LogEnd
 from gateway.cluster.routing import Router, Trace
 from gateway.model.queries import Answer, Get, Query, SubQuery, WindowsOfKey
 from gateway.runtime.lanes import offload, sliced
 
-LogEnd = Callable[[str, int], "int | None"]
 DEFAULT_MAX_KEYS = MAX_SUBQUERY_KEYS
 
 
