@@ -26,11 +26,10 @@ from contracts.positions import satisfies
 from contracts.project import Project
 from gateway.cluster.health import Membership
 from gateway.cluster.metrics import NodeMetrics
-from gateway.model.queries import Answer, SubQuery, keys_of
-from gateway.runtime.lanes import offload
+from gateway.model.queries import Answer, SubQuery
 from gateway.wire.errors import PeerError, PeerRefused
 from gateway.wire.peers import PeerClient
-from gateway.wire.protocol import ProtocolError, decode_answers, encode_request
+from gateway.wire.protocol import ProtocolError
 
 log = logging.getLogger(__name__)
 # Failures the caller's own demands cause (a bound, requireActive): not worth a warning.
@@ -161,10 +160,7 @@ class Router:
             return await self.local(subqueries)
         url = f"{self.project.cluster.node(node_id).url}/internal/query"
         try:
-            keys = keys_of(subqueries)
-            request = await offload(encode_request, subqueries, items=keys)
-            reply = await self.peers.post(url, request, authorization)
-            answers = await offload(decode_answers, reply, items=keys)
+            answers = await self.peers.query(url, subqueries, authorization)
         except PeerRefused as exc:  # it is up, but did not answer these: fail them over
             self.metrics.internal_calls.labels(node_id, "refused").inc()
             return _all_failed(subqueries, node_id, f"{node_id} {exc}")

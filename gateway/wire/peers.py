@@ -2,7 +2,8 @@
 (gateway/wire/transport.py): every call carries the cluster secret, and a reply's status
 becomes our vocabulary (gateway/wire/errors.py) here, once.
 
-A call either returns the body of a 2xx reply or raises a PeerError.
+A call either returns the body of a 2xx reply (a query: its decoded answers) or raises a
+PeerError (a query whose reply is not the protocol: a ProtocolError).
 """
 
 from __future__ import annotations
@@ -12,9 +13,12 @@ from contextlib import asynccontextmanager
 
 from contracts.auth import secret_headers
 from contracts.settings import Settings
+from gateway.model.queries import Answer, SubQuery, keys_of
+from gateway.runtime.lanes import offload
 from gateway.wire.errors import PeerRefused
 from gateway.wire.general import HttpxTransport
 from gateway.wire.hop import HopTransport
+from gateway.wire.protocol import decode_answers, encode_request
 from gateway.wire.transport import Reply, Transport
 
 NOT_FOUND = 404
@@ -36,6 +40,16 @@ class PeerClient:
         if authorization:
             headers["authorization"] = authorization
         return _body(await self.transport.post(url, body, headers))
+
+    async def query(
+        self, url: str, subqueries: list[SubQuery], authorization: str | None = None
+    ) -> list[Answer]:
+        """A node's answers to sub-queries over the internal protocol (gateway/wire/protocol.py),
+        encoded and decoded in the request's lane (a bulk request's on the bulk thread)."""
+        keys = keys_of(subqueries)
+        request = await offload(encode_request, subqueries, items=keys)
+        reply = await self.post(url, request, authorization)
+        return await offload(decode_answers, reply, items=keys)
 
     async def get(self, url: str, timeout: float | None = None) -> bytes | None:
         """GET a document (within `timeout` seconds when given, else the internal
