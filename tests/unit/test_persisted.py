@@ -287,3 +287,15 @@ def test_a_clients_own_hash_of_a_registered_text_names_that_operation(project_pa
     assert source == Source(TRAIN, "Train", mine)
     ops.prepare(source, {"k": 1})
     assert ops.resolve(None, None, mine) == Source(TRAIN, "Train", None)
+
+
+def test_max_aliases_bounds_the_aliases_of_a_document_and_says_so(project_path: Path) -> None:
+    ops = operations(project_path, max_aliases=2)
+    two = "{ a: __typename b: __typename }"
+    ops.prepare(ops.resolve(two, None), None)
+    three = "{ a: __typename b: __typename c: __typename }"
+    with pytest.raises(Refused) as refused:
+        ops.prepare(ops.resolve(three, None), None)
+    (error,) = refused.value.errors
+    assert error["extensions"]["code"] == "GRAPHQL_VALIDATION_FAILED"
+    assert "3 aliases" in error["message"] and "max_aliases, 2" in error["message"]
