@@ -4,36 +4,59 @@ and where the cluster is heading.
 An Assignment is stored as JSON (`to_json`) and read by every node, which routes by it
 (`replica_map`, `hosted_by`, as `Cluster.replica_map` today) and pulls what it is assigned
 (`assigned_to`). A static `[[cluster.nodes]]` file is the fixed assignment `static` returns.
+Everything here is pure and deterministic: the same inputs give the same assignment, in
+whatever order members are given.
 
 For each partition an Assignment holds
   serving  the replicas that answer queries: the active first, then the standbys;
   warming  replicas being copied to a node, which serve once caught up (KIP-441's warm-ups);
-  target   where the partition is heading.
+  target   where the partition is heading: the balanced, sticky goal `target` computes.
 The target is stored, not recomputed from what serves: a new leader carries on the same moves,
 and a move under way is not decided again.
 
 Invariants of every Assignment (checked when one is built, from JSON too):
 - no node twice in a partition: serving and warming have no repeats and share no node;
 - warming is part of the target; serving and target hold at most `replicas` nodes.
+What `target` returns for members M, with R = min(replicas, len(M)):
+- every partition has R distinct members, the first its active;
+- replica counts per member differ by at most 1, and so do active counts;
+- sticky: a replica stays where it is unless balance needs it elsewhere, so a joining node
+  takes its share and nothing else moves, and a leaving node's replicas move and nothing else
+  does, unless the survivors cannot take them evenly: then another moves too (one, in every
+  case tests/unit/test_placement.py measures);
+- an active stays active unless actives must be rebalanced, which makes a standby active (no
+  data moves), and no changed active could be given back with the actives still balanced;
+- a fixed point: asked again with the same members and replicas, it answers the same.
 """
 
 from __future__ import annotations
 
+import heapq
 import json
-from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections import Counter, deque
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
 FORMAT = 1  # of the JSON form; a reader refuses any other
 STATIC_VERSION = 0  # what a static [[cluster.nodes]] file implies; a leader's start at 1
+# What a move costs when `target` chooses among chains of moves that make room for a replica.
+REROUTE_COST = 0  # a replica placed earlier in the same computation: nothing was copied yet
+UNSTARTED_COST = 1  # a target replica whose warm-up has not started
+MOVE_COST = 2  # a replica with data
+ACTIVE_MOVE_COST = 3  # ...that is also the active: dearer than one move, cheaper than two
 
 Nodes = tuple[str, ...]
 Placement = tuple[Nodes, ...]  # partition -> node ids
 Replica = tuple[int, str]  # (partition, node id)
+# A chain of moves offered: (cost, receiver's load, partitions it shares with the other
+# holders, receiver, giver, partition): cheapest first, then the least loaded, then the one
+# that spreads a partition's replicas over the most different nodes.
+_Offer = tuple[int, int, int, str, str, int]
 FIELDS = ("format", "version", "replicas", "partitions")
 PARTITION_FIELDS = ("serving", "warming", "target")
+NO_NODE = ""  # no node ids are empty: marks the start of a chain of moves
 
 
 class PlacementError(ValueError):
@@ -109,6 +132,25 @@ class Moves:
     actives: frozenset[int]  # partitions whose active changed
 
 
+def target(
+    previous: Assignment | None, members: Sequence[str], partitions: int, replicas: int
+) -> Placement:
+    """The balanced goal for `members`, sticky to `previous` (its target first, then the
+    replicas that still hold data): partition -> node ids, the active first."""
+    eligible = _node_ids(members, "members")
+    _check_shape(previous, partitions, replicas)
+    if not eligible:
+        return ((),) * partitions
+    count = min(replicas, len(eligible))
+    held = [_sticky(previous, p, eligible)[:count] for p in range(partitions)]
+    was = {p: n for p in range(partitions) if (n := _was_active(previous, p)) and n in held[p]}
+    balance = _Balance(held, eligible, count, _prices(previous, held, was))
+    balance.fill()
+    balance.shed()
+    actives = _actives(balance.placement, was, balance.prices, eligible)
+    return tuple((a, *(n for n in balance.placement[p] if n != a)) for p, a in enumerate(actives))
+
+
 def moves(a: Assignment, b: Assignment) -> Moves:
     """The serving replicas added and removed from `a` to `b`, and the actives changed."""
     if a.partitions != b.partitions:
@@ -127,6 +169,214 @@ def static(nodes: Sequence[str], partitions: int, replicas: int) -> Assignment:
         raise PlacementError(f"replicas must be between 1 and the node count {len(ids)}")
     rr = tuple(tuple(ids[(p + r) % len(ids)] for r in range(replicas)) for p in range(partitions))
     return Assignment(STATIC_VERSION, replicas, rr, ((),) * partitions, rr)
+
+
+class _Balance:
+    """Replicas placed until every partition has its count and member loads differ by at most
+    1, each along the cheapest chain of moves that ends at a member with room (a chain never
+    puts a node twice in a partition)."""
+
+    def __init__(
+        self, held: list[list[str]], members: Nodes, count: int, prices: dict[Replica, int]
+    ) -> None:
+        self.placement = held
+        self.members = members
+        self.count = count
+        self.prices = prices  # a replica absent was placed by this computation
+        self.holds: dict[str, set[int]] = {n: set() for n in members}
+        for p, nodes in enumerate(held):
+            for n in nodes:
+                self.holds[n].add(p)
+        self.load = Counter({n: len(self.holds[n]) for n in members})
+        self.share, self.larger = divmod(len(held) * count, len(members))
+        self.shared: Counter[tuple[str, str]] = Counter()  # partitions two nodes both hold
+        for nodes in held:
+            self.shared.update(_pair(a, b) for a in nodes for b in nodes if a < b)
+
+    def fill(self) -> None:
+        for p, nodes in enumerate(self.placement):
+            while len(nodes) < self.count:
+                self._augment(NO_NODE, p, self._room)
+
+    def shed(self) -> None:
+        """From the busiest member to one with two fewer, until none has."""
+        while True:
+            busiest = _busiest(self.load)
+            if self.load[busiest[0]] - self.load[busiest[-1]] < 2:
+                return
+            self._augment(busiest[0], -1, self._lighter(self.load[busiest[0]]))
+
+    def _lighter(self, load: int) -> Callable[[str], bool]:
+        return lambda node: self.load[node] <= load - 2
+
+    def _room(self, node: str) -> bool:
+        """Below its share, or at it while the larger shares are not all taken."""
+        load = self.load[node]
+        above = sum(max(0, held - self.share) for held in self.load.values())
+        return load < self.share or (load == self.share and above < self.larger)
+
+    def _augment(self, source: str, partition: int, room: Callable[[str], bool]) -> None:
+        """One replica of `partition` more (no source), or one fewer on `source`."""
+        came: dict[str, tuple[str, int]] = {source: (NO_NODE, -1)} if source else {}
+        heap: list[_Offer] = []
+        first = sorted(self.holds[source]) if source else [partition]
+        self._offer(heap, came, 0, source, first)
+        while heap:
+            cost, _, _, node, giver, q = heapq.heappop(heap)
+            if node in came:
+                continue
+            came[node] = (giver, q)
+            if room(node):
+                self._apply(came, node)
+                return
+            self._offer(heap, came, cost, node, sorted(self.holds[node]))
+        # Unreachable: while a replica is missing or loads differ by 2, some member has room
+        # and a move, or a chain of two, reaches it (a node with room lacks some partition
+        # that a fuller node holds).
+        raise AssertionError("no chain of moves ends at a member with room")
+
+    def _offer(
+        self,
+        heap: list[_Offer],
+        came: dict[str, tuple[str, int]],
+        cost: int,
+        giver: str,
+        parts: list[int],
+    ) -> None:
+        for q in parts:
+            price = cost + (self.prices.get((q, giver), REROUTE_COST) if giver else 0)
+            others = [n for n in self.placement[q] if n != giver]
+            for m in self.members:
+                if m not in came and m not in self.placement[q]:
+                    spread = sum(self.shared[_pair(m, n)] for n in others)
+                    heapq.heappush(heap, (price, self.load[m], spread, m, giver, q))
+
+    def _apply(self, came: dict[str, tuple[str, int]], node: str) -> None:
+        giver, q = came[node]
+        while q >= 0:
+            self._move(q, giver, node)
+            node = giver
+            giver, q = came.get(node, (NO_NODE, -1))
+
+    def _move(self, partition: int, giver: str, receiver: str) -> None:
+        nodes = self.placement[partition]
+        others = [n for n in nodes if n != giver]
+        self.shared.update(_pair(receiver, n) for n in others)
+        if giver:
+            self.shared.subtract(_pair(giver, n) for n in others)
+            nodes[nodes.index(giver)] = receiver
+            self.holds[giver].discard(partition)
+            self.load[giver] -= 1
+        else:
+            nodes.append(receiver)
+        self.holds[receiver].add(partition)
+        self.load[receiver] += 1
+
+
+def _actives(
+    placement: list[list[str]], was: dict[int, str], kept: Collection[Replica], members: Nodes
+) -> list[str]:
+    """Each partition's active: the previous one while it holds the partition, else the
+    least busy holder (one with data first); then balanced by making standbys active."""
+    active = {p: n for p, n in was.items() if n in placement[p]}
+    counts = Counter({n: 0 for n in members})
+    counts.update(active.values())
+    for p, nodes in enumerate(placement):
+        if p not in active:
+            active[p] = _least_busy(p, nodes, counts, kept)
+            counts[active[p]] += 1
+    while any(_shift_active(c, active, placement, counts) for c in _levels(counts)):
+        pass
+    _give_back(active, was, placement, counts)
+    return [active[p] for p in range(len(placement))]
+
+
+def _levels(counts: Counter[str]) -> list[int]:
+    return sorted(set(counts.values()), reverse=True)
+
+
+def _give_back(
+    active: dict[int, str], was: dict[int, str], placement: list[list[str]], counts: Counter[str]
+) -> None:
+    """Undo the changes the balance did not need: a previous active that still holds its
+    partition takes it back while it has fewer actives than the node that took it over."""
+    while undo := [
+        p
+        for p, old in sorted(was.items())
+        if old in placement[p] and counts[old] < counts[active[p]]
+    ]:
+        p = undo[0]
+        counts[active[p]] -= 1
+        counts[was[p]] += 1
+        active[p] = was[p]
+
+
+def _pair(a: str, b: str) -> tuple[str, str]:
+    return (a, b) if a < b else (b, a)
+
+
+def _least_busy(p: int, nodes: list[str], counts: Counter[str], kept: Collection[Replica]) -> str:
+    return min(nodes, key=lambda n: (counts[n], (p, n) not in kept, n))
+
+
+def _busiest(counts: Counter[str]) -> list[str]:
+    return sorted(counts, key=lambda n: (-counts[n], n))
+
+
+def _shift_active(
+    level: int, active: dict[int, str], placement: list[list[str]], counts: Counter[str]
+) -> bool:
+    """One active fewer on a node with `level` actives, along the shortest chain of standbys
+    made active that ends at a node with at most level - 2; False when there is none.
+
+    When no level has such a chain, the actives are as even as these placements allow
+    (Harvey et al., Semi-matchings for bipartite graphs and load balancing, 2006)."""
+    sources = sorted(n for n, c in counts.items() if c == level)
+    came: dict[str, tuple[str, int]] = {n: (NO_NODE, -1) for n in sources}
+    queue = deque(sources)
+    while queue:
+        node = queue.popleft()
+        for p in sorted(q for q, n in active.items() if n == node):
+            for m in placement[p]:
+                if m in came:
+                    continue
+                came[m] = (node, p)
+                if counts[m] <= level - 2:
+                    counts[m] += 1
+                    while (step := came[m])[1] >= 0:
+                        active[step[1]], m = m, step[0]
+                    counts[m] -= 1
+                    return True
+                queue.append(m)
+    return False
+
+
+def _sticky(previous: Assignment | None, p: int, members: Nodes) -> list[str]:
+    """The members `previous` placed partition p on, in order of preference: its target,
+    then those that still serve it."""
+    if previous is None:
+        return []
+    ordered = dict.fromkeys((*previous.target[p], *previous.serving[p], *previous.warming[p]))
+    return [n for n in ordered if n in members]
+
+
+def _was_active(previous: Assignment | None, p: int) -> str | None:
+    if previous is None:
+        return None
+    return next(iter(previous.target[p] or previous.serving[p]), None)
+
+
+def _prices(
+    previous: Assignment | None, held: list[list[str]], was: dict[int, str]
+) -> dict[Replica, int]:
+    """What moving each replica already placed would cost."""
+    prices = {}
+    for p, nodes in enumerate(held):
+        for n in nodes:
+            copied = previous is not None and (n in previous.serving[p] or n in previous.warming[p])
+            extra = ACTIVE_MOVE_COST - MOVE_COST if was.get(p) == n else 0
+            prices[p, n] = MOVE_COST + extra if copied else UNSTARTED_COST
+    return prices
 
 
 def _replicas(placement: Placement) -> frozenset[Replica]:
@@ -161,6 +411,16 @@ def _check_partition(p: int, serving: Nodes, warming: Nodes, goal: Nodes, replic
         raise PlacementError(f"partition {p}: {both} both serving and warming")
     if outside := sorted(set(warming) - set(goal)):
         raise PlacementError(f"partition {p}: {outside} warming but not in the target")
+
+
+def _check_shape(previous: Assignment | None, partitions: int, replicas: int) -> None:
+    _whole(partitions, "partitions", 1)
+    _whole(replicas, "replicas", 1)
+    if previous is not None and previous.partitions != partitions:
+        raise PlacementError(
+            f"the assignment has {previous.partitions} partitions, not {partitions}: another"
+            " count sends keys to other partitions, so it makes a new cluster"
+        )
 
 
 def _whole(value: object, name: str, minimum: int) -> None:

@@ -1,13 +1,15 @@
-"""Placement as versioned data (contracts/placement.py): the assignment and its JSON form."""
+"""Placement as versioned data (contracts/placement.py): the assignment and its JSON form,
+and the balanced, sticky target."""
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from contracts.placement import (
@@ -16,13 +18,65 @@ from contracts.placement import (
     PlacementError,
     moves,
     static,
+    target,
 )
 from contracts.project import Cluster, Node
 
 REPRODUCIBLE = settings(
     derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
+MAX_NODES = 7
+MAX_PARTITIONS = 24
+MAX_REPLICAS = 3
 DELETE = object()  # with_edit: remove the field instead
+
+
+def ids(count: int) -> list[str]:
+    return [f"n{i}" for i in range(1, count + 1)]
+
+
+def layout() -> st.SearchStrategy[tuple[int, int, int]]:
+    """(nodes, partitions, replicas) of a cluster."""
+    return st.tuples(
+        st.integers(1, MAX_NODES), st.integers(1, MAX_PARTITIONS), st.integers(1, MAX_REPLICAS)
+    )
+
+
+def settled(placement: Placement, replicas: int) -> Assignment:
+    """An assignment serving its target, nothing warming."""
+    return Assignment(1, replicas, placement, ((),) * len(placement), placement)
+
+
+def counts(placement: Placement) -> tuple[Counter[str], Counter[str]]:
+    """Replicas and actives per node."""
+    held = Counter(n for nodes in placement for n in nodes)
+    return held, Counter(nodes[0] for nodes in placement if nodes)
+
+
+def assert_balanced(placement: Placement, members: Sequence[str], replicas: int) -> None:
+    if not members:
+        assert all(not nodes for nodes in placement)
+        return
+    assert all(len(nodes) == min(replicas, len(members)) for nodes in placement)
+    assert all(len(set(nodes)) == len(nodes) and set(nodes) <= set(members) for nodes in placement)
+    for per_node in counts(placement):
+        spread = [per_node[n] for n in members]
+        assert max(spread) - min(spread) <= 1, (per_node, placement)
+
+
+def needless(before: Placement, after: Placement, members: Sequence[str]) -> list[int]:
+    """The partitions whose active changed though the old one still holds the partition and
+    could have it back with the actives still balanced: there should be none."""
+    actives = Counter({n: 0 for n in members})
+    actives.update(nodes[0] for nodes in after if nodes)
+    found = []
+    for p, (was, now) in enumerate(zip(before, after, strict=True)):
+        if was and now and was[0] != now[0] and was[0] in now:
+            back = actives.copy()
+            back.update({was[0]: 1, now[0]: -1})
+            if max(back.values()) - min(back.values()) <= 1:
+                found.append(p)
+    return found
 
 
 # --- the assignment and its JSON form ------------------------------------------------------
@@ -187,3 +241,108 @@ def read_or_refused(raw: bytes) -> None:
     except PlacementError:
         return
     assert Assignment.from_json(a.to_json()) == a
+
+
+# --- the target ----------------------------------------------------------------------------
+
+
+@REPRODUCIBLE
+@given(layout())
+def test_a_first_target_is_balanced(shape: tuple[int, int, int]) -> None:
+    size, partitions, replicas = shape
+    assert_balanced(target(None, ids(size), partitions, replicas), ids(size), replicas)
+
+
+@REPRODUCIBLE
+@given(layout())
+def test_a_join_moves_the_new_nodes_share_and_nothing_else(shape: tuple[int, int, int]) -> None:
+    size, partitions, replicas = shape
+    before = settled(target(None, ids(size), partitions, replicas), replicas)
+    members = ids(size + 1)
+    after = target(before, members, partitions, replicas)
+    moved = moves(before, settled(after, replicas))
+    share = counts(after)[0][members[-1]]
+    assert {n for _, n in moved.added} <= {members[-1]}
+    assert len(moved.added) == share <= -(-partitions * min(replicas, size + 1) // (size + 1))
+    grown = partitions * (min(replicas, size + 1) - min(replicas, size))
+    assert len(moved.removed) == share - grown
+    assert not needless(before.target, after, members)
+    assert_balanced(after, members, replicas)
+
+
+@REPRODUCIBLE
+@given(layout(), st.data())
+def test_a_leave_moves_its_replicas_and_rarely_one_more(
+    shape: tuple[int, int, int], data: st.DataObject
+) -> None:
+    """Exactly its replicas, unless the survivors cannot take them evenly: then one more
+    (test_a_leave_that_must_move_one_more)."""
+    size, partitions, replicas = shape
+    assume(size >= 2)
+    before = settled(target(None, ids(size), partitions, replicas), replicas)
+    gone = data.draw(st.sampled_from(ids(size)))
+    members = [n for n in ids(size) if n != gone]
+    after = target(before, members, partitions, replicas)
+    moved = moves(before, settled(after, replicas))
+    lost = {(p, gone) for p in before.hosted_by(gone)}
+    assert lost <= moved.removed and len(moved.removed - lost) <= 1
+    shrunk = partitions * (min(replicas, size) - min(replicas, size - 1))
+    assert len(moved.added) == len(moved.removed) - shrunk
+    assert not needless(before.target, after, members)
+    assert_balanced(after, members, replicas)
+
+
+def test_a_leave_that_must_move_one_more() -> None:
+    """5 partitions x 2 replicas on 6 nodes: n5 and n6 hold one replica each, of the same
+    partition. Without n6 every node must hold 2; the only node with room, n5, holds the
+    orphan already, so another replica must move to n5."""
+    before = settled(target(None, ids(6), 5, 2), 2)
+    assert before.hosted_by("n5") == before.hosted_by("n6") == [2]
+    after = target(before, ids(5), 5, 2)
+    assert len(moves(before, settled(after, 2)).removed) == 2
+    assert_balanced(after, ids(5), 2)
+
+
+@REPRODUCIBLE
+@given(layout(), st.permutations(range(MAX_NODES)))
+def test_the_target_is_deterministic_and_a_fixed_point(
+    shape: tuple[int, int, int], order: list[int]
+) -> None:
+    size, partitions, replicas = shape
+    first = target(None, ids(size), partitions, replicas)
+    shuffled = [ids(MAX_NODES)[i] for i in order if i < size]
+    assert target(None, shuffled, partitions, replicas) == first
+    assert target(settled(first, replicas), shuffled, partitions, replicas) == first
+
+
+def test_a_static_clusters_assignment_is_kept_and_grows_like_any() -> None:
+    a = static(ids(3), 9, 2)
+    assert target(a, ids(3), 9, 2) == a.target  # round-robin is balanced here
+    assert len(moves(a, settled(target(a, ids(4), 9, 2), 2)).added) == 4
+
+
+def test_replicas_raised_and_lowered() -> None:
+    a = settled(target(None, ids(4), 6, 2), 2)
+    up = target(a, ids(4), 6, 3)
+    assert_balanced(up, ids(4), 3)
+    assert all(set(a.target[p]) < set(up[p]) for p in range(6))
+    down = target(settled(up, 3), ids(4), 6, 1)
+    assert_balanced(down, ids(4), 1)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"members": ["n1", "n1"]}, r"members: \['n1'\] given more than once"),
+        ({"members": "n1"}, "members must be a list of node ids, not the string 'n1'"),
+        ({"members": ["n1", ""]}, "members: '' is not a node id"),
+        ({"partitions": 0}, "partitions must be a whole number of at least 1, not 0"),
+        ({"replicas": 0}, "replicas must be a whole number of at least 1, not 0"),
+        ({"replicas": True}, "replicas must be a whole number of at least 1, not True"),
+        ({"previous": static(["n1"], 5, 1)}, "the assignment has 5 partitions, not 4"),
+    ],
+)
+def test_target_refuses(kwargs: dict[str, object], message: str) -> None:
+    args = {"previous": None, "members": ["n1", "n2"], "partitions": 4, "replicas": 2} | kwargs
+    with pytest.raises(PlacementError, match=message):
+        target(**args)  # type: ignore[arg-type]
