@@ -1,11 +1,11 @@
 """Placement as versioned data: which nodes serve each partition, which warm up to take over,
 and where the cluster is heading.
 
-An Assignment is stored as JSON (`to_json`) and read by every node, which routes by it
-(`replica_map`, `hosted_by`, as `Cluster.replica_map` today) and pulls what it is assigned
-(`assigned_to`). A static `[[cluster.nodes]]` file is the fixed assignment `static` returns.
-Everything here is pure and deterministic: the same inputs give the same assignment, in
-whatever order members are given.
+An elected leader computes the next Assignment with `plan` and stores it as JSON (`to_json`);
+every node routes by the newest one it has read (`replica_map`, `hosted_by`, as
+`Cluster.replica_map` today) and pulls what it is assigned (`assigned_to`). A static
+`[[cluster.nodes]]` file is the fixed assignment `static` returns. Everything here is pure and
+deterministic: the same inputs give the same assignment, in whatever order members are given.
 
 For each partition an Assignment holds
   serving  the replicas that answer queries: the active first, then the standbys;
@@ -27,6 +27,16 @@ What `target` returns for members M, with R = min(replicas, len(M)):
 - an active stays active unless actives must be rebalanced, which makes a standby active (no
   data moves), and no changed active could be given back with the actives still balanced;
 - a fixed point: asked again with the same members and replicas, it answers the same.
+What `plan` does, for each partition:
+- a replica on a node neither member nor retiring stops serving at once (the node is gone);
+- a node the target adds warms up first, and serves once reported caught up; at most
+  `max_warmups` warm-ups are started in the cluster, partitions with the fewest serving
+  replicas first (lost replicas are restored before balance moves);
+- a serving replica the target no longer has (on a retiring node, or moved for balance)
+  stops serving once its replacement serves: a planned move never lowers a partition's
+  serving replicas below the target's count, and never removes its last one;
+- a partition with no serving replica gets its target serving at once (cold start, or every
+  replica lost: there is nothing to warm up from).
 """
 
 from __future__ import annotations
@@ -41,6 +51,7 @@ from typing import Any
 
 FORMAT = 1  # of the JSON form; a reader refuses any other
 STATIC_VERSION = 0  # what a static [[cluster.nodes]] file implies; a leader's start at 1
+MAX_WARMUPS = 2  # concurrent warm-ups in the cluster: KIP-441's max.warmup.replicas default
 # What a move costs when `target` chooses among chains of moves that make room for a replica.
 REROUTE_COST = 0  # a replica placed earlier in the same computation: nothing was copied yet
 UNSTARTED_COST = 1  # a target replica whose warm-up has not started
@@ -149,6 +160,53 @@ def target(
     balance.shed()
     actives = _actives(balance.placement, was, balance.prices, eligible)
     return tuple((a, *(n for n in balance.placement[p] if n != a)) for p, a in enumerate(actives))
+
+
+def plan(
+    previous: Assignment | None,
+    members: Sequence[str],
+    retiring: Collection[str],
+    partitions: int,
+    replicas: int,
+    caught_up: Collection[Replica] = frozenset(),
+    max_warmups: int = MAX_WARMUPS,
+) -> Assignment:
+    """The next assignment: `previous` itself when nothing changes, else one version newer.
+
+    members may host (registered, not draining); retiring nodes keep serving until their
+    replacements are caught up and receive nothing new; any other node is gone. caught_up
+    holds the warm-ups reported as caught up with their partition's active; others are
+    ignored (a report may arrive after its warm-up was called off)."""
+    eligible = _node_ids(members, "members")
+    draining = frozenset(_node_ids(retiring, "retiring"))
+    if both := sorted(draining.intersection(eligible)):
+        raise PlacementError(f"nodes both members and retiring: {both}")
+    _whole(max_warmups, "max_warmups", 1)
+    goal = target(previous, eligible, partitions, replicas)
+    before = previous or _empty(partitions, replicas)
+    alive = draining.union(eligible)
+    steps = [_advance(p, before, goal[p], alive, draining, caught_up) for p in range(partitions)]
+    serving = tuple(s for s, _ in steps)
+    warming = _warm_up(serving, [w for _, w in steps], goal, max_warmups)
+    after = (replicas, serving, warming, goal)
+    if previous and _content(previous) == after:
+        return previous
+    return Assignment(before.version + 1, *after)
+
+
+def drain_check(assignment: Assignment, node: str, members: Sequence[str]) -> None:
+    """Refuse to drain a node nobody knows, or the last member. Any other drain leaves every
+    partition a replica: the target gives each min(replicas, members) of the others, and the
+    draining node serves until they are caught up."""
+    eligible = _node_ids(members, "members")
+    known = set(eligible).union(*assignment.serving, *assignment.warming, *assignment.target)
+    if node not in known:
+        raise PlacementError(f"unknown node {node!r}; nodes are {sorted(known)}")
+    if eligible == (node,):
+        raise PlacementError(
+            f"draining {node!r} would leave every partition without a replica: it is the last"
+            " member; add a node first"
+        )
 
 
 def moves(a: Assignment, b: Assignment) -> Moves:
@@ -377,6 +435,73 @@ def _prices(
             extra = ACTIVE_MOVE_COST - MOVE_COST if was.get(p) == n else 0
             prices[p, n] = MOVE_COST + extra if copied else UNSTARTED_COST
     return prices
+
+
+def _advance(
+    p: int,
+    before: Assignment,
+    goal: Nodes,
+    alive: frozenset[str],
+    draining: frozenset[str],
+    caught_up: Collection[Replica],
+) -> tuple[Nodes, Nodes]:
+    """Partition p's next serving and warming replicas, one step toward `goal`."""
+    serving = [n for n in before.serving[p] if n in alive]
+    warming = [n for n in before.warming[p] if n in goal]
+    serving += [n for n in warming if (p, n) in caught_up]
+    warming = [n for n in warming if n not in serving]
+    serving = _drop_replaced(serving, goal, draining)
+    if not serving:
+        return goal, ()
+    return _order(serving, goal, before.serving[p][:1]), tuple(warming)
+
+
+def _drop_replaced(serving: list[str], goal: Nodes, draining: frozenset[str]) -> list[str]:
+    """Serving replicas the target no longer has, dropped as far as their replacements serve:
+    those on retiring nodes first, then the last standbys."""
+    surplus = len(serving) - max(len(goal), 1)
+    leaving = [n for n in reversed(serving) if n not in goal]
+    leaving.sort(key=lambda n: n not in draining)
+    dropped = set(leaving[: max(surplus, 0)])
+    return [n for n in serving if n not in dropped]
+
+
+def _order(serving: list[str], goal: Nodes, previous: Nodes) -> Nodes:
+    """Serving replicas in the target's order, those it no longer has last; the previous
+    active stays active until the target's active serves."""
+    ranked = sorted(serving, key=lambda n: goal.index(n) if n in goal else len(goal))
+    if goal and goal[0] not in serving and previous and previous[0] in serving:
+        ranked.remove(previous[0])
+        ranked.insert(0, previous[0])
+    return tuple(ranked)
+
+
+def _warm_up(
+    serving: Placement, warming: list[Nodes], goal: Placement, max_warmups: int
+) -> Placement:
+    """Warm-ups started for the target's replicas not yet there, within the cluster's budget:
+    partitions with the fewest serving replicas first."""
+    budget = max_warmups - sum(map(len, warming))
+    wanted = sorted(
+        (len(serving[p]), p, rank, n)
+        for p, nodes in enumerate(goal)
+        for rank, n in enumerate(nodes)
+        if n not in serving[p] and n not in warming[p]
+    )
+    started = [list(w) for w in warming]
+    for _, p, _, n in wanted[: max(budget, 0)]:
+        started[p].append(n)
+    return tuple(tuple(w) for w in started)
+
+
+def _content(a: Assignment) -> tuple[int, Placement, Placement, Placement]:
+    """All but the version."""
+    return a.replicas, a.serving, a.warming, a.target
+
+
+def _empty(partitions: int, replicas: int) -> Assignment:
+    nothing = ((),) * partitions
+    return Assignment(STATIC_VERSION, replicas, nothing, nothing, nothing)
 
 
 def _replicas(placement: Placement) -> frozenset[Replica]:

@@ -1,22 +1,44 @@
 """Placement as versioned data (contracts/placement.py): the assignment and its JSON form,
-and the balanced, sticky target."""
+the balanced, sticky target, and the plan that walks to it through warm-ups.
+
+Replicas moved (serving replicas added) from a settled assignment to the settled one after
+the change, 2 replicas per partition; round-robin is today's `(partition + r) % len(nodes)`
+recomputed over the new node list, sticky is `plan` repeated until it settles (5 -> 2 as a
+drain of three nodes):
+
+| partitions | change | round-robin: moved, actives changed | sticky: moved, actives changed |
+| ---------- | ------ | ----------------------------------- | ------------------------------ |
+| 9          | 3 -> 4 | 9, 6                                | 4, 2                           |
+| 9          | 3 -> 5 | 10, 6                               | 6, 3                           |
+| 9          | 5 -> 2 | 11, 7                               | 10, 5                          |
+| 18         | 3 -> 4 | 16, 12                              | 9, 4                           |
+| 18         | 3 -> 5 | 19, 12                              | 14, 6                          |
+| 18         | 5 -> 2 | 21, 14                              | 21, 10                         |
+
+Sticky moves the new nodes' shares on a join and the leaving nodes' replicas on a removal
+(5 -> 2 can move no fewer: those are the replicas the three nodes held).
+"""
 
 from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from contracts.placement import (
     Assignment,
     Placement,
     PlacementError,
+    Replica,
+    drain_check,
     moves,
+    plan,
     static,
     target,
 )
@@ -346,3 +368,250 @@ def test_target_refuses(kwargs: dict[str, object], message: str) -> None:
     args = {"previous": None, "members": ["n1", "n2"], "partitions": 4, "replicas": 2} | kwargs
     with pytest.raises(PlacementError, match=message):
         target(**args)  # type: ignore[arg-type]
+
+
+# --- the plan ------------------------------------------------------------------------------
+
+
+def warmups(a: Assignment) -> set[Replica]:
+    return {(p, n) for p, nodes in enumerate(a.warming) for n in nodes}
+
+
+def cold(members: Sequence[str], partitions: int, replicas: int) -> Assignment:
+    return plan(None, members, (), partitions, replicas)
+
+
+def settle(
+    a: Assignment, members: Sequence[str], retiring: Sequence[str] = (), max_warmups: int = 2
+) -> tuple[Assignment, int]:
+    """Plan, reporting every warm-up caught up, until nothing changes: the settled assignment
+    and how many warm-ups were started on the way (the data copied)."""
+    started = 0
+    for _ in range(a.partitions * MAX_REPLICAS + 2):
+        after = plan(a, members, retiring, a.partitions, a.replicas, warmups(a), max_warmups)
+        if after is a:
+            return a, started
+        started += len(warmups(after) - warmups(a))
+        a = after
+    raise AssertionError(f"not settled after a step per replica: {a}")
+
+
+@REPRODUCIBLE
+@given(layout())
+def test_a_cold_start_serves_the_target_at_once(shape: tuple[int, int, int]) -> None:
+    size, partitions, replicas = shape
+    a = cold(ids(size), partitions, replicas)
+    assert (a.version, a.serving, a.warming) == (1, a.target, ((),) * partitions)
+    assert a.target == target(None, ids(size), partitions, replicas)
+
+
+@REPRODUCIBLE
+@given(layout(), st.integers(1, 3), st.data())
+def test_the_plan_copies_exactly_what_the_target_moves(
+    shape: tuple[int, int, int], max_warmups: int, data: st.DataObject
+) -> None:
+    size, partitions, replicas = shape
+    before = cold(ids(size), partitions, replicas)
+    members = data.draw(st.lists(st.sampled_from(ids(MAX_NODES)), min_size=1, unique=True))
+    retiring = [n for n in ids(size) if n not in members]
+    goal = target(before, members, partitions, replicas)
+    after, copied = settle(before, members, retiring, max_warmups)
+    assert (after.serving, after.target) == (goal, goal)
+    assert (after is before) == (goal == before.target)
+    assert copied == len(moves(before, after).added)
+    assert not any(after.assigned_to(n) for n in retiring)
+
+
+@pytest.mark.parametrize(
+    ("partitions", "size", "new_size", "round_robin", "sticky"),
+    [
+        (9, 3, 4, (9, 6), (4, 2)),
+        (9, 3, 5, (10, 6), (6, 3)),
+        (9, 5, 2, (11, 7), (10, 5)),
+        (18, 3, 4, (16, 12), (9, 4)),
+        (18, 3, 5, (19, 12), (14, 6)),
+        (18, 5, 2, (21, 14), (21, 10)),
+    ],
+)
+def test_moves_against_round_robin(
+    partitions: int,
+    size: int,
+    new_size: int,
+    round_robin: tuple[int, int],
+    sticky: tuple[int, int],
+) -> None:
+    """The table in this module's docstring."""
+    rr = moves(static(ids(size), partitions, 2), static(ids(new_size), partitions, 2))
+    assert (len(rr.added), len(rr.actives)) == round_robin
+    before = cold(ids(size), partitions, 2)
+    after, copied = settle(before, ids(new_size), retiring=ids(size)[new_size:])
+    ours = moves(before, after)
+    assert (len(ours.added), len(ours.actives), copied) == (*sticky, sticky[0])
+
+
+def test_a_drained_active_serves_until_its_replacement_caught_up() -> None:
+    a = cold(["n1"], 1, 1)
+    a = plan(a, ["n2"], ["n1"], 1, 1)
+    assert (a.serving, a.warming, a.target) == ((("n1",),), (("n2",),), (("n2",),))
+    assert plan(a, ["n2"], ["n1"], 1, 1, {(0, "n1")}) is a  # not a warm-up: ignored
+    a = plan(a, ["n2"], ["n1"], 1, 1, {(0, "n2")})
+    assert (a.serving, a.warming, a.version) == ((("n2",),), ((),), 3)
+
+
+def test_a_drain_never_lowers_a_partitions_serving_replicas() -> None:
+    a = cold(ids(3), 9, 2)
+    members, retiring = ids(2), ["n3"]
+    a = plan(a, members, retiring, 9, 2, max_warmups=1)
+    [(p, node)] = warmups(a)
+    assert "n3" in a.serving[p] and node not in a.serving[p]
+    a = plan(a, members, retiring, 9, 2, {(p, node)}, max_warmups=1)
+    assert node in a.serving[p] and "n3" not in a.serving[p]
+    while a.assigned_to("n3"):
+        a = plan(a, members, retiring, 9, 2, warmups(a), max_warmups=1)
+        assert all(len(nodes) == 2 for nodes in a.serving)
+    assert a.serving == a.target
+
+
+def test_lost_replicas_warm_up_before_balance_moves() -> None:
+    a = plan(cold(ids(4), 8, 2), ids(5), (), 8, 2, max_warmups=1)
+    [balance] = warmups(a)  # n5 takes its share one replica at a time
+    a = plan(a, ["n1", "n2", "n3", "n5"], (), 8, 2, {balance}, max_warmups=1)
+    assert not a.assigned_to("n4")  # gone: dropped at once
+    [(p, _)] = warmups(a)
+    assert len(a.serving[p]) == 1
+
+
+def test_a_warm_up_on_a_node_that_starts_draining_is_called_off() -> None:
+    a = plan(cold(ids(2), 4, 2), ids(3), (), 4, 2, max_warmups=1)
+    [(p, node)] = warmups(a)
+    after = plan(a, ["n1", "n2"], [node], 4, 2, {(p, node)})
+    assert not after.assigned_to(node)
+
+
+def test_losing_every_node_and_starting_again() -> None:
+    a = cold(ids(2), 4, 2)
+    empty = plan(a, [], (), 4, 2)
+    assert empty.serving == empty.target == ((),) * 4
+    assert plan(empty, ["n7"], (), 4, 2).serving == (("n7",),) * 4  # a cold start again
+
+
+def test_the_last_replicas_stay_while_no_member_could_take_them() -> None:
+    after = plan(cold(ids(2), 4, 2), [], ids(2), 4, 2)
+    assert all(len(nodes) == 1 for nodes in after.serving)
+
+
+def test_drain_check() -> None:
+    a = cold(ids(3), 6, 2)
+    drain_check(a, "n2", ids(3))
+    drain_check(a, "n2", ["n1", "n3"])  # draining already: nothing to refuse
+    with pytest.raises(PlacementError, match=r"unknown node 'n9'; nodes are \['n1', 'n2', 'n3'\]"):
+        drain_check(a, "n9", ids(3))
+    with pytest.raises(PlacementError, match="'n1' would leave every partition without a replica"):
+        drain_check(cold(["n1"], 6, 2), "n1", ["n1"])
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"retiring": ["n1"]}, r"nodes both members and retiring: \['n1'\]"),
+        ({"retiring": ["n3", "n3"]}, r"retiring: \['n3'\] given more than once"),
+        ({"max_warmups": 0}, "max_warmups must be a whole number of at least 1, not 0"),
+        ({"members": ["n1", "n1"]}, r"members: \['n1'\] given more than once"),
+    ],
+)
+def test_plan_refuses(kwargs: dict[str, object], message: str) -> None:
+    args = {"previous": None, "members": ["n1", "n2"], "retiring": (), "partitions": 4}
+    with pytest.raises(PlacementError, match=message):
+        plan(**(args | {"replicas": 2} | kwargs))  # type: ignore[arg-type]
+
+
+class Elastic(RuleBasedStateMachine):
+    """Joins, losses, drains and catch-ups in any order, from a cold start: every assignment
+    checked, and everything caught up at the end settles balanced."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.next_id = 0
+        self.members: list[str] = []
+        self.retiring: list[str] = []
+
+    @initialize(shape=layout(), max_warmups=st.integers(1, 4))
+    def start(self, shape: tuple[int, int, int], max_warmups: int) -> None:
+        size, self.partitions, self.replicas = shape
+        self.max_warmups = max_warmups
+        self.members = [self.fresh() for _ in range(size)]
+        self.a = cold(self.members, self.partitions, self.replicas)
+
+    def fresh(self) -> str:
+        self.next_id += 1
+        return f"n{self.next_id}"
+
+    def step(self, caught_up: Collection[Replica] = (), lost: Collection[str] = ()) -> None:
+        before, args = self.a, (self.members, self.retiring, self.partitions, self.replicas)
+        after = plan(before, *args, caught_up, self.max_warmups)
+        assert after is before or after.version == before.version + 1
+        assert plan(after, *args, (), self.max_warmups) is after  # one step does it all
+        assert not needless(before.target, after.target, self.members)
+        for p, (was, now) in enumerate(zip(before.serving, after.serving, strict=True)):
+            alive = [n for n in was if n not in lost]
+            assert len(now) >= min(len(alive), max(len(after.target[p]), 1)), (p, was, now)
+        self.a = after
+
+    @rule()
+    def join(self) -> None:
+        self.members.append(self.fresh())
+        self.step()
+
+    @precondition(lambda self: len(self.members + self.retiring) > 1)  # all lost: tested apart
+    @rule(data=st.data())
+    def lose(self, data: st.DataObject) -> None:
+        node = data.draw(st.sampled_from(sorted(self.members + self.retiring)))
+        for group in (self.members, self.retiring):
+            if node in group:
+                group.remove(node)
+        self.step(lost=[node])
+
+    @precondition(lambda self: self.members)
+    @rule(data=st.data())
+    def drain(self, data: st.DataObject) -> None:
+        node = data.draw(st.sampled_from(sorted(self.members)))
+        if self.members == [node]:
+            with pytest.raises(PlacementError):
+                drain_check(self.a, node, self.members)
+            return
+        drain_check(self.a, node, self.members)
+        self.members.remove(node)
+        self.retiring.append(node)
+        self.step()
+
+    @precondition(lambda self: warmups(self.a))
+    @rule(data=st.data())
+    def catch_up(self, data: st.DataObject) -> None:
+        self.step(data.draw(st.sets(st.sampled_from(sorted(warmups(self.a))), min_size=1)))
+
+    @rule()
+    def retire_the_drained(self) -> None:
+        self.retiring = [n for n in self.retiring if self.a.assigned_to(n)]
+        self.step()
+
+    @invariant()
+    def consistent(self) -> None:
+        a = self.a
+        assert Assignment.from_json(a.to_json()) == a
+        assert len(warmups(a)) <= self.max_warmups
+        assert set().union(*a.serving) <= set(self.members + self.retiring)
+        assert set().union(*a.target) <= set(self.members)
+        assert_balanced(a.target, self.members, self.replicas)
+        assert all(a.serving) or not self.members
+
+    def teardown(self) -> None:
+        if not self.members:
+            return
+        a, _ = settle(self.a, self.members, self.retiring, self.max_warmups)
+        assert a.serving == a.target and not warmups(a)
+        assert not any(a.assigned_to(n) for n in self.retiring)
+        assert_balanced(a.serving, self.members, self.replicas)
+
+
+TestElastic = Elastic.TestCase
+TestElastic.settings = settings(REPRODUCIBLE, max_examples=150, stateful_step_count=30)
