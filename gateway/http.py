@@ -160,7 +160,7 @@ async def health(request: Request) -> Response:
 
 async def ready(request: Request) -> Response:
     node = node_of(request)
-    hosted = node.project.cluster.hosted_by(node.id)
+    hosted = node.topology.current.hosted_by(node.id)
     serving = node.catalog.current()
     missing = [p for p in hosted if p not in serving]
     if missing:

@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from contracts.clock import now_ms
 from contracts.project import Project
+from contracts.topology import Topology
 from gateway.auth import Authenticator
 from gateway.cluster.batching import RequestBatch
 from gateway.cluster.health import Membership
@@ -24,6 +25,7 @@ from gateway.cluster.status import (
     ReplicaInfo,
 )
 from gateway.model.queries import Answer, SubQuery, keys_of
+from gateway.model.topology import TopologyView
 from gateway.runtime.lanes import Lanes, offload, sliced
 from gateway.storage import execution
 from gateway.storage.snapshots import SnapshotCatalog
@@ -39,6 +41,7 @@ class GatewayNode:
         self.project = project
         self.id = node_id
         self.config = project.cluster.node(node_id)
+        self.topology = TopologyView(Topology.static(project.cluster))
         self.authenticator = Authenticator(project.access)
         settings = project.settings
         self.catalog = SnapshotCatalog(
@@ -50,7 +53,9 @@ class GatewayNode:
         self.peers = PeerClient(project.cluster.secret, pooled(settings))
         self.switches = Switches()
         self.membership = Membership(project, node_id, self.peers, self.switches)
-        self.sync = SnapshotSync(project, node_id, self.catalog, self.peers, self.switches)
+        self.sync = SnapshotSync(
+            project, node_id, self.topology, self.catalog, self.peers, self.switches
+        )
         self.metrics = NodeMetrics()
         self.lanes = Lanes()
         self.router = Router(
@@ -58,6 +63,7 @@ class GatewayNode:
             node_id,
             self.membership,
             self.peers,
+            self.topology,
             self.execute_local,
             self._local_offsets,
             self.metrics,
@@ -74,8 +80,8 @@ class GatewayNode:
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
-        hosted = self.project.cluster.hosted_by(self.id)
-        await asyncio.to_thread(self.catalog.open_existing, hosted)
+        assigned = self.topology.current.assigned_to(self.id)
+        await asyncio.to_thread(self.catalog.open_existing, assigned)
         try:
             await self.sync.run_once()
         except StoreUnreachable as exc:
@@ -105,10 +111,17 @@ class GatewayNode:
         by_partition: dict[int, list[SubQuery]] = {}
         for q in subqueries:
             by_partition.setdefault(q.partition, []).append(q)
+        topology = self.topology.current
         batches = await asyncio.gather(
             *(
                 loop.run_in_executor(
-                    self.pool, execution.execute, self.catalog, self.project, self.id, group
+                    self.pool,
+                    execution.execute,
+                    self.catalog,
+                    self.project,
+                    topology,
+                    self.id,
+                    group,
                 )
                 for group in by_partition.values()
             )
@@ -117,8 +130,9 @@ class GatewayNode:
 
     def _execute_in_memory(self, subqueries: list[SubQuery]) -> list[Answer]:
         answers = []
+        topology = self.topology.current
         for some in sliced(subqueries, size=1):
-            answers += execution.execute(self.catalog, self.project, self.id, list(some))
+            answers += execution.execute(self.catalog, self.project, topology, self.id, list(some))
         return answers
 
     def request_batch(self, authorization: str | None) -> RequestBatch:
@@ -157,10 +171,11 @@ class GatewayNode:
     def partition_map(self) -> PartitionMap:
         """Partitions, their replicas and roles, each replica's position, version, lag and
         liveness, as this node knows them."""
-        cluster = self.project.cluster
+        cluster, topology = self.project.cluster, self.topology.current
         mine = self.status().partitions
         partitions = []
-        for p, replica_ids in cluster.replica_map.items():
+        for p in range(cluster.partitions):
+            replica_ids = topology.replicas(p)
             replicas = []
             for rank, node_id in enumerate(replica_ids):
                 if node_id == self.id:
@@ -170,7 +185,7 @@ class GatewayNode:
                 replicas.append(
                     ReplicaInfo(
                         node=node_id,
-                        address=cluster.node(node_id).address,
+                        address=topology.addresses.get(node_id, ""),
                         active=rank == 0,
                         alive=alive,
                         version=state.version if state else None,
@@ -184,7 +199,7 @@ class GatewayNode:
             partitions_count=cluster.partitions,
             replicas=cluster.replicas,
             topics={t.name: t.key_type for t in self.project.topics.values()},
-            nodes={n.id: n.address for n in cluster.nodes},
+            nodes=dict(sorted(topology.addresses.items())),
             partitions=partitions,
             generated_ms=now_ms(),
         )

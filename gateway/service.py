@@ -17,6 +17,7 @@ from contracts.errors import Failure, GatewayError, bad_input
 from contracts.partitioner import Key
 from contracts.positions import Position, decode_token, merge
 from contracts.project import Project, Store
+from contracts.topology import Topology
 from gateway.cluster.batching import Consistency, Outcome, Work
 from gateway.model import cursors, limits, merging
 from gateway.model.limits import SCAN_LOOKAHEAD
@@ -93,6 +94,7 @@ class Page:
 @dataclass
 class RequestQueries:
     project: Project
+    topology: Topology  # as the request began: who is a partition's active
     load: Load
     tokens: list[Position] = field(default_factory=list)  # one per result
     partitions: set[int] = field(default_factory=set)  # every partition read
@@ -188,7 +190,6 @@ class RequestQueries:
         return outcome
 
     def _meta(self, outcome: Outcome) -> Meta:
-        replicas = self.project.cluster.replica_map
         position = merging.merged_position(outcome.parts)
         token = merge([outcome.work.consistency.bound, position])  # tokens only move forward
         self.tokens.append(token)
@@ -196,7 +197,7 @@ class RequestQueries:
             PartitionOutcome(
                 partition=q.partition,
                 node=a.node or None,
-                active=bool(a.node) and replicas[q.partition][0] == a.node,
+                active=bool(a.node) and self.topology.active(q.partition) == a.node,
                 version=a.version or None,
                 offsets=a.offsets,
                 failure=a.failure,

@@ -20,6 +20,8 @@ from pyspark.sql import SparkSession
 from contracts.auth import SECRET_HEADER
 from contracts.positions import decode_token, encode_token
 from contracts.snapshot_file import relative_path
+from contracts.topology import Topology
+from gateway.model.topology import TopologyView
 from gateway.storage.snapshots import SnapshotCatalog
 from gateway.storage.switches import Switches
 from gateway.storage.sync import SnapshotSync
@@ -299,7 +301,8 @@ def test_a_damaged_version_waits_for_a_backoff_before_it_is_fetched_again(
     async def main() -> None:
         peers = PeerClient(project.cluster.secret, pooled(project.settings))
         try:
-            sync = SnapshotSync(project, "node1", catalog, peers, Switches())
+            topology = TopologyView(Topology.static(project.cluster))
+            sync = SnapshotSync(project, "node1", topology, catalog, peers, Switches())
             assert set(await sync.run_once()) == set(hosted) - {damaged}
             assert "checksum mismatch" in sync.errors[damaged]
             assert sync.errors[damaged].endswith("(attempt 1, next in 2 s)")

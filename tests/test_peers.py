@@ -17,10 +17,12 @@ import uvloop
 
 from contracts import project as config
 from contracts.errors import Failure
+from contracts.topology import Topology
 from gateway.cluster.health import Membership
 from gateway.cluster.metrics import NodeMetrics
 from gateway.cluster.routing import Router
 from gateway.model.queries import Answer, Get, Range, SubQuery
+from gateway.model.topology import TopologyView
 from gateway.storage.switches import Switches
 from gateway.wire.errors import PeerError, PeerUnreachable
 from gateway.wire.peers import PeerClient, pooled
@@ -62,7 +64,10 @@ def router_of_node1(project: config.Project, membership: Membership) -> Router:
         raise AssertionError("node1 does not host this partition")
 
     client = membership.client
-    return Router(project, "node1", membership, client, never_local, lambda p: None, NodeMetrics())
+    topology = TopologyView(Topology.static(project.cluster))
+    return Router(
+        project, "node1", membership, client, topology, never_local, lambda p: None, NodeMetrics()
+    )
 
 
 def peers(project: config.Project) -> PeerClient:

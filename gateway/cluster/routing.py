@@ -27,6 +27,7 @@ from contracts.project import Project
 from gateway.cluster.health import Membership
 from gateway.cluster.metrics import NodeMetrics
 from gateway.model.queries import Answer, SubQuery
+from gateway.model.topology import TopologyView
 from gateway.wire.errors import PeerError, PeerRefused
 from gateway.wire.peers import PeerClient
 from gateway.wire.protocol import ProtocolError
@@ -54,6 +55,7 @@ class Router:
         node_id: str,
         membership: Membership,
         peers: PeerClient,
+        topology: TopologyView,
         local: Callable[[list[SubQuery]], Awaitable[list[Answer]]],
         local_offsets: Callable[[int], dict[str, int] | None],
         metrics: NodeMetrics,
@@ -62,6 +64,7 @@ class Router:
         self.node_id = node_id
         self.membership = membership
         self.peers = peers
+        self.topology = topology
         self.local = local
         self.local_offsets = local_offsets
         self.metrics = metrics
@@ -114,7 +117,9 @@ class Router:
         this node knows of a peer is up to one poll old, and only the replica itself can
         refuse. Replicas down for a fast failure come last; hung ones are not asked.
         """
-        ids = list(self.project.cluster.replica_map[q.partition])
+        ids = list(self.topology.current.replicas(q.partition))
+        if not ids:
+            return []
         active = ids[0]
         if q.require_active:
             ids = [active]
@@ -146,8 +151,10 @@ class Router:
 
     def _unanswerable(self, q: SubQuery) -> Answer:
         """The failure of a partition no live replica was left to ask."""
-        ids = self.project.cluster.replica_map[q.partition]
-        if q.require_active:
+        ids = self.topology.current.replicas(q.partition)
+        if not ids:
+            text = f"partition {q.partition} has no replica assigned"
+        elif q.require_active:
             text = f"active replica {ids[0]} of partition {q.partition} is down"
         else:
             text = f"no live replica of partition {q.partition} ({', '.join(ids)} are down)"
@@ -158,7 +165,7 @@ class Router:
     ) -> list[Answer]:
         if node_id == self.node_id:
             return await self.local(subqueries)
-        url = f"{self.project.cluster.node(node_id).url}/internal/query"
+        url = f"{self.topology.current.url(node_id)}/internal/query"
         try:
             answers = await self.peers.query(url, subqueries, authorization)
         except PeerRefused as exc:  # it is up, but did not answer these: fail them over

@@ -17,6 +17,7 @@ from contracts.errors import Failure
 from contracts.positions import satisfies
 from contracts.project import Project, Store
 from contracts.snapshot_file import DELETED, key_columns
+from contracts.topology import Topology
 from gateway.model.queries import (
     Answer,
     Get,
@@ -33,10 +34,15 @@ from gateway.storage.snapshots import Snapshot, SnapshotCatalog
 
 
 def execute(
-    catalog: SnapshotCatalog, project: Project, node_id: str, subqueries: Sequence[SubQuery]
+    catalog: SnapshotCatalog,
+    project: Project,
+    topology: Topology,
+    node_id: str,
+    subqueries: Sequence[SubQuery],
 ) -> list[Answer]:
-    """Run a batch of sub-queries on this node (blocking unless all are in_memory)."""
-    return [_answer(catalog, project, node_id, q) for q in subqueries]
+    """Run a batch of sub-queries on this node (blocking unless all are in_memory); an
+    answer says whether the node is its partition's active in `topology`."""
+    return [_answer(catalog, project, topology, node_id, q) for q in subqueries]
 
 
 def in_memory(catalog: SnapshotCatalog, q: SubQuery) -> bool:
@@ -46,8 +52,10 @@ def in_memory(catalog: SnapshotCatalog, q: SubQuery) -> bool:
     return isinstance(q.query, Get) and snapshot is not None and q.store in snapshot.tables
 
 
-def _answer(catalog: SnapshotCatalog, project: Project, node_id: str, q: SubQuery) -> Answer:
-    active = project.cluster.replica_map.get(q.partition, ("",))[0] == node_id
+def _answer(
+    catalog: SnapshotCatalog, project: Project, topology: Topology, node_id: str, q: SubQuery
+) -> Answer:
+    active = topology.active(q.partition) == node_id
     answer = Answer(id=q.id, node=node_id, active=active)
     store = project.stores.get(q.store)
     if store is None:

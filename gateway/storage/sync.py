@@ -24,6 +24,7 @@ from typing import BinaryIO
 from contracts.manifest import FILE_NAME, Layer, Manifest, PartitionEntry
 from contracts.project import Project
 from contracts.snapshot_file import FormatError, relative_path
+from gateway.model.topology import TopologyView
 from gateway.storage.layers import LocalLayer
 from gateway.storage.snapshots import SnapshotCatalog, SnapshotError
 from gateway.storage.switches import Switches
@@ -56,12 +57,14 @@ class SnapshotSync:
         self,
         project: Project,
         node_id: str,
+        topology: TopologyView,
         catalog: SnapshotCatalog,
         peers: PeerClient,
         switches: Switches,
     ) -> None:
         self.project = project
         self.node_id = node_id
+        self.topology = topology
         self.catalog = catalog
         self.peers = peers
         self.switches = switches
@@ -77,7 +80,7 @@ class SnapshotSync:
         async with self._lock:
             self.manifest = await self._read_manifest()
             installed: dict[int, int] = {}
-            for partition in self.project.cluster.hosted_by(self.node_id):
+            for partition in self.topology.current.assigned_to(self.node_id):
                 entry = self.manifest.partitions.get(partition)
                 if entry is None or not self._is_newer(partition, entry):
                     continue

@@ -38,8 +38,11 @@ class Context:
         cls, node: GatewayNode, batch: RequestBatch, load: Load, principal: Principal
     ) -> Context:
         """A context of its own (its results' positions) whose loads join a shared batch:
-        the subscriptions evaluated together (resolvers/transport/live.py) send one routed batch."""
-        return cls(node, batch, RequestQueries(node.project, load), principal)
+        the subscriptions evaluated together (resolvers/transport/live.py) send one routed
+        batch."""
+        return cls(
+            node, batch, RequestQueries(node.project, node.topology.current, load), principal
+        )
 
     def again(self) -> Context:
         """A fresh context on the same batch, for running the operation again."""

@@ -14,11 +14,13 @@ import pytest
 from contracts.partitioner import Key, partition_for
 from contracts.positions import Position
 from contracts.project import Project, Store, load
+from contracts.topology import Topology
 from gateway.cluster.batching import DEFAULT_MAX_KEYS, Consistency, Outcome, RequestBatch, Work
 from gateway.cluster.health import Membership
 from gateway.cluster.metrics import NodeMetrics
 from gateway.cluster.routing import Router
 from gateway.model.queries import Answer, Get, Prefix, Query, Range, SubQuery, Windows, WindowsOfKey
+from gateway.model.topology import TopologyView
 from gateway.storage.switches import Switches
 from gateway.wire.mock import Call, MockTransport
 from gateway.wire.peers import PeerClient
@@ -61,6 +63,7 @@ class Node:
                     "node1",
                     membership,
                     peers,
+                    TopologyView(Topology.static(self.project.cluster)),
                     self.local,
                     lambda p: None,
                     NodeMetrics(),

@@ -17,6 +17,7 @@ import pytest
 from contracts.errors import Failure
 from contracts.project import Project, Store, load
 from contracts.snapshot_file import columns as stored_columns
+from contracts.topology import Topology
 from gateway.model.queries import Get, Prefix, Query, Range, Row, SubQuery, Windows, WindowsOfKey
 from gateway.storage import execution
 from gateway.storage.layers import LayeredTable, LayerHeader, LocalLayer, Overlay
@@ -367,7 +368,9 @@ class FakeCatalog:
 
 
 def answer(fx: Fixture, q: SubQuery, snapshot: Snapshot | None, node: str = "node1") -> Any:
-    (result,) = execution.execute(FakeCatalog(fx, snapshot), fx.project, node, [q])  # type: ignore[arg-type]
+    topology = Topology.static(fx.project.cluster)
+    catalog = FakeCatalog(fx, snapshot)
+    (result,) = execution.execute(catalog, fx.project, topology, node, [q])  # type: ignore[arg-type]
     return result
 
 

@@ -14,10 +14,12 @@ import pytest
 from contracts.auth import SECRET_HEADER
 from contracts.errors import Failure
 from contracts.project import Project, load
+from contracts.topology import Topology
 from gateway.cluster.health import Membership
 from gateway.cluster.metrics import NodeMetrics
 from gateway.cluster.routing import Router
 from gateway.model.queries import Answer, Get, SubQuery
+from gateway.model.topology import TopologyView
 from gateway.storage.switches import Switches
 from gateway.wire.errors import PeerRefused, PeerUnreachable
 from gateway.wire.hop import ClosedByPeer, HopTransport, read_reply
@@ -135,7 +137,10 @@ def _route(project: Project, down: set[str]) -> tuple[dict[int, Answer], MockTra
         async def local(subqueries: list[SubQuery]) -> list[Answer]:
             raise AssertionError("node1 hosts none of these partitions")
 
-        router = Router(project, "node1", membership, peers, local, lambda p: None, NodeMetrics())
+        topology = TopologyView(Topology.static(project.cluster))
+        router = Router(
+            project, "node1", membership, peers, topology, local, lambda p: None, NodeMetrics()
+        )
         away = [p for p in range(project.cluster.partitions) if "node1" not in _ids(project, p)]
         queries = [SubQuery(i, p, "latestBooking", Get(("k",))) for i, p in enumerate(away)]
         answers, _ = await router.execute(queries)

@@ -1,0 +1,52 @@
+"""Who serves what, and where: an Assignment (contracts/placement.py) and the members'
+addresses. A static [[cluster.nodes]] file is one fixed Topology (`static`); an elastic
+cluster's coordinator hands a node a new one whenever the assignment or the members change.
+Routing, delivery and the partition map read the one a node holds now."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from contracts import placement
+from contracts.placement import Assignment, Nodes
+from contracts.project import Cluster
+
+
+@dataclass(frozen=True)
+class Topology:
+    assignment: Assignment
+    addresses: Mapping[str, str]  # node id -> host:port, of every member known
+
+    @classmethod
+    def static(cls, cluster: Cluster) -> Topology:
+        ids = [n.id for n in cluster.nodes]
+        assignment = placement.static(ids, cluster.partitions, cluster.replicas)
+        return cls(assignment, {n.id: n.address for n in cluster.nodes})
+
+    @property
+    def version(self) -> int:
+        return self.assignment.version
+
+    def replicas(self, partition: int) -> Nodes:
+        """The partition's serving replicas, the active first; () when it has none."""
+        serving = self.assignment.serving
+        return serving[partition] if 0 <= partition < len(serving) else ()
+
+    def active(self, partition: int) -> str | None:
+        replicas = self.replicas(partition)
+        return replicas[0] if replicas else None
+
+    def hosted_by(self, node: str) -> list[int]:
+        """The partitions `node` serves."""
+        return self.assignment.hosted_by(node)
+
+    def assigned_to(self, node: str) -> list[int]:
+        """The partitions `node` holds: those it serves and those it warms up."""
+        return self.assignment.assigned_to(node)
+
+    def url(self, node: str) -> str:
+        return f"http://{self.addresses[node]}"
+
+    def nodes(self) -> list[str]:
+        return sorted(self.addresses)
