@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -17,6 +17,7 @@ from typing import Any, Literal, TypeVar
 from contracts import names
 from contracts.access import Access, AccessError
 from contracts.access import parse as parse_access
+from contracts.coordination import Endpoint
 from contracts.entries import ConfigError as ConfigError
 from contracts.entries import Table
 from contracts.partitioner import KeyType
@@ -38,7 +39,8 @@ MAX_PORT = 65535
 
 # What each table of the file may hold; [settings] is checked by contracts/settings.py.
 TABLES = ("log", "snapshots", "pages", "cluster", "topics", "stores", "settings", "auth")
-CLUSTER = ("partitions", "replicas", "secret", "secret_env", "nodes")
+CLUSTER = ("partitions", "replicas", "secret", "secret_env", "nodes", "coordinator", "name")
+CLUSTER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 STORE_ENTRIES: dict[str, tuple[str, ...]] = {
     "table": ("name", "kind", "topic"),
     "aggregate": ("name", "kind", "topic", "aggregates"),
@@ -140,6 +142,18 @@ class Cluster:
     replicas: int
     nodes: tuple[Node, ...]
     secret: str
+    coordinator: str | None = None  # etcd://host:port: membership and placement live there
+    name: str = "stategate"  # the cluster's keys in the coordinator
+
+    def with_node(self, node: Node) -> Cluster:
+        """This cluster with one more node (a node joining an elastic cluster from the
+        command line); ConfigError when its id is taken by another address."""
+        for known in self.nodes:
+            if known.id == node.id and known != node:
+                raise ConfigError(f"node {node.id!r} is declared with address {known.address}")
+        if node in self.nodes:
+            return self
+        return replace(self, nodes=(*self.nodes, node))
 
     def node(self, node_id: str) -> Node:
         for node in self.nodes:
@@ -327,20 +341,42 @@ def _aggregate(name: str, spec: str, topic: Topic, store: str) -> Aggregate:
 
 def _cluster(table: Table, base: Path) -> Cluster:
     nodes = tuple(_node(entry, base) for entry in _entries(table, "cluster.nodes"))
-    if not nodes:
-        raise ConfigError("declare at least one [[cluster.nodes]] entry")
+    coordinator = _coordinator(table)
+    if not nodes and coordinator is None:
+        raise ConfigError("declare at least one [[cluster.nodes]] entry, or a coordinator")
     _unique([n.id for n in nodes], "node id")
     partitions = table.get("partitions", int, 1)
     if partitions < 1:
         raise ConfigError(f"[cluster]: partitions must be at least 1, not {partitions}")
     replicas = table.get("replicas", int, 1)
-    if not 1 <= replicas <= len(nodes):
+    if coordinator is not None and replicas < 1:
+        raise ConfigError(f"[cluster]: replicas must be at least 1, not {replicas}")
+    if coordinator is None and not 1 <= replicas <= len(nodes):
         raise ConfigError(f"[cluster]: replicas must be between 1 and the node count {len(nodes)}")
+    name = table.get("name", str, "stategate")
+    if not CLUSTER_NAME.fullmatch(name):
+        raise ConfigError(f"[cluster]: name must be letters, digits, '.', '_' or '-', not {name!r}")
     secret_env = table.get("secret_env", str, SECRET_ENV)
     secret = os.environ.get(secret_env) or table.get("secret", str, "")
     if not secret:
         raise ConfigError("[cluster]: set secret, or the environment variable named by secret_env")
-    return Cluster(partitions=partitions, replicas=replicas, nodes=nodes, secret=secret)
+    return Cluster(partitions, replicas, nodes, secret, coordinator, name)
+
+
+def _coordinator(table: Table) -> str | None:
+    url = table.optional("coordinator", str)
+    if url is not None:
+        try:
+            Endpoint.parse(url)
+        except ValueError as exc:
+            raise ConfigError(f"[cluster]: {exc}") from None
+    return url
+
+
+def node_entry(raw: dict[str, Any], base: Path) -> Node:
+    """A node described outside the file (`stategate node --address`), checked as one of
+    [[cluster.nodes]] is."""
+    return _node(Table(raw, "the node", ("id", "address", "data_dir")), base)
 
 
 def _node(table: Table, base: Path) -> Node:

@@ -163,6 +163,25 @@ class Settings:
         0,
     )
 
+    session_ttl_s: float = _setting(
+        5.0,
+        "with a coordinator: how long a node's registration outlives its last keep-alive (a "
+        "node that dies is gone from the members after this)",
+        1,
+    )
+    lost_node_grace_s: float = _setting(
+        30.0,
+        "with a coordinator: how long a lost node's replicas wait before they are placed "
+        "again elsewhere (a restart within it moves nothing)",
+        1,
+    )
+    max_warmups: int = _setting(
+        2,
+        "with a coordinator: replicas copied to a new place at once, each serving only once "
+        "caught up with its partition's active",
+        1,
+    )
+
     trigger_interval_s: float = _setting(
         1.0,
         "how often the continuous pipeline (`stategate pipeline --follow`) starts a "

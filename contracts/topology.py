@@ -24,6 +24,12 @@ class Topology:
         assignment = placement.static(ids, cluster.partitions, cluster.replicas)
         return cls(assignment, {n.id: n.address for n in cluster.nodes})
 
+    @classmethod
+    def unassigned(cls, partitions: int, replicas: int, addresses: Mapping[str, str]) -> Topology:
+        """An elastic node's topology before it read the first assignment: nothing placed."""
+        none: placement.Placement = ((),) * partitions
+        return cls(Assignment(0, replicas, none, none, none), dict(addresses))
+
     @property
     def version(self) -> int:
         return self.assignment.version

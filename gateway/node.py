@@ -8,10 +8,14 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 
 from contracts.clock import now_ms
+from contracts.coordination import Coordination, Endpoint, Member
+from contracts.placement import Assignment, Replica
+from contracts.positions import satisfies
 from contracts.project import Project
 from contracts.topology import Topology
 from gateway.auth import Authenticator
 from gateway.cluster.batching import RequestBatch
+from gateway.cluster.coordinator import Coordinator, ElasticCoordinator, StaticCoordinator
 from gateway.cluster.health import Membership
 from gateway.cluster.log_end import LogEnd, LogFileEnd, PublishedEnd
 from gateway.cluster.metrics import NodeMetrics, NodeState
@@ -41,7 +45,7 @@ class GatewayNode:
         self.project = project
         self.id = node_id
         self.config = project.cluster.node(node_id)
-        self.topology = TopologyView(Topology.static(project.cluster))
+        self.topology, self.coordinator = self._coordinated()
         self.authenticator = Authenticator(project.access)
         settings = project.settings
         self.catalog = SnapshotCatalog(
@@ -79,7 +83,56 @@ class GatewayNode:
         self.live = LiveCounts()
         self._tasks: list[asyncio.Task[None]] = []
 
+    def _coordinated(self) -> tuple[TopologyView, Coordinator]:
+        """The node's topology and who keeps it: the project file, or the coordinator."""
+        cluster = self.project.cluster
+        if cluster.coordinator is None:
+            view = TopologyView(Topology.static(cluster))
+            return view, StaticCoordinator(view)
+        me = Member(self.id, self.config.address)
+        first = Topology.unassigned(cluster.partitions, cluster.replicas, {me.id: me.address})
+        view = TopologyView(first)
+        coordination = Coordination(Endpoint.parse(cluster.coordinator), cluster.name)
+        return view, ElasticCoordinator(self.project, coordination, me, view, self._caught_up)
+
+    def _caught_up(self, assignment: Assignment) -> frozenset[Replica]:
+        """The warm-ups whose node holds its partition at least as far as the partition's
+        active does (KIP-441's caught-up), as this node knows their positions."""
+        done = set()
+        for p, warming in enumerate(assignment.warming):
+            active = assignment.serving[p][0] if assignment.serving[p] else None
+            theirs = self._offsets_of(active, p) if active else None
+            for node in warming:
+                mine = self._offsets_of(node, p)
+                if mine is not None and (theirs is None or satisfies(mine, theirs)):
+                    done.add((p, node))
+        return frozenset(done)
+
+    def _offsets_of(self, node: str, partition: int) -> dict[str, int] | None:
+        if node == self.id:
+            return self._local_offsets(partition)
+        return self.membership.offsets(node, partition)
+
+    def _moved(self, before: Topology, after: Topology) -> None:
+        """Hand over what this node no longer holds; fetch what it was given."""
+        gone = set(before.assigned_to(self.id)) - set(after.assigned_to(self.id))
+        for partition in sorted(gone):
+            if self.catalog.drop(partition):
+                log.info("partition %s handed over", partition)
+                self.switches.dropped(partition)
+        if set(after.assigned_to(self.id)) - set(before.assigned_to(self.id)):
+            self._tasks.append(asyncio.create_task(self._fetch_assigned()))
+
+    async def _fetch_assigned(self) -> None:
+        try:
+            await self.sync.run_once(force=True)
+        except StoreUnreachable as exc:
+            log.warning("snapshot store unreachable: %s", exc)
+
     async def start(self) -> None:
+        await self.coordinator.start()
+        self.membership.follow(self.topology)
+        self.topology.listen(self._moved)
         assigned = self.topology.current.assigned_to(self.id)
         await asyncio.to_thread(self.catalog.open_existing, assigned)
         try:
@@ -92,6 +145,7 @@ class GatewayNode:
         ]
 
     async def stop(self) -> None:
+        await self.coordinator.stop()
         self.switches.close()
         for task in self._tasks:
             task.cancel()

@@ -4,6 +4,7 @@ the schema, the settings or the registered operations."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import dataclasses
 import importlib.util
 import json
@@ -17,9 +18,11 @@ from pathlib import Path
 
 from contracts import eventlog
 from contracts import project as projects
+from contracts.coordination import Coordination, CoordinatorError, Endpoint
 from contracts.partitioner import serialize_key
 from contracts.project import Project
 from contracts.settings import Settings, shown, table
+from stategate import cluster as cluster_commands
 from stategate import demo, exposure, logs, stopping
 
 Command = Callable[[Project, argparse.Namespace], int]
@@ -78,6 +81,17 @@ def _parser() -> argparse.ArgumentParser:
     node = commands.add_parser("node", help="serve one gateway node")
     node.add_argument("--config", required=True)
     node.add_argument("--node", required=True, help="the node id in the config")
+    node.add_argument(
+        "--address", help="host:port: join an elastic cluster as a node the config lacks"
+    )
+    node.add_argument("--data-dir", help="with --address: the node's own folder")
+
+    cluster = commands.add_parser(
+        "cluster", help="an elastic cluster: its status, drain a node, rebalance now"
+    )
+    cluster.add_argument("action", choices=["status", "drain", "rebalance"])
+    cluster.add_argument("node", nargs="?", help="drain: the node to drain")
+    cluster.add_argument("--config", required=True)
 
     pipeline = commands.add_parser("pipeline", help="compute and publish the state snapshots")
     pipeline.add_argument("--config", required=True)
@@ -115,8 +129,10 @@ def run_node(project: Project, args: argparse.Namespace) -> int:
 
     from stategate.app import create_app
 
+    if args.address is not None:
+        project = _joining(project, args)
     address = project.cluster.node(args.node).address
-    if not _may_listen(address, project):
+    if not _may_listen(address, project) or not _coordinator_answers(project):
         return 2
     logs.configure(args.node, project.settings)
     host, port = address.rsplit(":", 1)
@@ -143,6 +159,41 @@ def run_node(project: Project, args: argparse.Namespace) -> int:
         timeout_graceful_shutdown=_grace_s(project.settings),
     )
     return 0
+
+
+def _joining(project: Project, args: argparse.Namespace) -> Project:
+    """The project with the node the command line describes (an elastic cluster's new node)."""
+    if project.cluster.coordinator is None:
+        raise projects.ConfigError("--address joins an elastic cluster: set [cluster] coordinator")
+    table = {"id": args.node, "address": args.address, "data_dir": args.data_dir or args.node}
+    node = projects.node_entry(table, project.path.parent)
+    return dataclasses.replace(project, cluster=project.cluster.with_node(node))
+
+
+def _coordinator_answers(project: Project) -> bool:
+    """With a coordinator: whether it answers (else one line, and the node does not start)."""
+    url = project.cluster.coordinator
+    if url is None:
+        return True
+    coordination = Coordination(Endpoint.parse(url), project.cluster.name)
+
+    async def check() -> None:
+        await coordination.connect()
+        await coordination.close()
+
+    try:
+        asyncio.run(check())
+    except CoordinatorError as exc:
+        print(f"stategate: the coordinator: {exc}", file=sys.stderr)
+        return False
+    return True
+
+
+def run_cluster(project: Project, args: argparse.Namespace) -> int:
+    if args.action == "drain" and not args.node:
+        print("stategate: cluster drain needs the node to drain", file=sys.stderr)
+        return 2
+    return cluster_commands.run(project, args.action, args.node)
 
 
 def _grace_s(settings: Settings) -> int:
@@ -305,6 +356,7 @@ def print_settings() -> int:
 
 
 COMMANDS: dict[str, Command] = {
+    "cluster": run_cluster,
     "node": run_node,
     "operations": print_operations,
     "pipeline": run_pipeline,

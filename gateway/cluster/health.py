@@ -20,7 +20,9 @@ from dataclasses import dataclass, field
 
 from contracts.clock import now_ms
 from contracts.project import Project
+from contracts.topology import Topology
 from gateway.cluster.status import NodeStatus, PartitionState
+from gateway.model.topology import TopologyView
 from gateway.storage.switches import Switches
 from gateway.wire.errors import PeerError, PeerUnreachable, PoolExhausted
 from gateway.wire.peers import PeerClient
@@ -48,6 +50,27 @@ class Membership:
         self.client = peers
         self.switches = switches
         self.peers = {n.id: Peer(n.id) for n in project.cluster.nodes if n.id != node_id}
+        self.topology: TopologyView | None = None
+        self._watching = False
+        self._watches: dict[str, asyncio.Task[None]] = {}
+
+    def follow(self, topology: TopologyView) -> None:
+        """Watch the members of `topology` from now on, as they come and go."""
+        self.topology = topology
+        self._reconcile(topology.current)
+        topology.listen(lambda before, after: self._reconcile(after))
+
+    def _reconcile(self, topology: Topology) -> None:
+        members = set(topology.nodes()) - {self.node_id}
+        for gone in set(self.peers) - members:
+            del self.peers[gone]
+            task = self._watches.pop(gone, None)
+            if task is not None:
+                task.cancel()
+        for new in sorted(members - set(self.peers)):
+            peer = self.peers[new] = Peer(new)
+            if self._watching:
+                self._watches[new] = asyncio.create_task(self._watch(peer))
 
     def alive(self, node_id: str) -> bool:
         peer = self.peers.get(node_id)
@@ -88,11 +111,25 @@ class Membership:
         return None if state is None else state.offsets
 
     async def watch_forever(self) -> None:
-        await asyncio.gather(*(self._watch(peer) for peer in self.peers.values()))
+        """Watch every peer, those that join later too, until cancelled."""
+        self._watching = True
+        for peer in list(self.peers.values()):
+            self._watches[peer.id] = asyncio.create_task(self._watch(peer))
+        try:
+            await asyncio.Event().wait()
+        finally:
+            for task in self._watches.values():
+                task.cancel()
+            self._watches.clear()
 
     async def poll_once(self) -> None:
         """Every peer's status, now."""
         await asyncio.gather(*(self._poll(peer, wait=False) for peer in self.peers.values()))
+
+    def _url(self, node_id: str) -> str:
+        if self.topology is None:
+            return self.project.cluster.node(node_id).url
+        return self.topology.current.url(node_id)
 
     async def _watch(self, peer: Peer) -> None:
         while True:
@@ -108,7 +145,7 @@ class Membership:
         """Ask the peer's status (when `wait`, once it differs from what was seen last);
         False when it did not answer."""
         interval = self.project.settings.health_interval_s
-        url = f"{self.project.cluster.node(peer.id).url}/internal/status"
+        url = f"{self._url(peer.id)}/internal/status"
         if wait:
             url += f"?changes={peer.changes}&wait={interval}"
         timeout = self.project.settings.internal_timeout_s + (interval if wait else 0)

@@ -271,6 +271,18 @@ class SnapshotCatalog:
                     snapshot.leases -= 1
                 self._release_if_unused(snapshot)
 
+    def drop(self, partition: int) -> bool:
+        """Stop serving a partition this node handed over; its files are deleted once the
+        queries under way let go of it. False when it served none."""
+        with self._lock:
+            snapshot = self._current.pop(partition, None)
+            if snapshot is not None:
+                snapshot.retired = True
+        if snapshot is None:
+            return False
+        self._release_if_unused(snapshot)
+        return True
+
     def cursor(self) -> duckdb.DuckDBPyConnection:
         """This thread's cursor on the hub (duckdb refuses one connection on two threads)."""
         cursor = getattr(self._local, "cursor", None)

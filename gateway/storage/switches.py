@@ -26,9 +26,11 @@ class Switches:
 
     def installed(self, partition: int) -> None:
         """This node now serves a new version of `partition`."""
-        self.changes += 1
-        self._wake()
-        self._tell(frozenset((partition,)))
+        self._changed(partition)
+
+    def dropped(self, partition: int) -> None:
+        """This node no longer serves `partition` (it was handed over)."""
+        self._changed(partition)
 
     def observed(self, partitions: Iterable[int]) -> None:
         """A peer reported new versions of `partitions`."""
@@ -47,6 +49,11 @@ class Switches:
     def close(self) -> None:
         """Answer every waiting peer now (the node is stopping)."""
         self._wake()
+
+    def _changed(self, partition: int) -> None:
+        self.changes += 1
+        self._wake()
+        self._tell(frozenset((partition,)))
 
     def _wake(self) -> None:
         moved, self._moved = self._moved, asyncio.Event()

@@ -1,0 +1,236 @@
+"""How a node learns its topology: fixed by the project file (StaticCoordinator), or kept in
+a coordination service that nodes join and leave while serving (ElasticCoordinator, etcd
+through contracts/coordination.py).
+
+An elastic node registers under a lease it keeps alive; a node that dies loses its
+registration within `session_ttl_s`. The first node to create the leader key leads: it
+computes each next assignment (contracts/placement.py: sticky, balanced, warm-ups before
+handover) from the members, the drains asked for, and which warm-ups have caught up, and
+writes it over the one it read. Every node watches the cluster's keys and takes each new
+assignment into its TopologyView, which routing and delivery read.
+
+A member that disappears keeps its replicas for `lost_node_grace_s` (a restart is not a
+move); then they are placed again, warm-up first. While the coordinator is unreachable a node
+keeps serving the last assignment it read, and nothing moves, until it answers again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from contracts import placement
+from contracts.coordination import Coordination, CoordinatorError, Member, State
+from contracts.placement import Assignment, Replica
+from contracts.project import Project
+from contracts.topology import Topology
+from gateway.model.topology import TopologyView
+
+log = logging.getLogger(__name__)
+RETRY_S = 1.0  # wait before reconnecting to a coordinator that failed
+CaughtUp = Callable[[Assignment], frozenset[Replica]]  # the warm-ups caught up now
+
+
+class Coordinator(Protocol):
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    def describe(self) -> dict[str, Any]: ...
+
+
+class StaticCoordinator:
+    """The project file's nodes and round-robin placement: nothing to start."""
+
+    def __init__(self, view: TopologyView) -> None:
+        self.view = view
+
+    async def start(self) -> None:
+        return None
+
+    async def stop(self) -> None:
+        return None
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "static", "assignmentVersion": self.view.current.version}
+
+
+class ElasticCoordinator:
+    def __init__(
+        self,
+        project: Project,
+        coordination: Coordination,
+        me: Member,
+        view: TopologyView,
+        caught_up: CaughtUp,
+    ) -> None:
+        self.project = project
+        self.coordination = coordination
+        self.me = me
+        self.view = view
+        self.caught_up = caught_up
+        self.state = State()
+        self.connected = False
+        self._lease: Any = None
+        self._missing_since: dict[str, float] = {}  # lost members: since when (monotonic)
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        """Join the cluster; a CoordinatorError when the coordinator does not answer."""
+        await self._join()
+        self._tasks = [
+            asyncio.create_task(self._keep_alive()),
+            asyncio.create_task(self._follow()),
+            asyncio.create_task(self._lead_forever()),
+        ]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self._lease is not None:
+            with contextlib.suppress(CoordinatorError):
+                await self.coordination.revoke(self._lease)  # leave now, not after the TTL
+        await self.coordination.close()
+
+    def describe(self) -> dict[str, Any]:
+        assignment = self.view.current.assignment
+        return {
+            "kind": "elastic",
+            "coordinator": str(self.coordination.endpoint),
+            "connected": self.connected,
+            "leader": self.state.leader,
+            "assignmentVersion": assignment.version,
+            "members": sorted(self.state.members),
+            "draining": sorted(self.state.draining),
+            "warming": [
+                {"partition": p, "node": n}
+                for p, nodes in enumerate(assignment.warming)
+                for n in nodes
+            ],
+        }
+
+    async def _join(self) -> None:
+        await self.coordination.connect()
+        ttl = max(1, round(self.project.settings.session_ttl_s))
+        self._lease = await self.coordination.lease(ttl)
+        await self.coordination.register(self.me, self._lease)
+        self.connected = True
+        await self._read()
+
+    async def _read(self) -> None:
+        self.state = await self.coordination.read()
+        self._take(self.state)
+
+    def _take(self, state: State) -> None:
+        if state.assignment is None:
+            return
+        addresses = dict(self.view.current.addresses)  # a lost member's, until it is moved off
+        addresses.update({m.id: m.address for m in state.members.values()})
+        self.view.update(Topology(state.assignment, addresses))
+
+    async def _keep_alive(self) -> None:
+        interval = self.project.settings.session_ttl_s / 3
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                if self._lease is None or await self.coordination.refresh(self._lease) == 0:
+                    await self._rejoin()
+                self.connected = True
+            except CoordinatorError as exc:
+                self.connected = False
+                log.warning("coordinator unreachable, serving the last assignment: %s", exc)
+
+    async def _rejoin(self) -> None:
+        """The lease expired (the coordinator was away longer than the TTL): register anew."""
+        ttl = max(1, round(self.project.settings.session_ttl_s))
+        self._lease = await self.coordination.lease(ttl)
+        await self.coordination.register(self.me, self._lease)
+        log.info("registered again with the coordinator as %s", self.me.id)
+
+    async def _follow(self) -> None:
+        while True:
+            try:
+                async for _ in self.coordination.changes(self.state.revision):
+                    await self._read()
+                    if self.state.leader == self.me.id:
+                        await self._lead()  # a member came or went, a drain: plan now
+            except CoordinatorError as exc:
+                log.warning("watching the coordinator failed: %s", exc)
+            await asyncio.sleep(RETRY_S)
+            with contextlib.suppress(CoordinatorError):
+                await self._read()
+
+    async def _lead_forever(self) -> None:
+        """Campaign; while leading, plan the next assignment at every health interval (warm-
+        ups catch up without any key changing) and at every change seen."""
+        while True:
+            await asyncio.sleep(self.project.settings.health_interval_s)
+            try:
+                if self.state.leader is None and self._lease is not None:
+                    await self.coordination.campaign(self.me.id, self._lease)
+                    await self._read()
+                if self.state.leader == self.me.id:
+                    await self._lead()
+            except CoordinatorError as exc:
+                log.warning("leading the cluster failed: %s", exc)
+
+    async def _lead(self) -> None:
+        state = self.state
+        members, retiring = self._eligible(state)
+        if not members and not retiring:
+            return
+        cluster, settings = self.project.cluster, self.project.settings
+        previous = state.assignment
+        caught = self.caught_up(previous) if previous else frozenset()
+        try:
+            nxt = placement.plan(
+                previous,
+                sorted(members),
+                sorted(retiring),
+                cluster.partitions,
+                cluster.replicas,
+                caught,
+                settings.max_warmups,
+            )
+        except placement.PlacementError as exc:
+            log.error("no next assignment: %s", exc)
+            return
+        if nxt is previous:
+            return
+        if await self.coordination.publish(nxt, state.assignment_revision):
+            log.info("assignment %s published: %s", nxt.version, _summary(previous, nxt))
+            await self._read()
+
+    def _eligible(self, state: State) -> tuple[set[str], set[str]]:
+        """(members, retiring): registered nodes not draining, and draining ones; a node that
+        vanished counts as it was until it has been gone for lost_node_grace_s."""
+        now = time.monotonic()
+        registered = set(state.members)
+        for node in registered:
+            self._missing_since.pop(node, None)
+        known: set[str] = set()
+        if state.assignment is not None:
+            a = state.assignment
+            known = set().union(*a.serving, *a.warming, *a.target)
+        grace = self.project.settings.lost_node_grace_s
+        kept = set()
+        for node in known - registered:
+            since = self._missing_since.setdefault(node, now)
+            if now - since < grace:
+                kept.add(node)
+        present = registered | kept
+        return present - state.draining, present & state.draining
+
+
+def _summary(previous: Assignment | None, nxt: Assignment) -> str:
+    if previous is None:
+        return f"{nxt.partitions} partitions placed"
+    moved = placement.moves(previous, nxt)
+    warming = sum(len(w) for w in nxt.warming)
+    return f"+{len(moved.added)} -{len(moved.removed)} replicas, {warming} warming up"
