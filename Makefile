@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 
 CODEGEN := .venv-codegen
 
-.PHONY: setup browser demo test lint bench schema clients client-python client-typescript
+.PHONY: setup browser coordinator demo test lint bench schema clients client-python client-typescript
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,12 @@ browser:
 	@command -v chromium >/dev/null || (apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
 
+# The elastic cluster's tests run a real etcd (Debian's etcd-server, installed as root when
+# missing); its packaged service is not started: the tests start their own.
+coordinator:
+	@command -v etcd >/dev/null || (apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server >/dev/null)
+
 demo: setup
 	$(PY) -m stategate.cli demo
 
@@ -29,7 +35,7 @@ lint: setup
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy contracts gateway resolvers spark_pipeline stategate bench
 
-test: lint browser $(CODEGEN)/.installed
+test: lint browser coordinator $(CODEGEN)/.installed
 	$(PY) -m pytest
 
 bench: setup

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -91,6 +93,13 @@ class Nodes:
     def rss(self, node_id: str) -> int:
         """The node process's resident memory, in bytes."""
         return int(psutil.Process(self.processes.pid(node_id)).memory_info().rss)
+
+    def cli(self, *args: str) -> str:
+        """Run `stategate <args> --config <the project>`; its output (it must succeed)."""
+        command = [sys.executable, "-m", "stategate.cli", *args, "--config", str(self.project.path)]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
 
     def status(self, node_id: str) -> dict[str, Any]:
         response = self.client.get(

@@ -1,0 +1,145 @@
+"""An elastic cluster on a real etcd: nodes join and drain while clients read, and every
+answer agrees with the oracle at its stated positions."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from contracts import project as projects
+from contracts.coordination import State
+from spark_pipeline import job
+from stategate.launcher import free_ports
+from tests import oracle, wire
+from tests.coordinator import Etcd
+from tests.nodes import Nodes
+from tests.projects import produce_test_events, write_project
+
+SETTINGS = (
+    "health_interval_s = 0.2\nsync_interval_s = 0.5\nsession_ttl_s = 2\n"
+    "lost_node_grace_s = 2\ninternal_timeout_s = 1.0"
+)
+SETTLE_S = 60
+QUERY = """query($keys: [String!]!) {
+  totals: customerTotalsBatch(keys: $keys) {
+    entries { key failure record { bookings revenue } }
+    meta { partial partitions { partition node failure message } }
+  }
+}"""
+
+
+class Elastic:
+    def __init__(self, root: Path, spark: SparkSession) -> None:
+        self.etcd = Etcd(root)
+        self.etcd.start()
+        path = write_project(root, free_ports(5), settings=SETTINGS)
+        text = path.read_text().replace(
+            "[cluster]\n", f'[cluster]\ncoordinator = "{self.etcd.url}"\nname = "t"\n', 1
+        )
+        path.write_text(text)
+        self.project = projects.load(path)
+        produce_test_events(self.project, seed=5)
+        job.run(self.project, spark, notify=False)
+        self.nodes = Nodes(self.project, root)
+        parts = oracle.expected_store(self.project, "customerTotals")
+        self.expected = {r[0]: r for rows in parts.values() for r in rows}
+
+    def start(self, *node_ids: str) -> None:
+        for node_id in node_ids:
+            self.nodes.start(node_id)
+
+    def state(self) -> State:
+        return self.etcd.read("t")
+
+    def settled(self, members: set[str]) -> State:
+        """Wait until the members serve every partition with its replicas, nothing warming,
+        and every member serves what it is assigned."""
+        deadline = time.monotonic() + SETTLE_S
+        state = self.state()
+        while time.monotonic() < deadline:
+            state = self.state()
+            a = state.assignment
+            if (
+                a is not None
+                and set(state.members) == members
+                and not any(a.warming)
+                and all(len(s) == self.project.cluster.replicas for s in a.serving)
+                and set().union(*a.serving) == members - state.draining
+                and all(self._serves(n, a.hosted_by(n)) for n in members)
+            ):
+                return state
+            time.sleep(0.2)
+        raise AssertionError(f"not settled: {state}\n{self.nodes.logs_tail()}")
+
+    def _serves(self, node_id: str, partitions: list[int]) -> bool:
+        serving = self.nodes.status(node_id)["partitions"]
+        return {int(p) for p in serving} >= set(partitions)
+
+    def ask(self, node_id: str) -> dict[str, Any]:
+        return self.nodes.data(node_id, QUERY, {"keys": sorted(self.expected)})
+
+
+@pytest.fixture
+def elastic(spark: SparkSession, tmp_path: Path) -> Iterator[Elastic]:
+    cluster = Elastic(tmp_path, spark)
+    yield cluster
+    cluster.nodes.stop_all()
+    cluster.etcd.stop()
+
+
+class Readers:
+    """Clients reading every key on the given nodes, checking each answer."""
+
+    def __init__(self, elastic: Elastic, node_ids: list[str]) -> None:
+        self.elastic, self.node_ids = elastic, node_ids
+        self.answers, self.problems = 0, []  # type: ignore[var-annotated]
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._read, args=(n,)) for n in node_ids]
+
+    def __enter__(self) -> Readers:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(30)
+
+    def _read(self, node_id: str) -> None:
+        while not self._stop.is_set():
+            data = self.elastic.ask(node_id)["totals"]
+            self.answers += 1
+            failed = [p for p in data["meta"]["partitions"] if p["failure"]]
+            if failed:
+                self.problems.append((node_id, failed))
+            for entry in data["entries"]:
+                if entry["failure"] is None:
+                    got = entry["record"]
+                    row = (wire.long(got["bookings"]), got["revenue"])
+                    if row != pytest.approx(self.elastic.expected[entry["key"]][1:3]):
+                        self.problems.append((node_id, entry))
+
+
+def test_nodes_join_and_drain_while_clients_read(elastic: Elastic) -> None:
+    elastic.start("node1", "node2", "node3")
+    first = elastic.settled({"node1", "node2", "node3"})
+    with Readers(elastic, ["node1", "node2"]) as readers:
+        elastic.start("node4", "node5")
+        grown = elastic.settled({"node1", "node2", "node3", "node4", "node5"})
+        counts = [len(grown.assignment.hosted_by(n)) for n in sorted(grown.members)]  # type: ignore[union-attr]
+        assert max(counts) - min(counts) <= 1, counts
+        for node in ("node3", "node4", "node5"):
+            elastic.nodes.cli("cluster", "drain", node)
+        shrunk = elastic.settled({"node1", "node2", "node3", "node4", "node5"})
+        assert set().union(*shrunk.assignment.serving) == {"node1", "node2"}  # type: ignore[union-attr]
+    assert readers.answers > 10
+    assert readers.problems == []
+    assert first.assignment is not None and grown.assignment is not None
+    assert grown.assignment.version > first.assignment.version
