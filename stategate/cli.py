@@ -15,9 +15,8 @@ from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 
-from contracts import eventlog
+from contracts import eventlog, records
 from contracts import project as projects
-from contracts.partitioner import serialize_key
 from contracts.project import Project
 from contracts.settings import Settings, shown, table
 from stategate import demo, exposure, logs, stopping
@@ -93,6 +92,11 @@ def _parser() -> argparse.ArgumentParser:
     produce = commands.add_parser("produce", help="append JSON lines from stdin to a topic")
     produce.add_argument("--config", required=True)
     produce.add_argument("--topic", required=True)
+    produce.add_argument(
+        "--skip-bad",
+        action="store_true",
+        help="append the lines that fit the topic, report each one that does not (exit 1)",
+    )
 
     store = commands.add_parser("store", help="serve the snapshot store to remote nodes")
     store.add_argument("--config", required=True)
@@ -216,41 +220,36 @@ def follow(project: Project, spark: object, stop: stopping.StopRequest, notify: 
 
 
 def run_produce(project: Project, args: argparse.Namespace) -> int:
-    """Read every line, then append them all. SIGTERM or SIGINT while reading ends the
-    process at once, appending nothing; during the append it is held until every record
-    is appended and the summary printed, then ends the process."""
+    """Read and check every line, then append them all; a line that does not fit the topic
+    (contracts/records.py) appends nothing, or with --skip-bad is reported and left out (exit
+    status 1 then). SIGTERM or SIGINT while reading ends the process at once, appending
+    nothing; during the append it is held until every record is appended and the summary
+    printed, then ends the process."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl-C as SIGTERM: no traceback
     topic = project.topics.get(args.topic)
     if topic is None:
         print(f"stategate: unknown topic {args.topic!r}", file=sys.stderr)
         return 2
-    records = []
+    good, refused = [], 0
     for number, line in enumerate(sys.stdin, 1):
         if not line.strip():
             continue
         try:
-            item = json.loads(line)
-            if not isinstance(item, dict):
-                raise TypeError("each line must be a JSON object with a key and a value")
-            if not isinstance(item.get("value"), dict | None):
-                raise TypeError("value must be a JSON object or null (a tombstone)")
-            timestamp = item.get("timestamp")
-            if timestamp is None:
-                timestamp = eventlog.now_ms()
-            record = eventlog.Record(item["key"], item.get("value"), timestamp)
-            eventlog.check(record)
-            serialize_key(record.key, topic.key_type)
-            records.append(record)
-        except (ValueError, KeyError, TypeError) as exc:
-            print(f"stategate: line {number}: {exc}; nothing was appended", file=sys.stderr)
-            return 2
+            good.append(records.parse_line(topic, line, eventlog.now_ms()))
+        except records.BadRecord as exc:
+            refused += 1
+            if not args.skip_bad:
+                print(f"stategate: line {number}: {exc}; nothing was appended", file=sys.stderr)
+                return 2
+            print(f"stategate: line {number}: {exc}; left out", file=sys.stderr)
     held = signal.pthread_sigmask(signal.SIG_BLOCK, stopping.SIGNALS)
     try:
-        counts = eventlog.produce(project.log_dir, topic, project.cluster.partitions, records)
-        print(json.dumps({"appended": sum(counts.values()), "partitions": counts}), flush=True)
+        counts = eventlog.produce(project.log_dir, topic, project.cluster.partitions, good)
+        summary = {"appended": sum(counts.values()), "refused": refused, "partitions": counts}
+        print(json.dumps(summary), flush=True)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)  # a stop that came: ends it here
-    return 0
+    return 1 if refused else 0
 
 
 def serve_store(project: Project, args: argparse.Namespace) -> int:
