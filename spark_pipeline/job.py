@@ -35,7 +35,7 @@ from contracts.project import Project, load  # noqa: E402
 from spark_pipeline.batch import Published, publish  # noqa: E402
 from spark_pipeline.log_source import read_log  # noqa: E402
 from spark_pipeline.plan import RunPlan, plan_run  # noqa: E402
-from spark_pipeline.progress import positions, size, stage_progress  # noqa: E402
+from spark_pipeline.progress import log_bad_records, positions, size, stage_progress  # noqa: E402
 from spark_pipeline.publish import notify_nodes, prune  # noqa: E402
 from spark_pipeline.session import cancelled_on, spark_session  # noqa: E402
 
@@ -55,6 +55,7 @@ class RunReport:
     versions: dict[int, tuple[int | None, int]] = field(default_factory=dict)  # p -> old, new
     layers: dict[int, str] = field(default_factory=dict)  # p -> "base" or "delta"
     notify: dict[str, str] = field(default_factory=dict)  # node -> "ok" or what went wrong
+    bad_records: dict[str, dict[str, int]] = field(default_factory=dict)  # topic -> reason -> n
     seconds: float = 0.0
 
     def add(self, before: dict[int, PartitionEntry], layers: dict[int, Layer]) -> None:
@@ -104,6 +105,8 @@ def run(
                 _unless(stopping)
                 published = publish(project, spark, store_dir, manifest, records, plan.rebuild)
             _log_layers(published, time.monotonic() - building)
+            log_bad_records(published.bad, store_dir)
+            report.bad_records = published.bad
         if published.layers:
             write_manifest(store_dir, published.manifest)
             prune(store_dir, published.manifest)

@@ -20,6 +20,7 @@ import logging
 import os
 import threading
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,10 +33,11 @@ from contracts.manifest import read_manifest, write_manifest
 from contracts.project import Project
 from spark_pipeline import compaction
 from spark_pipeline.batch import Published, publish
+from spark_pipeline.dead_letter import refusal
 from spark_pipeline.job import run, snapshot_dir
 from spark_pipeline.log_source import NAME, LogSource, options
 from spark_pipeline.plan import stores_digest
-from spark_pipeline.progress import positions
+from spark_pipeline.progress import log_bad_records, positions
 from spark_pipeline.publish import notify_nodes, prune
 
 log = logging.getLogger(__name__)
@@ -52,6 +54,7 @@ class Progress:
     records: int = 0
     layers: int = 0
     compactions: int = 0
+    bad_records: dict[str, Counter[str]] = field(default_factory=dict)  # topic -> reason -> n
     last: dict[str, object] = field(default_factory=dict)
 
 
@@ -118,7 +121,7 @@ class Follower:
                 break
         exception = self._query.exception()
         if exception is not None and not self.stopping.is_set():
-            raise RuntimeError(f"the streaming query failed: {exception}")
+            raise refusal(exception) or RuntimeError(f"the streaming query failed: {exception}")
 
     def request_stop(self) -> None:
         """Ask for a stop without waiting (from a signal handler): a catch-up run is cancelled
@@ -177,7 +180,15 @@ class Follower:
         progress.records += published.records
         progress.layers += len(published.layers)
         changed = sorted(published.layers)
-        progress.last = {"batch": batch_id, "records": published.records, "partitions": changed}
+        bad = published.bad
+        for topic, reasons in bad.items():
+            progress.bad_records.setdefault(topic, Counter()).update(reasons)
+        progress.last = {
+            "batch": batch_id,
+            "records": published.records,
+            "partitions": changed,
+            "bad_records": bad,
+        }
         log.info(
             "micro-batch %s: %s records, partitions %s changed in %.3f s; positions %s "
             "(total %s records, %s layers)",
@@ -189,6 +200,7 @@ class Follower:
             progress.records,
             progress.layers,
         )
+        log_bad_records(bad, self.store_dir)
 
     def _compact_forever(self) -> None:
         """Fold one due chain at a time, beside the micro-batches."""

@@ -165,6 +165,7 @@ def run_pipeline(project: Project, args: argparse.Namespace) -> int:
     """One run, or --follow until SIGTERM or SIGINT; either way a stop publishes nothing
     half-done (the manifest names layers only once they are all written), stops Spark and
     its JVM, and ends the process by the signal (stategate/stopping.py)."""
+    from spark_pipeline.dead_letter import BadRecordError
     from spark_pipeline.job import run
     from spark_pipeline.session import json_logging, spark_session, stop_spark
 
@@ -183,12 +184,16 @@ def run_pipeline(project: Project, args: argparse.Namespace) -> int:
         context.master,
         context.defaultParallelism,
     )
+    status = 0
     try:
         if args.follow:
             follow(project, spark, stop, notify=not args.no_notify)
         elif not stop.requested:
             report = run(project, spark, notify=not args.no_notify, stopping=stop.event)
             print(report.to_json().decode(), flush=True)
+    except BadRecordError as exc:  # settings.bad_records = "fail": nothing was published
+        log.error("stopped: %s", exc)
+        status = 1
     except Exception as exc:
         if not stop.requested:
             raise
@@ -202,7 +207,7 @@ def run_pipeline(project: Project, args: argparse.Namespace) -> int:
     if stop.requested:
         log.info("Spark stopped")
         stop.exit()
-    return 0
+    return status
 
 
 def follow(project: Project, spark: object, stop: stopping.StopRequest, notify: bool) -> None:
