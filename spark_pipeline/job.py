@@ -36,7 +36,7 @@ from spark_pipeline.batch import Published, publish  # noqa: E402
 from spark_pipeline.log_source import read_log  # noqa: E402
 from spark_pipeline.plan import RunPlan, plan_run  # noqa: E402
 from spark_pipeline.progress import log_bad_records, positions, size, stage_progress  # noqa: E402
-from spark_pipeline.publish import notify_nodes, prune  # noqa: E402
+from spark_pipeline.publish import notify_nodes, prune, sweep_temporaries  # noqa: E402
 from spark_pipeline.session import cancelled_on, spark_session  # noqa: E402
 
 log = logging.getLogger(__name__)
@@ -86,6 +86,7 @@ def run(
     store_dir = snapshot_dir(project)
     topics = {s.topic.name for s in project.stores.values()}
     with locked(store_dir):
+        _sweep(store_dir)
         manifest = read_manifest(store_dir)
         plan = plan_run(project, manifest)
         report = RunReport(records=plan.records(topics), rebuild=plan.rebuild)
@@ -131,6 +132,13 @@ def run(
         len(published.layers),
     )
     return report
+
+
+def _sweep(store_dir: Path) -> None:
+    """Remove what a writer killed while writing a layer left behind (publish.py)."""
+    swept = sweep_temporaries(store_dir)
+    if swept:
+        log.info("removed %d temporary layer files left by a stopped writer", len(swept))
 
 
 def _unless(stopping: threading.Event) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -49,6 +50,8 @@ ROW_GROUP_SIZE = 8192
 DELTA_BLOCK_SIZE = 16384
 # What a task does with a topic's bad records before anything is written (batch.py).
 OnBad = Callable[[Topic, list[BadRow]], None]
+# A layer is written to `.<layer file>.<uuid>.tmp` (DuckDB adds `<that>.wal`), then renamed.
+_TEMPORARY = re.compile(r"^\.v\d+\.(base|delta)\.duckdb\.[0-9a-f]{32}\.tmp(\.wal)?$")
 _DUCKDB_CONFIG: dict[str, str | bool | int | float | list[str]] = {
     "threads": 1,
     "memory_limit": "512MB",
@@ -80,7 +83,7 @@ def build_layer(
     relative = relative_path(task.partition, task.version, task.kind)
     final = Path(task.store_root) / relative
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.parent / f".{final.name}.{uuid.uuid4().hex}.tmp"
+    tmp = temporary_path(final)
     created = now_ms()
     try:
         written = _write(tmp, task, records, created, on_bad)
@@ -94,6 +97,19 @@ def build_layer(
             leftover.unlink(missing_ok=True)
     layer = Layer(task.version, task.kind, relative, digest, size, dict(task.positions), created)
     return task.partition, layer
+
+
+def temporary_path(final: Path) -> Path:
+    """Where a layer is written before it is renamed to `final`: hidden, and unique to the
+    writer."""
+    return final.parent / f".{final.name}.{uuid.uuid4().hex}.tmp"
+
+
+def temporary_of(path: Path) -> Path | None:
+    """The temporary layer file `path` is, or whose WAL it is; None for any other file."""
+    if not _TEMPORARY.match(path.name):
+        return None
+    return path.with_suffix("") if path.suffix == ".wal" else path
 
 
 def _write(

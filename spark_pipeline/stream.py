@@ -38,7 +38,7 @@ from spark_pipeline.job import run, snapshot_dir
 from spark_pipeline.log_source import NAME, LogSource, options
 from spark_pipeline.plan import stores_digest
 from spark_pipeline.progress import log_bad_records, positions
-from spark_pipeline.publish import notify_nodes, prune
+from spark_pipeline.publish import notify_nodes, prune, sweep_temporaries
 
 log = logging.getLogger(__name__)
 CRASH_AT = "STATEGATE_CRASH_AT"  # tests: die at this point of a micro-batch (see _crash_point)
@@ -77,6 +77,8 @@ class Follower:
         """Follow the log from the checkpoint; without one (a first start, or new store
         declarations), catch up with a one-shot run first, a rebuild when the stores changed.
         Returns without following when a stop came meanwhile."""
+        with locked(self.store_dir):
+            sweep_temporaries(self.store_dir)
         if not self.checkpoint.exists():
             log.info("no checkpoint at %s: catching up with a one-shot run first", self.checkpoint)
             run(self.project, self.spark, notify=self.notify, stopping=self.stopping)
