@@ -20,7 +20,6 @@ import logging
 import os
 import threading
 import time
-from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,7 +53,7 @@ class Progress:
     records: int = 0
     layers: int = 0
     compactions: int = 0
-    bad_records: dict[str, Counter[str]] = field(default_factory=dict)  # topic -> reason -> n
+    bad_records: dict[str, dict[str, int]] = field(default_factory=dict)  # topic -> reason -> n
     last: dict[str, object] = field(default_factory=dict)
 
 
@@ -184,7 +183,9 @@ class Follower:
         changed = sorted(published.layers)
         bad = published.bad
         for topic, reasons in bad.items():
-            progress.bad_records.setdefault(topic, Counter()).update(reasons)
+            total = progress.bad_records.setdefault(topic, {})
+            for reason, n in reasons.items():
+                total[reason] = total.get(reason, 0) + n
         progress.last = {
             "batch": batch_id,
             "records": published.records,

@@ -41,8 +41,9 @@ def _records(
     for path in eventlog.segments(project.log_dir, topic, partition):
         for row in pq.read_table(path[1]).to_pylist():
             if (topic, partition, row["offset"]) not in bad:
-                row["value"] = None if row["value"] is None else json.loads(row["value"])
                 found.append(row)
+    for row in found:  # every value of a good record is JSON
+        row["value"] = None if row["value"] is None else _decoded(row["value"])
     return found
 
 
@@ -55,8 +56,15 @@ def expected_positions(project: Project) -> dict[int, dict[str, int]]:
 
 
 def _end(project: Project, topic: str, partition: int) -> int:
-    offsets = [r["offset"] for r in eventlog.read(project.log_dir, topic, partition)]
+    offsets = [r["offset"] for r in _records(project, topic, partition, ())]
     return max(offsets) + 1 if offsets else 0
+
+
+def _decoded(text: str) -> object:
+    try:
+        return json.loads(text)
+    except ValueError:  # a bad record's: only its offset is read
+        return text
 
 
 def _rows(store: Store, records: list[dict]) -> list[Row]:

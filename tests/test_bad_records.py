@@ -6,6 +6,7 @@ the run naming the record's position and publishes nothing."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -21,10 +22,13 @@ from contracts.partitioner import partition_for
 from contracts.project import Project, load
 from spark_pipeline import job
 from spark_pipeline.dead_letter import BadRecordError, dead_letter_path
+from spark_pipeline.stream import Follower
+from tests import progress
 from tests.chains import chain_state
 from tests.oracle import expected_store
 from tests.projects import START_MS, produce_test_events, write_project
 from tests.test_pipeline import _assert_rows_equal
+from tests.test_stream import wait_caught_up
 
 PARTITIONS = 3
 # (topic, key, timestamp, value as JSON text, the reason it is bad or None)
@@ -127,14 +131,19 @@ def test_skip_leaves_bad_records_out_of_every_store(skipped: dict[str, Any]) -> 
     assert "b9" not in {row[0] for rows in expected["latestBooking"].values() for row in rows}
 
 
-def test_skip_counts_bad_records_by_topic_and_reason(skipped: dict[str, Any]) -> None:
+def expected_counts() -> dict[str, dict[str, int]]:
+    """topic -> reason -> the bad records write_raw writes."""
     reasons: dict[str, dict[str, int]] = {}
     for topic, _, _, _, reason in RAW:
         if reason:
             reasons.setdefault(topic, {}).setdefault(reason, 0)
             reasons[topic][reason] += 1
     reasons["trains"]["out_of_range"] += 1  # the wide key
-    assert skipped["report"].bad_records == reasons
+    return reasons
+
+
+def test_skip_counts_bad_records_by_topic_and_reason(skipped: dict[str, Any]) -> None:
+    assert skipped["report"].bad_records == expected_counts()
 
 
 def test_skip_writes_each_bad_record_to_the_dead_letter_file_once(
@@ -185,3 +194,30 @@ def test_fail_stops_the_run_naming_the_record_and_publishes_nothing(
     )
     assert not (Path(project.snapshot_store) / "manifest.json").exists()
     assert not (Path(project.snapshot_store) / "dead-letter").exists()
+
+
+def test_the_follower_skips_bad_records_micro_batch_by_micro_batch(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    project = load(write_project(tmp_path, [18303], PARTITIONS, 1))
+    fast = dataclasses.replace(project.settings, trigger_interval_s=0.3)
+    project = dataclasses.replace(project, settings=fast)
+    produce_test_events(project, seed=8, n_bookings=80, n_trains=20)
+    with progress.captured() as lines:
+        running = Follower(project, spark, notify=False)
+        running.start()
+        try:
+            wait_caught_up(project)
+            bad = write_raw(project)  # while following
+            manifest = wait_caught_up(project)
+        finally:
+            running.stop()
+    assert running.progress.bad_records == expected_counts()
+    json.dumps(dataclasses.asdict(running.progress), default=str)  # as --follow prints it
+    assert set(dead_letters(project)) == bad
+    assert any(line.startswith(f"left out {len(bad)} bad records (bookings: ") for line in lines)
+    expected = {name: expected_store(project, name, bad) for name in project.stores}
+    for p, entry in manifest["partitions"].items():
+        state = chain_state(project, Path(project.snapshot_store), entry, int(p))
+        for name in project.stores:
+            _assert_rows_equal(state[name], expected[name][int(p)], f"{name} p{p}")
