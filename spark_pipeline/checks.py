@@ -2,10 +2,11 @@
 a topic's new records are bad and why, and the typed fields of the good ones, computed in the
 task that builds the partition's layer (spark_pipeline/snapshot.py).
 
-Each value is parsed once (json_extract of every declared field, json_keys), and a value's
-JSON kind is read from DuckDB's JSON type: a number with a fraction or exponent is DOUBLE, an
-integer past the 64-bit range is DOUBLE too but keeps its digits. A double that is not finite
-reads as null (README: Values the log may hold). tests/unit/test_record_rule.py runs one
+Each value is parsed once (json_extract of every declared field, json_keys), and a field's
+JSON kind is read from its JSON text as DuckDB writes it: a string starts with a quote, a
+number with a fraction or an exponent is written with them (1e2 as 100.0), an integer as its
+digits (past the 64-bit range too). A double that is not finite reads as null (README:
+Values the log may hold). tests/unit/test_record_rule.py runs one
 corpus through this and through contracts.records and expects the same verdicts.
 """
 
