@@ -148,7 +148,7 @@ def read(topic: Topic, key: object, value: str | None, timestamp_ms: object) -> 
         return Record(typed_key, None, timestamp_ms)
     decoded = _decoded(value)
     if not isinstance(decoded, dict):  # a tombstone is a null value, not the text "null"
-        raise BadRecord("not_an_object", f"value: expected a JSON object, got {value[:60]}")
+        raise BadRecord("not_an_object", f"value: expected a JSON object, got {_shown(decoded)}")
     return Record(typed_key, fit_value(topic, decoded, finite=False), timestamp_ms)
 
 
@@ -290,7 +290,9 @@ def _unknown(topic: Topic, name: object) -> str:
 
 def _shown(value: object) -> str:
     """A value as JSON writes it, cut short."""
-    if isinstance(value, bool):
+    if value is None:
+        text = "null"
+    elif isinstance(value, bool):
         text = "true" if value else "false"
     elif isinstance(value, str):
         text = json.dumps(value, ensure_ascii=False)
