@@ -8,18 +8,17 @@ names its segment files. An append writes a hidden temporary file, fsyncs it and
 into place under a per-partition lock, so a reader lists either the whole segment or nothing.
 Values are JSON text (Kafka's JSON serde); a null value is a tombstone.
 
-What a producer appends must be representable everywhere downstream (`check`): a timestamp
-in 0..MAX_TIMESTAMP_MS, finite numbers (JSON has no NaN or Infinity), valid Unicode.
+What a producer appends must fit the topic's declaration and be representable everywhere
+downstream (contracts/records.py): append and produce refuse anything else with BadRecord,
+before anything is written.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
@@ -28,55 +27,15 @@ import pyarrow.parquet as pq
 
 from contracts.clock import now_ms as now_ms
 from contracts.durable import fsync_dir, locked
-from contracts.partitioner import Key, partition_for
+from contracts.partitioner import partition_for
 from contracts.project import Topic
-from contracts.unicode import invalid_text
+from contracts.records import MAX_TIMESTAMP_MS as MAX_TIMESTAMP_MS
+from contracts.records import BadRecord as BadRecord
+from contracts.records import Record as Record
+from contracts.records import check as check
+from contracts.records import fit
 
 _KEY_ARROW = {"string": pa.string(), "int": pa.int32(), "long": pa.int64()}
-MAX_TIMESTAMP_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, GraphQL DateTime's last
-
-
-@dataclass(frozen=True)
-class Record:
-    key: Key
-    value: dict[str, object] | None
-    timestamp_ms: int
-
-
-def check(record: Record) -> None:
-    """Refuse a record the log must not hold (ValueError, TypeError): a timestamp outside
-    0..MAX_TIMESTAMP_MS, a non-finite number, a string that is not valid Unicode."""
-    stamp = record.timestamp_ms
-    if isinstance(stamp, bool) or not isinstance(stamp, int):
-        raise TypeError(f"timestamp must be an integer of milliseconds, not {stamp!r}")
-    if not 0 <= stamp <= MAX_TIMESTAMP_MS:
-        raise ValueError(
-            f"timestamp {stamp} is outside 0..{MAX_TIMESTAMP_MS} (1970 to the end of 9999)"
-        )
-    if isinstance(record.key, str):
-        _check_text(record.key, "key")
-    if record.value is not None:
-        _check_json(record.value, "value")
-
-
-def _check_json(value: object, where: str) -> None:
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError(f"{where} is {value}: only finite numbers can be produced")
-    if isinstance(value, str):
-        _check_text(value, where)
-    elif isinstance(value, list):
-        for i, item in enumerate(value):
-            _check_json(item, f"{where}[{i}]")
-    elif isinstance(value, dict):
-        for name, item in value.items():
-            _check_text(name, f"a field name in {where}")
-            _check_json(item, f"{where}.{name}")
-
-
-def _check_text(text: str, what: str) -> None:
-    problem = invalid_text(text, what)
-    if problem is not None:
-        raise ValueError(problem)
 
 
 def segment_schema(topic: Topic) -> pa.Schema:
@@ -125,11 +84,15 @@ def segments_from(log_dir: Path, topic: str, partition: int, offset: int) -> lis
 
 
 def append(log_dir: Path, topic: Topic, partition: int, records: list[Record]) -> int:
-    """Append records to one partition; returns the base offset they got."""
+    """Append records to one partition; returns the base offset they got. A record that does
+    not fit the topic (BadRecord) appends nothing."""
+    return _append(log_dir, topic, partition, [fit(topic, r) for r in records])
+
+
+def _append(log_dir: Path, topic: Topic, partition: int, records: list[Record]) -> int:
+    """Append records that fit the topic."""
     if not records:
         raise ValueError("nothing to append: a segment holds at least one record")
-    for record in records:
-        check(record)
     folder = partition_dir(log_dir, topic.name, partition)
     folder.mkdir(parents=True, exist_ok=True)
     with locked(folder):
@@ -159,12 +122,12 @@ def produce(
     log_dir: Path, topic: Topic, partitions: int, records: Iterable[Record]
 ) -> dict[int, int]:
     """Route records with Kafka's default partitioner and append them; returns counts per
-    partition."""
+    partition. A record that does not fit the topic (BadRecord) appends nothing at all."""
     by_partition: dict[int, list[Record]] = defaultdict(list)
-    for record in records:
+    for record in [fit(topic, r) for r in records]:
         by_partition[partition_for(record.key, topic.key_type, partitions)].append(record)
     for partition, batch in sorted(by_partition.items()):
-        append(log_dir, topic, partition, batch)
+        _append(log_dir, topic, partition, batch)
     return {p: len(b) for p, b in sorted(by_partition.items())}
 
 

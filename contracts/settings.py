@@ -22,6 +22,7 @@ RETIRED = {
 }
 LOG_FORMATS = ("text", "json")
 LOG_ENDS = ("published", "log")
+BAD_RECORDS = ("skip", "fail")
 
 
 class SettingsError(ValueError):
@@ -197,6 +198,12 @@ class Settings:
     compact_delta_ratio: float = _setting(
         0.5, "fold the deltas sooner once their bytes reach this fraction of the base's", 0.01
     )
+    bad_records: str = _setting(
+        "skip",
+        "what the pipeline does with a log record that does not fit its topic's declaration: "
+        "`skip` leaves it out of every store, counts it and writes it to the dead-letter "
+        "file; `fail` stops the pipeline naming it (README: Bad records)",
+    )
 
     def __post_init__(self) -> None:
         for item in fields(self):
@@ -220,6 +227,8 @@ class Settings:
             raise SettingsError(f"settings.log_end must be one of {', '.join(LOG_ENDS)}")
         if self.log_format not in LOG_FORMATS:
             raise SettingsError(f"settings.log_format must be one of {', '.join(LOG_FORMATS)}")
+        if self.bad_records not in BAD_RECORDS:
+            raise SettingsError(f"settings.bad_records must be one of {', '.join(BAD_RECORDS)}")
 
     @property
     def peer_pool_expiry_s(self) -> float:

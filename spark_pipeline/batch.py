@@ -17,6 +17,7 @@ a leftover of a run that crashed there), and nothing is visible until the manife
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,15 +30,18 @@ from pyspark.sql import DataFrame, SparkSession
 
 from contracts.eventlog import now_ms
 from contracts.manifest import Layer, Manifest, PartitionEntry, parse_layer
-from contracts.project import Project
+from contracts.project import Project, Topic
 from contracts.settings import Settings
 from contracts.snapshot_file import Kind
+from spark_pipeline import dead_letter
+from spark_pipeline.checks import BadRow
 from spark_pipeline.plan import stores_digest
 from spark_pipeline.snapshot import LayerTask, build_layer
 
 # What each task returns: its layer as JSON, how many records it read, the rows it wrote per
-# store (JSON), how long it took.
-_BUILT = "partition int, layer string, records long, rows string, seconds double"
+# store (JSON), how long it took, the bad records it left out per topic and reason (JSON).
+_BUILT = "partition int, layer string, records long, rows string, seconds double, bad string"
+BadCounts = dict[str, dict[str, int]]  # topic -> reason -> bad records left out
 
 
 class GapError(RuntimeError):
@@ -53,6 +57,15 @@ class Published:
     records: int = 0  # new records published
     tasks: dict[int, Task] = field(default_factory=dict)  # what each partition's task did
 
+    @property
+    def bad(self) -> BadCounts:
+        """The bad records the tasks left out (settings.bad_records = "skip")."""
+        total: dict[str, Counter[str]] = {}
+        for task in self.tasks.values():
+            for topic, reasons in task.bad.items():
+                total.setdefault(topic, Counter()).update(reasons)
+        return {topic: dict(sorted(reasons.items())) for topic, reasons in sorted(total.items())}
+
 
 @dataclass(frozen=True)
 class Task:
@@ -61,6 +74,7 @@ class Task:
     records: int  # new records read
     rows: dict[str, int]  # store -> rows written into the layer
     seconds: float
+    bad: BadCounts = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -95,10 +109,18 @@ def publish(
     or for every partition when rebuilding or when some were never published; returns the new
     manifest, not yet written."""
     batch = Batch(project, str(store_dir), manifest, rebuild, compact)
-    built = records.mapInArrow(lambda batches: _build(batch, batches), _BUILT).collect()
+    try:
+        built = records.mapInArrow(lambda batches: _build(batch, batches), _BUILT).collect()
+    except Exception as exc:
+        refused = dead_letter.refusal(exc)
+        if refused is None:
+            raise
+        raise refused from None
     layers = {row["partition"]: parse_layer(orjson.loads(row["layer"])) for row in built}
     tasks = {
-        row["partition"]: Task(row["records"], orjson.loads(row["rows"]), row["seconds"])
+        row["partition"]: Task(
+            row["records"], orjson.loads(row["rows"]), row["seconds"], orjson.loads(row["bad"])
+        )
         for row in built
     }
     if not layers:
@@ -162,7 +184,15 @@ def _build(batch: Batch, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Recor
         stores=tuple(batch.project.stores.values()),
     )
     rows: dict[str, int] = {}
-    _, layer = build_layer(task, records, rows)
+    bad: dict[str, Counter[str]] = {}
+
+    def on_bad(topic: Topic, found: list[BadRow]) -> None:
+        policy, root = batch.project.settings.bad_records, Path(batch.store_root)
+        dead_letter.handle(
+            policy, root, topic, partition, found, bad.setdefault(topic.name, Counter())
+        )
+
+    _, layer = build_layer(task, records, rows, on_bad)
     yield pa.RecordBatch.from_pydict(
         {
             "partition": [partition],
@@ -170,6 +200,7 @@ def _build(batch: Batch, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Recor
             "records": [sum(len(table) for table in records.values())],
             "rows": [orjson.dumps(rows).decode()],
             "seconds": [time.monotonic() - started],
+            "bad": [orjson.dumps(bad).decode()],
         },
         schema=pa.schema(
             [
@@ -178,6 +209,7 @@ def _build(batch: Batch, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Recor
                 ("records", pa.int64()),
                 ("rows", pa.string()),
                 ("seconds", pa.float64()),
+                ("bad", pa.string()),
             ]
         ),
     )

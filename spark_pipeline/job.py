@@ -35,8 +35,8 @@ from contracts.project import Project, load  # noqa: E402
 from spark_pipeline.batch import Published, publish  # noqa: E402
 from spark_pipeline.log_source import read_log  # noqa: E402
 from spark_pipeline.plan import RunPlan, plan_run  # noqa: E402
-from spark_pipeline.progress import positions, size, stage_progress  # noqa: E402
-from spark_pipeline.publish import notify_nodes, prune  # noqa: E402
+from spark_pipeline.progress import log_bad_records, positions, size, stage_progress  # noqa: E402
+from spark_pipeline.publish import notify_nodes, prune, sweep_temporaries  # noqa: E402
 from spark_pipeline.session import cancelled_on, spark_session  # noqa: E402
 
 log = logging.getLogger(__name__)
@@ -55,6 +55,7 @@ class RunReport:
     versions: dict[int, tuple[int | None, int]] = field(default_factory=dict)  # p -> old, new
     layers: dict[int, str] = field(default_factory=dict)  # p -> "base" or "delta"
     notify: dict[str, str] = field(default_factory=dict)  # node -> "ok" or what went wrong
+    bad_records: dict[str, dict[str, int]] = field(default_factory=dict)  # topic -> reason -> n
     seconds: float = 0.0
 
     def add(self, before: dict[int, PartitionEntry], layers: dict[int, Layer]) -> None:
@@ -85,6 +86,7 @@ def run(
     store_dir = snapshot_dir(project)
     topics = {s.topic.name for s in project.stores.values()}
     with locked(store_dir):
+        _sweep(store_dir)
         manifest = read_manifest(store_dir)
         plan = plan_run(project, manifest)
         report = RunReport(records=plan.records(topics), rebuild=plan.rebuild)
@@ -104,6 +106,8 @@ def run(
                 _unless(stopping)
                 published = publish(project, spark, store_dir, manifest, records, plan.rebuild)
             _log_layers(published, time.monotonic() - building)
+            log_bad_records(published.bad, store_dir)
+            report.bad_records = published.bad
         if published.layers:
             write_manifest(store_dir, published.manifest)
             prune(store_dir, published.manifest)
@@ -128,6 +132,13 @@ def run(
         len(published.layers),
     )
     return report
+
+
+def _sweep(store_dir: Path) -> None:
+    """Remove what a writer killed while writing a layer left behind (publish.py)."""
+    swept = sweep_temporaries(store_dir)
+    if swept:
+        log.info("removed %d temporary layer files left by a stopped writer", len(swept))
 
 
 def _unless(stopping: threading.Event) -> None:

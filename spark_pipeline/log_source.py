@@ -19,6 +19,7 @@ at), `max_records` (per micro-batch).
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -183,7 +184,8 @@ def _readable(values: pa.Array) -> pa.Array:
     texts = values.to_pylist()
     for i, flagged in enumerate(suspect.to_pylist()):
         if flagged:
-            texts[i] = json.dumps(replaced(json.loads(texts[i])), ensure_ascii=False)
+            with contextlib.suppress(ValueError):  # not JSON: a bad record (checks.py)
+                texts[i] = json.dumps(replaced(json.loads(texts[i])), ensure_ascii=False)
     return pa.array(texts, pa.string())
 
 

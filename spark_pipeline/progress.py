@@ -12,9 +12,11 @@ import logging
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from spark_pipeline.dead_letter import FOLDER
 from spark_pipeline.session import every
 
 PROGRESS_EVERY_S = 10.0
@@ -60,6 +62,26 @@ def positions(by_partition: Mapping[int, Mapping[str, int]]) -> str:
         for partition, by_topic in sorted(by_partition.items())
         for topic, offset in sorted(by_topic.items())
     )
+
+
+def bad_records(counts: Mapping[str, Mapping[str, int]]) -> str:
+    """bookings: not_an_integer 2, unknown_field 1; trains: wrong_type 1"""
+    return "; ".join(
+        f"{topic}: " + ", ".join(f"{reason} {n}" for reason, n in sorted(reasons.items()))
+        for topic, reasons in sorted(counts.items())
+    )
+
+
+def log_bad_records(counts: Mapping[str, Mapping[str, int]], store_dir: Path) -> None:
+    """One WARNING line for the bad records a publication left out, if any."""
+    total = sum(n for reasons in counts.values() for n in reasons.values())
+    if total:
+        log.warning(
+            "left out %d bad records (%s); each is in %s",
+            total,
+            bad_records(counts),
+            store_dir / FOLDER / "<topic>-<partition>.jsonl",
+        )
 
 
 def size(n: int) -> str:

@@ -19,14 +19,19 @@ from contracts.auth import secret_headers
 from contracts.manifest import Manifest
 from contracts.project import Node, Project
 from contracts.snapshot_file import parse_file_name, partition_folder
+from spark_pipeline.snapshot import temporary_of
 
 NOTIFY_TIMEOUT_S = 30.0
 PRUNE_GRACE_S = 60.0  # how long an unnamed layer stays for nodes still downloading it
+# A temporary layer file untouched this long (with its WAL) was left by a writer killed while
+# writing it (SIGKILL skips its cleanup); a live writer touches the WAL as it goes.
+TEMPORARY_GRACE_S = 600.0
 
 
 def prune(store_dir: Path, manifest: Manifest, grace_s: float = PRUNE_GRACE_S) -> list[Path]:
     """Delete the layer files no chain of the manifest names, once they are `grace_s` old: a
-    node that read the previous manifest may still be downloading them."""
+    node that read the previous manifest may still be downloading them; and the leftovers of
+    killed writers (sweep_temporaries)."""
     named = {layer.path for entry in manifest.partitions.values() for layer in entry.layers}
     cutoff = time.time() - grace_s
     removed = []
@@ -40,6 +45,27 @@ def prune(store_dir: Path, manifest: Manifest, grace_s: float = PRUNE_GRACE_S) -
                 if path.stat().st_mtime < cutoff:
                     path.unlink()
                     removed.append(path)
+    return removed + sweep_temporaries(store_dir)
+
+
+def sweep_temporaries(store_dir: Path, grace_s: float = TEMPORARY_GRACE_S) -> list[Path]:
+    """Delete the temporary layer files (and their WALs) of every partition folder, published
+    or not, whose newest part is `grace_s` old: a killed writer's leftovers, up to a whole
+    partition for a compaction; a writer at work keeps its files fresh."""
+    groups: dict[Path, list[Path]] = {}
+    for folder in store_dir.glob("p[0-9]*"):
+        for path in folder.iterdir() if folder.is_dir() else ():
+            tmp = temporary_of(path)
+            if tmp is not None:
+                groups.setdefault(tmp, []).append(path)
+    cutoff = time.time() - grace_s
+    removed = []
+    for parts in groups.values():
+        with contextlib.suppress(FileNotFoundError):  # its writer renamed or removed it
+            if max(part.stat().st_mtime for part in parts) < cutoff:
+                for part in parts:
+                    part.unlink(missing_ok=True)
+                    removed.append(part)
     return removed
 
 

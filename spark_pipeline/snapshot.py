@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +29,6 @@ from contracts.manifest import Layer
 from contracts.project import Store, Topic
 from contracts.snapshot_file import (
     DELETED,
-    DUCK_TYPES,
     FORMAT,
     POSITION_TABLE,
     SNAPSHOT_TABLE,
@@ -39,6 +39,7 @@ from contracts.snapshot_file import (
     quoted,
     relative_path,
 )
+from spark_pipeline.checks import REASON, BadRow, bad_rows, checked_sql
 from spark_pipeline.stores import delta_sql, records_view
 
 # Small row groups: a point lookup or a short scan reads one 8k-row group, not all 122,880
@@ -47,6 +48,10 @@ ROW_GROUP_SIZE = 8192
 # A delta holds a few hundred rows: with DuckDB's 256 KiB blocks its file would weigh ~1.8 MB
 # whatever it holds; 16 KiB blocks make it ~130 KB.
 DELTA_BLOCK_SIZE = 16384
+# What a task does with a topic's bad records before anything is written (batch.py).
+OnBad = Callable[[Topic, list[BadRow]], None]
+# A layer is written to `.<layer file>.<uuid>.tmp` (DuckDB adds `<that>.wal`), then renamed.
+_TEMPORARY = re.compile(r"^\.v\d+\.(base|delta)\.duckdb\.[0-9a-f]{32}\.tmp(\.wal)?$")
 _DUCKDB_CONFIG: dict[str, str | bool | int | float | list[str]] = {
     "threads": 1,
     "memory_limit": "512MB",
@@ -66,18 +71,22 @@ class LayerTask:
 
 
 def build_layer(
-    task: LayerTask, records: dict[str, pa.Table], rows: dict[str, int] | None = None
+    task: LayerTask,
+    records: dict[str, pa.Table],
+    rows: dict[str, int] | None = None,
+    on_bad: OnBad | None = None,
 ) -> tuple[int, Layer]:
-    """Write the partition's new layer; returns the partition and its manifest entry, and
-    fills `rows` with the rows written per store. A file already at the path is a leftover
-    of a run that crashed before publishing: replaced."""
+    """Write the partition's new layer from the records that fit their topic (the others go
+    to `on_bad` first); returns the partition and its manifest entry, and fills `rows` with
+    the rows written per store. A file already at the path is a leftover of a run that
+    crashed before publishing: replaced."""
     relative = relative_path(task.partition, task.version, task.kind)
     final = Path(task.store_root) / relative
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.parent / f".{final.name}.{uuid.uuid4().hex}.tmp"
+    tmp = temporary_path(final)
     created = now_ms()
     try:
-        written = _write(tmp, task, records, created)
+        written = _write(tmp, task, records, created, on_bad)
         if rows is not None:
             rows.update(written)
         digest, size = _seal(tmp)
@@ -90,14 +99,31 @@ def build_layer(
     return task.partition, layer
 
 
+def temporary_path(final: Path) -> Path:
+    """Where a layer is written before it is renamed to `final`: hidden, and unique to the
+    writer."""
+    return final.parent / f".{final.name}.{uuid.uuid4().hex}.tmp"
+
+
+def temporary_of(path: Path) -> Path | None:
+    """The temporary layer file `path` is, or whose WAL it is; None for any other file."""
+    if not _TEMPORARY.match(path.name):
+        return None
+    return path.with_suffix("") if path.suffix == ".wal" else path
+
+
 def _write(
-    path: Path, task: LayerTask, records: dict[str, pa.Table], created_ms: int
+    path: Path,
+    task: LayerTask,
+    records: dict[str, pa.Table],
+    created_ms: int,
+    on_bad: OnBad | None,
 ) -> dict[str, int]:
     """`records`: topic -> the new records (offset, timestamp, key as text, value). Returns
     the rows written per store."""
     rows = {}
     with _connection() as con:
-        deltas = _stage(con, task, records)
+        deltas = _stage(con, task, records, on_bad)
         options = f"ROW_GROUP_SIZE {ROW_GROUP_SIZE}"
         if task.kind == "delta":
             options += f", BLOCK_SIZE {DELTA_BLOCK_SIZE}"
@@ -142,18 +168,26 @@ def _write(
 
 
 def _stage(
-    con: duckdb.DuckDBPyConnection, task: LayerTask, records: dict[str, pa.Table]
+    con: duckdb.DuckDBPyConnection,
+    task: LayerTask,
+    records: dict[str, pa.Table],
+    on_bad: OnBad | None,
 ) -> dict[str, str]:
-    """Each store's delta of the new records, computed once into a table of the in-memory
-    database (the layer's SQL reads it several times); store name -> table."""
+    """Each topic's records checked and typed once (spark_pipeline/checks.py), the bad ones
+    handed to `on_bad`; then each store's delta of the good ones, computed once into a table
+    of the in-memory database (the layer's SQL reads it several times); store name -> table."""
     views = {}
     for number, topic in enumerate(task.topics):
         views[topic.name] = records_view(number)
         con.register(f"arrow_{number}", records.get(topic.name, _no_records()))
-        key = f"CAST(key AS {DUCK_TYPES[topic.key_type]})"
+        checked = f"memory.main.checked_{number}"
+        con.execute(f"CREATE OR REPLACE TABLE {checked} AS {checked_sql(topic, f'arrow_{number}')}")
+        bad = bad_rows(con, checked)
+        if bad and on_bad is not None:
+            on_bad(topic, bad)
         con.execute(
-            f'CREATE OR REPLACE TEMP VIEW {views[topic.name]} AS SELECT "offset", timestamp, '
-            f"{key} AS key, value FROM arrow_{number}"
+            f"CREATE OR REPLACE TEMP VIEW {views[topic.name]} AS "
+            f"SELECT * FROM {checked} WHERE {REASON} IS NULL"
         )
     tables = {}
     for number, store in enumerate(task.stores):

@@ -32,11 +32,12 @@ from contracts.manifest import read_manifest, write_manifest
 from contracts.project import Project
 from spark_pipeline import compaction
 from spark_pipeline.batch import Published, publish
+from spark_pipeline.dead_letter import refusal
 from spark_pipeline.job import run, snapshot_dir
 from spark_pipeline.log_source import NAME, LogSource, options
 from spark_pipeline.plan import stores_digest
-from spark_pipeline.progress import positions
-from spark_pipeline.publish import notify_nodes, prune
+from spark_pipeline.progress import log_bad_records, positions
+from spark_pipeline.publish import notify_nodes, prune, sweep_temporaries
 
 log = logging.getLogger(__name__)
 CRASH_AT = "STATEGATE_CRASH_AT"  # tests: die at this point of a micro-batch (see _crash_point)
@@ -52,6 +53,7 @@ class Progress:
     records: int = 0
     layers: int = 0
     compactions: int = 0
+    bad_records: dict[str, dict[str, int]] = field(default_factory=dict)  # topic -> reason -> n
     last: dict[str, object] = field(default_factory=dict)
 
 
@@ -74,6 +76,8 @@ class Follower:
         """Follow the log from the checkpoint; without one (a first start, or new store
         declarations), catch up with a one-shot run first, a rebuild when the stores changed.
         Returns without following when a stop came meanwhile."""
+        with locked(self.store_dir):
+            sweep_temporaries(self.store_dir)
         if not self.checkpoint.exists():
             log.info("no checkpoint at %s: catching up with a one-shot run first", self.checkpoint)
             run(self.project, self.spark, notify=self.notify, stopping=self.stopping)
@@ -118,7 +122,7 @@ class Follower:
                 break
         exception = self._query.exception()
         if exception is not None and not self.stopping.is_set():
-            raise RuntimeError(f"the streaming query failed: {exception}")
+            raise refusal(exception) or RuntimeError(f"the streaming query failed: {exception}")
 
     def request_stop(self) -> None:
         """Ask for a stop without waiting (from a signal handler): a catch-up run is cancelled
@@ -177,7 +181,17 @@ class Follower:
         progress.records += published.records
         progress.layers += len(published.layers)
         changed = sorted(published.layers)
-        progress.last = {"batch": batch_id, "records": published.records, "partitions": changed}
+        bad = published.bad
+        for topic, reasons in bad.items():
+            total = progress.bad_records.setdefault(topic, {})
+            for reason, n in reasons.items():
+                total[reason] = total.get(reason, 0) + n
+        progress.last = {
+            "batch": batch_id,
+            "records": published.records,
+            "partitions": changed,
+            "bad_records": bad,
+        }
         log.info(
             "micro-batch %s: %s records, partitions %s changed in %.3f s; positions %s "
             "(total %s records, %s layers)",
@@ -189,6 +203,7 @@ class Follower:
             progress.records,
             progress.layers,
         )
+        log_bad_records(bad, self.store_dir)
 
     def _compact_forever(self) -> None:
         """Fold one due chain at a time, beside the micro-batches."""

@@ -16,10 +16,9 @@ from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 
-from contracts import eventlog
+from contracts import eventlog, records
 from contracts import project as projects
 from contracts.coordination import Coordination, CoordinatorError, Endpoint
-from contracts.partitioner import serialize_key
 from contracts.project import Project
 from contracts.settings import Settings, shown, table
 from stategate import cluster as cluster_commands
@@ -107,6 +106,11 @@ def _parser() -> argparse.ArgumentParser:
     produce = commands.add_parser("produce", help="append JSON lines from stdin to a topic")
     produce.add_argument("--config", required=True)
     produce.add_argument("--topic", required=True)
+    produce.add_argument(
+        "--skip-bad",
+        action="store_true",
+        help="append the lines that fit the topic, report each one that does not (exit 1)",
+    )
 
     store = commands.add_parser("store", help="serve the snapshot store to remote nodes")
     store.add_argument("--config", required=True)
@@ -212,6 +216,7 @@ def run_pipeline(project: Project, args: argparse.Namespace) -> int:
     """One run, or --follow until SIGTERM or SIGINT; either way a stop publishes nothing
     half-done (the manifest names layers only once they are all written), stops Spark and
     its JVM, and ends the process by the signal (stategate/stopping.py)."""
+    from spark_pipeline.dead_letter import BadRecordError
     from spark_pipeline.job import run
     from spark_pipeline.session import json_logging, spark_session, stop_spark
 
@@ -230,12 +235,16 @@ def run_pipeline(project: Project, args: argparse.Namespace) -> int:
         context.master,
         context.defaultParallelism,
     )
+    status = 0
     try:
         if args.follow:
             follow(project, spark, stop, notify=not args.no_notify)
         elif not stop.requested:
             report = run(project, spark, notify=not args.no_notify, stopping=stop.event)
             print(report.to_json().decode(), flush=True)
+    except BadRecordError as exc:  # settings.bad_records = "fail": nothing was published
+        log.error("stopped: %s", exc)
+        status = 1
     except Exception as exc:
         if not stop.requested:
             raise
@@ -249,7 +258,7 @@ def run_pipeline(project: Project, args: argparse.Namespace) -> int:
     if stop.requested:
         log.info("Spark stopped")
         stop.exit()
-    return 0
+    return status
 
 
 def follow(project: Project, spark: object, stop: stopping.StopRequest, notify: bool) -> None:
@@ -267,41 +276,36 @@ def follow(project: Project, spark: object, stop: stopping.StopRequest, notify: 
 
 
 def run_produce(project: Project, args: argparse.Namespace) -> int:
-    """Read every line, then append them all. SIGTERM or SIGINT while reading ends the
-    process at once, appending nothing; during the append it is held until every record
-    is appended and the summary printed, then ends the process."""
+    """Read and check every line, then append them all; a line that does not fit the topic
+    (contracts/records.py) appends nothing, or with --skip-bad is reported and left out (exit
+    status 1 then). SIGTERM or SIGINT while reading ends the process at once, appending
+    nothing; during the append it is held until every record is appended and the summary
+    printed, then ends the process."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl-C as SIGTERM: no traceback
     topic = project.topics.get(args.topic)
     if topic is None:
         print(f"stategate: unknown topic {args.topic!r}", file=sys.stderr)
         return 2
-    records = []
+    good, refused = [], 0
     for number, line in enumerate(sys.stdin, 1):
         if not line.strip():
             continue
         try:
-            item = json.loads(line)
-            if not isinstance(item, dict):
-                raise TypeError("each line must be a JSON object with a key and a value")
-            if not isinstance(item.get("value"), dict | None):
-                raise TypeError("value must be a JSON object or null (a tombstone)")
-            timestamp = item.get("timestamp")
-            if timestamp is None:
-                timestamp = eventlog.now_ms()
-            record = eventlog.Record(item["key"], item.get("value"), timestamp)
-            eventlog.check(record)
-            serialize_key(record.key, topic.key_type)
-            records.append(record)
-        except (ValueError, KeyError, TypeError) as exc:
-            print(f"stategate: line {number}: {exc}; nothing was appended", file=sys.stderr)
-            return 2
+            good.append(records.parse_line(topic, line, eventlog.now_ms()))
+        except records.BadRecord as exc:
+            refused += 1
+            if not args.skip_bad:
+                print(f"stategate: line {number}: {exc}; nothing was appended", file=sys.stderr)
+                return 2
+            print(f"stategate: line {number}: {exc}; left out", file=sys.stderr)
     held = signal.pthread_sigmask(signal.SIG_BLOCK, stopping.SIGNALS)
     try:
-        counts = eventlog.produce(project.log_dir, topic, project.cluster.partitions, records)
-        print(json.dumps({"appended": sum(counts.values()), "partitions": counts}), flush=True)
+        counts = eventlog.produce(project.log_dir, topic, project.cluster.partitions, good)
+        summary = {"appended": sum(counts.values()), "refused": refused, "partitions": counts}
+        print(json.dumps(summary), flush=True)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)  # a stop that came: ends it here
-    return 0
+    return 1 if refused else 0
 
 
 def serve_store(project: Project, args: argparse.Namespace) -> int:

@@ -7,9 +7,12 @@ and a lone surrogate in a string reads as U+FFFD."""
 
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+
+import pyarrow.parquet as pq
 
 from contracts import eventlog
 from contracts.project import Aggregate, FieldType, Project, Store
@@ -17,14 +20,31 @@ from contracts.project import Aggregate, FieldType, Project, Store
 Row = tuple  # (key, [window_start,] *Store.columns)
 
 
-def expected_store(project: Project, store_name: str) -> dict[int, list[Row]]:
-    """partition -> the store's rows, sorted by key (, window_start)."""
+def expected_store(
+    project: Project, store_name: str, bad: Collection[tuple[str, int, int]] = ()
+) -> dict[int, list[Row]]:
+    """partition -> the store's rows, sorted by key (, window_start), leaving out the `bad`
+    records (topic, partition, offset)."""
     store = project.store(store_name)
+    topic = store.topic.name
     rows = {}
     for partition in range(project.cluster.partitions):
-        records = list(eventlog.read(project.log_dir, store.topic.name, partition))
-        rows[partition] = _rows(store, records)
+        rows[partition] = _rows(store, _records(project, topic, partition, bad))
     return rows
+
+
+def _records(
+    project: Project, topic: str, partition: int, bad: Collection[tuple[str, int, int]]
+) -> list[dict]:
+    """The partition's records, values decoded, but for the `bad` ones (not all are JSON)."""
+    found = []
+    for path in eventlog.segments(project.log_dir, topic, partition):
+        for row in pq.read_table(path[1]).to_pylist():
+            if (topic, partition, row["offset"]) not in bad:
+                found.append(row)
+    for row in found:  # every value of a good record is JSON
+        row["value"] = None if row["value"] is None else _decoded(row["value"])
+    return found
 
 
 def expected_positions(project: Project) -> dict[int, dict[str, int]]:
@@ -36,8 +56,15 @@ def expected_positions(project: Project) -> dict[int, dict[str, int]]:
 
 
 def _end(project: Project, topic: str, partition: int) -> int:
-    offsets = [r["offset"] for r in eventlog.read(project.log_dir, topic, partition)]
+    offsets = [r["offset"] for r in _records(project, topic, partition, ())]
     return max(offsets) + 1 if offsets else 0
+
+
+def _decoded(text: str) -> object:
+    try:
+        return json.loads(text)
+    except ValueError:  # a bad record's: only its offset is read
+        return text
 
 
 def _rows(store: Store, records: list[dict]) -> list[Row]:

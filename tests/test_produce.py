@@ -1,5 +1,5 @@
-"""`stategate produce`: JSON lines in, records on the partitions Kafka would choose; a bad
-line appends nothing."""
+"""`stategate produce`: JSON lines in, records on the partitions Kafka would choose; a line
+that does not fit the topic appends nothing, or with --skip-bad is left out and reported."""
 
 from __future__ import annotations
 
@@ -13,8 +13,12 @@ from contracts import project as config
 from contracts.partitioner import partition_for
 from tests.projects import write_project
 
+TOPICS = ("bookings", "trains")
 
-def produce(config_path: Path, topic: str, lines: list[str]) -> subprocess.CompletedProcess[str]:
+
+def produce(
+    config_path: Path, topic: str, lines: list[str], *flags: str
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [
             sys.executable,
@@ -25,6 +29,7 @@ def produce(config_path: Path, topic: str, lines: list[str]) -> subprocess.Compl
             str(config_path),
             "--topic",
             topic,
+            *flags,
         ],
         input="\n".join(lines) + "\n",
         capture_output=True,
@@ -66,7 +71,7 @@ def test_produce_routes_like_kafka_and_refuses_bad_lines(tmp_path: Path) -> None
     bad = produce(path, "trains", [json.dumps(records[0]), "{not json", json.dumps(records[1])])
     assert bad.returncode == 2 and "line 2" in bad.stderr
     wrong_type = produce(path, "trains", [json.dumps({"key": "seven", "value": {}})])
-    assert wrong_type.returncode == 2 and "integer key" in wrong_type.stderr
+    assert wrong_type.returncode == 2 and "key: expected int (a JSON integer" in wrong_type.stderr
     not_object = produce(path, "trains", [json.dumps({"key": 1, "value": [1, 2]})])
     assert not_object.returncode == 2 and "JSON object" in not_object.stderr
     unknown = produce(path, "nope", [json.dumps(records[0])])
@@ -82,19 +87,19 @@ def test_produce_refuses_what_the_log_must_not_hold_and_keeps_timestamp_zero(
     project = config.load(path)
     ok = {"delay": 1, "station": "Köln", "cancelled": False}
     refused = [
-        ('{"key": 1, "value": {"delay": 1, "station": "x", "ratio": NaN}}', "value.ratio is nan"),
-        ('{"key": 1, "value": {"ratio": 1e999}}', "value.ratio is inf"),
-        ('{"key": 1, "value": {"ratio": -Infinity}}', "value.ratio is -inf"),
+        ('{"key": 1, "value": {"delay": NaN}}', "value.delay: expected int"),
+        ('{"key": "b", "value": {"price": 1e999}}', "value.price: expected double"),
+        ('{"key": "b", "value": {"price": -Infinity}}', "got -inf"),
         ('{"key": 1, "value": {"station": "a\\ud800"}}', "value.station is not valid Unicode"),
-        ('{"key": 1, "value": {"\\udc00": 1}}', "a field name in value is not valid Unicode"),
+        ('{"key": 1, "value": {"\\udc00": 1}}', "value.\\udc00: not a field of topic"),
         (json.dumps({"key": 1, "value": ok, "timestamp": -1}), "outside 0.."),
         (json.dumps({"key": 1, "value": ok, "timestamp": 1.5}), "integer of milliseconds"),
         (json.dumps({"key": 1, "value": ok, "timestamp": True}), "integer of milliseconds"),
     ]
     for line, message in refused:
-        done = produce(path, "trains", [line])
+        done = produce(path, "bookings" if "price" in line else "trains", [line])
         assert done.returncode == 2 and message in done.stderr, (line, done.stderr)
-    assert all(eventlog.end_offset(project.log_dir, "trains", p) == 0 for p in range(9))
+    assert all(eventlog.end_offset(project.log_dir, t, p) == 0 for t in TOPICS for p in range(9))
     surrogate_key = produce(path, "bookings", ['{"key": "\\ud800", "value": null}'])
     assert surrogate_key.returncode == 2 and "key is not valid Unicode" in surrogate_key.stderr
 
@@ -102,3 +107,97 @@ def test_produce_refuses_what_the_log_must_not_hold_and_keeps_timestamp_zero(
     assert at_zero.returncode == 0, at_zero.stderr
     p = partition_for(1, "int", project.cluster.partitions)
     assert [r["timestamp"] for r in eventlog.read(project.log_dir, "trains", p)] == [0]
+
+
+# What issue 22 found appended: each line refused with one line naming it, the field, the
+# expected type and the value.
+BAD_BOOKINGS = [
+    (
+        {"key": "C1", "value": {"price": "cheap", "seats": 1, "trip": "x"}},
+        "line 1: value.price: expected double (a finite JSON number; an integer within "
+        '±9007199254740992), got "cheap"; nothing was appended',
+    ),
+    (
+        {"key": "C1", "value": {"seats": 1.5}},
+        "line 1: value.seats: expected int (a JSON integer in -2147483648..2147483647), "
+        "got 1.5; nothing was appended",
+    ),
+    (
+        {"key": "C1", "value": {"seats": 2.0}},
+        "line 1: value.seats: expected int (a JSON integer in -2147483648..2147483647), "
+        "got 2.0; nothing was appended",
+    ),
+    (
+        {"key": "C1", "value": {"trip": "x", "unknownField": 1}},
+        "line 1: value.unknownField: not a field of topic 'bookings' (its fields: trip, "
+        "price, seats; each may be missing or null); nothing was appended",
+    ),
+    ({"value": None}, "line 1: missing field 'key'; nothing was appended"),
+    ({"key": "C1"}, "line 1: missing field 'value' (null for a tombstone); nothing was appended"),
+]
+
+
+def test_produce_refuses_values_the_declaration_does_not_allow(tmp_path: Path) -> None:
+    path = write_project(tmp_path, [1, 2])
+    project = config.load(path)
+    good = json.dumps({"key": "C0", "value": {"trip": "A→B", "price": 3, "seats": 1}})
+    for item, message in BAD_BOOKINGS:
+        done = produce(path, "bookings", [json.dumps(item), good])
+        assert done.returncode == 2, done
+        assert done.stderr == f"stategate: {message}\n"
+        assert done.stdout == ""
+    assert all(eventlog.end_offset(project.log_dir, t, p) == 0 for t in TOPICS for p in range(9))
+
+
+def test_long_keys_and_values_take_integers_and_decimal_strings(tmp_path: Path) -> None:
+    path = tmp_path / "stategate.toml"
+    path.write_text(
+        write_project(tmp_path, [1]).read_text().replace("replicas = 2", "replicas = 1")
+        + '\n[[topics]]\nname = "accounts"\nkey = "long"\nvalue = { balance = "long" }\n'
+    )
+    project = config.load(path)
+    lines = [
+        '{"key": "-9223372036854775808", "value": {"balance": "9223372036854775807"}}',
+        '{"key": 42, "value": {"balance": -1}}',
+    ]
+    done = produce(path, "accounts", lines)
+    assert done.returncode == 0, done.stderr
+    stored = [
+        (r["key"], r["value"])
+        for p in range(9)
+        for r in eventlog.read(project.log_dir, "accounts", p)
+    ]
+    assert sorted(stored) == [(-(2**63), {"balance": 2**63 - 1}), (42, {"balance": -1})]
+    too_big = produce(path, "accounts", ['{"key": 9223372036854775808, "value": null}'])
+    assert too_big.returncode == 2 and "Traceback" not in too_big.stderr
+    assert too_big.stderr == (
+        "stategate: line 1: key: expected long (a JSON integer or decimal string in "
+        "-9223372036854775808..9223372036854775807), got 9223372036854775808; nothing was "
+        "appended\n"
+    )
+
+
+def test_skip_bad_appends_the_good_lines_and_reports_each_bad_one(tmp_path: Path) -> None:
+    path = write_project(tmp_path, [1, 2])
+    project = config.load(path)
+    lines = [
+        json.dumps({"key": "a", "value": {"trip": "A→B", "price": 9.5, "seats": 2}}),
+        json.dumps({"key": "b", "value": {"seats": 1.5}}),
+        "{not json",
+        json.dumps({"key": "c", "value": None}),
+    ]
+    done = produce(path, "bookings", lines, "--skip-bad")
+    assert done.returncode == 1
+    assert json.loads(done.stdout)["appended"] == 2 and json.loads(done.stdout)["refused"] == 2
+    assert done.stderr.splitlines() == [
+        "stategate: line 2: value.seats: expected int (a JSON integer in "
+        "-2147483648..2147483647), got 1.5; left out",
+        "stategate: line 3: not JSON: Expecting property name enclosed in double quotes: "
+        "line 1 column 2 (char 1); left out",
+    ]
+    stored = sorted(
+        r["key"] for p in range(9) for r in eventlog.read(project.log_dir, "bookings", p)
+    )
+    assert stored == ["a", "c"]
+    all_good = produce(path, "bookings", [lines[0]], "--skip-bad")
+    assert all_good.returncode == 0 and json.loads(all_good.stdout)["refused"] == 0

@@ -177,6 +177,11 @@ def test_an_unknown_log_format_is_refused() -> None:
     assert Settings.parse({"log_format": "json"}).log_format == "json"
 
 
+def test_an_unknown_bad_record_policy_is_refused() -> None:
+    refused({"bad_records": "ignore"}, "bad_records")
+    assert Settings.parse({"bad_records": "fail"}).bad_records == "fail"
+
+
 # --- in the project file ----------------------------------------------------------------
 
 
