@@ -18,7 +18,7 @@ import duckdb
 
 from contracts.project import FieldType, Topic
 from contracts.records import DECIMAL, INTEGER_TEXT, MAX_TIMESTAMP_MS, RULES, Rule
-from contracts.snapshot_file import DUCK_TYPES, finite_or_null, quoted
+from contracts.snapshot_file import DUCK_TYPES, finite_or_null, literal, quoted
 
 REASON = "_reason"  # NULL for a good record, else a contracts.records.Reason
 TOMBSTONE = "_tombstone"
@@ -53,7 +53,7 @@ def checked_sql(topic: Topic, source: str) -> str:
     offset, timestamp, the key as text (_text) and as declared, value, _tombstone, each value
     field typed (null when missing) and _reason."""
     names = list(topic.value)
-    paths = ", ".join(_literal(_path(n)) for n in names)
+    paths = ", ".join(literal(_path(n)) for n in names)
     extracted = f"json_extract(value, [{paths}])" if names else "CAST(NULL AS JSON[])"
     parsed = (
         f'SELECT "offset", timestamp, key AS _text, value, value IS NULL AS {TOMBSTONE}, '
@@ -86,7 +86,7 @@ def checked_sql(topic: Topic, source: str) -> str:
 def _reason(topic: Topic) -> str:
     """Why a record is bad, in the order contracts.records.read checks."""
     names = list(topic.value)
-    present = " + ".join(f"list_contains(_k, {_literal(n)})::INTEGER" for n in names) or "0"
+    present = " + ".join(f"list_contains(_k, {literal(n)})::INTEGER" for n in names) or "0"
     fields = [_field_reason(i, RULES[kind]) for i, kind in enumerate(topic.value.values(), 1)]
     return (
         "CASE WHEN _text IS NULL THEN 'missing_key' "
@@ -126,8 +126,8 @@ def _kind(i: int, rule: Rule) -> str:
 def _matching(text: str, pattern: str, kind: str, otherwise: str) -> str:
     """`kind` when `text` matches `pattern` whole, else `otherwise`."""
     return (
-        f"CASE WHEN regexp_full_match({text}, {_literal(pattern)}) THEN {_literal(kind)} "
-        f"ELSE {_literal(otherwise)} END"
+        f"CASE WHEN regexp_full_match({text}, {literal(pattern)}) THEN {literal(kind)} "
+        f"ELSE {literal(otherwise)} END"
     )
 
 
@@ -139,8 +139,8 @@ def _field_reason(i: int, rule: Rule) -> str:
 def _judged(kind: str, rule: Rule, number: str) -> str:
     """contracts.records.judge in SQL: NULL when a value of `kind` (a numeric text `number`)
     fits `rule`, else the reason."""
-    accepted = ", ".join(_literal(k) for k in sorted(rule.kinds))
-    ranged = ", ".join(_literal(k) for k in ("integer", "decimal") if k in rule.kinds)
+    accepted = ", ".join(literal(k) for k in sorted(rule.kinds))
+    ranged = ", ".join(literal(k) for k in ("integer", "decimal") if k in rule.kinds)
     in_range = f"coalesce(TRY_CAST({number} AS HUGEINT) BETWEEN {rule.low} AND {rule.high}, false)"
     out_of_range = f"WHEN {kind} IN ({ranged}) AND NOT {in_range} THEN 'out_of_range' "
     not_integer = f"WHEN {kind} = 'number' THEN 'not_an_integer' "
@@ -169,7 +169,3 @@ def _value(i: int, kind: FieldType) -> str:
 
 def _path(name: str) -> str:
     return '$."' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def _literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"

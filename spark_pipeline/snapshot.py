@@ -35,6 +35,7 @@ from contracts.snapshot_file import (
     Kind,
     columns,
     key_columns,
+    literal,
     newest_rows,
     quoted,
     relative_path,
@@ -127,13 +128,13 @@ def _write(
         options = f"ROW_GROUP_SIZE {ROW_GROUP_SIZE}"
         if task.kind == "delta":
             options += f", BLOCK_SIZE {DELTA_BLOCK_SIZE}"
-        con.execute(f"ATTACH {_literal(str(path))} AS snap ({options})")
+        con.execute(f"ATTACH {literal(str(path))} AS snap ({options})")
         con.execute("USE snap")
         below = []
         for i, layer in enumerate(task.below):
             alias = f"below{i}"
             con.execute(
-                f"ATTACH {_literal(str(Path(task.store_root) / layer.path))} AS {alias} (READ_ONLY)"
+                f"ATTACH {literal(str(Path(task.store_root) / layer.path))} AS {alias} (READ_ONLY)"
             )
             below.append((alias, layer.kind))
         for store in task.stores:
@@ -315,7 +316,3 @@ def _seal(path: Path) -> tuple[str, int]:
         os.fsync(fh.fileno())
         digest = hashlib.file_digest(fh, "sha256").hexdigest()
     return digest, path.stat().st_size
-
-
-def _literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
