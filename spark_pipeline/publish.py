@@ -8,7 +8,9 @@ Serving nodes read the manifest and copy the files they host; notify_nodes tells
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -16,11 +18,13 @@ from pathlib import Path
 import httpx
 
 from contracts.auth import secret_headers
+from contracts.coordination import Coordination, CoordinatorError, Endpoint, State
 from contracts.manifest import Manifest
 from contracts.project import Node, Project
 from contracts.snapshot_file import parse_file_name, partition_folder
 from spark_pipeline.snapshot import temporary_of
 
+log = logging.getLogger(__name__)
 NOTIFY_TIMEOUT_S = 30.0
 PRUNE_GRACE_S = 60.0  # how long an unnamed layer stays for nodes still downloading it
 # A temporary layer file untouched this long (with its WAL) was left by a writer killed while
@@ -70,15 +74,44 @@ def sweep_temporaries(store_dir: Path, grace_s: float = TEMPORARY_GRACE_S) -> li
 
 
 def notify_nodes(project: Project, partitions: set[int]) -> dict[str, str]:
-    """POST /internal/sync to each node hosting a changed partition; "ok" or the error per
-    node. Never raises: a node that is down pulls the manifest when it starts."""
+    """POST /internal/sync to each node holding a changed partition now; "ok" or the error
+    per node. Never raises: a node that is down pulls the manifest when it starts, and one
+    not told pulls it at its next poll."""
     cluster = project.cluster
-    nodes = [n for n in cluster.nodes if partitions & set(cluster.hosted_by(n.id))]
+    nodes = _holders(project, partitions)
     if not nodes:
         return {}
     with ThreadPoolExecutor(max_workers=min(len(nodes), 16)) as pool:
         results = pool.map(lambda n: _notify(n, cluster.secret), nodes)
         return {node.id: result for node, result in zip(nodes, results, strict=True)}
+
+
+def _holders(project: Project, partitions: set[int]) -> list[Node]:
+    """The nodes that serve or warm up any of `partitions`: as the project file places them,
+    or, with a coordinator, as its current assignment does."""
+    cluster = project.cluster
+    if cluster.coordinator is None:
+        return [n for n in cluster.nodes if partitions & set(cluster.hosted_by(n.id))]
+    try:
+        state = asyncio.run(_read(cluster.coordinator, cluster.name))
+    except CoordinatorError as exc:
+        log.warning("not notifying the nodes: %s", exc)
+        return []
+    assignment = state.assignment
+    return [
+        Node(m.id, m.address, Path())
+        for m in state.members.values()
+        if assignment is None or partitions & set(assignment.assigned_to(m.id))
+    ]
+
+
+async def _read(url: str, name: str) -> State:
+    coordination = Coordination(Endpoint.parse(url), name)
+    await coordination.connect()
+    try:
+        return await coordination.read()
+    finally:
+        await coordination.close()
 
 
 def _notify(node: Node, secret: str) -> str:

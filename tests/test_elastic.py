@@ -143,3 +143,46 @@ def test_nodes_join_and_drain_while_clients_read(elastic: Elastic) -> None:
     assert readers.problems == []
     assert first.assignment is not None and grown.assignment is not None
     assert grown.assignment.version > first.assignment.version
+
+
+def test_a_lost_node_is_replaced_and_serving_outlives_the_coordinator(
+    elastic: Elastic, spark: SparkSession
+) -> None:
+    four = {"node1", "node2", "node3", "node4"}
+    elastic.start(*sorted(four))
+    elastic.settled(four)
+    with Readers(elastic, ["node1", "node2"]) as readers:
+        elastic.nodes.kill("node4")  # a machine lost: its lease expires, then its grace
+        three = elastic.settled(four - {"node4"})
+    assert readers.answers > 5
+    assert readers.problems == []  # answered by the other replicas at once, all right
+    assert all(len(s) == 2 for s in three.assignment.serving)  # type: ignore[union-attr]
+
+    elastic.etcd.stop()  # nodes keep serving their last assignment, and new versions
+    produce_test_events(elastic.project, seed=6, n_bookings=50, start_ms=1_767_400_000_000)
+    job.run(elastic.project, spark, notify=True)
+    parts = oracle.expected_store(elastic.project, "customerTotals")
+    elastic.expected = {r[0]: r for rows in parts.values() for r in rows}
+    wait_for_answers(elastic, "node1")
+
+    elastic.etcd.start()
+    elastic.start("node5")
+    elastic.settled({"node1", "node2", "node3", "node5"})
+    wait_for_answers(elastic, "node5")
+
+
+def wait_for_answers(elastic: Elastic, node_id: str, timeout_s: float = 30) -> None:
+    """Until every key's answer on the node agrees with the oracle."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        totals = elastic.ask(node_id)["totals"]
+        got = {
+            e["key"]: (wire.long(e["record"]["bookings"]), e["record"]["revenue"])
+            for e in totals["entries"]
+            if e["record"] is not None
+        }
+        want = {k: tuple(r[1:3]) for k, r in elastic.expected.items()}
+        if got.keys() == want.keys() and all(got[k] == pytest.approx(want[k]) for k in want):
+            return
+        assert time.monotonic() < deadline, (totals["meta"], elastic.nodes.logs_tail())
+        time.sleep(0.5)

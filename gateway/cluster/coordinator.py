@@ -141,10 +141,20 @@ class ElasticCoordinator:
             try:
                 if self._lease is None or await self.coordination.refresh(self._lease) == 0:
                     await self._rejoin()
-                self.connected = True
+                self._reached()
             except CoordinatorError as exc:
-                self.connected = False
-                log.warning("coordinator unreachable, serving the last assignment: %s", exc)
+                self._unreachable(exc)
+
+    def _reached(self) -> None:
+        if not self.connected:
+            log.info("the coordinator answers again")
+        self.connected = True
+
+    def _unreachable(self, error: CoordinatorError) -> None:
+        """Said once per outage: the node serves its last assignment meanwhile."""
+        if self.connected:
+            log.warning("coordinator unreachable, serving the last assignment: %s", error)
+        self.connected = False
 
     async def _rejoin(self) -> None:
         """The lease expired (the coordinator was away longer than the TTL): register anew."""
@@ -161,7 +171,7 @@ class ElasticCoordinator:
                     if self.state.leader == self.me.id:
                         await self._lead()  # a member came or went, a drain: plan now
             except CoordinatorError as exc:
-                log.warning("watching the coordinator failed: %s", exc)
+                self._unreachable(exc)
             await asyncio.sleep(RETRY_S)
             with contextlib.suppress(CoordinatorError):
                 await self._read()
@@ -178,7 +188,7 @@ class ElasticCoordinator:
                 if self.state.leader == self.me.id:
                     await self._lead()
             except CoordinatorError as exc:
-                log.warning("leading the cluster failed: %s", exc)
+                self._unreachable(exc)
 
     async def _lead(self) -> None:
         state = self.state
