@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 from contracts.clock import now_ms
@@ -32,7 +33,7 @@ from gateway.model.queries import Answer, SubQuery, keys_of
 from gateway.model.topology import TopologyView
 from gateway.runtime.lanes import Lanes, offload, sliced
 from gateway.storage import execution
-from gateway.storage.snapshots import SnapshotCatalog
+from gateway.storage.snapshots import Snapshot, SnapshotCatalog
 from gateway.storage.switches import Switches
 from gateway.storage.sync import SnapshotSync, StoreUnreachable
 from gateway.wire.peers import PeerClient, pooled
@@ -77,11 +78,20 @@ class GatewayNode:
             if settings.log_end == "log"
             else PublishedEnd(self.sync.log_end, self._positions)
         )
-        self.metrics.watch(NodeState(self.status, self._lag, self.membership.beliefs))
+        self.metrics.watch(
+            NodeState(
+                self.status,
+                self._lag,
+                self.membership.beliefs,
+                lambda: self.topology.current.version,
+            )
+        )
         self.pool = ThreadPoolExecutor(settings.query_threads, thread_name_prefix="query")
         self.internal_requests = 0
         self.live = LiveCounts()
         self._tasks: list[asyncio.Task[None]] = []
+        self._fetching: set[asyncio.Task[None]] = set()
+        self._warming_since: dict[int, float] = {}  # partition -> when assigned to warm up
 
     def _coordinated(self) -> tuple[TopologyView, Coordinator]:
         """The node's topology and who keeps it: the project file, or the coordinator."""
@@ -115,13 +125,30 @@ class GatewayNode:
 
     def _moved(self, before: Topology, after: Topology) -> None:
         """Hand over what this node no longer holds; fetch what it was given."""
-        gone = set(before.assigned_to(self.id)) - set(after.assigned_to(self.id))
-        for partition in sorted(gone):
+        held, holds = set(before.assigned_to(self.id)), set(after.assigned_to(self.id))
+        for partition in sorted(held - holds):
             if self.catalog.drop(partition):
                 log.info("partition %s handed over", partition)
                 self.switches.dropped(partition)
-        if set(after.assigned_to(self.id)) - set(before.assigned_to(self.id)):
-            self._tasks.append(asyncio.create_task(self._fetch_assigned()))
+            self.metrics.moves.labels("handed_over").inc()
+        self._time_warmups(set(before.hosted_by(self.id)), set(after.hosted_by(self.id)), holds)
+        if holds - held:
+            self.metrics.moves.labels("received").inc(len(holds - held))
+            task = asyncio.create_task(self._fetch_assigned())
+            self._fetching.add(task)
+            task.add_done_callback(self._fetching.discard)
+
+    def _time_warmups(self, served: set[int], serves: set[int], holds: set[int]) -> None:
+        """Observe how long each warm-up of this node took, from assigned to serving."""
+        now = time.monotonic()
+        for partition in holds - serves:
+            self._warming_since.setdefault(partition, now)
+        for partition in serves - served:
+            started = self._warming_since.pop(partition, None)
+            if started is not None:
+                self.metrics.warmup.observe(now - started)
+        for partition in set(self._warming_since) - holds:
+            del self._warming_since[partition]  # called off
 
     async def _fetch_assigned(self) -> None:
         try:
@@ -204,6 +231,12 @@ class GatewayNode:
         known += [self.membership.offsets(peer, partition) for peer in self.membership.peers]
         return [offsets for offsets in known if offsets is not None]
 
+    def _local_state(self, partition: int) -> PartitionState | None:
+        s = self.catalog.get(partition)
+        return (
+            None if s is None else PartitionState(s.version, s.offsets, s.created_ms, s.served_ms)
+        )
+
     def _local_offsets(self, partition: int) -> dict[str, int] | None:
         snapshot = self.catalog.get(partition)
         return snapshot.offsets if snapshot else None
@@ -212,10 +245,7 @@ class GatewayNode:
         """This node's own snapshots, as peers poll them."""
         return NodeStatus(
             node=self.id,
-            partitions={
-                p: PartitionState(s.version, s.offsets, s.created_ms, s.served_ms)
-                for p, s in sorted(self.catalog.current().items())
-            },
+            partitions={p: _state(s) for p, s in sorted(self.catalog.current().items())},
             sync_errors=dict(self.sync.errors),
             internal_requests=self.internal_requests,
             changes=self.switches.changes,
@@ -223,31 +253,19 @@ class GatewayNode:
         )
 
     def partition_map(self) -> PartitionMap:
-        """Partitions, their replicas and roles, each replica's position, version, lag and
-        liveness, as this node knows them."""
+        """Partitions, their replicas and roles (warm-ups too), each replica's position,
+        version, lag and liveness, as this node knows them."""
         cluster, topology = self.project.cluster, self.topology.current
-        mine = self.status().partitions
-        partitions = []
-        for p in range(cluster.partitions):
-            replica_ids = topology.replicas(p)
-            replicas = []
-            for rank, node_id in enumerate(replica_ids):
-                if node_id == self.id:
-                    state, alive = mine.get(p), True
-                else:
-                    state, alive = self.membership.state(node_id, p), self.membership.alive(node_id)
-                replicas.append(
-                    ReplicaInfo(
-                        node=node_id,
-                        address=topology.addresses.get(node_id, ""),
-                        active=rank == 0,
-                        alive=alive,
-                        version=state.version if state else None,
-                        position=state.offsets if state else {},
-                        lag=self._lag(p, state.offsets) if state else None,
-                    )
-                )
-            partitions.append(PartitionInfo(p, replicas))
+        assignment = topology.assignment
+        partitions = [
+            PartitionInfo(
+                p,
+                [self._replica(p, n, rank == 0) for rank, n in enumerate(topology.replicas(p))],
+                [self._replica(p, n, False) for n in assignment.warming[p]],
+            )
+            for p in range(cluster.partitions)
+        ]
+        described = self.coordinator.describe()
         return PartitionMap(
             node=self.id,
             partitions_count=cluster.partitions,
@@ -256,6 +274,25 @@ class GatewayNode:
             nodes=dict(sorted(topology.addresses.items())),
             partitions=partitions,
             generated_ms=now_ms(),
+            assignment_version=assignment.version,
+            coordinator=described.get("coordinator"),
+            leader=described.get("leader"),
+        )
+
+    def _replica(self, partition: int, node_id: str, active: bool) -> ReplicaInfo:
+        if node_id == self.id:
+            state, alive = self._local_state(partition), True
+        else:
+            state = self.membership.state(node_id, partition)
+            alive = self.membership.alive(node_id)
+        return ReplicaInfo(
+            node=node_id,
+            address=self.topology.current.addresses.get(node_id, ""),
+            active=active,
+            alive=alive,
+            version=state.version if state else None,
+            position=state.offsets if state else {},
+            lag=self._lag(partition, state.offsets) if state else None,
         )
 
     def _lag(self, partition: int, offsets: dict[str, int]) -> int | None:
@@ -266,3 +303,9 @@ class GatewayNode:
                 return None
             lags.append(max(0, end - offsets.get(topic, 0)))
         return sum(lags)
+
+
+def _state(snapshot: Snapshot) -> PartitionState:
+    return PartitionState(
+        snapshot.version, snapshot.offsets, snapshot.created_ms, snapshot.served_ms
+    )

@@ -18,7 +18,7 @@ from spark_pipeline import job
 from stategate.launcher import free_ports
 from tests import oracle, wire
 from tests.coordinator import Etcd
-from tests.nodes import Nodes
+from tests.nodes import Nodes, metric
 from tests.projects import produce_test_events, write_project
 
 SETTINGS = (
@@ -135,6 +135,7 @@ def test_nodes_join_and_drain_while_clients_read(elastic: Elastic) -> None:
         grown = elastic.settled({"node1", "node2", "node3", "node4", "node5"})
         counts = [len(grown.assignment.hosted_by(n)) for n in sorted(grown.members)]  # type: ignore[union-attr]
         assert max(counts) - min(counts) <= 1, counts
+        check_visible(elastic, "node5", grown)
         for node in ("node3", "node4", "node5"):
             elastic.nodes.cli("cluster", "drain", node)
         shrunk = elastic.settled({"node1", "node2", "node3", "node4", "node5"})
@@ -169,6 +170,23 @@ def test_a_lost_node_is_replaced_and_serving_outlives_the_coordinator(
     elastic.start("node5")
     elastic.settled({"node1", "node2", "node3", "node5"})
     wait_for_answers(elastic, "node5")
+
+
+def check_visible(elastic: Elastic, node_id: str, state: State) -> None:
+    """The node's cluster field, /cluster and metrics say what the coordinator holds."""
+    assert state.assignment is not None
+    query = "{ cluster { assignmentVersion coordinator leader partitions { warming { node } } } }"
+    shown = elastic.nodes.data(node_id, query)["cluster"]
+    assert shown["assignmentVersion"] == state.assignment.version
+    assert (shown["coordinator"], shown["leader"]) == (elastic.etcd.url, state.leader)
+    assert all(p["warming"] == [] for p in shown["partitions"])
+    mapped = elastic.nodes.client.get(f"{elastic.nodes.url(node_id)}/cluster").json()
+    assert mapped["assignment_version"] == state.assignment.version
+    samples = elastic.nodes.metrics(node_id)
+    assert metric(samples, "stategate_assignment_version") == state.assignment.version
+    held = len(state.assignment.assigned_to(node_id))
+    assert metric(samples, "stategate_partition_moves_total", direction="received") >= held
+    assert metric(samples, "stategate_warmup_seconds_count") >= 1
 
 
 def wait_for_answers(elastic: Elastic, node_id: str, timeout_s: float = 30) -> None:

@@ -30,6 +30,7 @@ class NodeState:
     status: Callable[[], NodeStatus]
     lag: Callable[[int, dict[str, int]], int | None]
     peers_alive: Callable[[], dict[str, bool]]
+    assignment_version: Callable[[], int]
 
 
 class NodeMetrics:
@@ -54,6 +55,18 @@ class NodeMetrics:
             "internal calls this node made, by peer and outcome "
             "(ok, refused, garbage, unreachable)",
             ["peer", "outcome"],
+            registry=self.registry,
+        )
+        self.moves = Counter(
+            "stategate_partition_moves",
+            "partitions this node took on (received) or handed over, as assignments changed",
+            ["direction"],
+            registry=self.registry,
+        )
+        self.warmup = Histogram(
+            "stategate_warmup_seconds",
+            "from a partition's assignment to this node as a warm-up to serving it",
+            buckets=(0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800),
             registry=self.registry,
         )
         self.failovers = Counter(
@@ -125,6 +138,11 @@ class _StateCollector(Collector):
         for peer, alive in self.state.peers_alive().items():
             up.add_metric([peer], 1 if alive else 0)
         yield from (version, age, lag, errors, up, *_live(status.live))
+        yield GaugeMetricFamily(
+            "stategate_assignment_version",
+            "the version of the assignment this node routes by (0: the project file's)",
+            value=self.state.assignment_version(),
+        )
         yield CounterMetricFamily(
             "stategate_internal_requests_served",
             "internal query requests this node answered for its peers",

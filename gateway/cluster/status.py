@@ -81,6 +81,7 @@ class ReplicaInfo:
 class PartitionInfo:
     partition: int
     replicas: list[ReplicaInfo]
+    warming: list[ReplicaInfo]  # copies being made; each serves once caught up
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,9 @@ class PartitionMap:
     nodes: dict[str, str]  # node id -> address
     partitions: list[PartitionInfo]
     generated_ms: int
+    assignment_version: int  # 0: the project file's placement
+    coordinator: str | None  # etcd://...: an elastic cluster's
+    leader: str | None  # the node that places partitions, as last read
 
     def to_json(self) -> bytes:
         return orjson.dumps(_json_map(self))
@@ -105,4 +109,7 @@ def _json_map(partition_map: PartitionMap) -> dict[str, Any]:
     for partition in body["partitions"]:
         for replica in partition["replicas"]:
             replica["role"] = "ACTIVE" if replica.pop("active") else "STANDBY"
+        for replica in partition["warming"]:
+            replica.pop("active")
+            replica["role"] = "WARMING"
     return body

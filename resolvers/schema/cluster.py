@@ -6,6 +6,7 @@ from enum import Enum
 
 import strawberry
 
+from gateway.cluster import status
 from resolvers.schema.context import Context
 from resolvers.schema.meta import ReplicaRole, TopicOffset
 from resolvers.schema.scalars import Long
@@ -52,6 +53,10 @@ class Replica:
 class PartitionInfo:
     partition: int
     replicas: list[Replica]
+    warming: list[Replica] = strawberry.field(
+        description="Copies being made for a move (role WARMING): each serves once caught up "
+        "with the active, and only then does the replica it replaces stop serving."
+    )
 
 
 @strawberry.type
@@ -67,6 +72,14 @@ class ClusterInfo:
     replicas: int
     nodes: list[NodeInfo]
     partitions: list[PartitionInfo]
+    assignment_version: int = strawberry.field(
+        description="The placement this node routes by: 0 is the project file's; an elastic "
+        "cluster's grows with each change its leader makes."
+    )
+    coordinator: str | None = strawberry.field(
+        description="Where an elastic cluster keeps membership and placement; null: static."
+    )
+    leader: str | None = strawberry.field(description="The node placing partitions, if any.")
 
 
 def stores(info: strawberry.Info[Context, None]) -> list[StoreInfo] | None:
@@ -96,22 +109,31 @@ def cluster(info: strawberry.Info[Context, None]) -> ClusterInfo | None:
         partitions=[
             PartitionInfo(
                 partition=p.partition,
-                replicas=[
-                    Replica(
-                        node=r.node,
-                        address=r.address,
-                        role=ReplicaRole.ACTIVE if r.active else ReplicaRole.STANDBY,
-                        alive=r.alive,
-                        version=r.version,
-                        position=[
-                            TopicOffset(topic=t, partition=p.partition, offset=Long(o))
-                            for t, o in sorted(r.position.items())
-                        ],
-                        lag=None if r.lag is None else Long(r.lag),
-                    )
-                    for r in p.replicas
-                ],
+                replicas=[_replica(p.partition, r, _role(r)) for r in p.replicas],
+                warming=[_replica(p.partition, r, ReplicaRole.WARMING) for r in p.warming],
             )
             for p in partition_map.partitions
         ],
+        assignment_version=partition_map.assignment_version,
+        coordinator=partition_map.coordinator,
+        leader=partition_map.leader,
+    )
+
+
+def _role(replica: status.ReplicaInfo) -> ReplicaRole:
+    return ReplicaRole.ACTIVE if replica.active else ReplicaRole.STANDBY
+
+
+def _replica(partition: int, r: status.ReplicaInfo, role: ReplicaRole) -> Replica:
+    return Replica(
+        node=r.node,
+        address=r.address,
+        role=role,
+        alive=r.alive,
+        version=r.version,
+        position=[
+            TopicOffset(topic=t, partition=partition, offset=Long(o))
+            for t, o in sorted(r.position.items())
+        ],
+        lag=None if r.lag is None else Long(r.lag),
     )

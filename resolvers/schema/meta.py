@@ -23,6 +23,7 @@ FailureReason = strawberry.enum(
 class ReplicaRole(Enum):
     ACTIVE = "ACTIVE"
     STANDBY = "STANDBY"
+    WARMING = "WARMING"  # in the cluster map only: a copy being made, not yet serving
 
 
 @strawberry.type(description="The next offset to read of one topic partition.")

@@ -195,10 +195,19 @@ class Data:
                     )
                     for i, node in enumerate(self.rng.sample(sorted(nodes), 2))
                 ],
+                [
+                    ReplicaInfo(node, nodes[node], False, True, None, self.offsets(), None)
+                    for node in self.rng.sample(sorted(nodes), self.rng.randrange(0, 2))
+                ],
             )
             for p in range(self.rng.randrange(0, 4))
         ]
-        return PartitionMap("node1", len(partitions), 2, {}, nodes, partitions, 0)
+        coordinator = self.maybe("etcd://127.0.0.1:2379")
+        leader = self.maybe("node1")
+        version = self.rng.randrange(0, 99)
+        return PartitionMap(
+            "node1", len(partitions), 2, {}, nodes, partitions, 0, version, coordinator, leader
+        )
 
     def context(self, project: Any = None) -> SimpleNamespace:
         stores = self.project.stores.values()
@@ -399,8 +408,8 @@ def broken_cases(project: Project) -> dict[str, tuple[str, SimpleNamespace]]:
     context = data.context()
     partition_map = PartitionMap(
         "node1", 1, 1, {}, {"node1": "h:1"},
-        [PartitionInfo(0, [ReplicaInfo(None, "h:1", True, True, 3, {}, None)])],  # type: ignore[arg-type]
-        0,
+        [PartitionInfo(0, [ReplicaInfo(None, "h:1", True, True, 3, {}, None)], [])],  # type: ignore[arg-type]
+        0, 0, None, None,
     )  # fmt: skip
     context.node.partition_map = lambda: partition_map
     cases["null replica node"] = (
@@ -440,8 +449,8 @@ def test_a_value_a_nullable_leaf_cannot_represent_nulls_only_that_leaf(
     context = Data(random.Random(61), project, nulls=0.0).context()
     partition_map = PartitionMap(
         "node1", 1, 1, {}, {"node1": "h:1"},
-        [PartitionInfo(0, [ReplicaInfo("node1", "h:1", True, True, 2**40, {}, None)])],
-        0,
+        [PartitionInfo(0, [ReplicaInfo("node1", "h:1", True, True, 2**40, {}, None)], [])],
+        0, 0, None, None,
     )  # fmt: skip
     context.node.partition_map = lambda: partition_map
     document = parse("{ cluster { node partitions { replicas { node version } } } }")
