@@ -25,6 +25,7 @@ from gateway.cluster.status import (
 )
 from gateway.model.queries import Answer, SubQuery, keys_of
 from gateway.runtime.lanes import Lanes, offload, sliced
+from gateway.runtime.stalls import Stalls
 from gateway.storage import execution
 from gateway.storage.snapshots import SnapshotCatalog
 from gateway.storage.switches import Switches
@@ -49,7 +50,8 @@ class GatewayNode:
         )
         self.peers = PeerClient(project.cluster.secret, pooled(settings))
         self.switches = Switches()
-        self.membership = Membership(project, node_id, self.peers, self.switches)
+        self.stalls = Stalls()
+        self.membership = Membership(project, node_id, self.peers, self.switches, self.stalls)
         self.sync = SnapshotSync(project, node_id, self.catalog, self.peers, self.switches)
         self.metrics = NodeMetrics()
         self.lanes = Lanes()
@@ -81,6 +83,7 @@ class GatewayNode:
         except StoreUnreachable as exc:
             log.warning("snapshot store unreachable at start: %s", exc)
         self._tasks = [
+            asyncio.create_task(self.stalls.watch_forever()),
             asyncio.create_task(self.membership.watch_forever()),
             asyncio.create_task(self.sync.run_forever()),
         ]

@@ -160,6 +160,7 @@ class Router:
         if node_id == self.node_id:
             return await self.local(subqueries)
         url = f"{self.project.cluster.node(node_id).url}/internal/query"
+        started = time.monotonic()
         try:
             keys = keys_of(subqueries)
             request = await offload(encode_request, subqueries, items=keys)
@@ -173,7 +174,7 @@ class Router:
             return _all_failed(subqueries, node_id, f"{node_id} answered garbage: {exc}")
         except PeerError as exc:
             self.metrics.internal_calls.labels(node_id, "unreachable").inc()
-            self.membership.mark_down(node_id, exc)
+            self.membership.mark_down(node_id, exc, started)
             return _all_failed(subqueries, node_id, f"{node_id} unreachable: {exc}")
         self.metrics.internal_calls.labels(node_id, "ok").inc()
         self.membership.mark_up(node_id)
