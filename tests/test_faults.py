@@ -1,5 +1,6 @@
-"""A node's own faults are not its peers': a node resumed from a pause longer than its
-timeouts does not blame the peers it could not hear meanwhile (real nodes, SIGSTOP)."""
+"""Faults that pass: a node resumed from a pause longer than its timeouts does not blame the
+peers it could not hear meanwhile (SIGSTOP); a subscription that saw a partition fail
+answers again once a replica of it is back, with nothing new published (real nodes)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pyspark.sql import SparkSession
 
 from contracts.partitioner import partition_for
 from tests import oracle, wire
+from tests.live import Socket
 from tests.nodes import Served, serve
 
 TIMEOUT_S = 1.0
@@ -22,6 +24,7 @@ SETTINGS = f"internal_timeout_s = {TIMEOUT_S}\nhealth_interval_s = {INTERVAL_S}\
 PAUSE_S = 2 * (TIMEOUT_S + INTERVAL_S)  # every poll of the paused node times out
 AFTER_S = 2.0  # how long the resumed node is watched
 PAUSED = "node1"
+RECOVERY_S = 5.0  # a restarted replica's answer reaches a subscription within this
 QUERY = """query($keys: [String!]!) {
   customerTotalsBatch(keys: $keys) {
     entries { key partition failure record { bookings revenue } }
@@ -96,3 +99,52 @@ def test_a_node_resumed_from_a_pause_does_not_blame_its_peers(cluster: Served) -
     bad = [o for o in outcomes if o[1]]
     shown = bad[:2] + bad[-1:]  # the first ones after the pause, and the last (queued?)
     assert not bad, f"{len(bad)} of {len(outcomes)} answers: {shown}\n{cluster.nodes.logs_tail()}"
+
+
+TOTALS = """subscription Totals($keys: [String!]!) {
+  customerTotalsBatch(keys: $keys) { entries { key failure record { bookings revenue } } }
+}"""
+
+
+def entries(payload: dict[str, Any]) -> dict[str, tuple[str | None, tuple[int, float] | None]]:
+    """key -> (failure, (bookings, revenue) or None)."""
+    assert "errors" not in payload, payload
+    return {
+        e["key"]: (
+            e["failure"],
+            e["record"] and (wire.long(e["record"]["bookings"]), e["record"]["revenue"]),
+        )
+        for e in payload["data"]["customerTotalsBatch"]["entries"]
+    }
+
+
+def test_a_subscription_that_saw_a_failure_answers_once_a_replica_is_back(
+    cluster: Served,
+) -> None:
+    """Partitions 1, 4 and 7 live on node2 and node3 only: both are killed, a subscription
+    on node1 sees its key of partition 1 fail; they restart on the same snapshots, nothing
+    is produced, and the subscription gets the key's record from them."""
+    expected = totals(cluster)
+    count = cluster.project.cluster.partitions
+    by_partition = {partition_for(k, "string", count): k for k in sorted(expected)}
+    away, home = by_partition[1], by_partition[0]
+    replicas = cluster.project.cluster.replica_map[1]
+    for node in replicas:
+        cluster.nodes.kill(node)
+    socket = Socket(cluster.nodes.url(PAUSED))
+    try:
+        socket.subscribe("totals", TOTALS, {"keys": [away, home]})
+        first = entries(socket.next_of("totals"))
+        assert first[away] == ("NODE_UNAVAILABLE", None)
+        assert first[home] == (None, pytest.approx(expected[home]))
+        for node in replicas:
+            cluster.nodes.start(node)
+        back = time.monotonic()
+        try:
+            again = entries(socket.next_of("totals", timeout=RECOVERY_S))
+        except TimeoutError:
+            pytest.fail(f"nothing pushed {RECOVERY_S} s after {replicas} were back")
+        assert time.monotonic() - back < RECOVERY_S
+        assert again == {k: (None, pytest.approx(expected[k])) for k in (away, home)}
+    finally:
+        socket.close()

@@ -4,7 +4,8 @@ Each peer's status is watched by a blocking poll: the peer answers as soon as it
 version (gateway/storage/switches.py), and after `health_interval_s` when nothing changed. So a node
 hears of a peer's switch within one round trip, and of its liveness at least that often.
 The partitions a peer switched are reported to this node's Switches. A failed call marks
-a peer down at once and a successful one marks it up.
+a peer down at once and a successful one marks it up; listeners (the live subscriptions,
+resolvers/transport/live.py) hear of a peer that is back, which is not a switch.
 
 A peer down because a call timed out (hung, overloaded) is skipped until a poll or a call
 sees it again, so it costs at most one timeout per request. A peer down because it refused
@@ -22,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from contracts.clock import now_ms
@@ -61,6 +63,11 @@ class Membership:
         self.switches = switches
         self.stalls = stalls or Stalls()  # one not watching knows of no stall
         self.peers = {n.id: Peer(n.id) for n in project.cluster.nodes if n.id != node_id}
+        self._back: list[Callable[[str], None]] = []
+
+    def when_back(self, listener: Callable[[str], None]) -> None:
+        """Call `listener` with a peer's id whenever a peer believed down is up again."""
+        self._back.append(listener)
 
     def alive(self, node_id: str) -> bool:
         peer = self.peers.get(node_id)
@@ -98,6 +105,8 @@ class Membership:
         if peer is not None and not peer.alive:
             log.info("peer %s is back", node_id)
             peer.alive, peer.hung = True, False
+            for listener in self._back:
+                listener(node_id)
 
     def state(self, node_id: str, partition: int) -> PartitionState | None:
         peer = self.peers.get(node_id)
