@@ -32,6 +32,7 @@ from gateway.cluster.status import (
 from gateway.model.queries import Answer, SubQuery, keys_of
 from gateway.model.topology import TopologyView
 from gateway.runtime.lanes import Lanes, offload, sliced
+from gateway.runtime.stalls import Stalls
 from gateway.storage import execution
 from gateway.storage.snapshots import Snapshot, SnapshotCatalog
 from gateway.storage.switches import Switches
@@ -57,7 +58,8 @@ class GatewayNode:
         )
         self.peers = PeerClient(project.cluster.secret, pooled(settings))
         self.switches = Switches()
-        self.membership = Membership(project, node_id, self.peers, self.switches)
+        self.stalls = Stalls()
+        self.membership = Membership(project, node_id, self.peers, self.switches, self.stalls)
         self.sync = SnapshotSync(
             project, node_id, self.topology, self.catalog, self.peers, self.switches
         )
@@ -167,6 +169,7 @@ class GatewayNode:
         except StoreUnreachable as exc:
             log.warning("snapshot store unreachable at start: %s", exc)
         self._tasks = [
+            asyncio.create_task(self.stalls.watch_forever()),
             asyncio.create_task(self.membership.watch_forever()),
             asyncio.create_task(self.sync.run_forever()),
         ]

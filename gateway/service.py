@@ -98,6 +98,7 @@ class RequestQueries:
     load: Load
     tokens: list[Position] = field(default_factory=list)  # one per result
     partitions: set[int] = field(default_factory=set)  # every partition read
+    failed: set[int] = field(default_factory=set)  # those that could not answer
 
     def response_token(self) -> Position:
         """What the whole response's consistency token stands for."""
@@ -187,6 +188,7 @@ class RequestQueries:
     ) -> Outcome:
         outcome = await self.load(Work(store, query, partitions, self._consistency(demand)))
         self.partitions.update(q.partition for q, _ in outcome.parts)
+        self.failed.update(q.partition for q, a in outcome.parts if a.failure is not None)
         return outcome
 
     def _meta(self, outcome: Outcome) -> Meta:

@@ -9,6 +9,7 @@ import dataclasses
 import socket
 import struct
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -127,7 +128,7 @@ def test_a_peer_believed_down_is_still_asked_when_it_failed_fast(served: Served)
     async def ask(error: PeerError) -> tuple[Answer, list[dict[str, int]], bool]:
         membership = Membership(project, "node1", peers(project), Switches())
         for peer in ("node2", "node3"):
-            membership.mark_down(peer, error)
+            membership.mark_down(peer, error, time.monotonic())
         router = router_of_node1(project, membership)
         answers, trace = await router.execute([query])
         await membership.client.aclose()

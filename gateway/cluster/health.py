@@ -4,18 +4,26 @@ Each peer's status is watched by a blocking poll: the peer answers as soon as it
 version (gateway/storage/switches.py), and after `health_interval_s` when nothing changed. So a node
 hears of a peer's switch within one round trip, and of its liveness at least that often.
 The partitions a peer switched are reported to this node's Switches. A failed call marks
-a peer down at once and a successful one marks it up.
+a peer down at once and a successful one marks it up; listeners (the live subscriptions,
+resolvers/transport/live.py) hear of a peer that is back, which is not a switch.
 
 A peer down because a call timed out (hung, overloaded) is skipped until a poll or a call
 sees it again, so it costs at most one timeout per request. A peer down because it refused
 or reset a connection fails fast: the router still asks it when no other replica is left,
 so a stale belief never fails a partition on its own.
+
+A timeout is held against a peer only when this node ran throughout the call. After a stall
+of its own (stopped, swapped out, a long pause: gateway/runtime/stalls.py) a node's pending
+calls time out the moment it resumes, their replies unread; such a timeout leaves the
+peer as it was believed, and the call's partitions fail over as after any failed call.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from contracts.clock import now_ms
@@ -23,6 +31,7 @@ from contracts.project import Project
 from contracts.topology import Topology
 from gateway.cluster.status import NodeStatus, PartitionState
 from gateway.model.topology import TopologyView
+from gateway.runtime.stalls import Stalls
 from gateway.storage.switches import Switches
 from gateway.wire.errors import PeerError, PeerUnreachable, PoolExhausted
 from gateway.wire.peers import PeerClient
@@ -43,12 +52,18 @@ class Peer:
 
 class Membership:
     def __init__(
-        self, project: Project, node_id: str, peers: PeerClient, switches: Switches
+        self,
+        project: Project,
+        node_id: str,
+        peers: PeerClient,
+        switches: Switches,
+        stalls: Stalls | None = None,
     ) -> None:
         self.project = project
         self.node_id = node_id
         self.client = peers
         self.switches = switches
+        self.stalls = stalls or Stalls()  # one not watching knows of no stall
         self.peers = {n.id: Peer(n.id) for n in project.cluster.nodes if n.id != node_id}
         self.topology: TopologyView | None = None
         self._watching = False
@@ -71,6 +86,11 @@ class Membership:
             peer = self.peers[new] = Peer(new)
             if self._watching:
                 self._watches[new] = asyncio.create_task(self._watch(peer))
+        self._back: list[Callable[[str], None]] = []
+
+    def when_back(self, listener: Callable[[str], None]) -> None:
+        """Call `listener` with a peer's id whenever a peer believed down is up again."""
+        self._back.append(listener)
 
     def alive(self, node_id: str) -> bool:
         peer = self.peers.get(node_id)
@@ -85,11 +105,18 @@ class Membership:
         peer = self.peers.get(node_id)
         return peer is None or not peer.hung
 
-    def mark_down(self, node_id: str, error: PeerError | ProtocolError) -> None:
+    def mark_down(self, node_id: str, error: PeerError | ProtocolError, started: float) -> None:
+        """The call made at `started` (time.monotonic()) failed with `error`."""
         peer = self.peers.get(node_id)
         if peer is None or isinstance(error, PoolExhausted):
             return  # no connection of our own was free: nothing is known of the peer
-        peer.hung = isinstance(error, PeerUnreachable) and error.hung
+        hung = isinstance(error, PeerUnreachable) and error.hung
+        if hung and (stalled := self.stalls.since(started)):
+            log.info(
+                "%s timed out as this node stalled %.2f s: not held against it", node_id, stalled
+            )
+            return
+        peer.hung = hung
         if peer.alive:
             # A peer never seen yet is most likely still starting: not worth a warning.
             level = logging.WARNING if peer.seen_ms else logging.INFO
@@ -101,6 +128,8 @@ class Membership:
         if peer is not None and not peer.alive:
             log.info("peer %s is back", node_id)
             peer.alive, peer.hung = True, False
+            for listener in self._back:
+                listener(node_id)
 
     def state(self, node_id: str, partition: int) -> PartitionState | None:
         peer = self.peers.get(node_id)
@@ -149,10 +178,11 @@ class Membership:
         if wait:
             url += f"?changes={peer.changes}&wait={interval}"
         timeout = self.project.settings.internal_timeout_s + (interval if wait else 0)
+        started = time.monotonic()
         try:
             status = NodeStatus.from_json(await self.client.get(url, timeout) or b"")
         except (PeerError, ProtocolError) as exc:  # no status from it: down for routing
-            self.mark_down(peer.id, exc)
+            self.mark_down(peer.id, exc, started)
             peer.changes = -1
             return False
         switched = [

@@ -166,6 +166,7 @@ class Router:
         if node_id == self.node_id:
             return await self.local(subqueries)
         url = f"{self.topology.current.url(node_id)}/internal/query"
+        started = time.monotonic()
         try:
             answers = await self.peers.query(url, subqueries, authorization)
         except PeerRefused as exc:  # it is up, but did not answer these: fail them over
@@ -176,7 +177,7 @@ class Router:
             return _all_failed(subqueries, node_id, f"{node_id} answered garbage: {exc}")
         except PeerError as exc:
             self.metrics.internal_calls.labels(node_id, "unreachable").inc()
-            self.membership.mark_down(node_id, exc)
+            self.membership.mark_down(node_id, exc, started)
             return _all_failed(subqueries, node_id, f"{node_id} unreachable: {exc}")
         self.metrics.internal_calls.labels(node_id, "ok").inc()
         self.membership.mark_up(node_id)

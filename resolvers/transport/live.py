@@ -4,7 +4,11 @@ changes, and pushed only when its result did.
 Identical subscriptions (same document, operation, variables and authorization) form one
 Cohort, evaluated once and fanned out to all its subscribers. A cohort is evaluated when it
 is created, then whenever a partition it read switches version, on this node or on a peer
-(gateway/storage/switches.py): no timer per subscriber. The cohorts due at once are evaluated
+(gateway/storage/switches.py), and when a peer hosting a partition its last result failed on
+is reachable again (gateway/cluster/health.py): a restarted replica serving the snapshots it
+had switches nothing. No timer: a replica behind a bound, or without the partition yet,
+answers after a switch; a failure that neither event ends (a replica's store exception, this
+node's own pool exhausted) waits for the next of them. The cohorts due at once are evaluated
 together: their reads join one routed batch, so each owning node gets one internal request.
 
 An update goes out only when the result (data and errors) differs from the last one sent,
@@ -20,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -114,6 +118,7 @@ class Cohort:
     operation: Operation
     subscribers: set[Subscriber] = field(default_factory=set)
     reads: frozenset[int] | None = None  # partitions read last time; None: all of them
+    unanswered: frozenset[int] = frozenset()  # those of them that failed
     latest: Update | None = None
     position: Position = field(default_factory=dict)  # of the latest update
     revision: int = 0
@@ -124,6 +129,7 @@ class Cohort:
         """Record an evaluation; the update to push, or None when nothing is to be sent."""
         queries = context.queries
         self.reads = frozenset(queries.partitions) or None
+        self.unanswered = frozenset(queries.failed)
         body = results.response(result)
         if self.latest is None and body["data"] is None:
             self.failed = body.get("errors") or []  # refused to each subscriber, who logs it
@@ -170,7 +176,9 @@ class Hub:
         self._due: set[Cohort] = set()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._returns = 0  # peers that came back so far
         node.switches.listen(self._switched)
+        node.membership.when_back(self._peer_back)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._evaluate_forever())
@@ -223,9 +231,19 @@ class Hub:
             self._due.discard(cohort)
 
     def _switched(self, partitions: frozenset[int]) -> None:
-        for cohort in self.cohorts.values():
-            if cohort.reads is None or not cohort.reads.isdisjoint(partitions):
-                self._due.add(cohort)
+        self._mark_due(
+            c
+            for c in self.cohorts.values()
+            if c.reads is None or not c.reads.isdisjoint(partitions)
+        )
+
+    def _peer_back(self, node_id: str) -> None:
+        self._returns += 1
+        hosted = self.node.project.cluster.hosted_by(node_id)
+        self._mark_due(c for c in self.cohorts.values() if not c.unanswered.isdisjoint(hosted))
+
+    def _mark_due(self, cohorts: Iterable[Cohort]) -> None:
+        self._due.update(cohorts)
         if self._due:
             self._wake.set()
 
@@ -252,19 +270,31 @@ class Hub:
                 load = batch_loader(batch)
                 principal = chunk[0].operation.principal  # the authorization's
                 contexts = [Context.joining(self.node, batch, load, principal) for _ in chunk]
+                returns = self._returns
                 outcomes = await asyncio.gather(
                     *(self._run(c, context) for c, context in zip(chunk, contexts, strict=True)),
                     return_exceptions=True,
                 )
                 for cohort, outcome in zip(chunk, outcomes, strict=True):
-                    if isinstance(outcome, BaseException):
-                        log.error("a subscription failed to evaluate", exc_info=outcome)
-                        if cohort.latest is None:
-                            cohort.failed = [_INTERNAL]
-                    else:
-                        self._push(cohort, cohort.settle(*outcome))
-                    cohort.evaluated.set()
+                    self._settle(cohort, outcome, peer_back=self._returns != returns)
         self.counts.evaluations += len(cohorts)
+
+    def _settle(
+        self,
+        cohort: Cohort,
+        outcome: tuple[ExecutionResult, Context] | BaseException,
+        peer_back: bool,
+    ) -> None:
+        """Push what an evaluation changed; `peer_back`: a peer came back meanwhile."""
+        if isinstance(outcome, BaseException):
+            log.error("a subscription failed to evaluate", exc_info=outcome)
+            if cohort.latest is None:
+                cohort.failed = [_INTERNAL]
+        else:
+            self._push(cohort, cohort.settle(*outcome))
+            if cohort.unanswered and peer_back:
+                self._mark_due([cohort])  # its calls may have failed before the peer was back
+        cohort.evaluated.set()
 
     @staticmethod
     def _push(cohort: Cohort, update: Update | None) -> None:

@@ -1,10 +1,11 @@
 """The wire floor without sockets: the peer client's statuses and headers over the mock
-transport, the one HTTP/1.1 reply parser, and routing's failover against peers played by a
-handler."""
+transport, the one HTTP/1.1 reply parser, routing's failover against peers played by a
+handler, and the listeners told of a peer that is back."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
@@ -163,3 +164,15 @@ def test_routing_fails_over_to_the_next_replica_when_a_peer_is_down(project: Pro
 def test_a_partition_with_no_live_replica_fails_with_its_reason(project: Project) -> None:
     answers, _ = _route(project, down={"node2", "node3"})
     assert answers and all(a.failure is Failure.NODE_UNAVAILABLE for a in answers.values())
+
+
+def test_listeners_hear_once_of_a_peer_that_is_back(project: Project) -> None:
+    peers = PeerClient("s", MockTransport(lambda call: Reply(404, b"")))  # never called
+    membership = Membership(project, "node1", peers, Switches())
+    back: list[str] = []
+    membership.when_back(back.append)
+    membership.mark_up("node2")  # never down: nothing to tell
+    membership.mark_down("node2", PeerUnreachable("refused", hung=False), time.monotonic())
+    membership.mark_up("node2")
+    membership.mark_up("node2")
+    assert back == ["node2"]
