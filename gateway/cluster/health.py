@@ -68,6 +68,7 @@ class Membership:
         self.topology: TopologyView | None = None
         self._watching = False
         self._watches: dict[str, asyncio.Task[None]] = {}
+        self._back: list[Callable[[str], None]] = []
 
     def follow(self, topology: TopologyView) -> None:
         """Watch the members of `topology` from now on, as they come and go."""
@@ -86,7 +87,6 @@ class Membership:
             peer = self.peers[new] = Peer(new)
             if self._watching:
                 self._watches[new] = asyncio.create_task(self._watch(peer))
-        self._back: list[Callable[[str], None]] = []
 
     def when_back(self, listener: Callable[[str], None]) -> None:
         """Call `listener` with a peer's id whenever a peer believed down is up again."""
