@@ -182,6 +182,9 @@ def test_identical_subscriptions_are_evaluated_once(cluster: Served, spark: Spar
     }
 
 
+MOST_ROUNDS = 6
+ROUNDS_S = 20.0  # start no round after this: the unread socket must outlive the rounds
+
 PAGE = """subscription Page($to: DateTime!) {
   hourlyRevenueAll(from: "2026-01-01T00:00:00Z", to: $to, first: 1000) {
     records { key windowStart bookings revenue meanPrice }
@@ -204,10 +207,13 @@ def test_a_client_that_stops_reading_costs_one_pending_update(
             slow.next_of(id)
         rss_before = cluster.nodes.rss(node_id)
         customers = list(customers_in(cluster, 9).values())
-        rounds = 6
-        for number in range(rounds):  # the client reads nothing meanwhile
-            book(cluster, customers, seed=100 + number)
+        # The client reads nothing meanwhile, so it answers no ping either: the rounds stop
+        # well within uvicorn's ping interval plus timeout (20 + 20 s), however slow Spark is.
+        started, rounds = time.monotonic(), 0
+        while rounds < MOST_ROUNDS and (rounds < 2 or time.monotonic() - started < ROUNDS_S):
+            book(cluster, customers, seed=100 + rounds)
             publish(cluster, spark)
+            rounds += 1
         time.sleep(QUIET_S)
         grown = cluster.nodes.rss(node_id) - rss_before
         messages = slow.drain(QUIET_S)
