@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -140,6 +140,8 @@ def test_nodes_join_and_drain_while_clients_read(elastic: Elastic) -> None:
             elastic.nodes.cli("cluster", "drain", node)
         shrunk = elastic.settled({"node1", "node2", "node3", "node4", "node5"})
         assert set().union(*shrunk.assignment.serving) == {"node1", "node2"}  # type: ignore[union-attr]
+        for node in ("node3", "node4", "node5"):  # what a node handed over, it deleted
+            wait_until(lambda node=node: not layer_files(elastic, node), f"{node} kept files")
     assert readers.answers > 10
     assert readers.problems == []
     assert first.assignment is not None and grown.assignment is not None
@@ -170,6 +172,17 @@ def test_a_lost_node_is_replaced_and_serving_outlives_the_coordinator(
     elastic.start("node5")
     elastic.settled({"node1", "node2", "node3", "node5"})
     wait_for_answers(elastic, "node5")
+
+
+def layer_files(elastic: Elastic, node_id: str) -> list[Path]:
+    return sorted(elastic.project.cluster.node(node_id).data_dir.rglob("*.duckdb"))
+
+
+def wait_until(done: Callable[[], bool], what: str, timeout_s: float = 10) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.2)
 
 
 def check_visible(elastic: Elastic, node_id: str, state: State) -> None:
