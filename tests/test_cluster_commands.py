@@ -1,0 +1,75 @@
+"""`stategate cluster` and an elastic node's start: bad input gets one clear line, exit 2,
+and nothing moves."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from stategate.launcher import free_ports
+from tests.coordinator import Etcd
+from tests.projects import write_project
+
+
+@pytest.fixture(scope="module")
+def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Etcd]:
+    server = Etcd(tmp_path_factory.mktemp("etcd"))
+    server.start()
+    yield server
+    server.stop()
+
+
+def project_file(folder: Path, coordinator: str | None) -> Path:
+    path = write_project(folder, free_ports(2), replicas=1)
+    if coordinator is not None:
+        text = path.read_text().replace(
+            "[cluster]\n", f'[cluster]\ncoordinator = "{coordinator}"\nname = "cli"\n', 1
+        )
+        path.write_text(text)
+    return path
+
+
+def stategate(*args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "stategate.cli", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=60)
+
+
+def refused(done: subprocess.CompletedProcess[str]) -> str:
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("stategate: "), done.stderr
+    return lines[0]
+
+
+def test_cluster_commands_need_a_coordinator(tmp_path: Path) -> None:
+    path = project_file(tmp_path, None)
+    assert "no coordinator" in refused(stategate("cluster", "status", "--config", str(path)))
+
+
+def test_status_of_an_empty_cluster_and_a_drain_of_an_unknown_node(
+    etcd: Etcd, tmp_path: Path
+) -> None:
+    path = str(project_file(tmp_path, etcd.url))
+    done = stategate("cluster", "status", "--config", path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["assignmentVersion"] is None
+    assert "no assignment yet" in refused(stategate("cluster", "drain", "nodeX", "--config", path))
+    assert etcd.read("cli").draining == frozenset()  # nothing asked, nothing moved
+
+
+def test_a_coordinator_that_does_not_answer_is_one_line(tmp_path: Path) -> None:
+    (dead,) = free_ports(1)
+    path = str(project_file(tmp_path, f"etcd://127.0.0.1:{dead}"))
+    assert "does not answer" in refused(stategate("cluster", "status", "--config", path))
+    line = refused(stategate("node", "--config", path, "--node", "node1"))
+    assert line.startswith("stategate: the coordinator:")
+
+
+def test_a_coordinator_address_that_is_not_one_is_refused_at_load(tmp_path: Path) -> None:
+    path = str(project_file(tmp_path, "http://127.0.0.1:2379"))
+    assert "etcd://host:port" in refused(stategate("cluster", "status", "--config", path))
