@@ -128,8 +128,8 @@ class Settings:
     )
     cors_origins: tuple[str, ...] = _setting(
         (),
-        'origins (`"https://dash.example.com"`) whose pages may call the API from a browser; '
-        '`"*"` for any; none: same origin only',
+        'origins (`"https://dash.example.com"`) whose pages may call the API from a browser, '
+        'over HTTP and WebSocket; `"*"` for any; none: the node\'s own origin only',
     )
     max_subscriptions: int = _setting(
         10_000, "open subscriptions a node serves; more are refused (TOO_MANY_SUBSCRIPTIONS)", 0

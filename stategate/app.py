@@ -8,7 +8,6 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from starlette.applications import Starlette
-from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Mount, Route, WebSocketRoute
@@ -26,8 +25,8 @@ from resolvers.schema.build import build_schema
 from resolvers.transport import websocket as websocket_protocol
 from resolvers.transport.endpoint import GraphQLEndpoint
 from resolvers.transport.live import Hub
+from stategate.origins import Origins
 
-CORS_MAX_AGE_S = 600  # how long a browser may cache a preflight's answer
 STATIC = Path(__file__).parent / "static"  # client libraries pages load from the node
 PLAYGROUND = Path(__file__).parent / "playground.html"  # GraphiQL, on assets from STATIC
 PLAYGROUND_QUERY = """# Every store's fields are in the Docs and Explorer panes; any query field
@@ -99,13 +98,4 @@ def create_app(project: Project, node_id: str) -> ASGIApp:
     )
     app.state.node = node
     served = GraphQLFirst(graphql, app, node.lanes)
-    origins = project.settings.cors_origins
-    if not origins:
-        return served
-    return CORSMiddleware(
-        served,
-        allow_origins=list(origins),
-        allow_methods=["GET", "POST"],
-        allow_headers=["authorization", "content-type", "accept"],
-        max_age=CORS_MAX_AGE_S,
-    )
+    return Origins(served, project.settings.cors_origins)

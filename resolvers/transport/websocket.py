@@ -18,7 +18,8 @@ codes: 4400 a message that is not the protocol, 4401 subscribe before connection
 no graphql-transport-ws subprotocol, 4408 no connection_init in time, 4409 an id already in
 use, 4429 a second connection_init; 4403 a connection_init without a valid token, with
 [auth], and a connection whose token expires (exp, with the leeway): its client reconnects
-with a fresh one."""
+with a fresh one. A handshake from a page of another origin never gets here
+(stategate/origins.py refuses it)."""
 
 from __future__ import annotations
 
