@@ -95,11 +95,25 @@ def test_bad_input_gets_a_coded_error(served, query: str, code: str, text: str) 
     assert text in error["message"], error
 
 
-def test_wrong_variable_type_is_bad_user_input(served) -> None:
-    body = served.nodes.gql(
-        "node2", "query($k: Int!) { trainStatus(key: $k) { key } }", {"k": "seven"}
-    )
-    assert body["errors"][0]["extensions"]["code"] == "BAD_USER_INPUT"
+@pytest.mark.parametrize(
+    "query",
+    [
+        "query($k: Int!) { trainStatus(key: $k) { key } }",  # a compiled plan
+        "query($k: Int!) { trainStatus(key: $k) { key @include(if: true) } }",  # graphql-core
+    ],
+)
+@pytest.mark.parametrize("accept", ["application/graphql-response+json", "application/json"])
+def test_variables_that_do_not_fit_are_a_request_error_without_data(
+    served, query: str, accept: str
+) -> None:
+    """GraphQL over HTTP: nothing ran, so the response has no data entry, not even null."""
+    url = f"{served.nodes.url('node2')}/graphql"
+    request = {"query": query, "variables": {"k": "seven"}}
+    response = served.nodes.client.post(url, json=request, headers={"accept": accept})
+    assert response.status_code == (400 if accept != "application/json" else 200)
+    body = response.json()
+    assert list(body) == ["errors"], body
+    assert [e["extensions"]["code"] for e in body["errors"]] == ["BAD_USER_INPUT"]
 
 
 LONG_OFFSET = """query($o: Long!) { trainStatus(key: 1, consistency: {position:

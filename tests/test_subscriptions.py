@@ -314,6 +314,11 @@ def test_bad_documents_and_variables_get_error_messages_on_a_live_connection(
                 "GRAPHQL_VALIDATION_FAILED",
             ),
             "variables": (TOTALS, {"keys": 5}, "BAD_USER_INPUT"),
+            "query-variables": (
+                TOTALS.replace("subscription", "query"),
+                {"keys": 5},
+                "BAD_USER_INPUT",
+            ),
             "unnamed": (
                 "subscription A { stores { name } } subscription B { stores { name } }",
                 None,

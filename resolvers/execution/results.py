@@ -81,7 +81,10 @@ def request_error(result: ExecutionResult) -> bool:
 
 
 def response(result: ExecutionResult) -> dict[str, Any]:
-    """{"data", "errors"?, "extensions"?}, as GraphQL over HTTP answers it."""
+    """{"data", "errors"?, "extensions"?}, as GraphQL over HTTP answers it; a request error
+    has its errors alone: nothing ran, so there is no data entry, not even null."""
+    if request_error(result):
+        return {"errors": [coded(error) for error in result.errors or ()]}
     body: dict[str, Any] = {"data": result.data}
     if result.errors:
         body["errors"] = [coded(error) for error in result.errors]

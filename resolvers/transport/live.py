@@ -131,7 +131,7 @@ class Cohort:
         self.reads = frozenset(queries.partitions) or None
         self.unanswered = frozenset(queries.failed)
         body = results.response(result)
-        if self.latest is None and body["data"] is None:
+        if self.latest is None and body.get("data") is None:
             self.failed = body.get("errors") or []  # refused to each subscriber, who logs it
             return None
         if self.latest is None and body.get("errors"):  # a first result with errors: once

@@ -250,7 +250,11 @@ class Connection:
         client_errors.failed(result.errors, prepared.name, "websocket")
         if self.operations.pop(id, None) is None:
             return
-        await self._send({"id": id, "type": "next", "payload": results.response(result)})
+        body = results.response(result)
+        if "data" not in body:  # a request error: refused, as a subscription's is
+            await self._send({"id": id, "type": "error", "payload": body["errors"]})
+            return
+        await self._send({"id": id, "type": "next", "payload": body})
         await self._send({"id": id, "type": "complete"})
 
     def _end(self, id: str) -> None:
