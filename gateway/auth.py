@@ -9,8 +9,11 @@ with `leeway_s`), iss and aud when [auth] names them.
 
 from __future__ import annotations
 
+import json
 import os
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import jwt
@@ -21,15 +24,39 @@ from contracts.project import ConfigError
 
 MIN_HMAC_SECRET_BYTES = 32  # RFC 7518 3.2: a key at least as long as the hash
 BEARER = "bearer "
+MAX_SUBJECT = 100  # characters of a subject a log line keeps
+
+
+@dataclass(frozen=True)
+class Who:
+    """Who sent a request, as a log line of an access failure names it: the client's address
+    as the server saw it (behind a proxy uvicorn trusts, its X-Forwarded-For) and the subject
+    of its token, when known. Never the token."""
+
+    client: str | None = None  # host:port
+    subject: str | None = None
+
+    @classmethod
+    def at(cls, client: Sequence[Any] | None, subject: str | None = None) -> Who:
+        """From an ASGI scope's `client`: (host, port), or None."""
+        return cls(None if not client else f"{client[0]}:{client[1]}", subject)
+
+    def fields(self) -> str:
+        """` client=... sub="..."`: what of the two is known, on one line."""
+        text = f" client={self.client}" if self.client else ""
+        if self.subject is not None:
+            text += f" sub={json.dumps(' '.join(self.subject.split())[:MAX_SUBJECT])}"
+        return text
 
 
 class Unauthenticated(GatewayError):
     """No token, or one that does not verify: the transport answers 401 (HTTP) or closes
     with 4403 (WebSocket)."""
 
-    def __init__(self, message: str, missing: bool = False) -> None:
+    def __init__(self, message: str, missing: bool = False, subject: str | None = None) -> None:
         super().__init__("UNAUTHENTICATED", message)
         self.missing = missing  # no token at all (RFC 6750: no error code in the challenge)
+        self.subject = subject  # the token's sub, when it decodes: for the log, never trusted
 
     @property
     def challenge(self) -> str:
@@ -67,8 +94,13 @@ class Authenticator:
                 options={"require": ["exp"], "verify_aud": access.audience is not None},
             )
         except jwt.PyJWTError as exc:
-            raise Unauthenticated(f"the bearer token is not valid: {exc}") from None
-        return Principal(_subject(claims), _roles(claims, access.roles_claim), claims["exp"])
+            message = f"the bearer token is not valid: {exc}"
+            raise Unauthenticated(message, subject=_claimed(token)) from None
+        subject, roles = _subject(claims), _roles(claims, access.roles_claim)
+        if roles is None:
+            message = f"the token's {access.roles_claim!r} claim must be a list of role names"
+            raise Unauthenticated(message, subject=subject)
+        return Principal(subject, roles, claims["exp"])
 
     def lifetime(self, principal: Principal) -> float | None:
         """Seconds until the principal's token stops verifying (exp, with the leeway); None
@@ -116,11 +148,19 @@ def _subject(claims: dict[str, Any]) -> str | None:
     return subject if isinstance(subject, str) else None
 
 
-def _roles(claims: dict[str, Any], claim: str) -> frozenset[str]:
-    """The roles claim: a list of strings, or one string; absent, no role."""
+def _claimed(token: str) -> str | None:
+    """The subject a token that did not verify names, when it decodes at all."""
+    try:
+        return _subject(jwt.decode(token, options={"verify_signature": False}))
+    except jwt.PyJWTError:
+        return None
+
+
+def _roles(claims: dict[str, Any], claim: str) -> frozenset[str] | None:
+    """The roles claim: a list of strings, or one string; absent, no role; else None."""
     value = claims.get(claim, [])
     if isinstance(value, str):
         return frozenset([value])
     if not isinstance(value, list) or not all(isinstance(role, str) for role in value):
-        raise Unauthenticated(f"the token's {claim!r} claim must be a list of role names")
+        return None
     return frozenset(value)

@@ -3,9 +3,10 @@ pipeline (the cluster secret required: SecretRequired), /cluster for smart clien
 proxies, /health (liveness: the process answers), /ready (readiness: it serves a snapshot of
 every partition it hosts) and /metrics (Prometheus, gateway/cluster/metrics.py). With [auth],
 /cluster and /metrics need a bearer token whose roles grant "cluster" (RequiresGrant: 401,
-or FORBIDDEN 403); /health and /ready stay open to probes that carry no token, and tell
-nothing but the node's state. Endpoints read their node from the app's state
-(`app.state.node`, set by the app that mounts them: stategate/app.py).
+or FORBIDDEN 403, each logged with the client and the token's subject); /health and /ready
+stay open to probes that carry no token, and tell nothing but the node's state. Endpoints
+read their node from the app's state (`app.state.node`, set by the app that mounts them:
+stategate/app.py).
 
 Errors share one shape, contracts.errors.error_document: UNAUTHENTICATED (401), BAD_REQUEST
 (400) for a body that is not the internal protocol, a sub-query past the limits of a GraphQL
@@ -15,6 +16,8 @@ NOT_READY (503).
 """
 
 from __future__ import annotations
+
+import logging
 
 import orjson
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -27,7 +30,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from contracts.auth import SECRET_HEADER, is_authentic
 from contracts.errors import GatewayError, error_document
-from gateway.auth import Unauthenticated
+from gateway.auth import Unauthenticated, Who
 from gateway.model import limits
 from gateway.model.queries import keys_of
 from gateway.node import GatewayNode
@@ -36,6 +39,7 @@ from gateway.storage.sync import StoreUnreachable
 from gateway.wire.protocol import ProtocolError, decode_request, encode_answers
 
 MAX_STATUS_WAIT_S = 60.0  # longest a peer's status request may wait for a switch
+log = logging.getLogger(__name__)
 
 
 def error_response(
@@ -75,20 +79,26 @@ class RequiresGrant:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         connection = HTTPConnection(scope)
         authenticator = node_of(connection).authenticator
-        refusal: Response | None = None
         try:
             principal = authenticator.authenticate(connection.headers.get("authorization"))
         except Unauthenticated as refused:
             challenge = {"www-authenticate": refused.challenge}
             refusal = error_response(401, refused.code, refused.message, challenge)
-        else:
-            access = authenticator.access
-            if access is not None and not access.permits(principal, self.grant):
-                message = (
-                    f'{connection.url.path} needs a role that [auth.roles] grants "{self.grant}"'
-                )
-                refusal = error_response(403, "FORBIDDEN", message)
-        await (refusal or self.app)(scope, receive, send)
+            _refused(refused.code, refused.message, Who.at(scope.get("client"), refused.subject))
+            await refusal(scope, receive, send)
+            return
+        access = authenticator.access
+        if access is not None and not access.permits(principal, self.grant):
+            message = f'{connection.url.path} needs a role that [auth.roles] grants "{self.grant}"'
+            _refused("FORBIDDEN", message, Who.at(scope.get("client"), principal.subject))
+            await error_response(403, "FORBIDDEN", message)(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+def _refused(code: str, message: str, who: Who) -> None:
+    """One line, as resolvers/execution/client_errors.py logs a GraphQL request's."""
+    log.warning("client error %s via=http%s: %s", code, who.fields(), message)
 
 
 async def method_not_allowed(request: Request, exc: Exception) -> Response:

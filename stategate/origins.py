@@ -92,7 +92,8 @@ class Origins:
             f"a page of {origin[:100]!r} may not open a WebSocket on this node: only its own "
             "origin's pages and those of settings.cors_origins may"
         )
-        client_errors.transport("FORBIDDEN", message, "websocket")
+        who = client_errors.Who.at(scope.get("client"))
+        client_errors.transport("FORBIDDEN", message, "websocket", who)
         # Closed before accept: the ASGI server answers the handshake 403, without a body (one
         # sent through the websocket.http.response extension makes uvicorn log a false error).
         await send({"type": "websocket.close"})

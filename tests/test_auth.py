@@ -12,6 +12,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -247,6 +248,13 @@ def test_operator_endpoints_need_the_cluster_grant_and_probes_none(cluster: Serv
     assert "stategate_graphql_requests_total" in httpx.get(url + "/metrics", headers=ops).text
     for probe in ("/health", "/ready"):
         assert httpx.get(url + probe).status_code == 200
+    logged = (cluster.root / "node3.log").read_text()
+    start = r"WARNING node3 gateway\.http: client error "
+    for line in (  # one line each, naming the client and the subject
+        start + r"UNAUTHENTICATED via=http client=127\.0\.0\.1:\d+: a bearer token is required",
+        start + r'FORBIDDEN via=http client=127\.0\.0\.1:\d+ sub="someone": /metrics needs',
+    ):
+        assert re.search(line, logged), line
 
 
 def test_a_subscription_ends_when_its_token_expires(cluster: Served) -> None:

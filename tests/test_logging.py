@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -16,7 +17,9 @@ from typing import Any
 
 import httpx
 import pytest
+from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
+from websockets.typing import Origin
 
 from contracts import project as projects
 from contracts.project import Project
@@ -89,6 +92,7 @@ def node(served: Served, tmp_path_factory: pytest.TempPathFactory) -> Iterator[N
 
 
 OPS = bearer(token(("ops",)))
+FORGED = token(("ops",), key="not the secret, but 32 bytes long")
 PAGE = (
     "query Page($after: String) { latestBookingRange(first: 5, after: $after) { records { key } } }"
 )
@@ -157,7 +161,15 @@ HTTP_MISTAKES = {  # name: (request, code, operation, level)
         None,
         "WARNING",
     ),
+    "bad token": (
+        {"json": {"query": "{ stores { name } }"}, "headers": bearer(FORGED)},
+        "UNAUTHENTICATED",
+        None,
+        "WARNING",
+    ),  # fmt: skip
 }
+# Access failures name the client and the subject its token claims (tests.test_auth.token's).
+SUBJECTS = {"no token": None, "forbidden": "someone", "bad token": "someone"}
 
 
 def test_the_node_logs_json_lines_uvicorns_included(node: Node) -> None:
@@ -182,7 +194,9 @@ def test_a_client_mistake_over_http_logs_one_line(node: Node, mistake: str) -> N
     lines = node.log.after(send)
     body = answers[0].json()
     assert code in json.dumps(body), body
-    assert_one_client_line(lines, code, operation, level, "http")
+    who = accessed_by(mistake in SUBJECTS, SUBJECTS.get(mistake))
+    assert_one_client_line(lines, code, operation, level, "http", who)
+    assert FORGED not in json.dumps(lines)
 
 
 def test_a_client_mistake_over_websocket_logs_one_line(node: Node) -> None:
@@ -226,7 +240,30 @@ def test_a_client_mistake_over_websocket_logs_one_line(node: Node) -> None:
             ws.send(json.dumps({"type": "connection_init"}))
             assert closed_code(ws) == 4403
 
-    assert_one_client_line(node.log.after(no_token), "4403", None, "WARNING", "websocket")
+    lines = node.log.after(no_token)
+    assert_one_client_line(lines, "4403", None, "WARNING", "websocket", accessed_by(True, None))
+
+    def bad_token() -> None:
+        with connect(ws_url, subprotocols=[PROTOCOL]) as ws:
+            init = {"Authorization": f"Bearer {FORGED}"}
+            ws.send(json.dumps({"type": "connection_init", "payload": init}))
+            assert closed_code(ws) == 4403
+
+    lines = node.log.after(bad_token)
+    who = accessed_by(True, "someone")
+    assert_one_client_line(lines, "4403", None, "WARNING", "websocket", who)
+    assert FORGED not in json.dumps(lines)
+
+    def foreign_page() -> None:
+        with pytest.raises(InvalidStatus):
+            connect(ws_url, subprotocols=[PROTOCOL], origin=Origin("http://evil.example"))
+
+    lines = node.log.after(foreign_page)
+    rejected = [line for line in lines if line["logger"] == "uvicorn.error"]  # its own, INFO
+    assert [line["message"] for line in rejected] == ["connection rejected (403 Forbidden)"]
+    lines = [line for line in lines if line not in rejected]
+    who = accessed_by(True, None)
+    assert_one_client_line(lines, "FORBIDDEN", None, "WARNING", "websocket", who)
 
 
 def test_a_request_that_succeeds_logs_nothing(node: Node) -> None:
@@ -238,12 +275,26 @@ def test_a_request_that_succeeds_logs_nothing(node: Node) -> None:
     assert node.log.after(fine, expect_one=False) == []
 
 
+def accessed_by(access: bool, subject: str | None) -> str:
+    """What a line names of who, as a pattern: for an access failure, the client (this test,
+    on loopback) and the token's subject when it has one."""
+    if not access:
+        return ""
+    return r" client=127\.0\.0\.1:\d+" + ("" if subject is None else f' sub="{subject}"')
+
+
 def assert_one_client_line(
-    lines: list[dict[str, Any]], code: str, operation: str | None, level: str, via: str
+    lines: list[dict[str, Any]],
+    code: str,
+    operation: str | None,
+    level: str,
+    via: str,
+    who: str = "",
 ) -> None:
     assert len(lines) == 1, lines
     (line,) = lines
     assert line["level"] == level and line["logger"] == "resolvers.execution.client_errors", line
     assert "exception" not in line and "Traceback" not in json.dumps(line)
     named = f" operation={operation}" if operation else ""
-    assert line["message"].startswith(f"client error {code}{named} via={via}: "), line
+    start = re.escape(f"client error {code}{named} via={via}") + who + ": "
+    assert re.match(start, line["message"]), line

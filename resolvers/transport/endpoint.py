@@ -61,6 +61,13 @@ class GraphQLEndpoint:
         media = _media(headers.get("accept", ""))
         try:
             response = await self._respond(scope, headers, receive, media)
+        except Unauthenticated as refused:
+            who = client_errors.Who.at(scope.get("client"), refused.subject)
+            client_errors.transport(refused.code, refused.message, "http", who)
+            self.node.metrics.request(None, "refused", 0.0)
+            challenge = {"www-authenticate": refused.challenge}
+            error = TransportError(401, refused.code, refused.message, challenge)
+            response = _transport_error(error, media)
         except TransportError as error:
             client_errors.transport(error.code, error.message)
             self.node.metrics.request(None, "refused", 0.0)
@@ -90,13 +97,10 @@ class GraphQLEndpoint:
                 {"allow": "GET, POST"},
             )  # fmt: skip
         authorization = headers.get("authorization")
-        try:
-            principal = self.node.authenticator.authenticate(authorization)
-        except Unauthenticated as refused:
-            challenge = {"www-authenticate": refused.challenge}
-            raise TransportError(401, refused.code, refused.message, challenge) from None
+        principal = self.node.authenticator.authenticate(authorization)
         context = Context.create(self.node, authorization, principal)
-        work = self._answer(parsed, context, method == "GET")
+        who = client_errors.Who.at(scope.get("client"), principal.subject)
+        work = self._answer(parsed, context, method == "GET", who)
         started = time.perf_counter()
         answered = await _unless_disconnected(work, receive)
         if answered is None:
@@ -109,18 +113,24 @@ class GraphQLEndpoint:
         return Response(answered.body, status, answered.headers, media_type=media)
 
     async def _answer(
-        self, parsed: GraphQLRequest | list[GraphQLRequest], context: Context, get: bool
+        self,
+        parsed: GraphQLRequest | list[GraphQLRequest],
+        context: Context,
+        get: bool,
+        who: client_errors.Who,
     ) -> Answer | list[Answer]:
         if not isinstance(parsed, list):
-            return await self._one(parsed, context, get)
+            return await self._one(parsed, context, get, who)
         contexts = [context, *(context.again() for _ in parsed[1:])]  # one routed batch
         return list(
             await asyncio.gather(
-                *(self._one(r, c, get) for r, c in zip(parsed, contexts, strict=True))
+                *(self._one(r, c, get, who) for r, c in zip(parsed, contexts, strict=True))
             )
         )
 
-    async def _one(self, request: GraphQLRequest, context: Context, get: bool) -> Answer:
+    async def _one(
+        self, request: GraphQLRequest, context: Context, get: bool, who: client_errors.Who
+    ) -> Answer:
         started = time.perf_counter()
         name, variables = request.operation_name, request.variables
         try:
@@ -137,12 +147,12 @@ class GraphQLEndpoint:
                     "subscriptions are served over WebSocket (graphql-transport-ws) on /graphql",
                 )
         except Refused as refused:
-            client_errors.refused(refused.errors, name, "http")
+            client_errors.refused(refused.errors, name, "http", who)
             self._count(name, refused.outcome, started)
             headers = NOT_CACHED if refused.outcome == NOT_FOUND_OUTCOME else None
             return Answer(orjson.dumps({"errors": refused.errors}), refused.status, headers)
         result = await self.operations.execute(prepared, context, variables)
-        client_errors.failed(result.errors, name, "http")
+        client_errors.failed(result.errors, name, "http", who)
         self._count(name, results.outcome(result), started)
         body = results.encoded(results.response(result), self.settings.max_response_bytes)
         return Answer(body, 400 if results.request_error(result) else 200)

@@ -135,7 +135,8 @@ class Cohort:
             self.failed = body.get("errors") or []  # refused to each subscriber, who logs it
             return None
         if self.latest is None and body.get("errors"):  # a first result with errors: once
-            client_errors.refused(body["errors"], self.operation.prepared.name, "websocket")
+            who = client_errors.Who(subject=self.operation.principal.subject)  # of any client
+            client_errors.refused(body["errors"], self.operation.prepared.name, "websocket", who)
         serialized = orjson.dumps({k: v for k, v in body.items() if k != "extensions"})
         position = queries.response_token()
         if self.latest is not None and (

@@ -70,6 +70,7 @@ class Connection:
         self.settings = hub.node.project.settings
         self.authorization: str | None = websocket.headers.get("authorization")
         self.principal = ANONYMOUS  # verified at connection_init
+        self.claimed: str | None = None  # the subject of a token that did not verify
         self.acknowledged = False
         self.operations: dict[str, tuple[Operation | None, Subscriber]] = {}
         self._ready: deque[Subscriber] = deque()
@@ -81,7 +82,7 @@ class Connection:
         try:
             await self._converse()
         except ProtocolViolation as violation:
-            client_errors.transport(str(violation.code), violation.reason, "websocket")
+            client_errors.transport(str(violation.code), violation.reason, "websocket", self.who)
             with contextlib.suppress(Exception):
                 await self.websocket.close(violation.code, violation.reason)
         except WebSocketDisconnect:
@@ -157,8 +158,14 @@ class Connection:
         try:
             self.principal = self.hub.node.authenticator.authenticate(self.authorization)
         except Unauthenticated as refused:
+            self.claimed = refused.subject
             raise ProtocolViolation(4403, f"Forbidden: {refused.message}"[:MAX_REASON]) from None
         self.acknowledged = True
+
+    @property
+    def who(self) -> client_errors.Who:
+        subject = self.principal.subject or self.claimed
+        return client_errors.Who.at(self.websocket.scope.get("client"), subject)
 
     async def _subscribe(self, message: dict[str, Any]) -> None:
         id, payload = message.get("id"), message.get("payload")
@@ -182,7 +189,7 @@ class Connection:
             if prepared.kind is OperationType.SUBSCRIPTION:
                 self._check_limits()
         except Refused as refused:
-            client_errors.refused(refused.errors, name, "websocket")
+            client_errors.refused(refused.errors, name, "websocket", self.who)
             await self._send({"id": id, "type": "error", "payload": refused.errors})
             return
         subscriber = Subscriber(id, self._became_ready)
@@ -235,7 +242,7 @@ class Connection:
         try:
             await self.hub.join(operation, subscriber)
         except Refused as refused:
-            client_errors.refused(refused.errors, operation.prepared.name, "websocket")
+            client_errors.refused(refused.errors, operation.prepared.name, "websocket", self.who)
             self.operations.pop(subscriber.id, None)
             await self._send({"id": subscriber.id, "type": "error", "payload": refused.errors})
             return
@@ -247,7 +254,7 @@ class Connection:
     ) -> None:
         context = Context.create(self.hub.node, self.authorization, self.principal)
         result = await self.hub.operations.execute(prepared, context, variables)
-        client_errors.failed(result.errors, prepared.name, "websocket")
+        client_errors.failed(result.errors, prepared.name, "websocket", self.who)
         if self.operations.pop(id, None) is None:
             return
         body = results.response(result)

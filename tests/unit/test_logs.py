@@ -229,3 +229,21 @@ def test_a_stopped_process_cleans_up_then_ends_by_its_signal(signum: signal.Sign
     )
     assert done.returncode == -signum, done.stderr
     assert done.stdout == "cleaned up\n"
+
+
+def test_an_access_failure_names_the_client_and_the_subject_and_no_other_line_does(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO)
+    who = client_errors.Who.at(("10.0.0.7", 51234), 'svc "report"\nx')
+    client_errors.transport("UNAUTHENTICATED", "the bearer token is not valid", "http", who)
+    client_errors.transport("4403", "Forbidden", "websocket", client_errors.Who.at(None, "s"))
+    client_errors.transport("FORBIDDEN", "origin", "websocket", client_errors.Who.at(["::1", 80]))
+    client_errors.transport("BAD_REQUEST", "not JSON", "http", who)
+    assert [record.getMessage() for record in client_lines(caplog)] == [
+        'client error UNAUTHENTICATED via=http client=10.0.0.7:51234 sub="svc \\"report\\" x": '
+        "the bearer token is not valid",
+        'client error 4403 via=websocket sub="s": Forbidden',
+        "client error FORBIDDEN via=websocket client=::1:80: origin",
+        "client error BAD_REQUEST via=http: not JSON",
+    ]
