@@ -140,6 +140,13 @@ class Settings:
     connection_init_timeout_s: float = _setting(
         10.0, "how long a new WebSocket may take to send connection_init before it is closed", 0.1
     )
+    max_token_lifetime_s: int = _setting(
+        86_400,
+        "with [auth]: the longest a bearer token may be valid for, `exp - iat` (`exp` - now "
+        "when it has no `iat`); a longer-lived one is refused (UNAUTHENTICATED); 0: no bound. "
+        "A token without `exp` is always refused",
+        0,
+    )
     introspection: bool = _setting(
         True,
         "answer GraphQL introspection (`__schema`, `__type`); false refuses it "

@@ -4,7 +4,8 @@ into the Principal its roles are checked against (contracts/access.py).
 A token is signed with the HMAC secret in the environment variable [auth] names, or by a
 key of its JWKS file (picked by the token's `kid`); only the algorithms [auth] pins are
 accepted, whatever the token's header says. exp is required and checked with nbf (both
-with `leeway_s`), iss and aud when [auth] names them.
+with `leeway_s`), iss and aud when [auth] names them; a token valid for longer than
+settings.max_token_lifetime_s (exp - iat, or exp - now with the leeway) is refused.
 """
 
 from __future__ import annotations
@@ -66,10 +67,12 @@ class Unauthenticated(GatewayError):
 
 class Authenticator:
     """Verifies tokens for one node; without [auth] everyone is ANONYMOUS. Raises
-    ConfigError when the keys [auth] names cannot be read here."""
+    ConfigError when the keys [auth] names cannot be read here. `max_lifetime_s`: the
+    longest a token may be valid for; 0, no bound."""
 
-    def __init__(self, access: Access | None) -> None:
+    def __init__(self, access: Access | None, max_lifetime_s: float = 0) -> None:
         self.access = access
+        self.max_lifetime_s = max_lifetime_s
         self._secret = _secret(access) if access and access.secret_env else None
         self._keys = _keys(access) if access and access.jwks else None
 
@@ -100,7 +103,24 @@ class Authenticator:
         if roles is None:
             message = f"the token's {access.roles_claim!r} claim must be a list of role names"
             raise Unauthenticated(message, subject=subject)
+        too_long = self._too_long(claims, access.leeway_s)
+        if too_long is not None:
+            raise Unauthenticated(too_long, subject=subject)
         return Principal(subject, roles, claims["exp"])
+
+    def _too_long(self, claims: dict[str, Any], leeway_s: float) -> str | None:
+        """Why a verified token lives too long, if it does: exp - iat, or without iat exp -
+        now (then with the leeway: the issuer's clock may be ahead)."""
+        limit = self.max_lifetime_s
+        issued = claims.get("iat")
+        start, since = (time.time(), "now") if issued is None else (float(issued), "iat")
+        lifetime = float(claims["exp"]) - start
+        if not limit or lifetime <= limit + (leeway_s if issued is None else 0):
+            return None
+        return (
+            f"the bearer token is valid for {lifetime:.0f} s (exp - {since}), longer than "
+            f"max_token_lifetime_s ({limit:g} s) allows: use a shorter-lived token"
+        )
 
     def lifetime(self, principal: Principal) -> float | None:
         """Seconds until the principal's token stops verifying (exp, with the leeway); None

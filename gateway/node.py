@@ -48,7 +48,7 @@ class GatewayNode:
         self.id = node_id
         self.config = project.cluster.node(node_id)
         self.topology, self.coordinator = self._coordinated()
-        self.authenticator = Authenticator(project.access)
+        self.authenticator = Authenticator(project.access, project.settings.max_token_lifetime_s)
         settings = project.settings
         self.catalog = SnapshotCatalog(
             self.config.data_dir / "snapshots",

@@ -47,6 +47,7 @@ leeway_s = 0
 analyst = ["customerTotals", "hourlyRevenue"]
 ops = ["*", "cluster", "stores"]
 """
+DAY_S = 86_400  # max_token_lifetime_s, by default
 TOTALS = "customerTotals(key: $k) { key record { bookings revenue } meta { partitions { node } } }"
 LATEST = "latestBooking(key: $k) { record { trip } }"
 BOTH = f"query($k: String!) {{ {TOTALS} {LATEST} }}"
@@ -141,6 +142,8 @@ def customer_elsewhere(cluster: Served, node_id: str) -> str:
         bearer(token(aud="someone-else")),
         bearer(jwt.encode({"roles": ["ops"], "aud": "stategate-tests"}, SECRET)),  # no exp
         bearer(token(roles=42)),
+        bearer(token(iat=int(time.time()), exp=int(time.time()) + 2 * DAY_S)),  # valid too long
+        bearer(token(exp=int(time.time()) + 2 * DAY_S)),  # the same without iat
     ],
     ids=[
         "missing",
@@ -153,6 +156,8 @@ def customer_elsewhere(cluster: Served, node_id: str) -> str:
         "aud",
         "no-exp",
         "roles-not-a-list",
+        "lifetime",
+        "lifetime-no-iat",
     ],  # fmt: skip
 )
 def test_a_request_without_a_valid_token_gets_401(cluster: Served, headers: dict[str, str]) -> None:
@@ -168,6 +173,17 @@ def test_a_request_without_a_valid_token_gets_401(cluster: Served, headers: dict
         assert body["errors"][0]["message"]
         challenge = answer.headers["www-authenticate"]
         assert challenge == ("Bearer" if not headers else 'Bearer error="invalid_token"')
+
+
+def test_a_token_valid_for_longer_than_the_bound_is_refused_saying_why(cluster: Served) -> None:
+    issued = int(time.time())
+    headers = bearer(token(iat=issued, exp=issued + DAY_S + 1))
+    (error,) = post(cluster, "node1", headers, variables={"k": "C000001"}).json()["errors"]
+    assert error["extensions"]["code"] == "UNAUTHENTICATED"
+    assert "(exp - iat), longer than max_token_lifetime_s (86400 s)" in error["message"]
+    fitting = bearer(token(iat=issued, exp=issued + DAY_S))
+    fits = post(cluster, "node1", fitting, variables={"k": "C000001"})
+    assert fits.json()["data"]["customerTotals"]["key"] == "C000001", fits.text
 
 
 def test_the_playground_page_needs_no_token(cluster: Served) -> None:
@@ -227,7 +243,13 @@ def test_subscriptions_check_the_token_at_connection_init_and_each_field(
     assert "errors" not in header.next_of("latest")
     header.close()
     ws_url = url.replace("http://", "ws://") + "/graphql"
-    for init in ({}, {"Authorization": "Bearer nope"}, {"authorization": "Bearer " + token(exp=1)}):
+    too_long = token(exp=int(time.time()) + 2 * DAY_S)
+    for init in (
+        {},
+        {"Authorization": "Bearer nope"},
+        {"authorization": "Bearer " + token(exp=1)},
+        {"Authorization": "Bearer " + too_long},
+    ):
         with connect(ws_url, subprotocols=[PROTOCOL]) as ws:
             ws.send(json.dumps({"type": "connection_init", "payload": init}))
             assert closed_code(ws) == 4403, init

@@ -1,5 +1,6 @@
 """Bearer tokens verified into a principal (gateway/auth.py): a refusal names the subject the
-token claims when it decodes at all, for the log, and never carries the token."""
+token claims when it decodes at all, for the log, and never carries the token; a token valid
+for longer than max_token_lifetime_s is refused saying so."""
 
 from __future__ import annotations
 
@@ -15,13 +16,18 @@ from gateway.auth import Authenticator, Unauthenticated
 SECRET = "s" * 32
 OTHER_SECRET = "o" * 32
 VARIABLE = "TEST_BEARER_SECRET"
+DAY_S = 86_400
+
+
+def authenticator_of(max_lifetime_s: float, leeway_s: float = 0) -> Authenticator:
+    access = Access(algorithms=("HS256",), grants={}, secret_env=VARIABLE, leeway_s=leeway_s)
+    return Authenticator(access, max_lifetime_s)
 
 
 @pytest.fixture
 def authenticator(monkeypatch: pytest.MonkeyPatch) -> Authenticator:
     monkeypatch.setenv(VARIABLE, SECRET)
-    access = Access(algorithms=("HS256",), grants={}, secret_env=VARIABLE, leeway_s=0)
-    return Authenticator(access)
+    return authenticator_of(DAY_S)
 
 
 def bearer(secret: str = SECRET, **claims: Any) -> str:
@@ -63,3 +69,38 @@ def test_a_refusal_without_a_decodable_subject_names_none(
     authenticator: Authenticator, authorization: str | None
 ) -> None:
     assert refusal(authenticator, authorization).subject is None
+
+
+def test_a_token_valid_for_at_most_the_bound_is_accepted(authenticator: Authenticator) -> None:
+    now = int(time.time())
+    authenticator.authenticate(bearer(iat=now, exp=now + DAY_S))
+    authenticator.authenticate(bearer(exp=now + DAY_S - 5))  # no iat: exp - now
+    authenticator.authenticate(bearer(iat=now - DAY_S + 60, exp=now + 60))
+
+
+@pytest.mark.parametrize(
+    ("claims", "since"),
+    [
+        ({"iat": 0, "exp": DAY_S + 1}, "iat"),  # issued for a day and a second
+        ({"iat": -DAY_S, "exp": 60}, "iat"),  # about to expire, but issued for longer
+        ({"exp": DAY_S + 60}, "now"),
+    ],
+)
+def test_a_token_valid_for_longer_is_refused_saying_so(
+    authenticator: Authenticator, claims: dict[str, int], since: str
+) -> None:
+    now = int(time.time())
+    token = bearer(**{name: now + value for name, value in claims.items()})
+    refused = refusal(authenticator, token)
+    assert f"(exp - {since}), longer than max_token_lifetime_s (86400 s)" in refused.message
+    assert refused.subject == "svc-report"
+
+
+def test_without_iat_the_leeway_allows_for_the_issuers_clock_and_0_bounds_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(VARIABLE, SECRET)
+    ahead = bearer(exp=int(time.time()) + DAY_S + 20)  # an issuer's clock 20 s ahead
+    authenticator_of(DAY_S, leeway_s=30).authenticate(ahead)
+    refusal(authenticator_of(DAY_S, leeway_s=0), ahead)
+    authenticator_of(0).authenticate(bearer(iat=0, exp=int(time.time()) + 10 * 365 * DAY_S))
