@@ -103,6 +103,19 @@ class Settings:
         "peers expire after a third of that, so it never reuses one a peer is closing",
         1,
     )
+    header_timeout_s: float = _setting(
+        10.0,
+        "how long a client may take to send a request's headers, from its first byte (from "
+        "the connection, for the first request); then 408 and the connection is closed "
+        "(nodes and the snapshot store; README: Limits)",
+        0.1,
+    )
+    body_timeout_s: float = _setting(
+        30.0,
+        "how long a client may take to send a request's body, from its headers; then 408 "
+        "(REQUEST_TIMEOUT) and the connection is closed (README: Limits)",
+        0.1,
+    )
     peer_connections: int = _setting(64, "most connections a node opens to its peers", 1)
     query_threads: int = _setting(
         4, "threads answering sub-queries on a node (DuckDB releases the GIL)", 1

@@ -25,6 +25,7 @@ from resolvers.schema.build import build_schema
 from resolvers.transport import websocket as websocket_protocol
 from resolvers.transport.endpoint import GraphQLEndpoint
 from resolvers.transport.live import Hub
+from stategate.deadlines import BodyDeadline
 from stategate.origins import Origins
 
 STATIC = Path(__file__).parent / "static"  # client libraries pages load from the node
@@ -98,4 +99,5 @@ def create_app(project: Project, node_id: str) -> ASGIApp:
     )
     app.state.node = node
     served = GraphQLFirst(graphql, app, node.lanes)
-    return Origins(served, project.settings.cors_origins)
+    settings = project.settings
+    return BodyDeadline(Origins(served, settings.cors_origins), settings.body_timeout_s)

@@ -132,6 +132,7 @@ def run_node(project: Project, args: argparse.Namespace) -> int:
     import uvicorn
 
     from stategate.app import create_app
+    from stategate.deadlines import header_deadline
 
     if args.address is not None:
         project = _joining(project, args)
@@ -156,7 +157,7 @@ def run_node(project: Project, args: argparse.Namespace) -> int:
         log_level=project.settings.log_level,
         access_log=False,
         loop="uvloop",
-        http="httptools",
+        http=header_deadline(project.settings.header_timeout_s),  # httptools, with a deadline
         ws="websockets-sansio",  # waits while a slow client's socket buffer is full
         ws_max_size=project.settings.max_request_bytes,
         timeout_keep_alive=int(project.settings.keep_alive_s),
@@ -312,6 +313,7 @@ def serve_store(project: Project, args: argparse.Namespace) -> int:
     import uvicorn
 
     from spark_pipeline.store_server import create_store_app
+    from stategate.deadlines import header_deadline
 
     if not _may_listen(args.listen, project):
         return 2
@@ -324,6 +326,7 @@ def serve_store(project: Project, args: argparse.Namespace) -> int:
         log_config=None,
         log_level=project.settings.log_level,
         access_log=False,
+        http=header_deadline(project.settings.header_timeout_s),
         timeout_keep_alive=int(project.settings.keep_alive_s),
         timeout_graceful_shutdown=STORE_GRACE_S,
     )

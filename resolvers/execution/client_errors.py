@@ -9,9 +9,10 @@ operation when it has a name, the transport, and the first error's message, shor
 
 at INFO, or at WARNING for what an operator may have to act on: authentication and
 authorization failures, and requests the node stopped or refused for its own sake (deadline,
-response size, subscriptions). An authentication or authorization failure also names who
-(gateway/auth.py's Who): the client's address and the subject (`sub`) of its token, when the
-token could be decoded (as claimed, when it did not verify); never the token:
+response size, subscriptions, slow clients). An authentication or authorization failure, or
+a slow client's request, also names who (gateway/auth.py's Who): the client's address and
+the subject (`sub`) of its token, when the token could be decoded (as claimed, when it did
+not verify); never the token:
 
     client error UNAUTHENTICATED via=http client=10.0.0.7:51234 sub="svc-report": the ...
 
@@ -38,11 +39,12 @@ WARNING_CODES = frozenset(
         "DEADLINE_EXCEEDED",
         "RESPONSE_TOO_LARGE",
         "TOO_MANY_SUBSCRIPTIONS",
+        "REQUEST_TIMEOUT",  # a slow client (stategate/deadlines.py)
         "4403",  # a WebSocket's connection_init without a valid token
     }
 )
-# The codes of authentication and authorization failures: their lines name who.
-ACCESS_CODES = frozenset({"UNAUTHENTICATED", "FORBIDDEN", "4403"})
+# Lines that name who: authentication and authorization failures, slow clients.
+WHO_CODES = frozenset({"UNAUTHENTICATED", "FORBIDDEN", "4403", "REQUEST_TIMEOUT"})
 MAX_MESSAGE = 200  # characters of the message a line keeps
 
 
@@ -86,7 +88,7 @@ def _line(errors: list[tuple[str, str]], operation: str | None, via: str, who: W
     code, message = coded[0]
     more = f" (and {len(coded) - 1} more)" if len(coded) > 1 else ""
     name = f" operation={_short(operation, 100)}" if operation else ""
-    whom = who.fields() if who is not None and code in ACCESS_CODES else ""
+    whom = who.fields() if who is not None and code in WHO_CODES else ""
     level = logging.WARNING if code in WARNING_CODES else logging.INFO
     log.log(level, "client error %s%s via=%s%s: %s%s", code, name, via, whom, _short(message), more)
 
