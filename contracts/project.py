@@ -197,19 +197,22 @@ class Project:
         return self.path.parent / name if name else None
 
 
-def load(path: str | os.PathLike[str]) -> Project:
+def load(path: str | os.PathLike[str], *, secret: bool = True) -> Project:
+    """The project file, checked; `secret=False` for what never calls a node or serves one
+    (the schema, the operations, producing): it leaves the cluster secret unread, "" when
+    it is not set."""
     path = Path(path).resolve()
     try:
         raw = tomllib.loads(path.read_text())
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"{path}: {exc}") from exc
     try:
-        return parse(raw, path)
+        return parse(raw, path, secret=secret)
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from exc
 
 
-def parse(raw: dict[str, Any], path: Path) -> Project:
+def parse(raw: dict[str, Any], path: Path, *, secret: bool = True) -> Project:
     base = path.parent
     top = Table(raw, "", TABLES)
     topics = _declared([_topic(entry) for entry in _entries(top, "topics")], "topic")
@@ -227,7 +230,7 @@ def parse(raw: dict[str, Any], path: Path) -> Project:
         snapshot_url=snapshots.get("url", str, store_dir).rstrip("/"),
         topics=topics,
         stores=stores,
-        cluster=_cluster(Table(top.get("cluster", dict, {}), "[cluster]", CLUSTER), base),
+        cluster=_cluster(Table(top.get("cluster", dict, {}), "[cluster]", CLUSTER), base, secret),
         settings=_settings(top.get("settings", dict, {})),
         pages_dir=_pages(Table(top.get("pages", dict, {}), "[pages]", ("dir",)), base),
         access=_access(top.optional("auth", dict), base, stores),
@@ -339,7 +342,7 @@ def _aggregate(name: str, spec: str, topic: Topic, store: str) -> Aggregate:
     return Aggregate(name=name, func=func, source=source)  # type: ignore[arg-type]
 
 
-def _cluster(table: Table, base: Path) -> Cluster:
+def _cluster(table: Table, base: Path, needed: bool) -> Cluster:
     nodes = tuple(_node(entry, base) for entry in _entries(table, "cluster.nodes"))
     coordinator = _coordinator(table)
     if not nodes and coordinator is None:
@@ -358,7 +361,7 @@ def _cluster(table: Table, base: Path) -> Cluster:
         raise ConfigError(f"[cluster]: name must be letters, digits, '.', '_' or '-', not {name!r}")
     secret_env = table.get("secret_env", str, SECRET_ENV)
     secret = os.environ.get(secret_env) or table.get("secret", str, "")
-    if not secret:
+    if not secret and needed:
         raise ConfigError("[cluster]: set secret, or the environment variable named by secret_env")
     return Cluster(partitions, replicas, nodes, secret, coordinator, name)
 
