@@ -211,9 +211,19 @@ def test_bounds_finer_than_a_millisecond_never_reach_outside_the_range(cluster: 
 
 LONE = "\ud800"
 CURSOR_CASES = [
-    (cursors.encode("hourlyRevenue", ["epoch", 1]), "not a multiple"),
-    (cursors.encode("hourlyRevenue", ["epoch", -HOUR_MS]), "outside"),
-    (cursors.encode("hourlyRevenue", ["epoch", 2 * START_MS]), "outside"),
+    (
+        cursors.encode("hourlyRevenue", ["epoch", 1]),
+        "no window of hourlyRevenue starts at 1970-01-01T00:00:00.001+00:00 "
+        "(they start every 3600000 ms from the epoch)",
+    ),
+    (
+        cursors.encode("hourlyRevenue", ["epoch", -HOUR_MS]),
+        "its window start 1969-12-31T23:00:00+00:00 is outside this query's from and to, "
+        "[1970-01-01T00:00:00+00:00, 1970-01-02T00:00:00+00:00]",
+    ),
+    (cursors.encode("hourlyRevenue", ["epoch", 2 * START_MS]), "is outside this query's"),
+    (cursors.encode("hourlyRevenue", ["epoch"]), "a key scan's cursor, not a window scan's"),
+    (cursors.encode("latestBooking", ["epoch", 0]), 'another store, "latestBooking"'),
 ]
 
 

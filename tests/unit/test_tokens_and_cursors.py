@@ -267,3 +267,40 @@ def load_stores() -> list[Store]:
         'advance = "30m"\naggregates = { n = "count" }\n'
     )
     return list(parse(tomllib.loads(text), Path("stategate.toml")).stores.values())
+
+
+@pytest.mark.parametrize(
+    ("cursor", "width", "says"),
+    [
+        ("not a cursor!", 1, "it is not a cursor this gateway issued"),
+        (opaque.encode({"s": "s", "k": 5}), 1, "it is not a page cursor"),
+        (cursors.encode("t", ["k"]), 1, 'it belongs to another store, "t"'),
+        (cursors.encode("s", ["k", 0]), 1, "it is a window scan's cursor, not a key scan's"),
+        (cursors.encode("s", ["k"]), 2, "it is a key scan's cursor, not a window scan's"),
+        (cursors.encode("s", ["k", 0, 1]), 2, "it holds 3 values, where a cursor of this query"),
+        (cursors.encode("s", [7]), 1, "its key 7 is not a string key"),
+        (opaque.encode({"s": "s", "k": [[1] * 99]}), 1, "its key [1,1,1,"),  # shortened
+        (cursors.encode("s", ["k", "0"]), 2, 'its window start "0" is not a whole number of ms'),
+    ],
+)
+def test_a_refused_cursor_says_what_is_wrong(cursor: str, width: int, says: str) -> None:
+    with pytest.raises(GatewayError) as caught:
+        cursors.decode("s", "string", cursor, width)
+    assert says.replace(" ms", " milliseconds") in caught.value.message
+    assert len(caught.value.message) < 200
+
+
+def test_a_window_cursor_names_the_start_and_the_bounds_as_the_api_writes_them() -> None:
+    (store,) = (s for s in load_stores() if s.name == "hopping")
+    day = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+    refusals = {
+        day + 123: "no window of hopping starts at 2026-01-01T00:00:00.123+00:00 "
+        "(they start every 1800000 ms from the epoch)",
+        day + 3_600_000: "its window start 2026-01-01T01:00:00+00:00 is outside this query's "
+        "from and to, [2026-01-01T00:00:00+00:00, 2026-01-01T00:30:00+00:00]",
+    }
+    for start, says in refusals.items():
+        with pytest.raises(GatewayError) as caught:
+            cursor = cursors.encode("hopping", ["k", start])
+            cursors.decode_window(store, cursor, day, day + 1_800_000)
+        assert says in caught.value.message
