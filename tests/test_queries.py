@@ -293,6 +293,11 @@ def test_stores_and_cluster_queries(served) -> None:
             assert wire.offsets(r["position"]) == positions[part["partition"]]
     plain = served.nodes.client.get(f"{served.nodes.url('node3')}/cluster").json()
     assert [p["partition"] for p in plain["partitions"]] == list(range(9))
+    for part in plain["partitions"]:  # its Longs as the API writes them: decimal strings
+        for r in part["replicas"]:
+            assert r["lag"] == "0" and all(isinstance(o, str) for o in r["position"].values())
+            assert {t: int(o) for t, o in r["position"].items()} == positions[part["partition"]]
+            assert isinstance(r["version"], int)  # an Int in the API
 
 
 def test_graphiql_in_a_browser(served) -> None:

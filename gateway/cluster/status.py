@@ -104,6 +104,8 @@ class PartitionMap:
 
 
 def _json_map(partition_map: PartitionMap) -> dict[str, Any]:
+    """As GET /cluster writes it: offsets and lag, the GraphQL API's Longs, as decimal
+    strings (a JSON number past 2^53 is rounded by clients whose numbers are doubles)."""
     body = asdict(partition_map)
     body["nodes"] = [{"id": i, "address": a} for i, a in partition_map.nodes.items()]
     for partition in body["partitions"]:
@@ -112,4 +114,7 @@ def _json_map(partition_map: PartitionMap) -> dict[str, Any]:
         for replica in partition["warming"]:
             replica.pop("active")
             replica["role"] = "WARMING"
+        for replica in partition["replicas"] + partition["warming"]:
+            replica["position"] = {t: str(o) for t, o in replica["position"].items()}
+            replica["lag"] = None if replica["lag"] is None else str(replica["lag"])
     return body

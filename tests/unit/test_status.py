@@ -1,0 +1,38 @@
+"""The partition map as GET /cluster writes it: offsets and lag, the GraphQL API's Longs, as
+decimal strings, exact past 2^53; the rest as the API has them."""
+
+from __future__ import annotations
+
+import orjson
+
+from gateway.cluster.status import PartitionInfo, PartitionMap, ReplicaInfo
+
+PAST_DOUBLES = 2**53 + 1  # a JSON number a double cannot hold
+
+
+def test_cluster_json_writes_offsets_and_lag_as_decimal_strings() -> None:
+    replicas = [
+        ReplicaInfo("node1", "127.0.0.1:1", True, True, 7, {"t": PAST_DOUBLES}, PAST_DOUBLES),
+        ReplicaInfo("node2", "127.0.0.1:2", False, False, None, {}, None),
+    ]
+    warming = [ReplicaInfo("node3", "127.0.0.1:3", False, True, 6, {"t": 5}, 9)]
+    partition_map = PartitionMap(
+        "node1", 1, 2, {"t": "long"}, {"node1": "127.0.0.1:1", "node2": "127.0.0.1:2"},
+        [PartitionInfo(0, replicas, warming)], 1_767_225_600_000, 3, None, None,
+    )  # fmt: skip
+    body = orjson.loads(partition_map.to_json())
+    (partition,) = body["partitions"]
+    active, standby = partition["replicas"]
+    assert active == {
+        "node": "node1", "address": "127.0.0.1:1", "alive": True, "version": 7,
+        "position": {"t": "9007199254740993"}, "lag": "9007199254740993", "role": "ACTIVE",
+    }  # fmt: skip
+    assert (standby["position"], standby["lag"], standby["role"]) == ({}, None, "STANDBY")
+    (copying,) = partition["warming"]
+    assert (copying["position"], copying["lag"], copying["role"]) == ({"t": "5"}, "9", "WARMING")
+    assert body["nodes"] == [
+        {"id": "node1", "address": "127.0.0.1:1"},
+        {"id": "node2", "address": "127.0.0.1:2"},
+    ]
+    assert body["generated_ms"] == 1_767_225_600_000 and body["partitions_count"] == 1
+    assert body["assignment_version"] == 3  # an Int in the API
