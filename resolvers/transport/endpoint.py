@@ -29,9 +29,10 @@ from gateway.auth import Unauthenticated
 from gateway.node import GatewayNode
 from resolvers.execution import client_errors, results
 from resolvers.execution.operations import Operations, Refused
-from resolvers.execution.persisted import NOT_FOUND_OUTCOME
+from resolvers.execution.persisted import NOT_FOUND_OUTCOME, Source
 from resolvers.schema.context import Context
 from resolvers.transport.requests import JSON, GraphQLRequest, TransportError, read_get, read_post
+from resolvers.transport.session import Session
 
 GRAPHQL_RESPONSE = "application/graphql-response+json"
 CLIENT_CLOSED = 499  # never seen by the client, which left: for the access log only
@@ -96,15 +97,15 @@ class GraphQLEndpoint:
                 405, "METHOD_NOT_ALLOWED", f"{method} is not GraphQL over HTTP: use GET or POST",
                 {"allow": "GET, POST"},
             )  # fmt: skip
-        authorization = headers.get("authorization")
-        principal = self.node.authenticator.authenticate(authorization)
-        context = Context.create(self.node, authorization, principal)
-        who = client_errors.Who.at(scope.get("client"), principal.subject)
-        work = self._answer(parsed, context, method == "GET", who)
+        session = Session(
+            self.node, self.operations, "http", scope.get("client"), headers.get("authorization")
+        )
+        session.authenticate()
+        work = self._answer(parsed, session, method == "GET")
         started = time.perf_counter()
         answered = await _unless_disconnected(work, receive)
         if answered is None:
-            self._count(None, "cancelled", started)
+            session.count(None, "cancelled", started)
             return Response(status_code=CLIENT_CLOSED)
         if isinstance(answered, list):
             body = b"[" + b",".join(a.body for a in answered) + b"]"
@@ -113,52 +114,49 @@ class GraphQLEndpoint:
         return Response(answered.body, status, answered.headers, media_type=media)
 
     async def _answer(
-        self,
-        parsed: GraphQLRequest | list[GraphQLRequest],
-        context: Context,
-        get: bool,
-        who: client_errors.Who,
+        self, parsed: GraphQLRequest | list[GraphQLRequest], session: Session, get: bool
     ) -> Answer | list[Answer]:
+        context = session.context()
         if not isinstance(parsed, list):
-            return await self._one(parsed, context, get, who)
+            return await self._one(parsed, session, context, get)
         contexts = [context, *(context.again() for _ in parsed[1:])]  # one routed batch
         return list(
             await asyncio.gather(
-                *(self._one(r, c, get, who) for r, c in zip(parsed, contexts, strict=True))
+                *(self._one(r, session, c, get) for r, c in zip(parsed, contexts, strict=True))
             )
         )
 
     async def _one(
-        self, request: GraphQLRequest, context: Context, get: bool, who: client_errors.Who
+        self, request: GraphQLRequest, session: Session, context: Context, get: bool
     ) -> Answer:
-        started = time.perf_counter()
         name, variables = request.operation_name, request.variables
         try:
-            source = self.operations.resolve(request.query, name, request.hash)
-            name = source.name
-            if get and self.operations.kind(source.query, name) is OperationType.MUTATION:
-                raise TransportError(
-                    405, "METHOD_NOT_ALLOWED", "a mutation is sent with POST", {"allow": "POST"}
-                )
-            prepared = self.operations.prepare(source, variables)
-            if prepared.kind is OperationType.SUBSCRIPTION:
-                raise Refused.one(
-                    "SUBSCRIPTION_OVER_HTTP",
-                    "subscriptions are served over WebSocket (graphql-transport-ws) on /graphql",
-                )
+            check = self._no_mutation if get else None
+            prepared = session.prepare(request.query, name, request.hash, variables, check)
         except Refused as refused:
-            client_errors.refused(refused.errors, name, "http", who)
-            self._count(name, refused.outcome, started)
-            headers = NOT_CACHED if refused.outcome == NOT_FOUND_OUTCOME else None
-            return Answer(orjson.dumps({"errors": refused.errors}), refused.status, headers)
-        result = await self.operations.execute(prepared, context, variables)
-        client_errors.failed(result.errors, name, "http", who)
-        self._count(name, results.outcome(result), started)
+            return _refusal(refused)
+        if prepared.kind is OperationType.SUBSCRIPTION:
+            over_http = Refused.one(
+                "SUBSCRIPTION_OVER_HTTP",
+                "subscriptions are served over WebSocket (graphql-transport-ws) on /graphql",
+            )
+            session.refused(over_http, prepared.name)
+            return _refusal(over_http)
+        result = await session.run(prepared, context, variables)
         body = results.encoded(results.response(result), self.settings.max_response_bytes)
         return Answer(body, 400 if results.request_error(result) else 200)
 
-    def _count(self, name: str | None, outcome: str, started: float) -> None:
-        self.node.metrics.request(name, outcome, time.perf_counter() - started)
+    def _no_mutation(self, source: Source) -> None:
+        """GET runs queries only (GraphQL over HTTP): a mutation is 405."""
+        if self.operations.kind(source.query, source.name) is OperationType.MUTATION:
+            raise TransportError(
+                405, "METHOD_NOT_ALLOWED", "a mutation is sent with POST", {"allow": "POST"}
+            )
+
+
+def _refusal(refused: Refused) -> Answer:
+    headers = NOT_CACHED if refused.outcome == NOT_FOUND_OUTCOME else None
+    return Answer(orjson.dumps({"errors": refused.errors}), refused.status, headers)
 
 
 def _media(accept: str) -> str:

@@ -33,14 +33,13 @@ import orjson
 from graphql import OperationType
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from contracts.access import ANONYMOUS
 from contracts.errors import GatewayError
 from gateway.auth import Unauthenticated
 from resolvers.execution import client_errors, results
 from resolvers.execution.operations import Prepared, Refused
-from resolvers.schema.context import Context
 from resolvers.transport.live import Hub, Operation, Subscriber
 from resolvers.transport.requests import TransportError, persisted_hash
+from resolvers.transport.session import Session
 
 log = logging.getLogger(__name__)
 PROTOCOL = "graphql-transport-ws"
@@ -68,9 +67,13 @@ class Connection:
         self.websocket = websocket
         self.hub = hub
         self.settings = hub.node.project.settings
-        self.authorization: str | None = websocket.headers.get("authorization")
-        self.principal = ANONYMOUS  # verified at connection_init
-        self.claimed: str | None = None  # the subject of a token that did not verify
+        self.session = Session(  # the token is verified at connection_init
+            hub.node,
+            hub.operations,
+            "websocket",
+            websocket.scope.get("client"),
+            websocket.headers.get("authorization"),
+        )
         self.acknowledged = False
         self.operations: dict[str, tuple[Operation | None, Subscriber]] = {}
         self._ready: deque[Subscriber] = deque()
@@ -82,7 +85,9 @@ class Connection:
         try:
             await self._converse()
         except ProtocolViolation as violation:
-            client_errors.transport(str(violation.code), violation.reason, "websocket", self.who)
+            client_errors.transport(
+                str(violation.code), violation.reason, "websocket", self.session.who
+            )
             with contextlib.suppress(Exception):
                 await self.websocket.close(violation.code, violation.reason)
         except WebSocketDisconnect:
@@ -102,7 +107,7 @@ class Connection:
                     await self._handle(await self._receive())
         except TimeoutError:
             raise ProtocolViolation(4408, "Connection initialisation timeout") from None
-        lifetime = asyncio.timeout(self.hub.node.authenticator.lifetime(self.principal))
+        lifetime = asyncio.timeout(self.hub.node.authenticator.lifetime(self.session.principal))
         try:
             async with lifetime:
                 while True:
@@ -153,19 +158,11 @@ class Connection:
         if payload is not None and not isinstance(payload, dict):
             raise ProtocolViolation(4400, "Invalid message received: payload is not an object")
         given = {str(k).lower(): v for k, v in (payload or {}).items()}.get("authorization")
-        if isinstance(given, str):
-            self.authorization = given
         try:
-            self.principal = self.hub.node.authenticator.authenticate(self.authorization)
+            self.session.authenticate(given if isinstance(given, str) else None)
         except Unauthenticated as refused:
-            self.claimed = refused.subject
             raise ProtocolViolation(4403, f"Forbidden: {refused.message}"[:MAX_REASON]) from None
         self.acknowledged = True
-
-    @property
-    def who(self) -> client_errors.Who:
-        subject = self.principal.subject or self.claimed
-        return client_errors.Who.at(self.websocket.scope.get("client"), subject)
 
     async def _subscribe(self, message: dict[str, Any]) -> None:
         id, payload = message.get("id"), message.get("payload")
@@ -187,14 +184,14 @@ class Connection:
         try:
             prepared = self._prepare(query, name, variables, payload)
             if prepared.kind is OperationType.SUBSCRIPTION:
-                self._check_limits()
+                self._check_limits(prepared)
         except Refused as refused:
-            client_errors.refused(refused.errors, name, "websocket", self.who)
             await self._send({"id": id, "type": "error", "payload": refused.errors})
             return
         subscriber = Subscriber(id, self._became_ready)
+        session = self.session
         if prepared.kind is OperationType.SUBSCRIPTION:
-            operation = Operation(prepared, variables, self.authorization, self.principal)
+            operation = Operation(prepared, variables, session.authorization, session.principal)
             self.operations[id] = (operation, subscriber)
             self._spawn(self._join(operation, subscriber))
         else:
@@ -211,14 +208,17 @@ class Connection:
         """As over HTTP: the query, or the persisted document its hash names."""
         try:
             hash = persisted_hash(payload.get("extensions"), payload.get("documentId"), query)
+            if query is None and hash is None:
+                raise TransportError(
+                    400, "BAD_REQUEST", "the request has no query, nor a persisted one's hash"
+                )
         except TransportError as error:
-            raise Refused.one(error.code, error.message) from None
-        if query is None and hash is None:
-            raise Refused.one("BAD_REQUEST", "the request has no query, nor a persisted one's hash")
-        operations = self.hub.operations
-        return operations.prepare(operations.resolve(query, name, hash), variables)
+            refused = Refused.one(error.code, error.message)
+            self.session.refused(refused, name)
+            raise refused from None
+        return self.session.prepare(query, name, hash, variables)
 
-    def _check_limits(self) -> None:
+    def _check_limits(self, prepared: Prepared) -> None:
         limit = self.settings.max_subscriptions_per_connection
         open_here = sum(1 for operation, _ in self.operations.values() if operation is not None)
         error = self.hub.refusal()
@@ -229,7 +229,9 @@ class Connection:
                 "(max_subscriptions_per_connection)",
             )
         if error is not None:
-            raise Refused([{"message": error.message, "extensions": error.extensions}])
+            refused = Refused([{"message": error.message, "extensions": error.extensions}])
+            self.session.refused(refused, prepared.name)
+            raise refused
 
     def _spawn(self, work: Any) -> None:
         task = asyncio.create_task(work)
@@ -242,7 +244,7 @@ class Connection:
         try:
             await self.hub.join(operation, subscriber)
         except Refused as refused:
-            client_errors.refused(refused.errors, operation.prepared.name, "websocket", self.who)
+            self.session.refused(refused, operation.prepared.name)
             self.operations.pop(subscriber.id, None)
             await self._send({"id": subscriber.id, "type": "error", "payload": refused.errors})
             return
@@ -252,9 +254,7 @@ class Connection:
     async def _answer_once(
         self, id: str, prepared: Prepared, variables: dict[str, Any] | None
     ) -> None:
-        context = Context.create(self.hub.node, self.authorization, self.principal)
-        result = await self.hub.operations.execute(prepared, context, variables)
-        client_errors.failed(result.errors, prepared.name, "websocket", self.who)
+        result = await self.session.run(prepared, self.session.context(), variables)
         if self.operations.pop(id, None) is None:
             return
         body = results.response(result)
