@@ -7,7 +7,8 @@ Costs are raw values (rows x width x aliases, before any weight), so the fit doe
 on the weights it is used to set. The fit is least squares through the origin: seconds =
 rate x values (a request's fixed part is a few ms, nothing at these sizes). Each kind selects
 one value per row, the most rows a cost admits. Then node1's RSS when started, before and
-right after a burst of the slowest request measured, and a minute later.
+right after a burst of the slowest request measured that the cost model admits with its
+weights now, and a minute later.
 
     python -m bench.calibrate --workload small
 """
@@ -43,6 +44,7 @@ from bench.workload import (
     stop_spark,
 )
 from contracts.project import Project, load
+from resolvers.schema.stores import PAGE_ROW_WEIGHT
 
 NODE = "node1"
 REPEATS = 3
@@ -64,6 +66,7 @@ class Kind:
     values: int  # raw cost of one alias: rows x width
     sizes: tuple[int, ...]  # aliases per request
     field: Callable[[int], str]  # alias i -> its field and selection
+    weight: int = 1  # of a row in the cost model now (resolvers/schema/stores.py)
 
     def body(self, size: int) -> bytes:
         fields = " ".join(f"a{i}: {self.field(i)}" for i in range(size))
@@ -79,7 +82,9 @@ class Kind:
 @dataclass(frozen=True)
 class Point:
     kind: str
+    size: int
     values: int
+    cost: int  # as the cost model weighs it now
     seconds: float
     errors: int
 
@@ -110,10 +115,10 @@ def kinds(heavy: list[str]) -> list[Kind]:
     pages = (5, 10, 25, 50, 100)
     return [
         Kind("key lookup batch", "batch", BATCH, pages, batch),
-        Kind("key-range page", "range", PAGE, pages, range_),
-        Kind("prefix page", "prefix", PAGE, pages, prefix),
+        Kind("key-range page", "range", PAGE, pages, range_, PAGE_ROW_WEIGHT),
+        Kind("prefix page", "prefix", PAGE, pages, prefix, PAGE_ROW_WEIGHT),
         Kind("windows of a key", "windows", 168, (30, 60, 150, 300, 595), of_key),
-        Kind("windows scan (All)", "windowsAll", PAGE, pages, all_),
+        Kind("windows scan (All)", "windowsAll", PAGE, pages, all_, PAGE_ROW_WEIGHT),
         Kind("aliased lookups", "aliased", 1, (500, 1_000, 2_000, 4_000), one),
     ]
 
@@ -145,7 +150,8 @@ async def measure_kind(connection: Connection, kind: Kind) -> list[Point]:
         runs = [await timed(connection, kind.operation, kind.body(size)) for _ in range(REPEATS)]
         seconds = statistics.median(s for s, _ in runs)
         errors = sum(not ok for _, ok in runs)
-        points.append(Point(kind.name, kind.values * size, seconds, errors))
+        values = kind.values * size
+        points.append(Point(kind.name, size, values, values * kind.weight, seconds, errors))
         print(f"  {kind.name}: {kind.values * size:>7,} values {seconds * 1000:8.1f} ms"
               f" ({errors} with errors, load {os.getloadavg()[0]:.2f})", flush=True)  # fmt: skip
         if seconds > STOP_S:
@@ -200,32 +206,33 @@ async def calibrate(project: Project, heavy: list[str]) -> tuple[list[Row], list
     return rows, everything
 
 
-async def burst(project: Project, kind: Kind) -> int:
-    """The heaviest admitted request BURST times; how many failed."""
+async def burst(project: Project, kind: Kind, size: int) -> int:
+    """The kind's request of `size` BURST times; how many failed."""
     url = project.cluster.node(NODE).url
     host, port = url.removeprefix("http://").split(":")
     connection = await Connection.open(host, int(port))
     try:
-        body = kind.body(kind.sizes[-1])
+        body = kind.body(size)
         return sum([not (await timed(connection, kind.operation, body))[1] for _ in range(BURST)])
     finally:
         connection.close()
 
 
-def memory(nodes: NodeProcesses, project: Project, kind: Kind) -> dict[str, float]:
-    """node1's RSS (MiB) before, right after a burst of the kind's largest request (its
-    slowest), and REST_S later."""
+def memory(nodes: NodeProcesses, project: Project, kind: Kind, size: int) -> dict[str, float]:
+    """node1's RSS (MiB) before, right after a burst of the kind's request of `size`, and
+    REST_S later."""
     before = nodes.rss_mib(NODE)
-    errors = asyncio.run(burst(project, kind))
+    errors = asyncio.run(burst(project, kind, size))
     after = nodes.rss_mib(NODE)
     time.sleep(REST_S)
     rest = nodes.rss_mib(NODE)
     return {"before": before, "after": after, "rest": rest, "errors": errors}
 
 
-def report_rss(rss: dict[str, float], kind: str) -> str:
+def report_rss(rss: dict[str, float], slowest: Point) -> str:
+    heaviest = f"{slowest.kind} of {slowest.values:,} values (cost {slowest.cost:,})"
     return (
-        f"node1 RSS, {BURST} x the largest {kind} (load {os.getloadavg()[0]:.2f}): started "
+        f"node1 RSS, {BURST} x {heaviest} (load {os.getloadavg()[0]:.2f}): started "
         f"{rss['started']:.0f} MiB, before the burst "
         f"{rss['before']:.0f} MiB, right after {rss['after']:.0f} MiB, {REST_S:.0f} s after "
         f"{rss['rest']:.0f} MiB ({rss['errors']:.0f} with errors)"
@@ -273,12 +280,13 @@ def main() -> int:
         rows, points = asyncio.run(calibrate(project, heavy))
         unit_s = timeout_s * DEADLINE_SHARE / limit
         print(table(rows, timeout_s, unit_s))
-        slowest = max((p for p in points if not p.errors), key=lambda p: p.seconds)
+        admitted = [p for p in points if not p.errors and p.cost <= limit]
+        slowest = max(admitted, key=lambda p: p.seconds)
         kind = next(k for k in kinds(heavy) if k.name == slowest.kind)
-        rss = {"started": started_mib, **memory(nodes, project, kind)}
+        rss = {"started": started_mib, **memory(nodes, project, kind, slowest.size)}
     finally:
         nodes.stop()
-    print(report_rss(rss, kind.name))
+    print(report_rss(rss, slowest))
     out = workload.root.parent / "calibration.json"
     out.write_bytes(orjson.dumps({"date": started, "rows": rows, "points": points, "rss": rss}))
     return 0
