@@ -295,9 +295,9 @@ def _field(resolver: Any, name: str, description: str, rows: Rows | None = None)
 
 # What a row of a page weighs, so that a cost unit takes at most about request_timeout_s / 2
 # over max_request_cost (50 µs) on the reference machine. `python -m bench.calibrate` on the
-# small workload (2026-11-25, 2 cores at load 7 to 26; bench/RESULTS.md, "Cost calibration"):
+# small workload (2026-11-25, 2 cores at load 3 to 26; bench/RESULTS.md, "Cost calibration"):
 # a page row took 17 to 67 µs (a page reads `first` rows of every partition and merges them),
-# a key of a batch 3 to 5 µs, a window of one key 8 to 27 µs. One-key lookups (120 to 530 µs
+# a key of a batch 3 to 5 µs, a window of one key 8 to 27 µs. One-key lookups (40 to 530 µs
 # each) are bounded by max_aliases and max_document_tokens, not by the cost.
 PAGE_ROW_WEIGHT = 2
 
