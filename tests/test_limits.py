@@ -15,6 +15,7 @@ import httpx
 import pytest
 from pyspark.sql import SparkSession
 
+from resolvers.schema.stores import PAGE_ROW_WEIGHT
 from tests import oracle, wire
 from tests.nodes import Served, metric, serve
 
@@ -91,6 +92,19 @@ def test_aliases_over_a_large_batch_are_refused_before_any_lookup(cluster: Serve
         assert (got and (wire.long(got["bookings"]), got["revenue"])) == (
             row and pytest.approx(row[1:3])
         )
+
+
+def test_a_row_of_a_page_weighs_what_it_takes_to_serve(cluster: Served) -> None:
+    """A page row takes several times a batch key's time (bench.calibrate),
+    so it weighs more: 52 one-value pages of 1000 rows are refused, not run for seconds."""
+    page = "records { key }"
+    pages = [f"r{i}: latestBookingRange(first: 1000) {{ {page} }}" for i in range(26)]
+    pages += [
+        f'p{i}: latestBookingPrefix(prefix: "C", first: 1000) {{ {page} }}' for i in range(26)
+    ]
+    body = post(cluster, "node1", {"query": "{ " + " ".join(pages) + " }"}).json()
+    assert codes(body) == ["COST_LIMIT_EXCEEDED"]
+    assert body["errors"][0]["extensions"]["cost"] == 52 * 1000 * PAGE_ROW_WEIGHT
 
 
 def test_a_bulk_request_answers_in_slices_what_small_requests_answer(cluster: Served) -> None:

@@ -5,8 +5,9 @@ often it is spread: its depth, its aliases, and its root fields, each with the t
 selected (spreads multiply) and its width (the leaf fields selected under it, fragments
 expanded). A request's cost is then, over its root fields, times x rows x width: the values
 its response may hold, where a root field's rows come from its arguments (a batch's keys, a
-page's `first`...; the field's COST metadata, resolvers/schema/stores.py). Both steps take time
-linear in the document: a small document whose fragments fan out is measured, not expanded.
+page's `first`...) and weigh what a row of its kind takes to serve (a page's row 2; the
+field's COST metadata, resolvers/schema/stores.py). Both steps take time linear in the
+document: a small document whose fragments fan out is measured, not expanded.
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ from typing import Any
 Plan = Callable[[Any], Any]
 DEFINITION = "strawberry-definition"  # where strawberry keeps a field's definition
 COST = "stategate-cost"  # a root field's metadata: Rows, from its arguments
-Rows = Callable[[Mapping[str, Any]], int]  # untyped argument values (given ones only) -> rows
+# untyped argument values (given ones only) -> rows, each weighted by its kind's time
+Rows = Callable[[Mapping[str, Any]], int]
 _READS = "__stategate_reads__"
 
 

@@ -293,6 +293,14 @@ def _field(resolver: Any, name: str, description: str, rows: Rows | None = None)
 
 # Rows past a limit are counted at the limit: the limit's own error is the one to give.
 
+# What a row of a page weighs, so that a cost unit takes at most about request_timeout_s / 2
+# over max_request_cost (50 µs) on the reference machine. `python -m bench.calibrate` on the
+# small workload (2026-11-25, 2 cores at load 3 to 26; bench/RESULTS.md, "Cost calibration"):
+# a page row took 17 to 67 µs (a page reads `first` rows of every partition and merges them),
+# a key of a batch 3 to 5 µs, a window of one key 8 to 27 µs. One-key lookups (40 to 530 µs
+# each) are bounded by max_aliases and max_document_tokens, not by the cost.
+PAGE_ROW_WEIGHT = 2
+
 
 def _keys(most: int) -> Rows:
     def rows(arguments: Mapping[str, Any]) -> int:
@@ -307,7 +315,7 @@ def _page(settings: Settings) -> Rows:
 
     def rows(arguments: Mapping[str, Any]) -> int:
         first = arguments.get("first", default)
-        return min(most, first) if isinstance(first, int) else default
+        return PAGE_ROW_WEIGHT * (min(most, first) if isinstance(first, int) else default)
 
     return rows
 
