@@ -121,10 +121,11 @@ async def run_async(
     servers: Servers = (),
     note: str = "",
     min_count: int = 1,
+    until: Callable[[], bool] | None = None,
 ) -> Stats:
-    """Call `operation` from `concurrency` tasks until `duration_s` passed (and at least
-    `min_count` calls were started) or `max_count` calls were made, after `warmup` untimed
-    calls."""
+    """Call `operation` from `concurrency` tasks until `duration_s` passed or `until()` holds
+    (and at least `min_count` calls were started) or `max_count` calls were made, after
+    `warmup` untimed calls."""
     for i in range(warmup):
         await operation(-1 - i)
     counter = itertools.count()
@@ -138,7 +139,8 @@ async def run_async(
         nonlocal errors, first_error
         while True:
             i = next(counter)
-            if i >= max_count or (i >= min_count and time.perf_counter() >= deadline):
+            over = time.perf_counter() >= deadline or (until is not None and until())
+            if i >= max_count or (i >= min_count and over):
                 return
             t0 = time.perf_counter()
             error = await operation(i)

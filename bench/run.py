@@ -57,7 +57,6 @@ from bench.workload import (
     SparkTimings,
     Workload,
     compare,
-    run_pipeline,
     stop_spark,
 )
 
@@ -165,15 +164,7 @@ def build(args: argparse.Namespace, main: Workload, small: Workload) -> SparkTim
     spark = spark_session(None)
     try:
         for w in todo:
-            w.reset()
-            project = w.write_project()
-            log(f"generating {w.events:,} bookings of {w.customers:,} customers in {w.root} ...")
-            seconds = w.generate(project)
-            log(f"  generated in {seconds:.1f} s; running the pipeline ...")
-            seconds, _ = run_pipeline(project, spark)
-            w.info["pipeline_first_s"] = round(seconds, 2)
-            w.save_info()
-            log(f"  pipeline (first run, builds the served snapshots): {seconds:.1f} s")
+            w.build(spark, log)
         if main not in todo:
             return SparkTimings.from_dict(main.info.get("spark", {}))
         log(f"Spark comparison on {main.name}, warm JVM, {args.spark_runs} runs each ...")

@@ -17,6 +17,7 @@ import shutil
 import statistics
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,7 @@ DEFAULT_CUSTOMERS = 1_000_000
 DEFAULT_EVENTS = 5_000_000
 _NAMES = {(DEFAULT_CUSTOMERS, DEFAULT_EVENTS): "main", (100_000, 500_000): "small"}
 NAMES = tuple(_NAMES.values())
+PROJECT_FILE = "stategate.toml"
 
 
 @dataclass
@@ -65,10 +67,14 @@ class Workload:
         return cls(customers, events, BENCH_DIR / name)
 
     @classmethod
+    def called(cls, name: str) -> Workload:
+        """The workload `bench.run` builds under that name ("main", "small")."""
+        return cls.named(*next(size for size, known in _NAMES.items() if known == name))
+
+    @classmethod
     def built(cls, name: str) -> Workload | None:
-        """The workload `bench.run` builds under that name ("main", "small"), if built."""
-        sizes = next(size for size, known in _NAMES.items() if known == name)
-        workload = cls.named(*sizes)
+        """The same, if built."""
+        workload = cls.called(name)
         return workload if workload.is_built() else None
 
     @property
@@ -77,7 +83,7 @@ class Workload:
 
     @property
     def project_path(self) -> Path:
-        return self.root / "stategate.toml"
+        return self.root / PROJECT_FILE
 
     @property
     def info_path(self) -> Path:
@@ -107,31 +113,51 @@ class Workload:
             return False
         return len(manifest.partitions) == PARTITIONS
 
-    def write_project(self, ports: list[int] | None = None) -> Project:
-        """The project file: the demo's topics and stores, 9 partitions, 3 loopback nodes."""
+    def write_project(
+        self, ports: list[int] | None = None, file: str = PROJECT_FILE, cluster: str = ""
+    ) -> Project:
+        """The project file: the demo's topics and stores, 9 partitions, 3 loopback nodes.
+        Another `file` beside it (its nodes' data dirs in a folder of its name) and more
+        `cluster` entries serve a bench of its own on the same log and snapshots."""
         ports = ports or free_ports(NODES)
         stores = _stores_text()
+        data = "" if file == PROJECT_FILE else f"{Path(file).stem}/"
         nodes = "".join(
             f'[[cluster.nodes]]\nid = "node{i}"\naddress = "127.0.0.1:{port}"\n'
-            f'data_dir = "node{i}"\n\n'
+            f'data_dir = "{data}node{i}"\n\n'
             for i, port in enumerate(ports, start=1)
         )
         text = (
             "# Written by bench/workload.py: the demo's stores on a 3-node loopback cluster.\n"
             '[log]\ndir = "log"\n\n[snapshots]\nstore = "snapshots"\n\n'
             f"[cluster]\npartitions = {PARTITIONS}\nreplicas = {REPLICAS}\n"
-            'secret = "bench-secret"\n\n'
+            f'secret = "bench-secret"\n{cluster}\n'
             f"{nodes}{stores}"
         )
         self.root.mkdir(parents=True, exist_ok=True)
-        self.project_path.write_text(text)
-        return config.load(self.project_path)
+        path = self.root / file
+        path.write_text(text)
+        return config.load(path)
 
     def reset(self) -> None:
         if self.root.exists():
             shutil.rmtree(self.root)
         self.root.mkdir(parents=True)
         self.info = {}
+
+    def build(self, spark: SparkSession, log: Callable[[str], None] = print) -> None:
+        """From nothing: the project, the generated log, and the pipeline's first run (the
+        served snapshots), timed into workload.json."""
+        self.reset()
+        project = self.write_project()
+        size = f"{self.events:,} bookings of {self.customers:,} customers"
+        log(f"generating {size} in {self.root} ...")
+        seconds = self.generate(project)
+        log(f"  generated in {seconds:.1f} s; running the pipeline ...")
+        seconds, _ = run_pipeline(project, spark)
+        self.info["pipeline_first_s"] = round(seconds, 2)
+        self.save_info()
+        log(f"  pipeline (first run, builds the served snapshots): {seconds:.1f} s")
 
     def generate(self, project: Project) -> float:
         """Append the week of bookings to the log; returns the seconds it took."""

@@ -17,7 +17,7 @@ from contracts.coordination import State
 from spark_pipeline import job
 from stategate.launcher import free_ports
 from tests import oracle, wire
-from tests.coordinator import Etcd
+from tests.coordinator import Etcd, settled
 from tests.nodes import Nodes, metric
 from tests.projects import produce_test_events, write_project
 
@@ -67,10 +67,7 @@ class Elastic:
             a = state.assignment
             if (
                 a is not None
-                and set(state.members) == members
-                and not any(a.warming)
-                and all(len(s) == self.project.cluster.replicas for s in a.serving)
-                and set().union(*a.serving) == members - state.draining
+                and settled(state, members, self.project.cluster.replicas)
                 and all(self._serves(n, a.hosted_by(n)) for n in members)
             ):
                 return state
