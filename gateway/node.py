@@ -125,6 +125,14 @@ class GatewayNode:
             return self._local_offsets(partition)
         return self.membership.offsets(node, partition)
 
+    def _counted(self, before: Topology, after: Topology) -> None:
+        """Count the partitions this node received and handed over, and time its warm-ups:
+        from the first assignment it reads on, so listened to before the coordinator starts."""
+        held, holds = set(before.assigned_to(self.id)), set(after.assigned_to(self.id))
+        self.metrics.moves.labels("handed_over").inc(len(held - holds))
+        self.metrics.moves.labels("received").inc(len(holds - held))
+        self._time_warmups(set(before.hosted_by(self.id)), set(after.hosted_by(self.id)), holds)
+
     def _moved(self, before: Topology, after: Topology) -> None:
         """Hand over what this node no longer holds; fetch what it was given."""
         held, holds = set(before.assigned_to(self.id)), set(after.assigned_to(self.id))
@@ -132,10 +140,7 @@ class GatewayNode:
             if self.catalog.drop(partition):
                 log.info("partition %s handed over", partition)
                 self.switches.dropped(partition)
-            self.metrics.moves.labels("handed_over").inc()
-        self._time_warmups(set(before.hosted_by(self.id)), set(after.hosted_by(self.id)), holds)
         if holds - held:
-            self.metrics.moves.labels("received").inc(len(holds - held))
             task = asyncio.create_task(self._fetch_assigned())
             self._fetching.add(task)
             task.add_done_callback(self._fetching.discard)
@@ -159,9 +164,10 @@ class GatewayNode:
             log.warning("snapshot store unreachable: %s", exc)
 
     async def start(self) -> None:
+        self.topology.listen(self._counted)
         await self.coordinator.start()
         self.membership.follow(self.topology)
-        self.topology.listen(self._moved)
+        self.topology.listen(self._moved)  # the first assignment is delivered just below
         assigned = self.topology.current.assigned_to(self.id)
         await asyncio.to_thread(self.catalog.open_existing, assigned)
         try:
