@@ -76,7 +76,7 @@ class Origins:
         if scope["type"] == "http":
             await self.http(scope, receive, send)
         elif scope["type"] == "websocket" and not self.allows(Headers(scope=scope)):
-            await self._refuse(Headers(scope=scope)["origin"], scope, receive, send)
+            await self._refuse(Headers(scope=scope)["origin"], scope, send)
         else:
             await self.app(scope, receive, send)
 
@@ -87,7 +87,7 @@ class Origins:
             return True
         return listed(origin, self.origins) or own(origin, headers.get("host"))
 
-    async def _refuse(self, origin: str, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _refuse(self, origin: str, scope: Scope, send: Send) -> None:
         message = (
             f"a page of {origin[:100]!r} may not open a WebSocket on this node: only its own "
             "origin's pages and those of settings.cors_origins may"
