@@ -21,6 +21,7 @@ from contracts.coordination import Endpoint
 from contracts.entries import ConfigError as ConfigError
 from contracts.entries import Table
 from contracts.partitioner import KeyType
+from contracts.placement import Assignment, static
 from contracts.settings import Settings, SettingsError
 
 FieldType = Literal["string", "int", "long", "double", "boolean"]
@@ -162,16 +163,18 @@ class Cluster:
         raise ConfigError(f"unknown node {node_id!r}; nodes are {[n.id for n in self.nodes]}")
 
     @cached_property
+    def assignment(self) -> Assignment:
+        """The file's own placement, round-robin over [[cluster.nodes]] in order
+        (contracts/placement.py: static); without a coordinator it never changes."""
+        return static([n.id for n in self.nodes], self.partitions, self.replicas)
+
+    @property
     def replica_map(self) -> dict[int, tuple[str, ...]]:
-        """partition -> node ids, active first then standbys, assigned round-robin."""
-        ids = [n.id for n in self.nodes]
-        return {
-            p: tuple(ids[(p + r) % len(ids)] for r in range(self.replicas))
-            for p in range(self.partitions)
-        }
+        """partition -> node ids, active first then standbys."""
+        return self.assignment.replica_map
 
     def hosted_by(self, node_id: str) -> list[int]:
-        return [p for p, ids in self.replica_map.items() if node_id in ids]
+        return self.assignment.hosted_by(node_id)
 
 
 @dataclass(frozen=True)

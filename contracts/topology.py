@@ -20,9 +20,7 @@ class Topology:
 
     @classmethod
     def static(cls, cluster: Cluster) -> Topology:
-        ids = [n.id for n in cluster.nodes]
-        assignment = placement.static(ids, cluster.partitions, cluster.replicas)
-        return cls(assignment, {n.id: n.address for n in cluster.nodes})
+        return cls(cluster.assignment, {n.id: n.address for n in cluster.nodes})
 
     @classmethod
     def unassigned(cls, partitions: int, replicas: int, addresses: Mapping[str, str]) -> Topology:
