@@ -117,11 +117,15 @@ class ElasticCoordinator:
 
     async def _join(self) -> None:
         await self.coordination.connect()
+        await self._register()
+        self.connected = True
+        await self._read()
+
+    async def _register(self) -> None:
+        """Register this node under a new lease of `session_ttl_s`."""
         ttl = max(1, round(self.project.settings.session_ttl_s))
         self._lease = await self.coordination.lease(ttl)
         await self.coordination.register(self.me, self._lease)
-        self.connected = True
-        await self._read()
 
     async def _read(self) -> None:
         self.state = await self.coordination.read()
@@ -158,9 +162,7 @@ class ElasticCoordinator:
 
     async def _rejoin(self) -> None:
         """The lease expired (the coordinator was away longer than the TTL): register anew."""
-        ttl = max(1, round(self.project.settings.session_ttl_s))
-        self._lease = await self.coordination.lease(ttl)
-        await self.coordination.register(self.me, self._lease)
+        await self._register()
         log.info("registered again with the coordinator as %s", self.me.id)
 
     async def _follow(self) -> None:
