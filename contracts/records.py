@@ -283,7 +283,8 @@ def _nonfinite(value: object) -> bool:
 def _unknown(topic: Topic, name: object) -> str:
     fields = ", ".join(topic.value) or "none"
     return (
-        f"value.{name}: not a field of topic {topic.name!r} (its fields: {fields}; each may be "
+        f"value.{_field_name(name)}: not a field of topic {topic.name!r} (its fields: {fields}; "
+        "each may be "
         "missing or null)"
     )
 
@@ -325,3 +326,10 @@ def _check_text(text: object, what: str) -> None:
     problem = invalid_text(text, what) if isinstance(text, str) else None
     if problem is not None:
         raise BadRecord("not_unicode", problem)
+
+
+def _field_name(name: object) -> str:
+    """A field name as a message shows it: as written, or JSON-quoted when it holds control
+    characters (the message stays one line)."""
+    text = str(name)
+    return json.dumps(text) if any(ord(c) < 0x20 or c == "\x7f" for c in text) else text
