@@ -137,9 +137,7 @@ class GatewayNode:
         """Hand over what this node no longer holds; fetch what it was given."""
         held, holds = set(before.assigned_to(self.id)), set(after.assigned_to(self.id))
         for partition in sorted(held - holds):
-            if self.catalog.drop(partition):
-                log.info("partition %s handed over", partition)
-                self.switches.dropped(partition)
+            self.sync.hand_over(partition)
         if holds - held:
             task = asyncio.create_task(self._fetch_assigned())
             self._fetching.add(task)

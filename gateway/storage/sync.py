@@ -97,7 +97,22 @@ class SnapshotSync:
                     self.errors.pop(partition, None)
                     self._refused.pop(partition, None)
                     installed[partition] = entry.version
+            self._let_go_of_unassigned()
             return installed
+
+    def hand_over(self, partition: int) -> None:
+        """Stop serving a partition this node no longer holds; its files go once the queries
+        under way let go of it."""
+        if self.catalog.drop(partition):
+            log.info("partition %s handed over", partition)
+            self.switches.dropped(partition)
+
+    def _let_go_of_unassigned(self) -> None:
+        """Hand over what an install finished after the assignment took it away (the
+        download began while this node still held the partition)."""
+        held = set(self.topology.current.assigned_to(self.node_id))
+        for partition in sorted(set(self.catalog.current()) - held):
+            self.hand_over(partition)
 
     def _refuse(
         self, partition: int, entry: PartitionEntry, last: _Refusal | None, exc: Exception
