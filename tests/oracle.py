@@ -11,6 +11,7 @@ import json
 import math
 from collections import defaultdict
 from collections.abc import Callable, Collection
+from pathlib import Path
 
 import pyarrow.parquet as pq
 
@@ -45,6 +46,41 @@ def _records(
     for row in found:  # every value of a good record is JSON
         row["value"] = None if row["value"] is None else _decoded(row["value"])
     return found
+
+
+class Log:
+    """The oracle at any position of a live log: a store's rows in one partition after the
+    records before a given offset, for answers stamped with that position. Segments are
+    read once each (a published segment never changes)."""
+
+    def __init__(self, project: Project) -> None:
+        self.project = project
+        self._segments: dict[Path, list[dict]] = {}
+        self._rows: dict[tuple[str, int, int], dict[tuple, Row]] = {}
+
+    def rows(self, store_name: str, partition: int, offset: int) -> dict[tuple, Row]:
+        """(key,) or (key, window_start) -> the row, of the records before `offset`."""
+        cached = self._rows.get((store_name, partition, offset))
+        if cached is None:
+            store = self.project.store(store_name)
+            everything = self._records(store.topic.name, partition)
+            records = [r for r in everything if r["offset"] < offset]
+            assert len(records) == offset, f"the log holds {len(records)} of {offset} records"
+            width = 2 if store.kind == "window" else 1
+            cached = {row[:width]: row for row in _rows(store, records)}
+            self._rows[(store_name, partition, offset)] = cached
+        return cached
+
+    def _records(self, topic: str, partition: int) -> list[dict]:
+        found = []
+        for _, path in eventlog.segments(self.project.log_dir, topic, partition):
+            if path not in self._segments:
+                rows = pq.read_table(path).to_pylist()
+                for row in rows:
+                    row["value"] = None if row["value"] is None else _decoded(row["value"])
+                self._segments[path] = rows
+            found += self._segments[path]
+        return found
 
 
 def expected_positions(project: Project) -> dict[int, dict[str, int]]:

@@ -1,41 +1,49 @@
-"""An elastic cluster on a real etcd: nodes join and drain while clients read, and every
-answer agrees with the oracle at its stated positions."""
+"""An elastic cluster on a real etcd: nodes join, drain, die and hang while clients read and
+subscribe, and every answer agrees with the oracle at its stated positions."""
 
 from __future__ import annotations
 
+import contextlib
+import itertools
+import os
+import random
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
+from websockets.exceptions import ConnectionClosed
 
+from contracts import eventlog
 from contracts import project as projects
 from contracts.coordination import State
+from contracts.eventlog import Record
 from spark_pipeline import job
+from spark_pipeline.stream import Follower
 from stategate.launcher import free_ports
-from tests import oracle, wire
+from tests import live, oracle, positions
 from tests.coordinator import Etcd, settled
 from tests.nodes import Nodes, metric
-from tests.projects import produce_test_events, write_project
+from tests.projects import HOUR_MS, START_MS, produce_test_events, write_project
 
 SETTINGS = (
     "health_interval_s = 0.2\nsync_interval_s = 0.5\nsession_ttl_s = 2\n"
-    "lost_node_grace_s = 2\ninternal_timeout_s = 1.0"
+    "lost_node_grace_s = 2\ninternal_timeout_s = 1.0\ntrigger_interval_s = 0.5"
 )
 SETTLE_S = 60
-QUERY = """query($keys: [String!]!) {
-  totals: customerTotalsBatch(keys: $keys) {
-    entries { key failure record { bookings revenue } }
-    meta { partial partitions { partition node failure message } }
-  }
-}"""
+KEYS = [f"C{i:06d}" for i in range(0, 300, 7)] + ["Zoë", "gone", "日本語"]
+WATCHED = ("C000014", "C000021", "C000042")  # one subscription each
+PRODUCE_EVERY_S = 0.05
 
 
 class Elastic:
-    def __init__(self, root: Path, spark: SparkSession) -> None:
+    """etcd, a project of 5 nodes on it, its log and published state; with `follow`, the
+    continuous pipeline publishing (and telling the nodes) as a producer appends."""
+
+    def __init__(self, root: Path, spark: SparkSession, follow: bool = False) -> None:
         self.etcd = Etcd(root)
         self.etcd.start()
         path = write_project(root, free_ports(5), settings=SETTINGS)
@@ -45,10 +53,19 @@ class Elastic:
         path.write_text(text)
         self.project = projects.load(path)
         produce_test_events(self.project, seed=5)
-        job.run(self.project, spark, notify=False)
+        self.follower = Follower(self.project, spark) if follow else None
+        if self.follower is not None:
+            self.follower.start()
+        else:
+            job.run(self.project, spark, notify=False)
         self.nodes = Nodes(self.project, root)
-        parts = oracle.expected_store(self.project, "customerTotals")
-        self.expected = {r[0]: r for rows in parts.values() for r in rows}
+        self.log = oracle.Log(self.project)
+
+    def close(self) -> None:
+        self.nodes.stop_all()
+        if self.follower is not None:
+            self.follower.stop()
+        self.etcd.stop()
 
     def start(self, *node_ids: str) -> None:
         for node_id in node_ids:
@@ -78,97 +95,223 @@ class Elastic:
         serving = self.nodes.status(node_id)["partitions"]
         return {int(p) for p in serving} >= set(partitions)
 
-    def ask(self, node_id: str) -> dict[str, Any]:
-        return self.nodes.data(node_id, QUERY, {"keys": sorted(self.expected)})
+    @contextlib.contextmanager
+    def producing(self) -> Iterator[None]:
+        """Bookings of the test's customers appended every PRODUCE_EVERY_S, meanwhile."""
+        stop = threading.Event()
+        rng = random.Random(7)
+
+        def produce() -> None:
+            while not stop.wait(PRODUCE_EVERY_S):
+                key = f"C{rng.randrange(300):06d}"
+                value = {"trip": "Köln→Zürich", "price": rng.randint(10, 200), "seats": 1}
+                self._append([Record(key, value, START_MS + rng.randrange(6 * HOUR_MS))])
+
+        producer = threading.Thread(target=produce)
+        producer.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            producer.join()
+
+    def produce_watched(self) -> dict[str, int]:
+        """One booking of each watched key; key -> the position after it in its partition."""
+        records = [Record(k, {"price": 1.0}, START_MS) for k in WATCHED]
+        return {key: self._append([record]) for key, record in zip(WATCHED, records, strict=True)}
+
+    def _append(self, records: list[Record]) -> int:
+        """The position after the records (of one partition)."""
+        topic = self.project.topics["bookings"]
+        partition, _ = eventlog.produce(
+            self.project.log_dir, topic, self.project.cluster.partitions, records
+        ).popitem()
+        return eventlog.end_offset(self.project.log_dir, "bookings", partition)
+
+    def caught_up(self, node_id: str, timeout_s: float = 30) -> None:
+        """Until the node answers every query kind at the log's end, as the oracle does."""
+        end = {p: at["bookings"] for p, at in oracle.expected_positions(self.project).items()}
+        deadline = time.monotonic() + timeout_s
+        while True:
+            client = positions.Client(self.project, self.log)
+            body = self.nodes.gql(node_id, positions.document(self.project), variables(client, 0))
+            client.check(body["data"], None)
+            if client.seen == end:
+                assert client.problems == []
+                return
+            assert time.monotonic() < deadline, (client.seen, end, self.nodes.logs_tail())
+            time.sleep(0.5)
 
 
 @pytest.fixture
 def elastic(spark: SparkSession, tmp_path: Path) -> Iterator[Elastic]:
     cluster = Elastic(tmp_path, spark)
     yield cluster
-    cluster.nodes.stop_all()
-    cluster.etcd.stop()
+    cluster.close()
 
 
-class Readers:
-    """Clients reading every key on the given nodes, checking each answer."""
-
-    def __init__(self, elastic: Elastic, node_ids: list[str]) -> None:
-        self.elastic, self.node_ids = elastic, node_ids
-        self.answers, self.problems = 0, []  # type: ignore[var-annotated]
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._read, args=(n,)) for n in node_ids]
-
-    def __enter__(self) -> Readers:
-        for thread in self._threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(30)
-
-    def _read(self, node_id: str) -> None:
-        while not self._stop.is_set():
-            data = self.elastic.ask(node_id)["totals"]
-            self.answers += 1
-            failed = [p for p in data["meta"]["partitions"] if p["failure"]]
-            if failed:
-                self.problems.append((node_id, failed))
-            for entry in data["entries"]:
-                if entry["failure"] is None:
-                    got = entry["record"]
-                    row = (wire.long(got["bookings"]), got["revenue"])
-                    if row != pytest.approx(self.elastic.expected[entry["key"]][1:3]):
-                        self.problems.append((node_id, entry))
+def variables(client: positions.Client, i: int) -> dict[str, object]:
+    """The i-th request's: one key to look up, all of them as a batch, the last token."""
+    return {"key": KEYS[i % len(KEYS)], "keys": KEYS, "token": client.token}
 
 
-def test_nodes_join_and_drain_while_clients_read(elastic: Elastic) -> None:
-    elastic.start("node1", "node2", "node3")
-    first = elastic.settled({"node1", "node2", "node3"})
-    with Readers(elastic, ["node1", "node2"]) as readers:
-        elastic.start("node4", "node5")
-        grown = elastic.settled({"node1", "node2", "node3", "node4", "node5"})
-        counts = [len(grown.assignment.hosted_by(n)) for n in sorted(grown.members)]  # type: ignore[union-attr]
-        assert max(counts) - min(counts) <= 1, counts
-        check_visible(elastic, "node5", grown)
-        for node in ("node3", "node4", "node5"):
-            elastic.nodes.cli("cluster", "drain", node)
-        shrunk = elastic.settled({"node1", "node2", "node3", "node4", "node5"})
-        assert set().union(*shrunk.assignment.serving) == {"node1", "node2"}  # type: ignore[union-attr]
-        for node in ("node3", "node4", "node5"):  # what a node handed over, it deleted
-            wait_until(lambda node=node: not layer_files(elastic, node), f"{node} kept files")
-    assert readers.answers > 10
-    assert readers.problems == []
-    assert first.assignment is not None and grown.assignment is not None
-    assert grown.assignment.version > first.assignment.version
+class Reader(threading.Thread):
+    """A client asking every query kind of one node in a loop, its last token with each."""
+
+    def __init__(self, elastic: Elastic, node_id: str) -> None:
+        super().__init__()
+        self.elastic, self.node_id = elastic, node_id
+        self.client = positions.Client(elastic.project, elastic.log)
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        with self.client.crashes():
+            self._read()
+
+    def _read(self) -> None:
+        document = positions.document(self.elastic.project)
+        for i in itertools.count():
+            if self.stopping.is_set():
+                return
+            body = self.elastic.nodes.gql(self.node_id, document, variables(self.client, i))
+            if body.get("errors"):
+                self.client.problems.append(f"errors: {body['errors']}")
+                continue
+            self.client.check(body["data"], body["extensions"]["consistencyToken"])
 
 
-def test_a_lost_node_is_replaced_and_serving_outlives_the_coordinator(
+class Subscriber(threading.Thread):
+    """A dashboard's subscription to one key's totals; when its node goes away, it moves to
+    `fallback` with its last token, as the README says a client does."""
+
+    def __init__(self, elastic: Elastic, node_id: str, fallback: str, key: str) -> None:
+        super().__init__()
+        self.elastic, self.node_ids, self.key = elastic, [node_id, fallback], key
+        self.client = positions.Client(elastic.project, elastic.log)
+        self.stopping = threading.Event()
+        self.moved = 0
+        self.pushed: list[int] = []  # the offset of each push, in its key's partition
+
+    def run(self) -> None:
+        with self.client.crashes():
+            self._subscribe()
+
+    def _subscribe(self) -> None:
+        while not self.stopping.is_set():
+            url = self.elastic.nodes.url(self.node_ids[min(self.moved, 1)])
+            try:
+                self._follow(live.Socket(url))
+            except (ConnectionClosed, OSError):
+                self.moved += 1  # its node stopped: on to the next one, token and all
+
+    def _follow(self, socket: live.Socket) -> None:
+        try:
+            socket.subscribe(
+                "s",
+                positions.subscription(self.elastic.project),
+                {"key": self.key, "token": self.client.token},
+            )
+            while not self.stopping.is_set():
+                try:
+                    payload = socket.next_of("s", timeout=0.5)
+                except TimeoutError:
+                    continue
+                lookup = payload["data"]["lookup"]
+                self.client.check(payload["data"], lookup["meta"]["consistencyToken"])
+                self.pushed.append(self.client.seen.get(lookup["partition"], -1))
+        finally:
+            socket.close()
+
+
+def test_the_cluster_scales_3_5_2_while_every_query_kind_is_read_and_subscribed(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The continuous pipeline publishes and a producer appends throughout; every answer is
+    the oracle's at its stated positions, no client's positions go back, and every
+    subscription still receives at the end, one of them moved to another node."""
+    elastic = Elastic(tmp_path, spark, follow=True)
+    readers: list[Reader] = []
+    subscribers: list[Subscriber] = []
+    try:
+        elastic.start("node1", "node2", "node3")
+        first = elastic.settled({"node1", "node2", "node3"})
+        readers += [Reader(elastic, n) for n in ("node1", "node2")]
+        subscribers += [
+            Subscriber(elastic, node, "node1", key)
+            for node, key in zip(("node1", "node2", "node3"), WATCHED, strict=True)
+        ]
+        with elastic.producing():
+            for client in readers + subscribers:
+                client.start()
+            elastic.start("node4", "node5")
+            grown = elastic.settled({"node1", "node2", "node3", "node4", "node5"})
+            counts = [len(grown.assignment.hosted_by(n)) for n in sorted(grown.members)]  # type: ignore[union-attr]
+            assert max(counts) - min(counts) <= 1, counts
+            check_visible(elastic, "node5", grown)
+            for node in ("node3", "node4", "node5"):
+                elastic.nodes.cli("cluster", "drain", node)
+            shrunk = elastic.settled({"node1", "node2", "node3", "node4", "node5"})
+            assert set().union(*shrunk.assignment.serving) == {"node1", "node2"}  # type: ignore[union-attr]
+            for node in ("node3", "node4", "node5"):  # what a node handed over, it deleted
+                kept = lambda node=node: layer_files(elastic, node)  # noqa: E731
+                wait_until(lambda kept=kept: not kept(), f"{node} kept {kept()}")
+                elastic.nodes.processes.stop(node)
+            elastic.settled({"node1", "node2"})
+        ends = elastic.produce_watched()  # each subscription must push its key's new value
+        for subscriber in subscribers:
+            end = ends[subscriber.key]
+            pushed = lambda s=subscriber, e=end: max(s.pushed, default=-1) >= e  # noqa: E731
+            what = f"{subscriber.key} pushed {subscriber.pushed[-3:]}, not {end}"
+            wait_until(pushed, what, timeout_s=30)
+    finally:
+        for client in readers + subscribers:
+            client.stopping.set()
+            client.join(30)
+        elastic.close()
+    assert all(r.client.answers > 5 for r in readers), [r.client.answers for r in readers]
+    assert subscribers[2].moved == 1  # node3's subscription moved to node1, and went on
+    for checked in [r.client for r in readers] + [s.client for s in subscribers]:
+        assert checked.problems == []
+    assert grown.assignment.version > first.assignment.version  # type: ignore[union-attr]
+
+
+def test_a_lost_node_and_a_hung_one_are_replaced_and_serving_outlives_the_coordinator(
     elastic: Elastic, spark: SparkSession
 ) -> None:
-    four = {"node1", "node2", "node3", "node4"}
-    elastic.start(*sorted(four))
-    elastic.settled(four)
-    with Readers(elastic, ["node1", "node2"]) as readers:
-        elastic.nodes.kill("node4")  # a machine lost: its lease expires, then its grace
-        three = elastic.settled(four - {"node4"})
-    assert readers.answers > 5
-    assert readers.problems == []  # answered by the other replicas at once, all right
-    assert all(len(s) == 2 for s in three.assignment.serving)  # type: ignore[union-attr]
+    five = {"node1", "node2", "node3", "node4", "node5"}
+    elastic.start(*sorted(five))
+    elastic.settled(five)
+    readers = [Reader(elastic, n) for n in ("node1", "node2")]
+    for reader in readers:
+        reader.start()
+    try:
+        elastic.nodes.kill("node5")  # a machine lost: its lease expires, then its grace
+        four = elastic.settled(five - {"node5"})
+        hung = elastic.nodes.processes.pid("node4")
+        os.kill(hung, signal.SIGSTOP)  # a hung machine: alive, silent
+        three = elastic.settled(five - {"node4", "node5"})
+        os.kill(hung, signal.SIGCONT)  # back: it registers again and takes its share
+        back = elastic.settled(five - {"node5"})
+    finally:
+        for reader in readers:
+            reader.stopping.set()
+            reader.join(30)
+    assert all(r.client.answers > 5 for r in readers)
+    for reader in readers:  # answered by the other replicas at once, all right
+        assert reader.client.problems == []
+    for state in (four, three, back):
+        assert all(len(s) == 2 for s in state.assignment.serving)  # type: ignore[union-attr]
+    assert back.assignment.hosted_by("node4")  # type: ignore[union-attr]
 
     elastic.etcd.stop()  # nodes keep serving their last assignment, and new versions
     produce_test_events(elastic.project, seed=6, n_bookings=50, start_ms=1_767_400_000_000)
     job.run(elastic.project, spark, notify=True)
-    parts = oracle.expected_store(elastic.project, "customerTotals")
-    elastic.expected = {r[0]: r for rows in parts.values() for r in rows}
-    wait_for_answers(elastic, "node1")
+    elastic.caught_up("node1")
 
     elastic.etcd.start()
     elastic.start("node5")
-    elastic.settled({"node1", "node2", "node3", "node5"})
-    wait_for_answers(elastic, "node5")
+    elastic.settled(five)
+    elastic.caught_up("node5")
 
 
 def layer_files(elastic: Elastic, node_id: str) -> list[Path]:
@@ -197,20 +340,3 @@ def check_visible(elastic: Elastic, node_id: str, state: State) -> None:
     held = len(state.assignment.assigned_to(node_id))
     assert metric(samples, "stategate_partition_moves_total", direction="received") >= held
     assert metric(samples, "stategate_warmup_seconds_count") >= 1
-
-
-def wait_for_answers(elastic: Elastic, node_id: str, timeout_s: float = 30) -> None:
-    """Until every key's answer on the node agrees with the oracle."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        totals = elastic.ask(node_id)["totals"]
-        got = {
-            e["key"]: (wire.long(e["record"]["bookings"]), e["record"]["revenue"])
-            for e in totals["entries"]
-            if e["record"] is not None
-        }
-        want = {k: tuple(r[1:3]) for k, r in elastic.expected.items()}
-        if got.keys() == want.keys() and all(got[k] == pytest.approx(want[k]) for k in want):
-            return
-        assert time.monotonic() < deadline, (totals["meta"], elastic.nodes.logs_tail())
-        time.sleep(0.5)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from datetime import datetime
 from typing import Any
 
 import pytest
@@ -24,6 +23,7 @@ from tests import oracle, wire
 from tests.live import Socket
 from tests.nodes import Nodes
 from tests.projects import HOUR_MS, START_MS
+from tests.wire import millis
 
 PROJECT = """
 [cluster]
@@ -102,10 +102,6 @@ def row_of(cluster: Nodes, store: str, record: dict[str, Any]) -> tuple:
     window = [millis(record["windowStart"])] if store == "accountHourly" else []
     values = [wire.field(t, record[c]) for c, t in columns.items()]
     return (wire.long(record["key"]), *window, *values)
-
-
-def millis(text: str) -> int:
-    return int(datetime.fromisoformat(text).timestamp() * 1000)
 
 
 def as_javascript(text: str) -> Any:

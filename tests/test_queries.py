@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -11,6 +10,7 @@ from contracts.partitioner import partition_for
 from contracts.positions import decode_token
 from contracts.project import Project, Store
 from tests import oracle, wire
+from tests.wire import as_row, iso, selection
 
 NODES = ["node1", "node2", "node3"]
 KEYED = ["latestBooking", "customerTotals", "trainStatus", "trainDelays"]
@@ -20,27 +20,6 @@ META = (
     "position { topic partition offset } "
     "partitions { partition node role version failure position { topic offset } } }"
 )
-
-
-def millis(text: str) -> int:
-    return int(datetime.fromisoformat(text).astimezone(UTC).timestamp() * 1000)
-
-
-def iso(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat()
-
-
-def selection(store: Store) -> str:
-    window = ["windowStart", "windowEnd"] if store.kind == "window" else []
-    return " ".join(["key", *window, *store.columns])
-
-
-def as_row(store: Store, record: dict[str, Any]) -> tuple:
-    window = [millis(record["windowStart"])] if store.kind == "window" else []
-    if store.kind == "window":
-        assert millis(record["windowEnd"]) - window[0] == store.window_size_ms
-    key = wire.field(store.key_type, record["key"])
-    return (key, *window, *(wire.field(t, record[c]) for c, t in store.columns.items()))
 
 
 _CACHE: dict[tuple[str, str], Any] = {}

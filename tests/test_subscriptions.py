@@ -25,6 +25,7 @@ from tests import oracle, wire
 from tests.live import Socket, Unread, closed_code
 from tests.nodes import Served, serve
 from tests.projects import START_MS
+from tests.wire import iso
 
 PER_CONNECTION = 50
 PER_NODE = 120
@@ -259,12 +260,6 @@ def expected_page(cluster: Served) -> list[dict[str, Any]]:
         }
         for key, start, bookings, revenue, mean in rows
     ]
-
-
-def iso(ms: int) -> str:
-    from datetime import UTC, datetime
-
-    return datetime.fromtimestamp(ms / 1000, UTC).isoformat()
 
 
 def error_codes(message: dict[str, Any]) -> list[str]:

@@ -4,7 +4,10 @@ when a Long arrives as anything else, a JSON number above all."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
+
+from contracts.project import Store
 
 
 def long(value: Any) -> int:
@@ -30,3 +33,24 @@ def offsets(position: list[dict[str, Any]]) -> dict[str, int]:
 def sent(value: int | None) -> str | None:
     """How an expected Long looks in a response: its decimal string (None stays None)."""
     return None if value is None else str(value)
+
+
+def millis(text: str) -> int:
+    return int(datetime.fromisoformat(text).astimezone(UTC).timestamp() * 1000)
+
+
+def iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat()
+
+
+def selection(store: Store) -> str:
+    window = ["windowStart", "windowEnd"] if store.kind == "window" else []
+    return " ".join(["key", *window, *store.columns])
+
+
+def as_row(store: Store, record: dict[str, Any]) -> tuple:
+    window = [millis(record["windowStart"])] if store.kind == "window" else []
+    if store.kind == "window":
+        assert millis(record["windowEnd"]) - window[0] == store.window_size_ms
+    key = field(store.key_type, record["key"])
+    return (key, *window, *(field(t, record[c]) for c, t in store.columns.items()))
