@@ -257,6 +257,9 @@ def test_the_cluster_scales_3_5_2_while_every_query_kind_is_read_and_subscribed(
                 wait_until(lambda kept=kept: not kept(), f"{node} kept {kept()}")
                 elastic.nodes.processes.stop(node)
             elastic.settled({"node1", "node2"})
+            elastic.start("node3")  # started again, a drained node serves again
+            back = elastic.settled({"node1", "node2", "node3"})
+            assert back.assignment.hosted_by("node3")  # type: ignore[union-attr]
         ends = elastic.produce_watched()  # each subscription must push its key's new value
         for subscriber in subscribers:
             end = ends[subscriber.key]

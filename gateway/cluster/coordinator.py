@@ -116,7 +116,10 @@ class ElasticCoordinator:
         }
 
     async def _join(self) -> None:
+        """Register; a drain asked of this node's earlier run ends with it: a node started
+        again is started to serve."""
         await self.coordination.connect()
+        await self.coordination.undrain(self.me.id)
         await self._register()
         self.connected = True
         await self._read()
