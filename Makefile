@@ -1,12 +1,13 @@
-# The two commands: `make demo` (set up, generate, run the pipeline, start 3 nodes)
-# and `make test`. `make bench` runs the reference benchmark.
+# The two commands: `make demo` (set up, generate, run the pipeline, start 3 nodes;
+# `make demo-elastic` with a coordinator) and `make test`. `make bench` runs the reference
+# benchmark.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
 CODEGEN := .venv-codegen
 
-.PHONY: setup browser coordinator demo test lint bench schema clients client-python client-typescript
+.PHONY: setup browser coordinator demo demo-elastic test lint bench schema clients client-python client-typescript
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +30,10 @@ coordinator:
 
 demo: setup
 	$(PY) -m stategate.cli demo
+
+# The demo's cluster made elastic: an etcd of its own, and the command that adds a node.
+demo-elastic: setup coordinator
+	$(PY) -m stategate.cli demo --elastic
 
 lint: setup
 	$(PY) -m ruff check .

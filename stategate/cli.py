@@ -52,9 +52,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     if args.command == "demo":
-        return demo.run(
-            Path(args.dir), args.customers, args.events, args.fresh, args.check, args.rate
+        options = demo.Options(
+            args.customers, args.events, args.fresh, args.check, args.rate, args.elastic
         )
+        return demo.run(Path(args.dir), options)
     if args.command == "settings":
         return print_settings()
     command: Command = COMMANDS[args.command]
@@ -78,6 +79,12 @@ def _parser() -> argparse.ArgumentParser:
         "--rate", type=float, default=20.0, help="live bookings per second (default 20)"
     )
     run_demo.add_argument("--check", action="store_true", help="run the example queries, stop")
+    run_demo.add_argument(
+        "--elastic",
+        action="store_true",
+        help="with a coordinator (an etcd of its own): prints the command that adds a node; "
+        "with --check, runs it",
+    )
 
     node = commands.add_parser("node", help="serve one gateway node")
     node.add_argument("--config", required=True)

@@ -17,12 +17,17 @@ from stategate.launcher import free_ports
 ETCD = "/usr/bin/etcd"
 READY_S = 20
 MEMBER = "local"  # the etcd member's own name: one member, its own cluster
+MISSING = f"{ETCD} is missing: `make coordinator` installs Debian's etcd-server"
+
+
+def installed() -> bool:
+    return shutil.which(ETCD) is not None
 
 
 class Etcd:
     def __init__(self, folder: Path) -> None:
-        if shutil.which(ETCD) is None:
-            raise RuntimeError(f"{ETCD} is missing: `make test` installs Debian's etcd-server")
+        if not installed():
+            raise RuntimeError(MISSING)
         self.folder = folder
         self.client_port, self.peer_port = free_ports(2)
         self.proc: subprocess.Popen[bytes] | None = None

@@ -139,14 +139,19 @@ def wait_serving(project: Project, node_ids: list[str], timeout_s: float = 60) -
     that each has seen its peers' positions."""
     deadline = time.monotonic() + timeout_s
     pending = set(node_ids)
-    headers = secret_headers(project.cluster.secret)
     while pending and time.monotonic() < deadline:
         for node_id in sorted(pending):
-            url = f"{project.cluster.node(node_id).url}/internal/status"
-            serving = httpx.get(url, headers=headers, timeout=5).json()["partitions"]
-            if {int(p) for p in serving} >= set(project.cluster.hosted_by(node_id)):
+            url = project.cluster.node(node_id).url
+            if serving(project, url) >= set(project.cluster.hosted_by(node_id)):
                 pending.discard(node_id)
         time.sleep(0.2)
     if pending:
         raise RuntimeError(f"nodes {sorted(pending)} do not serve all their partitions")
     time.sleep(1.5 * project.settings.health_interval_s)
+
+
+def serving(project: Project, url: str) -> set[int]:
+    """The partitions the node at `url` serves now (its /internal/status)."""
+    headers = secret_headers(project.cluster.secret)
+    status = httpx.get(f"{url}/internal/status", headers=headers, timeout=5).json()
+    return {int(p) for p in status["partitions"]}

@@ -4,7 +4,8 @@ Its project file and example query ship with the package; `stategate demo` write
 project file into a working folder (default .demo/), generates a week of bookings there,
 starts the continuous pipeline (`stategate pipeline --follow`) and the nodes, keeps producing
 live bookings at a modest rate, and prints how to query them and where the live dashboard
-is (stategate/demo/dashboard/, served by every node at /pages/).
+is (stategate/demo/dashboard/, served by every node at /pages/). With --elastic, the cluster
+has a coordinator, an etcd of its own, and one command adds a node (stategate/demo/elastic.py).
 """
 
 from __future__ import annotations
@@ -12,10 +13,12 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import shlex
 import shutil
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -26,7 +29,10 @@ from websockets.typing import Subprotocol
 from contracts import eventlog
 from contracts import project as projects
 from contracts.project import Project
+from stategate import etcd as coordinator
 from stategate import logs, stopping
+from stategate.demo import elastic
+from stategate.etcd import Etcd
 from stategate.launcher import Processes
 
 HERE = Path(__file__).resolve().parent
@@ -38,67 +44,88 @@ PIPELINE_STOP_S = 60.0  # the pipeline lets its micro-batch finish (up to 30 s),
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class Options:
+    customers: int
+    events: int
+    fresh: bool = False
+    check: bool = False  # run the checks, then stop
+    rate: float = 20.0  # live bookings per second
+    elastic: bool = False  # with a coordinator: an etcd of the demo's own
+
+
 def example_query() -> str:
     return (HERE / "example.graphql").read_text()
 
 
-def prepare(folder: Path, fresh: bool) -> Project:
-    """The demo project in `folder` (written from the template; emptied first if fresh)."""
+def prepare(folder: Path, fresh: bool, coordinator: str | None = None) -> Project:
+    """The demo project in `folder` (written from the template; emptied first if fresh),
+    elastic with a `coordinator`."""
     if fresh and folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "stategate.toml"
     header = "# Written by `stategate demo` from stategate/demo/stategate.toml.\n"
-    path.write_text(header + PROJECT_TEMPLATE.read_text())
+    text = PROJECT_TEMPLATE.read_text()
+    if coordinator is not None:
+        entries = elastic.coordinator_entries(coordinator)
+        text = text.replace("[cluster]\n", f"[cluster]\n{entries}", 1)
+    path.write_text(header + text)
     shutil.copytree(HERE / "dashboard", folder / "dashboard", dirs_exist_ok=True)
     return projects.load(path)
 
 
-def run(folder: Path, customers: int, events: int, fresh: bool, check: bool, rate: float) -> int:
+def run(folder: Path, options: Options) -> int:
     """Until SIGINT or SIGTERM (whenever it comes: while generating, starting or running),
-    then stop every child (the pipeline, which stops its Spark, and the nodes) and end by
-    the signal; with `check`, until the checks ran (0, or 1 when one failed)."""
+    then stop every child (the pipeline, which stops its Spark, the nodes, then etcd) and end
+    by the signal; with `check`, until the checks ran (0, or 1 when one failed)."""
+    if options.elastic and not coordinator.installed():
+        print(f"stategate: the elastic demo runs etcd: {coordinator.MISSING}", file=sys.stderr)
+        return 2
     stop = stopping.StopRequest(raising=True).install()
     status = 0
     with contextlib.suppress(stopping.Stopped):
-        status = _run(folder, customers, events, fresh, check, rate, stop)
+        status = _run(folder, options, stop)
     if stop.requested:
         stop.exit()
     return status
 
 
-def _run(
-    folder: Path,
-    customers: int,
-    events: int,
-    fresh: bool,
-    check: bool,
-    rate: float,
-    stop: stopping.StopRequest,
-) -> int:
+def _run(folder: Path, options: Options, stop: stopping.StopRequest) -> int:
     from stategate.demo import bookings
 
-    project = prepare(folder, fresh)
+    etcd = Etcd(folder / "etcd") if options.elastic else None  # new ports each run
+    project = prepare(folder, options.fresh, etcd.url if etcd else None)
     logs.configure("demo", project.settings)
     if not project.log_dir.exists():
+        customers, events = options.customers, options.events
         print(f"generating {events} bookings of {customers} customers ...", flush=True)
         try:
             bookings.generate(project, customers=customers, events=events, end_ms=END_MS)
         except BaseException:  # a half-generated log would be taken as whole next time
             shutil.rmtree(project.log_dir, ignore_errors=True)
             raise
-    print("starting the continuous pipeline (Spark, local mode) ...", flush=True)
     pipeline: subprocess.Popen[bytes] | None = None
     nodes = Processes(logs=None)
-    live = bookings.LiveBookings(project, customers, rate)
+    live = bookings.LiveBookings(project, options.customers, options.rate)
     try:
+        if etcd is not None:
+            print(f"starting etcd ({etcd.url}) ...", flush=True)
+            etcd.start()
+        print("starting the continuous pipeline (Spark, local mode) ...", flush=True)
         pipeline = _follow(project, folder / "pipeline.log")
         _wait_published(project, pipeline, folder / "pipeline.log")
         nodes.start_nodes(project)
         live.start()
-        print(_instructions(project, rate), flush=True)
-        if check:
-            return _check(project) or _check_live(project)
+        joining = _settle(project, etcd) if etcd is not None else None
+        print(_instructions(project, options.rate), flush=True)
+        if etcd is not None and joining is not None:
+            print(elastic.instructions(project, etcd, joining), flush=True)
+        if options.check:
+            status = _check(project) or _check_live(project)
+            if etcd is None or joining is None:
+                return status
+            return status or _check_join(project, etcd, nodes, joining)
         while not stop.event.wait(1.0):
             pass
         return 0
@@ -106,6 +133,17 @@ def _run(
         stop.raising = False  # a signal now must not cut the clean-up short
         live.stop()
         _stop(pipeline, nodes)
+        if etcd is not None:
+            etcd.stop()
+
+
+def _settle(project: Project, etcd: Etcd) -> elastic.Joining:
+    """Wait until the nodes are placed and serve their partitions; the node to add next."""
+    print("waiting until the nodes serve the partitions placed on them ...", flush=True)
+    started = time.monotonic()
+    state = elastic.wait_settled(project, etcd, elastic.node_urls(project))
+    print(f"placed and serving in {time.monotonic() - started:.1f} s", flush=True)
+    return elastic.Joining.next(state)
 
 
 def _stop(pipeline: subprocess.Popen[bytes] | None, nodes: Processes) -> None:
@@ -168,19 +206,22 @@ def _instructions(project: Project, rate: float) -> str:
 
 def _check(project: Project) -> int:
     """Ask the example queries of every node; fail loudly on any error."""
-    query = example_query()
-    for node in project.cluster.nodes:
-        response = httpx.post(f"{node.url}/graphql", json={"query": query}, timeout=30)
-        body = response.json()
-        if response.status_code != 200 or body.get("errors"):
-            print(f"{node.id}: {json.dumps(body)[:2000]}")
-            return 1
-        data = body["data"]
-        empty = [name for name, value in data.items() if not _has_rows(value)]
-        if empty:
-            print(f"{node.id}: no rows from {empty}")
-            return 1
-        print(f"{node.id}: ok, {json.dumps(data['latestBooking']['record'], ensure_ascii=False)}")
+    return int(any(_check_node(node.id, node.url) for node in project.cluster.nodes))
+
+
+def _check_node(node_id: str, url: str) -> int:
+    """Ask the example queries of one node: 0, or 1 after printing what went wrong."""
+    response = httpx.post(f"{url}/graphql", json={"query": example_query()}, timeout=30)
+    body = response.json()
+    if response.status_code != 200 or body.get("errors"):
+        print(f"{node_id}: {json.dumps(body)[:2000]}")
+        return 1
+    data = body["data"]
+    empty = [name for name, value in data.items() if not _has_rows(value)]
+    if empty:
+        print(f"{node_id}: no rows from {empty}")
+        return 1
+    print(f"{node_id}: ok, {json.dumps(data['latestBooking']['record'], ensure_ascii=False)}")
     return 0
 
 
@@ -237,3 +278,36 @@ def _check_live(project: Project, timeout_s: float = 60) -> int:
             record = pushed["payload"]["data"]["latestBooking"]["record"]
             print(f"{node_id}: pushed the booking produced by hand {seconds:.1f} s later: {record}")
     return 0
+
+
+def _check_join(project: Project, etcd: Etcd, nodes: Processes, joining: elastic.Joining) -> int:
+    """Run the printed command that adds a node, and time it to serving its share while the
+    first node answers the dashboard's batch query (none may be partial); then ask the new
+    node the example queries."""
+    first = project.cluster.nodes[0]
+    members = {**elastic.node_urls(project), joining.node: joining.url}
+    print(f"\nadding {joining.node}: {elastic.join_command(project, joining)}", flush=True)
+    with elastic.Reader(first.url) as reader:
+        started = time.monotonic()
+        argv = shlex.split(elastic.join_command(project, joining))
+        nodes.start(joining.node, argv, joining.url)
+        state = elastic.wait_settled(project, etcd, members)
+        seconds = time.monotonic() - started
+        time.sleep(elastic.HOLD_S)
+    assert state.assignment is not None  # settled
+    share = state.assignment.hosted_by(joining.node)
+    active = [p for p in share if state.assignment.serving[p][0] == joining.node]
+    print(
+        f"{joining.node}: serving its share {seconds:.1f} s after it started: replicas of "
+        f"partitions {share} (active for {active}) of {project.cluster.partitions}, "
+        f"assignment version {state.assignment.version}"
+    )
+    shown = sorted(p for p, node in reader.nodes.items() if node == joining.node)
+    print(
+        f"{first.id}: {reader.answers} answers to the dashboard's batch query of "
+        f"{len(elastic.WATCHED)} keys while {joining.node} joined, {reader.partial} partial; "
+        f"in the last, {joining.node} answered partitions {shown}"
+    )
+    if reader.partial or not reader.answers:
+        return 1
+    return _check_node(joining.node, joining.url)
