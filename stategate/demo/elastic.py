@@ -53,9 +53,9 @@ class Joining:
 
     @classmethod
     def next(cls, state: State) -> Joining:
-        """A draining mark outlives its node, so a drained id is not used again."""
+        """The first nodeN the coordinator has no member of."""
         number = FIRST_NEW
-        while f"node{number}" in set(state.members) | state.draining:
+        while f"node{number}" in state.members:
             number += 1
         (port,) = free_ports(1)
         return cls(f"node{number}", f"127.0.0.1:{port}")
