@@ -125,6 +125,13 @@ class Settings:
     document_cache_size: int = _setting(
         256, "parsed and validated GraphQL documents a node keeps", 0
     )
+    document_cache_mb: int = _setting(
+        64,
+        "the memory those documents may take, estimated at 160 bytes per character of their "
+        "text (a document of 1000 aliased lookups, ~90 KB, takes ~14 MB); the newest is kept "
+        "whatever its size",
+        1,
+    )
     log_level: str = _setting(
         "info", f"the log level of every process (nodes, pipeline, store): {', '.join(LOG_LEVELS)}"
     )

@@ -13,21 +13,41 @@ V = TypeVar("V")
 
 
 class LRU(Generic[K, V]):
-    """The `size` most recently used values, each made by `make(key)` on a miss."""
+    """The most recently used values, each made by `make(key)` on a miss: at most `size` of
+    them and, with `weigh`, at most `budget` of their keys' weight together (the newest is
+    kept whatever it weighs)."""
 
-    def __init__(self, size: int, make: Callable[[K], V]) -> None:
+    def __init__(
+        self,
+        size: int,
+        make: Callable[[K], V],
+        weigh: Callable[[K], int] | None = None,
+        budget: int = 0,
+    ) -> None:
         self.size = size
         self.make = make
-        self._entries: OrderedDict[K, V] = OrderedDict()
+        self.weigh = weigh
+        self.budget = budget
+        self.weight = 0
+        self._entries: OrderedDict[K, tuple[V, int]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
     def __call__(self, key: K) -> V:
         try:
             self._entries.move_to_end(key)
-            return self._entries[key]
+            return self._entries[key][0]
         except KeyError:
-            value = self._entries[key] = self.make(key)
-            if len(self._entries) > self.size:
-                self._entries.popitem(last=False)
+            value = self.make(key)
+            weight = self.weigh(key) if self.weigh else 0
+            self._entries[key] = (value, weight)
+            self.weight += weight
+            while len(self._entries) > 1 and (
+                len(self._entries) > self.size or (self.weigh and self.weight > self.budget)
+            ):
+                _, (_, dropped) = self._entries.popitem(last=False)
+                self.weight -= dropped
             return value
 
 

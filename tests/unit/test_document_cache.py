@@ -1,0 +1,62 @@
+"""The documents a node keeps parsed, validated and compiled: bounded by count and by the
+memory their text stands for (resolvers/execution/lru.py, resolvers/execution/operations.py)."""
+
+from __future__ import annotations
+
+import gc
+import tracemalloc
+from pathlib import Path
+
+from contracts import project as projects
+from contracts.settings import Settings
+from resolvers.execution.lru import LRU
+from resolvers.execution.operations import MIB, Operations
+from resolvers.execution.persisted import Source
+from resolvers.schema.build import build_schema
+from tests.projects import write_project
+
+BUDGET_MB = 8
+
+
+def test_the_oldest_go_first_by_count_and_by_weight() -> None:
+    made: list[str] = []
+    cache = LRU(3, lambda k: made.append(k) or k.upper(), len, budget=10)
+    assert [cache(k) for k in ("aa", "bb", "cc")] == ["AA", "BB", "CC"]
+    cache("aa")  # used again: now the newest
+    cache("dd")  # a fourth: "bb", the least recently used, goes
+    assert (len(cache), cache.weight) == (3, 6)
+    cache("bb")
+    assert made == ["aa", "bb", "cc", "dd", "bb"]
+    cache("eeeeeeee")  # 8 of a budget of 10: all but it and the one before go
+    assert (len(cache), cache.weight) == (2, 10)
+    cache("x" * 50)  # heavier than the whole budget: kept alone, it is the newest
+    assert (len(cache), cache.weight) == (1, 50)
+
+
+def aliased(n: int, salt: int) -> str:
+    fields = " ".join(
+        f'a{i}_{salt}: customerTotals(key: "C{i:06d}") {{ record {{ bookings revenue }} }}'
+        for i in range(n)
+    )
+    return "{ " + fields + " }"
+
+
+def test_many_large_documents_stay_within_the_memory_budget(tmp_path: Path) -> None:
+    """Distinct documents of 100 aliased lookups each, 20 of them: without the budget the
+    cache would keep them all (about 28 MB); with 8 MB it keeps what fits, and the memory
+    Python holds after them all stays within the budget."""
+    project = projects.load(write_project(tmp_path, [1, 2, 3]))
+    settings = Settings(document_cache_mb=BUDGET_MB)  # type: ignore[call-arg]
+    operations = Operations(build_schema(project), settings, None)
+    documents = [aliased(100, salt) for salt in range(20)]
+    gc.collect()
+    tracemalloc.start()
+    try:
+        for document in documents:
+            operations.prepare(Source(document, None), {})
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert 1 < len(operations._parsed) < len(documents)
+    assert held < BUDGET_MB * MIB * 1.25, held / MIB
