@@ -4,7 +4,9 @@ postgresql package, when it is missing and we are root).
 
 - PostgreSQL (Debian's, 15 on bookworm): its own cluster in .bench/peer/pgdata on a free
   loopback port, trust auth, no unix socket, run as the OS user `pgbench` when we are root
-  (postgres refuses to run as root); settings for a read benchmark in bench.conf.
+  (postgres refuses to run as root; its cluster then lives in a folder of the system's
+  temporary folder, which that user may enter, where the checkout may not be); settings for
+  a read benchmark in bench.conf.
 - PostGraphile 5 (amber preset) from npm, on Node 22 (PostGraphile 5.1 fails every data query
   on Node 20); when the system node is older, Node 22 comes from the npm package
   node-linux-<arch> into .bench/peer/node22.
@@ -17,11 +19,13 @@ postgresql package, when it is missing and we are root).
 from __future__ import annotations
 
 import glob
+import hashlib
 import json
 import os
 import platform
 import shutil
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -59,7 +63,8 @@ class Peer:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.pg_port, self.gql_port = free_ports(2)
-        self.pgdata = root / "pgdata"
+        self.home = _pg_home(root)
+        self.pgdata = self.home / "pgdata"
         self.bin = _postgres_bin()
         self._node: subprocess.Popen[bytes] | None = None
 
@@ -104,6 +109,8 @@ class Peer:
     def start_postgres(self) -> None:
         assert self.bin is not None
         self.stop_postgres()  # one left running by an interrupted run: restart it on our port
+        self.home.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self._own(self.home)
         if not (self.pgdata / "PG_VERSION").exists():
             shutil.rmtree(self.pgdata, ignore_errors=True)
             self.pgdata.mkdir(parents=True)
@@ -116,7 +123,7 @@ class Peer:
         if "include_if_exists = 'bench.conf'" not in conf.read_text():
             with conf.open("a") as out:
                 out.write("\ninclude_if_exists = 'bench.conf'\n")
-        log = self.root / "postgres.log"
+        log = self.home / "postgres.log"
         log.touch()
         self._own(log)
         self._as_pg([f"{self.bin}/pg_ctl", "-D", str(self.pgdata), "-l", str(log), "-w",
@@ -211,11 +218,21 @@ class Peer:
     def _as_pg(self, command: list[str], check: bool = True) -> None:
         if os.geteuid() == 0:
             command = ["runuser", "-u", OS_USER, "--", *command]
-        subprocess.run(command, check=check)
+        subprocess.run(command, check=check, cwd=self.home)  # a folder it may enter
 
     def _own(self, path: Path) -> None:
         if os.geteuid() == 0:
             shutil.chown(path, OS_USER)
+
+
+def _pg_home(root: Path) -> Path:
+    """Where PostgreSQL's files go: beside the benchmark's, unless we are root and postgres
+    runs as OS_USER, which may not enter the checkout (a clone under /root, a mkdtemp
+    folder): then a folder of its own in the system's temporary folder, one per checkout."""
+    if os.geteuid() != 0:
+        return root
+    digest = hashlib.sha256(str(root.resolve()).encode()).hexdigest()[:12]
+    return Path(tempfile.gettempdir()) / f"stategate-bench-pg-{digest}"
 
 
 def _postgres_bin() -> str | None:
