@@ -323,6 +323,49 @@ def test_a_damaged_version_waits_for_a_backoff_before_it_is_fetched_again(
         catalog.close()
 
 
+def test_a_partition_that_comes_back_reuses_its_layers_and_stale_ones_go(
+    served: Served, tmp_path: Path
+) -> None:
+    """A node's folder as an earlier run left it (its replicas moved meanwhile): the layer of
+    a partition it is given again is reused, not fetched (the store's copy is gone here);
+    a partition it does not hold keeps the layer the manifest still names, and loses one
+    the manifest no longer names."""
+    store = tmp_path / "store"
+    shutil.copytree(served.project.snapshot_store, store)
+    project = dataclasses.replace(served.project, snapshot_url=str(store))
+    entries = orjson.loads((store / "manifest.json").read_bytes())["partitions"]
+    hosted = project.cluster.hosted_by("node1")
+    back = hosted[0]
+    other = next(p for p in range(project.cluster.partitions) if p not in hosted)
+    folder = tmp_path / "node1"
+    left = {}
+    for partition in (back, other):
+        (layer,) = entries[str(partition)]["layers"]
+        left[partition] = folder / relative_path(partition, layer["version"], "base")
+        left[partition].parent.mkdir(parents=True)
+        shutil.copyfile(store / layer["path"], left[partition])
+    stale = folder / relative_path(other, 99, "delta")
+    stale.write_bytes(b"a layer of a chain the manifest moved past")
+    (store / entries[str(back)]["layers"][0]["path"]).unlink()  # only the node's copy is left
+    catalog = SnapshotCatalog(folder, list(project.stores.values()), 1, "256MB")
+
+    async def main() -> None:
+        peers = PeerClient(project.cluster.secret, pooled(project.settings))
+        try:
+            topology = TopologyView(Topology.static(project.cluster))
+            sync = SnapshotSync(project, "node1", topology, catalog, peers, Switches())
+            assert set(await sync.run_once()) == set(hosted)
+        finally:
+            await peers.aclose()
+
+    try:
+        asyncio.run(main())
+    finally:
+        catalog.close()
+    assert left[back].exists() and left[other].exists()
+    assert not stale.exists()
+
+
 def test_a_node_starts_on_the_newest_file_that_opens(served: Served, tmp_path: Path) -> None:
     """A newer file that does not open (a crash mid-install) gives way to the older valid
     one, and is removed."""

@@ -23,7 +23,7 @@ from typing import BinaryIO
 
 from contracts.manifest import FILE_NAME, Layer, Manifest, PartitionEntry
 from contracts.project import Project
-from contracts.snapshot_file import FormatError, relative_path
+from contracts.snapshot_file import FormatError, parse_file_name, partition_folder, relative_path
 from gateway.model.topology import TopologyView
 from gateway.storage.layers import LocalLayer
 from gateway.storage.snapshots import SnapshotCatalog, SnapshotError
@@ -98,6 +98,7 @@ class SnapshotSync:
                     self._refused.pop(partition, None)
                     installed[partition] = entry.version
             self._let_go_of_unassigned()
+            await asyncio.to_thread(self._sweep)
             return installed
 
     def hand_over(self, partition: int) -> None:
@@ -166,7 +167,9 @@ class SnapshotSync:
         try:
             for layer in entry.layers:
                 local = LocalLayer(layer.version, layer.kind, self._local_path(partition, layer))
-                if local.path not in have:
+                if local.path not in have and not await asyncio.to_thread(
+                    _intact, local.path, layer
+                ):
                     await self._download(layer, local.path)
                     fetched.append(local.path)
                 chain.append(local)
@@ -178,6 +181,21 @@ class SnapshotSync:
             raise
         if serving.version != version:  # a compacted chain at the same version changes nothing
             self.switches.installed(partition)
+
+    def _sweep(self) -> None:
+        """Delete the layer files of partitions this node does not serve, but those the
+        manifest still names: a partition that comes back (a node restarted after its
+        replicas moved) reuses them instead of fetching them again."""
+        served = set(self.catalog.current())
+        for partition in range(self.project.cluster.partitions):
+            folder = self.catalog.folder / partition_folder(partition)
+            if partition in served or not folder.is_dir():
+                continue
+            entry = self.manifest.partitions.get(partition)
+            named = {self._local_path(partition, x) for x in entry.layers} if entry else set()
+            for path in folder.iterdir():
+                if parse_file_name(path.name) is not None and path not in named:
+                    path.unlink(missing_ok=True)
 
     def _local_path(self, partition: int, layer: Layer) -> Path:
         """Where a layer goes on this node: named by the node, never by the manifest."""
@@ -214,6 +232,20 @@ class SnapshotSync:
             await asyncio.to_thread(_sync, out)
             size = out.tell()
         return digest.hexdigest(), size
+
+
+def _intact(path: Path, layer: Layer) -> bool:
+    """Whether a file on disk is the layer the manifest names (size and sha256)."""
+    try:
+        if path.stat().st_size != layer.size:
+            return False
+        digest = hashlib.sha256()
+        with open(path, "rb") as file:
+            while chunk := file.read(_CHUNK):
+                digest.update(chunk)
+    except OSError:
+        return False
+    return digest.hexdigest() == layer.sha256
 
 
 def _read_if_exists(path: Path) -> bytes | None:
