@@ -8,7 +8,7 @@ import dataclasses
 import http.client
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from pyspark.sql import SparkSession
 
 from contracts.auth import SECRET_HEADER
 from contracts.positions import decode_token, encode_token
+from contracts.project import Project
 from contracts.snapshot_file import relative_path
 from contracts.topology import Topology
 from gateway.model.topology import TopologyView
@@ -282,6 +283,25 @@ def test_a_damaged_snapshot_is_refused_and_the_previous_version_keeps_serving(re
     assert part["node"] == "node3" and part["version"] == 1 and part["failure"] is None
 
 
+def synced(
+    project: Project, catalog: SnapshotCatalog, steps: Callable[[SnapshotSync], Awaitable[None]]
+) -> None:
+    """Run `steps` on node1's snapshot sync into `catalog`, then close it."""
+
+    async def main() -> None:
+        peers = PeerClient(project.cluster.secret, pooled(project.settings))
+        try:
+            topology = TopologyView(Topology.static(project.cluster))
+            await steps(SnapshotSync(project, "node1", topology, catalog, peers, Switches()))
+        finally:
+            await peers.aclose()
+
+    try:
+        asyncio.run(main())
+    finally:
+        catalog.close()
+
+
 def test_a_damaged_version_waits_for_a_backoff_before_it_is_fetched_again(
     served: Served, tmp_path: Path
 ) -> None:
@@ -298,29 +318,20 @@ def test_a_damaged_version_waits_for_a_backoff_before_it_is_fetched_again(
     path.write_bytes(intact[: len(intact) // 2])
     catalog = SnapshotCatalog(tmp_path / "node1", list(project.stores.values()), 1, "256MB")
 
-    async def main() -> None:
-        peers = PeerClient(project.cluster.secret, pooled(project.settings))
-        try:
-            topology = TopologyView(Topology.static(project.cluster))
-            sync = SnapshotSync(project, "node1", topology, catalog, peers, Switches())
-            assert set(await sync.run_once()) == set(hosted) - {damaged}
-            assert "checksum mismatch" in sync.errors[damaged]
-            assert sync.errors[damaged].endswith("(attempt 1, next in 2 s)")
-            assert await sync.run_once() == {}
-            assert sync.errors[damaged].endswith("(attempt 1, next in 2 s)"), "not fetched"
-            assert await sync.run_once(force=True) == {}
-            assert sync.errors[damaged].endswith("(attempt 2, next in 4 s)")
-            path.write_bytes(intact)
-            version = entries[str(damaged)]["layers"][-1]["version"]
-            assert await sync.run_once(force=True) == {damaged: version}
-            assert damaged not in sync.errors
-        finally:
-            await peers.aclose()
+    async def steps(sync: SnapshotSync) -> None:
+        assert set(await sync.run_once()) == set(hosted) - {damaged}
+        assert "checksum mismatch" in sync.errors[damaged]
+        assert sync.errors[damaged].endswith("(attempt 1, next in 2 s)")
+        assert await sync.run_once() == {}
+        assert sync.errors[damaged].endswith("(attempt 1, next in 2 s)"), "not fetched"
+        assert await sync.run_once(force=True) == {}
+        assert sync.errors[damaged].endswith("(attempt 2, next in 4 s)")
+        path.write_bytes(intact)
+        version = entries[str(damaged)]["layers"][-1]["version"]
+        assert await sync.run_once(force=True) == {damaged: version}
+        assert damaged not in sync.errors
 
-    try:
-        asyncio.run(main())
-    finally:
-        catalog.close()
+    synced(project, catalog, steps)
 
 
 def test_a_partition_that_comes_back_reuses_its_layers_and_stale_ones_go(
@@ -349,19 +360,10 @@ def test_a_partition_that_comes_back_reuses_its_layers_and_stale_ones_go(
     (store / entries[str(back)]["layers"][0]["path"]).unlink()  # only the node's copy is left
     catalog = SnapshotCatalog(folder, list(project.stores.values()), 1, "256MB")
 
-    async def main() -> None:
-        peers = PeerClient(project.cluster.secret, pooled(project.settings))
-        try:
-            topology = TopologyView(Topology.static(project.cluster))
-            sync = SnapshotSync(project, "node1", topology, catalog, peers, Switches())
-            assert set(await sync.run_once()) == set(hosted)
-        finally:
-            await peers.aclose()
+    async def steps(sync: SnapshotSync) -> None:
+        assert set(await sync.run_once()) == set(hosted)
 
-    try:
-        asyncio.run(main())
-    finally:
-        catalog.close()
+    synced(project, catalog, steps)
     assert left[back].exists() and left[other].exists()
     assert not stale.exists()
 
