@@ -82,6 +82,13 @@ class Settings:
     request_timeout_s: float = _setting(
         10.0, "longest a request may run; then it is stopped (DEADLINE_EXCEEDED)", 0.01
     )
+    bound_wait_s: float = _setting(
+        2.0,
+        "how long a partition whose replicas are all behind a request's bound (a consistency "
+        "token, a position, maxLag) waits for one to catch up, when the bound is within what "
+        "was published, before it answers NOT_UP_TO_BOUND; 0: not at all",
+        0,
+    )
     max_batch_size: int = _setting(
         10, "most operations in one batched request (a JSON array); 0 turns batching off", 0
     )

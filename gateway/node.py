@@ -65,6 +65,11 @@ class GatewayNode:
         )
         self.metrics = NodeMetrics()
         self.lanes = Lanes()
+        self.log_end: LogEnd = (
+            LogFileEnd(project.log_dir, settings.health_interval_s)
+            if settings.log_end == "log"
+            else PublishedEnd(self.sync.log_end, self._positions)
+        )
         self.router = Router(
             project,
             node_id,
@@ -74,11 +79,7 @@ class GatewayNode:
             self.execute_local,
             self._local_offsets,
             self.metrics,
-        )
-        self.log_end: LogEnd = (
-            LogFileEnd(project.log_dir, settings.health_interval_s)
-            if settings.log_end == "log"
-            else PublishedEnd(self.sync.log_end, self._positions)
+            self.log_end,
         )
         self.metrics.watch(
             NodeState(

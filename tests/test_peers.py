@@ -67,8 +67,9 @@ def router_of_node1(project: config.Project, membership: Membership) -> Router:
     client = membership.client
     topology = TopologyView(Topology.static(project.cluster))
     return Router(
-        project, "node1", membership, client, topology, never_local, lambda p: None, NodeMetrics()
-    )
+        project, "node1", membership, client, topology, never_local, lambda p: None, NodeMetrics(),
+        lambda topic, partition: None,
+    )  # fmt: skip
 
 
 def peers(project: config.Project) -> PeerClient:

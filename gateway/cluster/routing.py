@@ -10,6 +10,11 @@ Replica order: this node first when it hosts the partition and is as fresh as th
 request's bound go after those, and a replica that is really behind answers NOT_UP_TO_BOUND.
 Last come replicas believed down that failed fast (gateway/cluster/health.py): asking one again
 costs a refused connection, and what this node believes of a peer may be out of date.
+
+A partition whose every replica answered NOT_UP_TO_BOUND for a position the pipeline has
+published (a token from a replica that moved on, another that has not installed the newest
+version yet) is asked again, after a pause, for up to `bound_wait_s`: its replicas are a
+delivery away from it. A bound past what was published fails at once.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from contracts.errors import Failure
 from contracts.positions import satisfies
 from contracts.project import Project
 from gateway.cluster.health import Membership
+from gateway.cluster.log_end import LogEnd
 from gateway.cluster.metrics import NodeMetrics
 from gateway.model.queries import Answer, SubQuery
 from gateway.model.topology import TopologyView
@@ -35,6 +41,7 @@ from gateway.wire.protocol import ProtocolError
 log = logging.getLogger(__name__)
 # Failures the caller's own demands cause (a bound, requireActive): not worth a warning.
 _ASKED_FOR = frozenset({Failure.NOT_UP_TO_BOUND, Failure.NOT_ACTIVE})
+BOUND_PAUSE_S = 0.05  # the first pause before replicas behind a bound are asked again
 
 
 @dataclass
@@ -59,6 +66,7 @@ class Router:
         local: Callable[[list[SubQuery]], Awaitable[list[Answer]]],
         local_offsets: Callable[[int], dict[str, int] | None],
         metrics: NodeMetrics,
+        log_end: LogEnd,
     ) -> None:
         self.project = project
         self.node_id = node_id
@@ -68,6 +76,7 @@ class Router:
         self.local = local
         self.local_offsets = local_offsets
         self.metrics = metrics
+        self.log_end = log_end
 
     async def execute(
         self, subqueries: list[SubQuery], authorization: str | None = None
@@ -77,22 +86,33 @@ class Router:
         done: dict[int, Answer] = {}
         tried: dict[int, set[str]] = defaultdict(set)
         pending = list(subqueries)
+        pause, waited = BOUND_PAUSE_S, 0.0
         while pending:
             by_node: dict[str, list[SubQuery]] = defaultdict(list)
+            behind: list[SubQuery] = []
             for q in pending:
                 node = self._next_replica(q, tried[q.id])
-                if node is None:
+                if node is None and self._catching_up(q, done.get(q.id), waited):
+                    behind.append(q)
+                elif node is None:
                     done.setdefault(q.id, self._unanswerable(q))
-                    continue
-                tried[q.id].add(node)
-                by_node[node].append(q)
+                else:
+                    tried[q.id].add(node)
+                    by_node[node].append(q)
+            if not by_node and behind:  # every replica is behind: wait for one, ask again
+                await asyncio.sleep(pause)
+                waited, pause = waited + pause, pause * 2
+                for q in behind:
+                    tried[q.id].clear()
+                pending = behind
+                continue
             if not by_node:
                 break
             trace.rounds.append({n: len(qs) for n, qs in by_node.items()})
             calls = [self._call(n, qs, authorization) for n, qs in by_node.items()]
             batches = [await calls[0]] if len(calls) == 1 else await asyncio.gather(*calls)
             by_id = {q.id: q for qs in by_node.values() for q in qs}
-            pending = []
+            pending = behind
             for answer in (a for answers in batches for a in answers):
                 if not _hides(answer, done.get(answer.id)):
                     done[answer.id] = answer  # a failure stands unless a later one says more
@@ -148,6 +168,19 @@ class Router:
             return False
         theirs = self._known_offsets(active, partition)
         return theirs is None or satisfies(mine, theirs)
+
+    def _catching_up(self, q: SubQuery, last: Answer | None, waited: float) -> bool:
+        """Whether a partition whose replicas all refused is worth asking again: its last
+        answer was behind a bound the pipeline has published, and there is time left."""
+        if last is None or last.failure != Failure.NOT_UP_TO_BOUND or last.offsets is None:
+            return False
+        if waited >= self.project.settings.bound_wait_s or satisfies(last.offsets, q.bound):
+            return False  # out of time, or behind for maxAgeMs, which waiting does not mend
+        for topic, offset in q.bound.items():
+            end = self.log_end(topic, q.partition)
+            if end is None or offset > end:
+                return False  # not published yet: no replica will have it soon
+        return True
 
     def _unanswerable(self, q: SubQuery) -> Answer:
         """The failure of a partition no live replica was left to ask."""

@@ -67,6 +67,7 @@ class Node:
                     self.local,
                     lambda p: None,
                     NodeMetrics(),
+                    log_end,
                 )
                 batch = RequestBatch(
                     router, self.project.cluster.partitions, log_end, max_keys=max_keys

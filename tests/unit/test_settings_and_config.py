@@ -121,7 +121,7 @@ def test_a_string_setting_refuses_values_that_are_not_strings(name: str, value: 
 @pytest.mark.parametrize("name", BOUNDED)
 def test_a_value_below_the_minimum_is_refused(name: str) -> None:
     minimum = FIELDS[name].metadata["minimum"]
-    below = minimum - 1 if name in INTS else minimum / 2
+    below = minimum - 1 if name in INTS or minimum == 0 else minimum / 2
     message = refused({name: below}, name)
     assert str(minimum) in message
 

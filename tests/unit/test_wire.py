@@ -17,6 +17,7 @@ from contracts.errors import Failure
 from contracts.project import Project, load
 from contracts.topology import Topology
 from gateway.cluster.health import Membership
+from gateway.cluster.log_end import LogEnd
 from gateway.cluster.metrics import NodeMetrics
 from gateway.cluster.routing import Router
 from gateway.model.queries import Answer, Get, SubQuery
@@ -128,8 +129,14 @@ def _peer(call: Call, down: set[str]) -> Reply:
     return Reply(200, encode_answers([Answer(id=q.id, node=node, rows=[]) for q in queries]))
 
 
-def _route(project: Project, down: set[str]) -> tuple[dict[int, Answer], MockTransport]:
-    transport = MockTransport(lambda call: _peer(call, down))
+def _route(
+    project: Project,
+    down: set[str] = frozenset(),  # type: ignore[assignment]
+    peer: Callable[[Call], Reply] | None = None,
+    bound: dict[str, int] | None = None,
+    log_end: LogEnd = lambda topic, partition: None,
+) -> tuple[dict[int, Answer], MockTransport]:
+    transport = MockTransport(peer or (lambda call: _peer(call, down)))
 
     async def go() -> dict[int, Answer]:
         peers = PeerClient(project.cluster.secret, transport)
@@ -140,10 +147,14 @@ def _route(project: Project, down: set[str]) -> tuple[dict[int, Answer], MockTra
 
         topology = TopologyView(Topology.static(project.cluster))
         router = Router(
-            project, "node1", membership, peers, topology, local, lambda p: None, NodeMetrics()
-        )
+            project, "node1", membership, peers, topology, local, lambda p: None, NodeMetrics(),
+            log_end,
+        )  # fmt: skip
         away = [p for p in range(project.cluster.partitions) if "node1" not in _ids(project, p)]
-        queries = [SubQuery(i, p, "latestBooking", Get(("k",))) for i, p in enumerate(away)]
+        queries = [
+            SubQuery(i, p, "latestBooking", Get(("k",)), bound=dict(bound or {}))
+            for i, p in enumerate(away)
+        ]
         answers, _ = await router.execute(queries)
         return answers
 
@@ -176,3 +187,50 @@ def test_listeners_hear_once_of_a_peer_that_is_back(project: Project) -> None:
     membership.mark_up("node2")
     membership.mark_up("node2")
     assert back == ["node2"]
+
+
+class Catching:
+    """Peers at offset 5 of bookings for their first `behind` calls, at 10 after."""
+
+    def __init__(self, behind: int) -> None:
+        self.behind, self.calls = behind, 0
+
+    def __call__(self, call: Call) -> Reply:
+        node = "node" + call.url.split(":")[2][3]
+        self.calls += 1
+        offset = 5 if self.calls <= self.behind else 10
+        answers = []
+        for q in decode_request(call.body):
+            answer = Answer(id=q.id, node=node, rows=[], offsets={"bookings": offset})
+            if offset < q.bound["bookings"]:
+                answer.fail(Failure.NOT_UP_TO_BOUND, f"at {offset}")
+            answers.append(answer)
+        return Reply(200, encode_answers(answers))
+
+
+def test_replicas_behind_a_published_bound_are_asked_again_until_one_caught_up(
+    project: Project,
+) -> None:
+    """Every replica is behind the bound at first (a token from a replica that moved on):
+    the bound is within what was published, so they are asked again after a pause."""
+    peers = Catching(behind=4)
+    answers, _ = _route(project, peer=peers, bound={"bookings": 8}, log_end=lambda t, p: 10)
+    assert answers and all(a.failure is None for a in answers.values())
+    assert all(a.offsets == {"bookings": 10} for a in answers.values())
+    assert peers.calls > 4
+
+
+def test_a_bound_past_what_was_published_fails_at_once(project: Project) -> None:
+    peers = Catching(behind=1000)
+    answers, transport = _route(project, peer=peers, bound={"bookings": 8}, log_end=lambda t, p: 7)
+    assert answers and all(a.failure is Failure.NOT_UP_TO_BOUND for a in answers.values())
+    assert peers.calls == 2  # one round per replica, no waiting
+
+
+def test_waiting_for_a_bound_ends_after_bound_wait_s(project: Project) -> None:
+    peers = Catching(behind=1000)
+    started = time.monotonic()
+    answers, _ = _route(project, peer=peers, bound={"bookings": 8}, log_end=lambda t, p: 10)
+    waited = time.monotonic() - started
+    assert answers and all(a.failure is Failure.NOT_UP_TO_BOUND for a in answers.values())
+    assert project.settings.bound_wait_s <= waited < project.settings.bound_wait_s * 3
