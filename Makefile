@@ -60,7 +60,12 @@ $(CODEGEN)/.installed: clients/python/requirements.txt
 client-python: $(CODEGEN)/.installed
 	$(CODEGEN)/bin/ariadne-codegen --config clients/python/ariadne-codegen.toml client
 
-client-typescript:
-	cd clients/typescript && npm ci --no-audit --no-fund && npm run codegen && npm run check
+# npm writes node_modules/.package-lock.json last: installed, and from the current lock file.
+TS_MODULES := clients/typescript/node_modules/.package-lock.json
+$(TS_MODULES): clients/typescript/package-lock.json
+	cd clients/typescript && npm ci --no-audit --no-fund
+
+client-typescript: $(TS_MODULES)
+	cd clients/typescript && npm run codegen && npm run check
 
 clients: client-python client-typescript
