@@ -172,7 +172,7 @@ class Router:
     def _catching_up(self, q: SubQuery, last: Answer | None, waited: float) -> bool:
         """Whether a partition whose replicas all refused is worth asking again: its last
         answer was behind a bound the pipeline has published, and there is time left."""
-        if last is None or last.failure != Failure.NOT_UP_TO_BOUND or last.offsets is None:
+        if last is None or last.failure != Failure.NOT_UP_TO_BOUND:
             return False
         if waited >= self.project.settings.bound_wait_s or satisfies(last.offsets, q.bound):
             return False  # out of time, or behind for maxAgeMs, which waiting does not mend

@@ -239,13 +239,10 @@ def _intact(path: Path, layer: Layer) -> bool:
     try:
         if path.stat().st_size != layer.size:
             return False
-        digest = hashlib.sha256()
         with open(path, "rb") as file:
-            while chunk := file.read(_CHUNK):
-                digest.update(chunk)
+            return hashlib.file_digest(file, "sha256").hexdigest() == layer.sha256
     except OSError:
         return False
-    return digest.hexdigest() == layer.sha256
 
 
 def _read_if_exists(path: Path) -> bytes | None:
