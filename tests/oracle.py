@@ -38,14 +38,20 @@ def _records(
     project: Project, topic: str, partition: int, bad: Collection[tuple[str, int, int]]
 ) -> list[dict]:
     """The partition's records, values decoded, but for the `bad` ones (not all are JSON)."""
-    found = []
-    for path in eventlog.segments(project.log_dir, topic, partition):
-        for row in pq.read_table(path[1]).to_pylist():
-            if (topic, partition, row["offset"]) not in bad:
-                found.append(row)
-    for row in found:  # every value of a good record is JSON
+    return [
+        row
+        for _, path in eventlog.segments(project.log_dir, topic, partition)
+        for row in _segment(path)
+        if (topic, partition, row["offset"]) not in bad
+    ]
+
+
+def _segment(path: Path) -> list[dict]:
+    """A segment's records, values decoded (a bad record's value, not JSON, as its text)."""
+    rows = pq.read_table(path).to_pylist()
+    for row in rows:
         row["value"] = None if row["value"] is None else _decoded(row["value"])
-    return found
+    return rows
 
 
 class Log:
@@ -75,10 +81,7 @@ class Log:
         found = []
         for _, path in eventlog.segments(self.project.log_dir, topic, partition):
             if path not in self._segments:
-                rows = pq.read_table(path).to_pylist()
-                for row in rows:
-                    row["value"] = None if row["value"] is None else _decoded(row["value"])
-                self._segments[path] = rows
+                self._segments[path] = _segment(path)
             found += self._segments[path]
         return found
 

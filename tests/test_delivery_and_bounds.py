@@ -283,6 +283,15 @@ def test_a_damaged_snapshot_is_refused_and_the_previous_version_keeps_serving(re
     assert part["node"] == "node3" and part["version"] == 1 and part["failure"] is None
 
 
+def own_store(served: Served, tmp_path: Path) -> tuple[Project, Path, dict[str, Any]]:
+    """The served project on a copy of its snapshot store, that copy, and its manifest's
+    partitions."""
+    store = tmp_path / "store"
+    shutil.copytree(served.project.snapshot_store, store)
+    project = dataclasses.replace(served.project, snapshot_url=str(store))
+    return project, store, orjson.loads((store / "manifest.json").read_bytes())["partitions"]
+
+
 def synced(
     project: Project, catalog: SnapshotCatalog, steps: Callable[[SnapshotSync], Awaitable[None]]
 ) -> None:
@@ -307,10 +316,7 @@ def test_a_damaged_version_waits_for_a_backoff_before_it_is_fetched_again(
 ) -> None:
     """Each attempt is counted in the error: a sync within the backoff does not fetch the
     damaged file again, an explicit one does, and a repaired file is installed."""
-    store = tmp_path / "store"
-    shutil.copytree(served.project.snapshot_store, store)
-    project = dataclasses.replace(served.project, snapshot_url=str(store))
-    entries = orjson.loads((store / "manifest.json").read_bytes())["partitions"]
+    project, store, entries = own_store(served, tmp_path)
     hosted = project.cluster.hosted_by("node1")
     damaged = hosted[0]
     path = store / entries[str(damaged)]["layers"][-1]["path"]
@@ -341,10 +347,7 @@ def test_a_partition_that_comes_back_reuses_its_layers_and_stale_ones_go(
     a partition it is given again is reused, not fetched (the store's copy is gone here);
     a partition it does not hold keeps the layer the manifest still names, and loses one
     the manifest no longer names."""
-    store = tmp_path / "store"
-    shutil.copytree(served.project.snapshot_store, store)
-    project = dataclasses.replace(served.project, snapshot_url=str(store))
-    entries = orjson.loads((store / "manifest.json").read_bytes())["partitions"]
+    project, store, entries = own_store(served, tmp_path)
     hosted = project.cluster.hosted_by("node1")
     back = hosted[0]
     other = next(p for p in range(project.cluster.partitions) if p not in hosted)
