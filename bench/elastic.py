@@ -60,7 +60,7 @@ from contracts.auth import secret_headers
 from contracts.coordination import Coordination, Endpoint, State
 from contracts.manifest import read_manifest
 from contracts.project import Project
-from stategate.etcd import Etcd, settled
+from stategate.etcd import Etcd, serving_settled
 from stategate.launcher import Processes, free_ports, node_command
 
 NODE = "node1"  # where the lookups go; never drained
@@ -243,16 +243,7 @@ class Cluster:
             time.sleep(POLL_S)
 
     def _settled(self, state: State) -> bool:
-        a = state.assignment
-        return (
-            a is not None
-            and settled(state, self.members, self.project.cluster.replicas)
-            and all(self._serves(n, a.hosted_by(n)) for n in self.members)
-        )
-
-    def _serves(self, node: str, partitions: list[int]) -> bool:
-        status = self.http.get(f"{self.urls[node]}/internal/status").json()
-        return {int(p) for p in status["partitions"]} >= set(partitions)
+        return serving_settled(state, {n: self.urls[n] for n in self.members}, self.project)
 
     def _joined(
         self, node: str, before: State, after: State, seconds: tuple[float, float, float]

@@ -8,11 +8,12 @@ import asyncio
 import shutil
 import subprocess
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
 from contracts.coordination import Coordination, CoordinatorError, Endpoint, State
-from stategate.launcher import free_ports
+from contracts.project import Project
+from stategate.launcher import free_ports, serving
 
 ETCD = "/usr/bin/etcd"
 READY_S = 20
@@ -87,4 +88,15 @@ def settled(state: State, members: Collection[str], replicas: int) -> bool:
         and not any(a.warming)
         and all(len(nodes) == replicas for nodes in a.serving)
         and set().union(*a.serving) == set(members) - state.draining
+    )
+
+
+def serving_settled(state: State, urls: Mapping[str, str], project: Project) -> bool:
+    """`settled` with the nodes of `urls` as the members, and each of them serving what it is
+    assigned (its /internal/status)."""
+    a = state.assignment
+    return (
+        a is not None
+        and settled(state, urls, project.cluster.replicas)
+        and all(serving(project, url) >= set(a.hosted_by(n)) for n, url in urls.items())
     )

@@ -23,9 +23,10 @@ from contracts.coordination import State
 from contracts.eventlog import Record
 from spark_pipeline import job
 from spark_pipeline.stream import Follower
+from stategate.etcd import serving_settled
 from stategate.launcher import free_ports
 from tests import live, oracle, positions
-from tests.coordinator import Etcd, settled
+from tests.coordinator import Etcd
 from tests.nodes import Nodes, metric
 from tests.projects import HOUR_MS, START_MS, produce_test_events, write_project
 
@@ -78,22 +79,14 @@ class Elastic:
         """Wait until the members serve every partition with its replicas, nothing warming,
         and every member serves what it is assigned."""
         deadline = time.monotonic() + SETTLE_S
+        urls = {n: self.nodes.url(n) for n in members}
         state = self.state()
         while time.monotonic() < deadline:
             state = self.state()
-            a = state.assignment
-            if (
-                a is not None
-                and settled(state, members, self.project.cluster.replicas)
-                and all(self._serves(n, a.hosted_by(n)) for n in members)
-            ):
+            if serving_settled(state, urls, self.project):
                 return state
             time.sleep(0.2)
         raise AssertionError(f"not settled: {state}\n{self.nodes.logs_tail()}")
-
-    def _serves(self, node_id: str, partitions: list[int]) -> bool:
-        serving = self.nodes.status(node_id)["partitions"]
-        return {int(p) for p in serving} >= set(partitions)
 
     @contextlib.contextmanager
     def producing(self) -> Iterator[None]:

@@ -17,8 +17,8 @@ import httpx
 
 from contracts.coordination import State
 from contracts.project import Project
-from stategate.etcd import Etcd, settled
-from stategate.launcher import free_ports, serving
+from stategate.etcd import Etcd, serving_settled
+from stategate.launcher import free_ports
 
 CLUSTER_NAME = "demo"
 FIRST_NEW = 4  # node4 is the first node the project file lacks
@@ -105,12 +105,7 @@ def wait_settled(project: Project, etcd: Etcd, urls: dict[str, str]) -> State:
     deadline = time.monotonic() + project.settings.lost_node_grace_s + SETTLE_S
     while True:
         state = etcd.read(CLUSTER_NAME)
-        a = state.assignment
-        if (
-            a is not None
-            and settled(state, urls, project.cluster.replicas)
-            and all(serving(project, url) >= set(a.hosted_by(n)) for n, url in urls.items())
-        ):
+        if serving_settled(state, urls, project):
             return state
         if time.monotonic() > deadline:
             raise RuntimeError(f"the cluster did not settle: {state}")
