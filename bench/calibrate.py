@@ -44,7 +44,7 @@ from bench.workload import (
     stop_spark,
 )
 from contracts.project import Project, load
-from resolvers.schema.stores import PAGE_ROW_WEIGHT
+from resolvers.schema.costs import PAGE_ROW_WEIGHT
 
 NODE = "node1"
 REPEATS = 3

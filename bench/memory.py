@@ -27,7 +27,7 @@ from bench.procs import NodeProcesses
 from bench.rawhttp import Connection
 from bench.workload import Workload
 from contracts.project import load
-from resolvers.schema.stores import PAGE_ROW_WEIGHT
+from resolvers.schema.costs import PAGE_ROW_WEIGHT
 
 ROUNDS = 3
 DOCUMENTS = 20

@@ -1,12 +1,14 @@
 """The GraphQL names a project's stores become, defined once: resolvers/schema/stores.py names the
 schema with them, and loading a project refuses names that would clash (`check`).
 
-A table or aggregate store `s` generates the root fields s, sBatch, sRange and, for string
-keys, sPrefix, and the types S, SLookup, SEntry, SBatch and SPage; a window store the root
-fields s and sAll, and the types S, SWindows and SPage. A record (type S) has the fields key,
-[windowStart, windowEnd,] then the store's columns. Declared names are letters and digits,
-so none can be one of GraphQL's reserved `__` names, and a Python keyword (`from`, `class`)
-is a field name like any other.
+A table or aggregate store `s` generates the root fields s, sBatch, sRange, sList,
+sAggregate and, for string keys, sPrefix, and the types S, SLookup, SEntry, SBatch, SPage,
+SFilter, SOrderBy, SAggregate, SSums, SAverages and SExtremes; a window store the root fields
+s and sAll, and the types S, SWindows and SPage. A record (type S) has the fields key,
+[windowStart, windowEnd,] then the store's columns; SOrderBy has KEY_ASC, KEY_DESC and, per
+column, its name in constant case with _ASC and _DESC (averagePrice: AVERAGE_PRICE_DESC).
+Declared names are letters and digits, so none can be one of GraphQL's reserved `__` names,
+and a Python keyword (`from`, `class`) is a field name like any other.
 """
 
 from __future__ import annotations
@@ -28,9 +30,13 @@ TYPES = (
     "ClusterInfo",
     "Column",
     "ConsistencyInput",
+    "BooleanFilter",
     "DateTime",
     "FailureReason",
+    "FloatFilter",
+    "IntFilter",
     "Long",
+    "LongFilter",
     "NodeInfo",
     "PageInfo",
     "PartitionInfo",
@@ -41,15 +47,21 @@ TYPES = (
     "ResultMeta",
     "StoreInfo",
     "StoreKind",
+    "StringFilter",
     "TopicOffset",
 )
 GRAPHQL_SCALARS = ("String", "Int", "Float", "Boolean", "ID")
 KEY, WINDOW_START, WINDOW_END = "key", "windowStart", "windowEnd"
+COMBINATORS = ("and", "or", "not")  # a filter's own fields, beside the key and the columns
 
-FieldRole = Literal["lookup", "batch", "range", "prefix", "windows", "all"]
-TypeRole = Literal["record", "lookup", "entry", "batch", "page", "windows"]
+FieldRole = Literal["lookup", "batch", "range", "prefix", "list", "aggregate", "windows", "all"]
+TypeRole = Literal[
+    "record", "lookup", "entry", "batch", "page", "windows",
+    "filter", "orderBy", "aggregate", "sums", "averages", "extremes",
+]  # fmt: skip
 _KEYED_FIELDS: dict[FieldRole, str] = {"lookup": "", "batch": "Batch", "range": "Range"}
 _PREFIX: dict[FieldRole, str] = {"prefix": "Prefix"}  # string keys only
+_BY_VALUE: dict[FieldRole, str] = {"list": "List", "aggregate": "Aggregate"}
 _WINDOW_FIELDS: dict[FieldRole, str] = {"windows": "", "all": "All"}
 _KEYED_TYPES: dict[TypeRole, str] = {
     "record": "",
@@ -57,6 +69,12 @@ _KEYED_TYPES: dict[TypeRole, str] = {
     "entry": "Entry",
     "batch": "Batch",
     "page": "Page",
+    "filter": "Filter",
+    "orderBy": "OrderBy",
+    "aggregate": "Aggregate",
+    "sums": "Sums",
+    "averages": "Averages",
+    "extremes": "Extremes",
 }
 _WINDOW_TYPES: dict[TypeRole, str] = {"record": "", "windows": "Windows", "page": "Page"}
 
@@ -66,7 +84,8 @@ def root_fields(store: Store) -> dict[FieldRole, str]:
     if store.kind == "window":
         suffixes = _WINDOW_FIELDS
     else:
-        suffixes = _KEYED_FIELDS | (_PREFIX if store.key_type == "string" else {})
+        prefix = _PREFIX if store.key_type == "string" else {}
+        suffixes = _KEYED_FIELDS | prefix | _BY_VALUE
     return {role: store.name + suffix for role, suffix in suffixes.items()}
 
 
@@ -82,9 +101,28 @@ def own_fields(store: Store) -> tuple[str, ...]:
     return (KEY, WINDOW_START, WINDOW_END) if store.kind == "window" else (KEY,)
 
 
+def constant_case(name: str) -> str:
+    """A field's name as an enum value spells it: averagePrice -> AVERAGE_PRICE. No two
+    fields of a store spell alike: names are letters and digits, unique ignoring case."""
+    spelled = [
+        f"_{c}" if c.isupper() and i and (name[i - 1].islower() or name[i - 1].isdigit()) else c
+        for i, c in enumerate(name)
+    ]
+    return "".join(spelled).upper()
+
+
+def order_values(store: Store) -> dict[str, tuple[str, bool]]:
+    """SOrderBy's values: each names a field and whether it descends."""
+    return {
+        f"{constant_case(field)}_{direction}": (field, direction == "DESC")
+        for field in (KEY, *store.columns)
+        for direction in ("ASC", "DESC")
+    }
+
+
 def check(stores: Iterable[Store]) -> None:
     """Refuses a store whose generated names clash with another's or with the schema's own,
-    or a column named like a field its records already have."""
+    or a column named like a field its records (or its filters) already have."""
     fields = dict.fromkeys(ROOT_FIELDS, "a built-in root field")
     named = dict.fromkeys((*TYPES, *GRAPHQL_SCALARS), "a built-in type")
     for store in stores:
@@ -95,6 +133,11 @@ def check(stores: Iterable[Store]) -> None:
                 raise ConfigError(
                     f"store {store.name!r}: its column {column!r} clashes with the field "
                     f"{column!r} every {store.kind} record has"
+                )
+            if column in COMBINATORS and store.kind != "window":
+                raise ConfigError(
+                    f"store {store.name!r}: its column {column!r} clashes with the filter's "
+                    f"{column!r}; name it otherwise"
                 )
 
 

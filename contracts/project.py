@@ -43,14 +43,14 @@ TABLES = ("log", "snapshots", "pages", "cluster", "topics", "stores", "settings"
 CLUSTER = ("partitions", "replicas", "secret", "secret_env", "nodes", "coordinator", "name")
 CLUSTER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 STORE_ENTRIES: dict[str, tuple[str, ...]] = {
-    "table": ("name", "kind", "topic"),
-    "aggregate": ("name", "kind", "topic", "aggregates"),
+    "table": ("name", "kind", "topic", "index"),
+    "aggregate": ("name", "kind", "topic", "aggregates", "index"),
     "window": ("name", "kind", "topic", "aggregates", "size", "advance"),
 }
 # Each array of tables: what one entry is called, the entry that names it, its entries.
 ENTRIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "topics": ("topic", "name", ("name", "key", "value")),
-    "stores": ("store", "name", STORE_ENTRIES["window"]),
+    "stores": ("store", "name", (*STORE_ENTRIES["window"], "index")),
     "cluster.nodes": ("node", "id", ("id", "address", "data_dir")),
 }
 
@@ -98,6 +98,7 @@ class Store:
     aggregates: tuple[Aggregate, ...] = ()
     window_size_ms: int = 0
     window_advance_ms: int = 0
+    index: tuple[str, ...] = ()  # columns kept sorted in memory, to order by cheaply
 
     @property
     def key_type(self) -> KeyType:
@@ -310,12 +311,13 @@ def _store(table: Table, topics: dict[str, Topic]) -> Store:
     if topic is None:
         raise ConfigError(f"store {name!r}: unknown topic {table.raw['topic']!r}")
     if kind == "table":
-        return Store(name=name, kind="table", topic=topic)
+        return _indexed(Store(name=name, kind="table", topic=topic), table)
     specs = table.strings("aggregates")
     aggregates = tuple(_aggregate(n, spec, topic, name) for n, spec in specs.items())
     _unique([a.name for a in aggregates], f"store {name!r} aggregate")
     if kind == "aggregate":
-        return Store(name=name, kind="aggregate", topic=topic, aggregates=aggregates)
+        store = Store(name=name, kind="aggregate", topic=topic, aggregates=aggregates)
+        return _indexed(store, table)
     size = _duration(table.get("size", str), name)
     advance = _duration(table.get("advance", str, table.get("size", str)), name)
     if advance > size or size % advance:
@@ -328,6 +330,20 @@ def _store(table: Table, topics: dict[str, Topic]) -> Store:
         window_size_ms=size,
         window_advance_ms=advance,
     )
+
+
+def _indexed(store: Store, table: Table) -> Store:
+    """The store with its `index`: columns a page may be ordered by cheaply."""
+    index = table.get("index", list, [])
+    for column in index:
+        if not isinstance(column, str) or column not in store.columns:
+            columns = ", ".join(store.columns)
+            raise ConfigError(
+                f"store {store.name!r}: index names {column!r}, which is not one of its "
+                f"columns ({columns})"
+            )
+    _unique(index, f"store {store.name!r} index field")
+    return replace(store, index=tuple(index))
 
 
 def _aggregate(name: str, spec: str, topic: Topic, store: str) -> Aggregate:

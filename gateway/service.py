@@ -20,8 +20,20 @@ from contracts.project import Project, Store
 from contracts.topology import Topology
 from gateway.cluster.batching import Consistency, Outcome, Work
 from gateway.model import cursors, limits, merging
+from gateway.model.filters import Filter, Sort, depth, with_tie_breaker
 from gateway.model.limits import SCAN_LOOKAHEAD
-from gateway.model.queries import Get, Prefix, Range, Row, Scan, Windows, WindowsOfKey
+from gateway.model.merging import FieldTotals
+from gateway.model.queries import (
+    Get,
+    Prefix,
+    Range,
+    Row,
+    Scan,
+    Select,
+    Totals,
+    Windows,
+    WindowsOfKey,
+)
 from gateway.runtime.lanes import offload, sliced
 
 Load = Callable[[Work], Awaitable[Outcome]]
@@ -88,6 +100,13 @@ class Page:
     rows: list[Row]
     has_next: bool
     end_cursor: str | None
+    meta: Meta
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    count: int  # rows that pass the filter, over the partitions that answered
+    fields: dict[str, FieldTotals]  # by column
     meta: Meta
 
 
@@ -163,6 +182,43 @@ class RequestQueries:
         scan = Windows(from_ms, to_ms, first + SCAN_LOOKAHEAD, start)
         return await self._scan(store, scan, first, partitions, demand)
 
+    async def select(
+        self,
+        store: Store,
+        where: Filter | None,
+        order: list[Sort],
+        first: int,
+        after: str | None,
+        partitions: list[int] | None,
+        demand: Demand | None,
+    ) -> Page:
+        """The rows that pass `where`, in `order` then by key, one page (a top-K) at a time."""
+        limits.check_page_size(first, self.project.settings)
+        self._check_filter(where)
+        sorts = with_tie_breaker(tuple(order))
+        last = None if after is None else cursors.decode_ordered(store, sorts, after)
+        query = Select(where, sorts, first + SCAN_LOOKAHEAD, last)
+        outcome = await self._load(store, query, self._partitions(partitions), demand)
+        rows, more = merging.page(outcome.parts, first, merging.by_value(store, sorts))
+        end = None
+        if rows:
+            values = [rows[-1][merging.field_index(store, sort.field)] for sort in sorts]
+            end = cursors.encode_ordered(store.name, sorts, values)
+        return Page(rows, more, end, self._meta(outcome))
+
+    async def totals(
+        self,
+        store: Store,
+        where: Filter | None,
+        partitions: list[int] | None,
+        demand: Demand | None,
+    ) -> Aggregate:
+        """Count, sum, min, max and avg over the rows that pass `where`."""
+        self._check_filter(where)
+        outcome = await self._load(store, Totals(where), self._partitions(partitions), demand)
+        count, fields = merging.totals(outcome.parts, store)
+        return Aggregate(count, fields, self._meta(outcome))
+
     async def _scan(
         self,
         store: Store,
@@ -173,11 +229,17 @@ class RequestQueries:
     ) -> Page:
         outcome = await self._load(store, scan, self._partitions(partitions), demand)
         windowed = isinstance(scan, Windows)
-        rows, more = merging.page(outcome.parts, first, windowed)
+        order = merging.BY_KEY_AND_START if windowed else merging.BY_KEY
+        rows, more = merging.page(outcome.parts, first, order)
         end = None
         if rows:
             end = cursors.encode(store.name, rows[-1][:2] if windowed else rows[-1][:1])
         return Page(rows, more, end, self._meta(outcome))
+
+    def _check_filter(self, where: Filter | None) -> None:
+        most = limits.MAX_FILTER_DEPTH
+        if depth(where) > most:
+            raise GatewayError("FILTER_TOO_DEEP", f"the filter nests deeper than {most} levels")
 
     async def _load(
         self,

@@ -31,6 +31,7 @@ value = { delay = "int", station = "string", cancelled = "boolean" }
 name = "latestBooking"
 kind = "table"
 topic = "bookings"
+index = ["price", "trip"]
 
 [[stores]]
 name = "customerTotals"
@@ -38,6 +39,7 @@ kind = "aggregate"
 topic = "bookings"
 aggregates = { bookings = "count", revenue = "sum(price)", seats = "sum(seats)", \
 cheapest = "min(price)", dearest = "max(price)" }
+index = ["revenue"]
 
 [[stores]]
 name = "hourlyRevenue"
@@ -50,6 +52,7 @@ aggregates = { bookings = "count", revenue = "sum(price)", meanPrice = "avg(pric
 name = "trainStatus"
 kind = "table"
 topic = "trains"
+index = ["delay", "cancelled"]
 
 [[stores]]
 name = "trainDelays"

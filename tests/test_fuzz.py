@@ -212,15 +212,18 @@ JSON = st.recursive(
 )
 
 
-def typed(kind: GraphQLInputType) -> st.SearchStrategy[Any]:
-    """Values of a variable of this type, mostly right, now and then any JSON at all."""
+def typed(kind: GraphQLInputType, depth: int = 0) -> st.SearchStrategy[Any]:
+    """Values of a variable of this type, mostly right, now and then any JSON at all; a
+    recursive input type (a filter's `and`, `or`, `not`) nests at most three deep."""
     nullable = not isinstance(kind, GraphQLNonNull)
     inner = kind.of_type if isinstance(kind, GraphQLNonNull) else kind
     if isinstance(inner, GraphQLList):
-        right = st.lists(typed(inner.of_type), max_size=5)
+        right = st.lists(typed(inner.of_type, depth), max_size=5)
+    elif isinstance(inner, GraphQLInputObjectType) and depth >= 3:
+        right = st.just({})
     elif isinstance(inner, GraphQLInputObjectType):
         right = st.fixed_dictionaries(
-            {}, optional={k: typed(f.type) for k, f in inner.fields.items()}
+            {}, optional={k: typed(f.type, depth + 1) for k, f in inner.fields.items()}
         )
     elif isinstance(inner, GraphQLEnumType):
         right = st.sampled_from(list(inner.values))

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from pyspark.sql import SparkSession
 
-from resolvers.schema.stores import PAGE_ROW_WEIGHT
+from resolvers.schema.costs import PAGE_ROW_WEIGHT
 from tests import oracle, wire
 from tests.nodes import Served, metric, serve
 

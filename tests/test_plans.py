@@ -142,7 +142,34 @@ class Documents:
                     {},
                 ]
             )
+        if name == "orderBy":
+            named = get_named_type(inner)
+            assert is_enum_type(named)
+            return rng.sample(list(named.values), rng.choice([0, 1, 1, 2]))  # type: ignore[attr-defined]
+        if name == "where":
+            return self.where(get_named_type(inner), store, 0)
         raise AssertionError(f"no value for argument {name}")
+
+    def where(self, filter_type: Any, store: str, depth: int) -> dict[str, Any]:
+        """A random filter: conditions on random fields (a null operand now and then, which
+        is refused), and a random combinator."""
+        rng = self.rng
+        fields = [f for f in filter_type.fields if f not in ("and", "or", "not")]
+        where: dict[str, Any] = {}
+        for field in rng.sample(fields, rng.choice([0, 1, 1, 2])):
+            condition_type = get_named_type(filter_type.fields[field].type)
+            op = rng.choice(list(condition_type.fields))
+            scalar = _scalar(condition_type.fields[op].type)
+            one = self.key(store) if field == "key" else _operand(rng, scalar)
+            if rng.random() < 0.05:
+                one = None
+            where[field] = {op: [one, one] if op == "in" else rng.random() < 0.5 if op == "isNull"
+                            else one}  # fmt: skip
+        if depth < 2 and rng.random() < 0.2:
+            combinator = rng.choice(["and", "or", "not"])
+            inner = self.where(filter_type, store, depth + 1)
+            where[combinator] = inner if combinator == "not" else [inner]
+        return where
 
     def key(self, store: str) -> Any:
         keys = self.keys.get(store) or [0]
@@ -152,10 +179,25 @@ class Documents:
 
 
 def _store(field_name: str) -> str:
-    for suffix in ("Batch", "Range", "Prefix", "All"):
+    for suffix in ("Batch", "Range", "Prefix", "All", "List", "Aggregate"):
         if field_name.endswith(suffix):
             return field_name[: -len(suffix)]
     return field_name
+
+
+def _operand(rng: random.Random, scalar: str) -> Any:
+    match scalar:
+        case "String":
+            return rng.choice(["", "C0", "Köln", "Z", "zz"])
+        case "Int":
+            return rng.choice([0, 1, 3, -1, 2**31 - 1])
+        case "Long":
+            return str(rng.choice([0, 2, 10**12]))
+        case "Float":
+            return rng.choice([0.0, 99.5, 150, -1.5])
+        case "Boolean":
+            return rng.random() < 0.5
+    raise AssertionError(scalar)
 
 
 def _scalar(kind: GraphQLInputType) -> str:

@@ -1,15 +1,18 @@
-"""Opaque page cursors: the last (key[, window start]) a page returned, bound to its store."""
+"""Opaque page cursors: the last (key[, window start]) a page returned, or the last row's
+values in a by-value page's order, bound to its store (and order)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import orjson
 
 from contracts import opaque
 from contracts.errors import GatewayError
 from contracts.partitioner import Key, KeyType
-from contracts.project import Store
+from contracts.project import FieldType, Store
+from gateway.model.filters import KEY, Sort
 
 _BITS: dict[KeyType, int] = {"int": 32, "long": 64}
 MAX_SHOWN = 40  # characters of a cursor's value a message shows
@@ -24,15 +27,7 @@ def decode(store: str, key_type: KeyType, cursor: str, width: int) -> list[Key]:
     """The (key[, window start]) after which the next page starts; `width` is 1, or 2 for
     windows. BAD_CURSOR, saying what is wrong, when the cursor is malformed or from another
     store or query."""
-    try:
-        body = opaque.decode(cursor)
-    except opaque.OpaqueError:
-        raise _refused(cursor, "it is not a cursor this gateway issued") from None
-    last = body.get("k") if isinstance(body, dict) else None
-    if not isinstance(body, dict) or not isinstance(last, list):
-        raise _refused(cursor, "it is not a page cursor")
-    if body.get("s") != store:
-        raise _refused(cursor, f"it belongs to another store, {_shown(body.get('s'))}")
+    last: list[Key] = _body(cursor, store, "k", "it is not a page cursor")["k"]
     if len(last) != width:
         raise _refused(cursor, _misfit(len(last), width))
     if not _is_key(last[0], key_type):
@@ -59,6 +54,52 @@ def decode_window(store: Store, cursor: str, from_ms: int, to_ms: int) -> tuple[
         why = f"its window start {_instant(start)} is outside this query's from and to, {bounds}"
         raise _refused(cursor, f"{why}: it is a page of a query with other bounds")
     return key, start
+
+
+def encode_ordered(store: str, order: tuple[Sort, ...], last: list[object]) -> str:
+    return opaque.encode({"s": store, "o": spelled(order), "v": last})
+
+
+def decode_ordered(store: Store, order: tuple[Sort, ...], cursor: str) -> tuple[object, ...]:
+    """The order values (the key last) after which a by-value page goes on, or BAD_CURSOR:
+    a cursor of another store or order, or values that are not the fields' types."""
+    body = _body(cursor, store.name, "v", "it is not a cursor of an ordered page")
+    last, issued = body["v"], body.get("o")
+    if issued != spelled(order):
+        raise _refused(cursor, f"it is a page in another order, {_shown(issued)}")
+    if len(last) != len(order):
+        raise _refused(cursor, f"it holds {len(last)} values, where this order has {len(order)}")
+    for sort, value in zip(order, last, strict=True):
+        kind = store.key_type if sort.field == KEY else store.columns[sort.field]
+        if not (_is_value(value, kind) or (value is None and sort.field != KEY)):
+            raise _refused(cursor, f"its {sort.field} {_shown(value)} is not a {kind}")
+    return tuple(last)
+
+
+def _body(cursor: str, store: str, field: str, otherwise: str) -> dict[str, Any]:
+    """A cursor of `store` whose `field` is a list, or BAD_CURSOR."""
+    try:
+        body = opaque.decode(cursor)
+    except opaque.OpaqueError:
+        raise _refused(cursor, "it is not a cursor this gateway issued") from None
+    values = body.get(field) if isinstance(body, dict) else None
+    if not isinstance(body, dict) or not isinstance(values, list):
+        raise _refused(cursor, otherwise)
+    if body.get("s") != store:
+        raise _refused(cursor, f"it belongs to another store, {_shown(body.get('s'))}")
+    return body
+
+
+def spelled(order: tuple[Sort, ...]) -> str:
+    return ",".join(f"{s.field} {'desc' if s.descending else 'asc'}" for s in order)
+
+
+def _is_value(value: object, kind: FieldType) -> bool:
+    if kind == "double":
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if kind == "boolean":
+        return isinstance(value, bool)
+    return _is_key(value, kind)
 
 
 def _refused(cursor: str, why: str) -> GatewayError:

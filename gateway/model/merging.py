@@ -1,36 +1,119 @@
-"""Where partition results meet: rows merged in global key order, positions merged by max.
+"""Where partition results meet: rows merged in one global order, totals folded from
+partials, positions merged by max.
 
-Scans ask every partition for `limit + 1` rows past the cursor; a k-way merge of those
-sorted runs gives the global page, and one more row than the page says whether another
-page exists, so pagination stays exact across partitions.
+Scans ask every partition for `limit + 1` rows past the cursor, in the page's order; a k-way
+merge of those sorted runs gives the global page (a top-K is a page), and one more row than
+the page says whether another page exists, so pagination stays exact across partitions.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from functools import total_ordering
 from operator import itemgetter
+from typing import Any
 
 from contracts.positions import Position, merge, of_partition
+from contracts.project import Store
+from gateway.model.filters import KEY, NUMBERS, Sort
 from gateway.model.queries import Answer, Row, SubQuery
 
 Part = tuple[SubQuery, Answer]
-_KEY = itemgetter(0)
-_KEY_AND_START = itemgetter(0, 1)
+Order = Callable[[Row], Any]
+BY_KEY: Order = itemgetter(0)
+BY_KEY_AND_START: Order = itemgetter(0, 1)
+LONG = (-(2**63), 2**63 - 1)
 
 
 def merged_position(parts: Iterable[Part]) -> Position:
     return merge(of_partition(q.partition, a.offsets) for q, a in parts if a.ok)
 
 
-def page(parts: Iterable[Part], limit: int, windowed: bool) -> tuple[list[Row], bool]:
-    """The first `limit` rows of all partitions in (key[, window start]) order, and whether
-    more rows follow."""
+def page(parts: Iterable[Part], limit: int, order: Order) -> tuple[list[Row], bool]:
+    """The first `limit` rows of all partitions in `order`, and whether more rows follow."""
     runs = [answer.rows or [] for _, answer in parts if answer.ok]
-    merged = heapq.merge(*runs, key=_KEY_AND_START if windowed else _KEY)
+    merged = heapq.merge(*runs, key=order)
     rows: list[Row] = []
     for row in merged:
         if len(rows) == limit:
             return rows, True
         rows.append(row)
     return rows, False
+
+
+def field_index(store: Store, field: str) -> int:
+    """Where a field sits in a keyed store's rows: the key, then the columns."""
+    return 0 if field == KEY else 1 + list(store.columns).index(field)
+
+
+def by_value(store: Store, order: tuple[Sort, ...]) -> Order:
+    """The sort key of rows in `order` (nulls last in either direction), as storage sorts."""
+    terms = [(field_index(store, sort.field), sort.descending) for sort in order]
+
+    def key(row: Row) -> tuple[Any, ...]:
+        return tuple(_term(row[i], descending) for i, descending in terms)
+
+    return key
+
+
+def _term(value: Any, descending: bool) -> tuple[bool, Any]:
+    if value is None:
+        return True, 0
+    return False, _Reversed(value) if descending else value
+
+
+@total_ordering
+class _Reversed:
+    """A value that sorts in reverse (strings and numbers alike)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Reversed) and self.value == other.value
+
+    def __lt__(self, other: _Reversed) -> bool:
+        return bool(other.value < self.value)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+@dataclass(frozen=True)
+class FieldTotals:
+    count: int  # rows with a value
+    sum: int | float | None  # numbers: null without values, past the Long range or not finite
+    min: Any
+    max: Any
+
+    @property
+    def avg(self) -> float | None:
+        return None if self.sum is None or not self.count else self.sum / self.count
+
+
+def totals(parts: Iterable[Part], store: Store) -> tuple[int, dict[str, FieldTotals]]:
+    """The row count and each column's totals over the partitions that answered, from their
+    partials (by_value.totals: count(*), then count, sum, min, max per column)."""
+    partials = [answer.rows[0] for _, answer in parts if answer.ok and answer.rows]
+    fields = {}
+    for i, (name, kind) in enumerate(store.columns.items()):
+        at = 1 + 4 * i
+        own = [p[at : at + 4] for p in partials if p[at]]  # partitions with a value
+        count = sum(p[0] for p in own)
+        sums = [p[1] for p in own]
+        total: int | float | None = None
+        if kind in NUMBERS and own and None not in sums:
+            total = sum(sums)
+            if not (math.isfinite(total) if kind == "double" else LONG[0] <= total <= LONG[1]):
+                total = None
+        fields[name] = FieldTotals(
+            count,
+            total,
+            min((p[2] for p in own if p[2] is not None), default=None),
+            max((p[3] for p in own if p[3] is not None), default=None),
+        )
+    return sum(p[0] for p in partials), fields

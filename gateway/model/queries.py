@@ -12,6 +12,7 @@ from typing import Any
 
 from contracts.errors import Failure
 from contracts.partitioner import Key
+from gateway.model.filters import Filter, Sort
 
 Row = list[Any]
 
@@ -62,8 +63,27 @@ class Windows:
     after: tuple[Key, int] | None = None
 
 
-Query = Get | WindowsOfKey | Range | Prefix | Windows
-Scan = Range | Prefix | Windows
+@dataclass(frozen=True, slots=True)
+class Select:
+    """Up to `limit` rows that pass `where`, in `order` (which ends with the key: see
+    filters.with_tie_breaker), after the row whose order values are `after`."""
+
+    where: Filter | None
+    order: tuple[Sort, ...]
+    limit: int
+    after: tuple[Any, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Totals:
+    """One row of partials over the rows that pass `where`: count(*), then per column its
+    count of non-null values, sum (numbers), min and max (numbers and strings)."""
+
+    where: Filter | None
+
+
+Query = Get | WindowsOfKey | Range | Prefix | Windows | Select | Totals
+Scan = Range | Prefix | Windows | Select | Totals
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,10 +25,13 @@ from gateway.model.queries import (
     Query,
     Range,
     Row,
+    Select,
     SubQuery,
+    Totals,
     Windows,
     WindowsOfKey,
 )
+from gateway.storage import by_value
 from gateway.storage.row_select import columns
 from gateway.storage.snapshots import Snapshot, SnapshotCatalog
 
@@ -84,10 +87,16 @@ def _answer(
         if table is not None and isinstance(q.query, Get):
             answer.rows = table.get(q.query.keys)
             return answer
+        if table is not None and isinstance(q.query, Select):
+            answer.rows = table.select(store, q.query)
+            if answer.rows is not None:
+                return answer
         try:
             answer.rows = run(catalog.cursor(), snapshot, store, q.query)
         except duckdb.Error as exc:
             return answer.fail(Failure.STORE_EXCEPTION, f"{type(exc).__name__}: {exc}")
+        except by_value.UnknownField as exc:
+            return answer.fail(Failure.UNKNOWN_QUERY_TYPE, str(exc))
     return answer
 
 
@@ -100,10 +109,12 @@ def run(
     A page of n rows needs, of the overlay, its first n + D rows (D: its deleted rows), and of
     the base its first n + (overlay rows fetched): every row up to the page's last key is
     then in hand, and so is every overlay row that could shadow one of them."""
-    where, args, order, limit = _predicate(query)
-    cols = ", ".join(columns(store))
+    if isinstance(query, Select | Totals):
+        return _by_value(cursor, snapshot, store, query)
     table = f'"{store.name}"'
     overlay = snapshot.overlay
+    where, args, order, limit = _predicate(query)
+    cols = ", ".join(columns(store))
     if overlay is None:
         return _fetch(cursor, f"{snapshot.base.alias}.{table}", cols, where, args, order, limit)
     deleted = overlay.deleted.get(store.name, 0)
@@ -119,6 +130,19 @@ def run(
     more = None if limit is None else limit + len(changed)
     rows = _fetch(cursor, f"{snapshot.base.alias}.{table}", cols, where, args, order, more)
     return layered(rows, changed, len(key_columns(store)), limit)
+
+
+def _by_value(
+    cursor: duckdb.DuckDBPyConnection, snapshot: Snapshot, store: Store, query: Select | Totals
+) -> list[Row]:
+    table = f'"{store.name}"'
+    overlay = None if snapshot.overlay is None else f"{snapshot.overlay.alias}.{table}"
+    rows = by_value.source(store, f"{snapshot.base.alias}.{table}", overlay)
+    if isinstance(query, Select):
+        sql, args = by_value.select(store, rows, query)
+    else:
+        sql, args = by_value.totals(store, rows, query)
+    return [list(row) for row in cursor.execute(sql, args).fetchall()]
 
 
 def layered(rows: list[Row], changed: list[Row], width: int, limit: int | None) -> list[Row]:
@@ -149,7 +173,9 @@ def _fetch(
     return [list(row) for row in cursor.execute(sql, args).fetchall()]
 
 
-def _predicate(query: Query) -> tuple[str, list[Any], str, int | None]:
+def _predicate(
+    query: Get | WindowsOfKey | Range | Prefix | Windows,
+) -> tuple[str, list[Any], str, int | None]:
     """WHERE clause, its arguments, ORDER BY and LIMIT of a query."""
     match query:
         case Get(keys) if len(keys) == 1:

@@ -31,7 +31,8 @@ from contracts.snapshot_file import (
     quoted,
 )
 from contracts.snapshot_file import columns as stored_columns
-from gateway.model.queries import Row
+from gateway.model.queries import Row, Select
+from gateway.storage import ordered
 from gateway.storage.lookup_table import LookupTable
 from gateway.storage.row_select import columns
 
@@ -164,6 +165,13 @@ class LayeredTable:
     def __init__(self, base: LookupTable, overlay: LookupTable | None) -> None:
         self.base = base
         self.overlay = overlay
+        self._changed: list[Row] | None = None  # the overlay's rows, read once when asked
+
+    def select(self, store: Store, query: Select) -> list[Row] | None:
+        """An ordered page from memory, or None when SQL must answer (storage/ordered.py)."""
+        if self.overlay is not None and self._changed is None:
+            self._changed = self.overlay.all_rows()
+        return ordered.select(store, self.base, self._changed, query)
 
     def get(self, keys: Sequence[Key]) -> list[Row]:
         """The rows of the keys present, in no particular order."""

@@ -16,6 +16,7 @@ from typing import Any
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from contracts.partitioner import Key
 from contracts.project import Store
@@ -27,14 +28,26 @@ MAX_KEY_BYTES = 64  # wider string keys are looked up with DuckDB (index memory 
 _INT64 = (-(2**63), 2**63 - 1)
 
 
+Sorted = dict[tuple[str, bool], np.ndarray]  # (column, descending) -> row numbers in order
+
+
 class LookupTable:
-    def __init__(self, sorted_keys: np.ndarray, order: np.ndarray | None, values: pa.Table):
+    def __init__(
+        self,
+        sorted_keys: np.ndarray,
+        order: np.ndarray | None,
+        values: pa.Table,
+        sorted_by: Sorted | None = None,
+    ):
         self._keys = sorted_keys
         self._order = order  # row number of each sorted key; None: rows are in key order
         # every column but the key (the index holds the keys)
         self._columns = [column_of(column) for column in values.columns]
         self._strings = sorted_keys.dtype.kind == "S"
         self.rows = values.num_rows
+        # the row numbers by an indexed column, nulls last, ties by key (ascending)
+        self.sorted_by: Sorted = sorted_by or {}
+        self._key_at: np.ndarray | None = None  # sorted position of each row, when not in order
 
     @classmethod
     def load(
@@ -43,11 +56,14 @@ class LookupTable:
         """Read a keyed store of an attached snapshot; None when its keys cannot be indexed."""
         select = ", ".join(columns(store))
         table = connection.sql(f'SELECT {select} FROM {alias}."{store.name}"').to_arrow_table()
-        return cls.from_arrow(table, store.key_type != "string")
+        return cls.from_arrow(table, store.key_type != "string", store.index)
 
     @classmethod
-    def from_arrow(cls, table: pa.Table, integer_keys: bool) -> LookupTable | None:
-        """Index rows whose first column is the key; None when the keys cannot be indexed."""
+    def from_arrow(
+        cls, table: pa.Table, integer_keys: bool, index: tuple[str, ...] = ()
+    ) -> LookupTable | None:
+        """Index rows whose first column is the key, and sort them by each `index` column;
+        None when the keys cannot be indexed."""
         keys = _index_keys(table.column(0), integer_keys)
         if keys is None:
             return None
@@ -55,12 +71,30 @@ class LookupTable:
         if len(keys) > 1 and not bool(np.all(keys[:-1] < keys[1:])):
             order = np.argsort(keys, kind="stable")
             keys = keys[order]
-        return cls(keys, order, table.remove_column(0))
+        key = table.column_names[0]
+        sorted_by = {
+            (column, descending): _sorted(table, column, key, descending)
+            for column in index
+            for descending in (False, True)
+        }
+        return cls(keys, order, table.remove_column(0), sorted_by)
 
     @property
     def nbytes(self) -> int:
         extra = 0 if self._order is None else self._order.nbytes
+        extra += sum(rows.nbytes for rows in self.sorted_by.values())
         return int(self._keys.nbytes + extra + sum(c.nbytes for c in self._columns))
+
+    def rows_at(self, rows: np.ndarray) -> list[Row]:
+        """The rows of these row numbers, in that order."""
+        if self._order is None:
+            return self._rows(rows)
+        if self._key_at is None:
+            self._key_at = np.argsort(self._order)
+        return self._rows(self._key_at[rows])
+
+    def all_rows(self) -> list[Row]:
+        return self._rows(np.arange(self.rows))
 
     def get(self, keys: Sequence[Key]) -> list[Row]:
         """The rows of the keys present (absent keys have none), in no particular order."""
@@ -119,6 +153,15 @@ class LookupTable:
         picked = positions if self._order is None else self._order[positions]
         values = [column.values(picked) for column in self._columns]
         return [list(row) for row in zip(keys, *values, strict=True)]
+
+
+def _sorted(table: pa.Table, column: str, key: str, descending: bool) -> np.ndarray:
+    """The row numbers of `table` by `column` (nulls last either way), ties by key."""
+    direction = "descending" if descending else "ascending"
+    sort_keys = [(column, direction, "at_end"), (key, "ascending", "at_end")]
+    rows = pc.sort_indices(table, sort_keys=sort_keys)
+    ordered: np.ndarray = rows.to_numpy().astype(np.int32 if table.num_rows < 2**31 else np.int64)
+    return ordered
 
 
 def _index_keys(keys: pa.ChunkedArray, integers: bool) -> np.ndarray | None:

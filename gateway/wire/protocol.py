@@ -12,7 +12,21 @@ from typing import Any
 import orjson
 
 from contracts.errors import Failure
-from gateway.model.queries import Answer, Get, Prefix, Query, Range, SubQuery, Windows, WindowsOfKey
+from gateway.model.filters import OPS, AllOf, AnyOf, Condition, Filter, Not, Sort
+from gateway.model.queries import (
+    Answer,
+    Get,
+    Prefix,
+    Query,
+    Range,
+    Select,
+    SubQuery,
+    Totals,
+    Windows,
+    WindowsOfKey,
+)
+
+MAX_FILTER_DEPTH = 64  # deeper filters are refused before decoding recurses further
 
 
 class ProtocolError(ValueError):
@@ -92,6 +106,25 @@ def _encode_query(query: Query) -> list[Any]:
             return ["prefix", prefix, limit, after]
         case Windows(from_ms, to_ms, limit, after):
             return ["windows", from_ms, to_ms, limit, None if after is None else list(after)]
+        case Select(where, order, limit, after):
+            sorts = [[sort.field, sort.descending] for sort in order]
+            last = None if after is None else list(after)
+            return ["select", _encode_filter(where), sorts, limit, last]
+        case Totals(where):
+            return ["totals", _encode_filter(where)]
+
+
+def _encode_filter(where: Filter | None) -> Any:
+    match where:
+        case None:
+            return None
+        case Condition(field, op, value):
+            return ["t", field, op, value]
+        case AllOf(parts) | AnyOf(parts):
+            kind = "and" if isinstance(where, AllOf) else "or"
+            return [kind, [_encode_filter(part) for part in parts]]
+        case Not(part):
+            return ["not", _encode_filter(part)]
 
 
 def _decode_query(raw: object) -> Query:
@@ -111,7 +144,47 @@ def _decode_query(raw: object) -> Query:
             key, start = _array(item[4], "after", 2)
             after = (_key(key), _int(start))
         return Windows(_int(item[1]), _int(item[2]), _int(item[3]), after)
+    if kind == "select" and len(item) == 5:
+        order = tuple(Sort(_str(f), d is True) for f, d in (_array(s, "sort", 2) for s in
+                      _array(item[2], "order")))  # fmt: skip
+        last = None if item[4] is None else tuple(map(_value, _array(item[4], "after")))
+        return Select(_decode_filter(item[1], 0), order, _int(item[3]), last)
+    if kind == "totals" and len(item) == 2:
+        return Totals(_decode_filter(item[1], 0))
     raise ProtocolError(f"not a query: {str(raw)[:80]}")
+
+
+def _decode_filter(raw: object, depth: int) -> Filter | None:
+    if raw is None:
+        return None
+    if depth == MAX_FILTER_DEPTH:
+        raise ProtocolError(f"a filter nests deeper than {MAX_FILTER_DEPTH}")
+    item = _array(raw, "filter")
+    kind = item[0] if item else None
+    if kind == "t" and len(item) == 4 and item[2] in OPS:
+        if item[2] == "in":
+            return Condition(_str(item[1]), "in", tuple(map(_value, _array(item[3], "in"))))
+        return Condition(_str(item[1]), item[2], _value(item[3]))
+    if kind in ("and", "or") and len(item) == 2:
+        parts = tuple(_part(part, depth) for part in _array(item[1], "filters"))
+        return AllOf(parts) if kind == "and" else AnyOf(parts)
+    if kind == "not" and len(item) == 2:
+        return Not(_part(item[1], depth))
+    raise ProtocolError(f"not a filter: {str(raw)[:80]}")
+
+
+def _part(raw: object, depth: int) -> Filter:
+    part = _decode_filter(raw, depth + 1)
+    if part is None:
+        raise ProtocolError("a filter's part must not be null")
+    return part
+
+
+def _value(value: object) -> object:
+    """A field's value: a string, a number, a boolean or null."""
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    raise ProtocolError(f"not a field value: {str(value)[:80]}")
 
 
 def _loads(body: bytes) -> object:

@@ -62,14 +62,16 @@ def test_a_page_is_the_head_of_all_rows_sorted_and_says_whether_more_follow(
         limit = rng.randrange(1, 30)
         everything = [row for run in runs for row in run]
         expected = sorted(everything, key=lambda r: (r[0], r[1]) if windowed else r[0])
-        rows, more = merging.page(parts_of(runs, query), limit, windowed)
+        rows, more = merging.page(
+            parts_of(runs, query), limit, merging.BY_KEY_AND_START if windowed else merging.BY_KEY
+        )
         assert rows == expected[:limit]
         assert more == (len(everything) > limit)
 
 
 def test_a_window_page_orders_by_window_start_within_a_key() -> None:
     runs = [[["a", 7, "x"], ["b", 1, "y"]], [["a", 3, "z"]]]
-    rows, more = merging.page(parts_of(runs, Windows(0, 10, 5)), 10, windowed=True)
+    rows, more = merging.page(parts_of(runs, Windows(0, 10, 5)), 10, merging.BY_KEY_AND_START)
     assert [r[:2] for r in rows] == [["a", 3], ["a", 7], ["b", 1]]
     assert not more
 
@@ -81,7 +83,9 @@ def test_failed_partitions_add_no_rows_to_a_page() -> None:
         failed = {p for p in range(4) if rng.random() < 0.4}
         kept = [row for p, run in enumerate(runs) if p not in failed for row in run]
         limit = rng.randrange(1, 20)
-        rows, more = merging.page(parts_of(runs, Range(None, None, limit), failed), limit, False)
+        rows, more = merging.page(
+            parts_of(runs, Range(None, None, limit), failed), limit, merging.BY_KEY
+        )
         assert rows == sorted(kept, key=lambda r: r[0])[:limit]
         assert more == (len(kept) > limit)
 
@@ -89,7 +93,7 @@ def test_failed_partitions_add_no_rows_to_a_page() -> None:
 def test_an_answer_without_rows_is_an_empty_run() -> None:
     parts = parts_of([[[1, 0.5]], []], Range(None, None, 5))
     parts[1][1].rows = None
-    assert merging.page(parts, 5, windowed=False) == ([[1, 0.5]], False)
+    assert merging.page(parts, 5, merging.BY_KEY) == ([[1, 0.5]], False)
 
 
 def test_merged_position_is_the_max_per_topic_partition_of_answers_that_succeeded() -> None:

@@ -71,6 +71,10 @@ COLUMN = "store 'w': its column '{0}' clashes with the field '{0}' every window 
         (table("string"), "store 'string': its type 'String' is a built-in type"),
         (table("iD"), "store 'iD': its type 'ID' is a built-in type"),
         (window("w", 'windowStart = "count"'), COLUMN.format("windowStart")),
+        (
+            aggregate("a", 'not = "count"'),
+            "store 'a': its column 'not' clashes with the filter's 'not'; name it otherwise",
+        ),
         (window("w", 'n = "count", windowEnd = "max(price)"'), COLUMN.format("windowEnd")),
     ],
 )

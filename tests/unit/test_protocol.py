@@ -12,7 +12,19 @@ import orjson
 import pytest
 
 from contracts.errors import Failure
-from gateway.model.queries import Answer, Get, Prefix, Query, Range, SubQuery, Windows, WindowsOfKey
+from gateway.model.filters import OPS, AllOf, AnyOf, Condition, Filter, Not, Sort
+from gateway.model.queries import (
+    Answer,
+    Get,
+    Prefix,
+    Query,
+    Range,
+    Select,
+    SubQuery,
+    Totals,
+    Windows,
+    WindowsOfKey,
+)
 from gateway.wire.protocol import (
     ProtocolError,
     decode_answers,
@@ -21,7 +33,7 @@ from gateway.wire.protocol import (
     encode_request,
 )
 
-KINDS = ("get", "window", "range", "prefix", "windows", "windows_after")
+KINDS = ("get", "window", "range", "prefix", "windows", "windows_after", "select", "totals")
 Decoder = Callable[[bytes], list[Any]]
 
 
@@ -49,8 +61,29 @@ def random_query(rng: random.Random, kind: str) -> Query:
     if kind == "prefix":
         last = None if rng.random() < 0.4 else random_string(rng)
         return Prefix(random_string(rng), rng.randrange(1, 1002), last)
+    if kind == "select":
+        order = tuple(Sort(random_string(rng), rng.random() < 0.5) for _ in range(rng.randrange(3)))
+        last = None if rng.random() < 0.4 else tuple(random_value(rng) for _ in order)
+        return Select(random_filter(rng), order, rng.randrange(1, 1002), last)
+    if kind == "totals":
+        return Totals(random_filter(rng))
     start = (random_key(rng), rng.randrange(0, 2**45)) if kind == "windows_after" else None
     return Windows(millis, millis + rng.randrange(0, 10**8), rng.randrange(1, 1002), start)
+
+
+def random_filter(rng: random.Random, depth: int = 0) -> Filter | None:
+    roll = rng.random()
+    if depth == 0 and roll < 0.2:
+        return None
+    if depth > 3 or roll < 0.6:
+        op = rng.choice(OPS)
+        if op == "in":
+            return Condition(random_string(rng), op, tuple(random_value(rng) for _ in range(3)))
+        return Condition(random_string(rng), op, random_value(rng))
+    parts = tuple(random_filter(rng, depth + 1) or Condition("k", "eq", 1) for _ in range(2))
+    if roll < 0.75:
+        return AllOf(parts)
+    return AnyOf(parts) if roll < 0.9 else Not(parts[0])
 
 
 def random_subquery(rng: random.Random, index: int, kind: str) -> SubQuery:

@@ -1,0 +1,126 @@
+"""Asking by value: the conditions a row must meet and the order rows come in, as values the
+GraphQL layer builds, the internal protocol carries and storage compiles (to SQL whose values
+are bound as parameters, never spliced).
+
+A field is "key" or one of the store's columns. A condition on a null value is false, except
+`isNull`: a null matches only `isNull: true` (SQL's rule, PostGraphile's and Hasura's).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from contracts.project import FieldType
+
+Op = Literal["eq", "ne", "lt", "lte", "gt", "gte", "in", "isNull", "startsWith"]
+OPS: tuple[Op, ...] = ("eq", "ne", "lt", "lte", "gt", "gte", "in", "isNull", "startsWith")
+KEY = "key"
+NUMBERS: tuple[FieldType, ...] = ("int", "long", "double")  # what sum and avg are defined on
+ORDERED: tuple[FieldType, ...] = (*NUMBERS, "string")  # what min and max are defined on
+
+
+@dataclass(frozen=True, slots=True)
+class Condition:
+    """One condition on one field: `value` is a tuple for `in`, a bool for `isNull`."""
+
+    field: str
+    op: Op
+    value: Any
+
+
+@dataclass(frozen=True, slots=True)
+class AllOf:
+    parts: tuple[Filter, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AnyOf:
+    parts: tuple[Filter, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Not:
+    part: Filter
+
+
+Filter = Condition | AllOf | AnyOf | Not
+
+
+@dataclass(frozen=True, slots=True)
+class Sort:
+    """One term of an order: nulls come last whatever the direction."""
+
+    field: str
+    descending: bool = False
+
+
+def fields_of(where: Filter | None) -> set[str]:
+    """Every field a filter tests."""
+    match where:
+        case None:
+            return set()
+        case Condition(field):
+            return {field}
+        case AllOf(parts) | AnyOf(parts):
+            return set().union(*map(fields_of, parts))
+        case Not(part):
+            return fields_of(part)
+
+
+def depth(where: Filter | None) -> int:
+    """How deeply a filter nests (a Condition is 1)."""
+    match where:
+        case None:
+            return 0
+        case Condition():
+            return 1
+        case AllOf(parts) | AnyOf(parts):
+            return 1 + max(map(depth, parts), default=0)
+        case Not(part):
+            return 1 + depth(part)
+
+
+def with_tie_breaker(order: tuple[Sort, ...]) -> tuple[Sort, ...]:
+    """The order rows come in: as asked, then by key (ascending) unless the key is in it."""
+    if any(sort.field == KEY for sort in order):
+        return order[: [sort.field for sort in order].index(KEY) + 1]
+    return (*order, Sort(KEY))
+
+
+Row = list[Any]
+_COMPARE: dict[str, Callable[[Any, Any], bool]] = {
+    "eq": operator.eq,
+    "ne": operator.ne,
+    "lt": operator.lt,
+    "lte": operator.le,
+    "gt": operator.gt,
+    "gte": operator.ge,
+    "startsWith": str.startswith,
+}
+
+
+def predicate(where: Filter, index_of: Callable[[str], int]) -> Callable[[Row], bool]:
+    """The filter as a function of a row (`index_of` places a field in it), by the same
+    rules as storage's SQL: a null value fails all but isNull, `not` negates."""
+    match where:
+        case Condition(field, op, value):
+            at = index_of(field)
+            if op == "isNull":
+                return lambda row: (row[at] is None) is value
+            if op == "in":
+                among = frozenset(value)
+                return lambda row: row[at] is not None and row[at] in among
+            compare = _COMPARE[op]
+            return lambda row: row[at] is not None and compare(row[at], value)
+        case AllOf(parts):
+            tests = [predicate(part, index_of) for part in parts]
+            return lambda row: all(test(row) for test in tests)
+        case AnyOf(parts):
+            tests = [predicate(part, index_of) for part in parts]
+            return lambda row: any(test(row) for test in tests)
+        case Not(part):
+            test = predicate(part, index_of)
+            return lambda row: not test(row)

@@ -1,0 +1,107 @@
+"""Ordered pages from memory: a Select ordered by one indexed column (then by key) walks the
+base's rows in that column's sorted order (LookupTable.sorted_by), skipping the keys the
+overlay replaced or deleted and the rows the filter refuses, and merges in the overlay's
+rows that pass. A walk that reads WALK_LIMIT rows without filling its page gives up (None):
+a filter that rare is answered by SQL, which scans once instead.
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_right
+from collections.abc import Callable
+from typing import Any
+
+from contracts.project import Store
+from gateway.model.filters import KEY, Sort, predicate
+from gateway.model.merging import by_value, field_index
+from gateway.model.queries import Row, Select
+from gateway.storage.lookup_table import LookupTable
+
+FIRST_CHUNK = 64  # rows read at the first step of a walk; each step reads twice the last
+WALK_LIMIT = 32_768  # rows a walk may read before SQL is the cheaper way
+
+
+def indexed(store: Store, query: Select) -> tuple[str, bool] | None:
+    """The (column, descending) a Select is ordered by, when memory can answer it: one
+    indexed column, then the key."""
+    order = query.order
+    if len(order) == 2 and order[1] == Sort(KEY) and order[0].field in store.index:
+        return order[0].field, order[0].descending
+    return None
+
+
+def select(
+    store: Store, base: LookupTable, changed: list[Row] | None, query: Select
+) -> list[Row] | None:
+    """The page, or None when memory cannot answer it (not indexed, or a walk too long).
+    `changed` is the overlay's rows, each with its deleted flag last."""
+    by = indexed(store, query)
+    rows = base.sorted_by.get(by) if by else None
+    if rows is None:
+        return None
+    sort_key = by_value(store, query.order)
+    passes = _passes(store, query)
+    shadowed: set[Any] = set()
+    fresh: list[Row] = []
+    for row in changed or ():
+        shadowed.add(row[0])
+        if not row[-1] and passes(row[:-1]):
+            fresh.append(row[:-1])
+    start = 0
+    if query.after is not None:
+        after = sort_key(_as_row(store, query.order, query.after))
+        start = bisect_right(_Keys(base, rows, sort_key), after)
+        fresh = [row for row in fresh if sort_key(row) > after]
+    kept = _walk(base, rows, start, query.limit, lambda row: row[0] not in shadowed and passes(row))
+    if kept is None:
+        return None
+    fresh.sort(key=sort_key)
+    merged = heapq.merge(kept, fresh, key=sort_key)
+    return [row for _, row in zip(range(query.limit), merged, strict=False)]
+
+
+def _walk(
+    base: LookupTable, rows: Any, start: int, limit: int, keep: Callable[[Row], bool]
+) -> list[Row] | None:
+    """The first `limit` kept rows from position `start` of `rows`; None past WALK_LIMIT."""
+    found: list[Row] = []
+    at, step = start, max(FIRST_CHUNK, limit)
+    while len(found) < limit and at < len(rows):
+        if at - start >= WALK_LIMIT:
+            return None
+        for row in base.rows_at(rows[at : at + step]):
+            if keep(row):
+                found.append(row)
+                if len(found) == limit:
+                    break
+        at, step = at + step, step * 2
+    return found
+
+
+def _passes(store: Store, query: Select) -> Callable[[Row], bool]:
+    if query.where is None:
+        return lambda row: True
+    return predicate(query.where, lambda field: field_index(store, field))
+
+
+def _as_row(store: Store, order: tuple[Sort, ...], values: tuple[Any, ...]) -> Row:
+    """A row holding a cursor's order values where its fields go."""
+    row: Row = [None] * (1 + len(store.columns))
+    for sort, value in zip(order, values, strict=True):
+        row[field_index(store, sort.field)] = value
+    return row
+
+
+class _Keys:
+    """The sort keys of a table's rows in an order, read as bisect asks for them."""
+
+    def __init__(self, base: LookupTable, rows: Any, sort_key: Callable[[Row], Any]) -> None:
+        self.base, self.rows, self.sort_key = base, rows, sort_key
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, at: int) -> Any:
+        (row,) = self.base.rows_at(self.rows[at : at + 1])
+        return self.sort_key(row)

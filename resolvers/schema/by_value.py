@@ -1,0 +1,281 @@
+"""Asking a keyed store by value, in the generated schema. For a store `s` with record type S:
+
+- sList(where: SFilter, orderBy: [SOrderBy!], first, after, partitions, consistency): SPage,
+  the rows that pass the filter in the order asked, then by key; a top-K is its first page;
+- sAggregate(where, partitions, consistency): SAggregate, totalCount and per column sum, avg
+  (numbers), min and max (numbers and strings) over the rows that pass the filter.
+
+SFilter has a condition per field (key and columns: StringFilter, IntFilter, LongFilter,
+FloatFilter or BooleanFilter) and `and`, `or`, `not`; the conditions given in one SFilter
+must all hold. An explicit null where a condition or an operand goes is refused: it matches
+nothing, which is never what was meant (isNull asks for nulls).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping
+from operator import attrgetter, itemgetter
+from typing import Any
+
+import strawberry
+from strawberry.types.field import StrawberryField
+
+from contracts import names
+from contracts.errors import bad_input
+from contracts.project import FieldType, Store
+from contracts.settings import Settings
+from gateway.model.filters import (
+    KEY,
+    NUMBERS,
+    ORDERED,
+    AllOf,
+    AnyOf,
+    Condition,
+    Filter,
+    Not,
+    Op,
+    Sort,
+)
+from gateway.service import Aggregate
+from resolvers.schema.costs import page_rows
+from resolvers.schema.meta import ConsistencyInput, ResultMeta, demand
+from resolvers.schema.scalars import Long
+from resolvers.schema.views import PY, Info, list_of, meta_of, root_field, signed, view
+
+_COMPARED: tuple[Op, ...] = ("eq", "ne", "in", "lt", "lte", "gt", "gte", "isNull")
+OPS_OF: dict[FieldType, tuple[Op, ...]] = {
+    "string": (*_COMPARED, "startsWith"),
+    "int": _COMPARED,
+    "long": _COMPARED,
+    "double": _COMPARED,
+    "boolean": ("eq", "ne", "isNull"),
+}
+_ATTRIBUTE: dict[Op, str] = {"in": "in_", "isNull": "is_null", "startsWith": "starts_with"}
+_OP_DESCRIPTIONS: dict[Op, str] = {
+    "eq": "Equal to.",
+    "ne": "Not equal to (a null value is neither).",
+    "in": "Equal to one of these.",
+    "lt": "Less than.",
+    "lte": "Less than or equal to.",
+    "gt": "Greater than.",
+    "gte": "Greater than or equal to.",
+    "isNull": "true: the value is null; false: it is not.",
+    "startsWith": "Starts with this prefix (case-sensitive).",
+}
+_ARTICLE = {"int": "an"}
+_TYPE_NAMES: dict[FieldType, str] = {
+    "string": "StringFilter",
+    "int": "IntFilter",
+    "long": "LongFilter",
+    "double": "FloatFilter",
+    "boolean": "BooleanFilter",
+}
+
+
+def _attribute(op: Op) -> str:
+    return _ATTRIBUTE.get(op, op)
+
+
+def _condition_type(kind: FieldType) -> type:
+    """The conditions on one field of a type; those given must all hold."""
+    annotations: dict[str, Any] = {}
+    namespace: dict[str, Any] = {"__annotations__": annotations}
+    for op in OPS_OF[kind]:
+        operand = list_of(PY[kind]) if op == "in" else bool if op == "isNull" else PY[kind]
+        annotations[_attribute(op)] = operand | None
+        namespace[_attribute(op)] = strawberry.field(
+            default=strawberry.UNSET, name=op, description=_OP_DESCRIPTIONS[op]
+        )
+    article = _ARTICLE.get(kind, "a")
+    description = f"Conditions on {article} {kind} field; those given must all hold."
+    made: type = strawberry.input(type(_TYPE_NAMES[kind], (), namespace), description=description)
+    return made
+
+
+CONDITIONS: dict[FieldType, type] = {kind: _condition_type(kind) for kind in _TYPE_NAMES}
+
+
+def value_fields(store: Store, settings: Settings, Page: type) -> list[StrawberryField]:
+    """sList and sAggregate of a table or aggregate store, whose page type is `Page`."""
+    named = names.root_fields(store)
+    Filter_, to_filter = _filter_type(store)
+    OrderBy, to_sorts = _order_type(store)
+    Totals = _aggregate_type(store)
+    consistency = ConsistencyInput | None
+    page_size = settings.default_page_size
+
+    async def list_(
+        info: Info,
+        where: Any = None,
+        order_by: list[Any] | None = None,
+        first: int = page_size,
+        after: str | None = None,
+        partitions: list[int] | None = None,
+        consistency: ConsistencyInput | None = None,
+    ) -> Any:
+        info.context.authorize(store.name)
+        return await info.context.queries.select(
+            store, to_filter(where), to_sorts(order_by), first, after, partitions,
+            demand(consistency),
+        )  # fmt: skip
+
+    async def aggregate(
+        info: Info,
+        where: Any = None,
+        partitions: list[int] | None = None,
+        consistency: ConsistencyInput | None = None,
+    ) -> Any:
+        info.context.authorize(store.name)
+        return await info.context.queries.totals(
+            store, to_filter(where), partitions, demand(consistency)
+        )
+
+    return [
+        root_field(
+            signed(
+                list_,
+                Page | None,
+                where=Filter_ | None,
+                order_by=list_of(OrderBy) | None,
+                first=int,
+                after=str | None,
+                partitions=list[int] | None,
+                consistency=consistency,
+            ),
+            named["list"],
+            "Records that pass `where`, in `orderBy` (nulls last) then by key, one page at a "
+            "time: each partition answers its first rows, the gateway merges them. A top-K is "
+            "the first page.",
+            page_rows(settings),
+        ),
+        root_field(
+            signed(
+                aggregate,
+                Totals | None,
+                where=Filter_ | None,
+                partitions=list[int] | None,
+                consistency=consistency,
+            ),
+            named["aggregate"],
+            "Totals over the records that pass `where`, merged from each partition's.",
+        ),
+    ]
+
+
+def _filter_type(store: Store) -> tuple[type, Callable[[Any], Filter | None]]:
+    """SFilter, and how to read one into a Filter."""
+    fields: dict[str, FieldType] = {KEY: store.key_type, **store.columns}
+    made: type = type(names.types(store)["filter"], (), {})
+    annotations: dict[str, Any] = {}
+    by_attribute: dict[str, str] = {}
+    for i, (field, kind) in enumerate(fields.items()):
+        attribute = f"f{i}"  # a column may be a Python keyword
+        by_attribute[attribute] = field
+        annotations[attribute] = CONDITIONS[kind] | None
+        setattr(made, attribute, strawberry.field(default=strawberry.UNSET, name=field))
+    for attribute, (name, many, description) in _COMBINATORS.items():
+        annotations[attribute] = (list_of(made) if many else made) | None
+        setattr(made, attribute, strawberry.field(default=strawberry.UNSET, name=name,
+                                                  description=description))  # fmt: skip
+    made.__annotations__ = annotations
+    description = (
+        f"Which {store.name} records to take: the conditions given must all hold. A null "
+        "value fails every condition but isNull."
+    )
+    strawberry.input(made, description=description)
+
+    def read(given: Any, path: str) -> Filter:
+        parts: list[Filter] = []
+        for attribute, field in by_attribute.items():
+            condition = _given(getattr(given, attribute), f"{path}{field}")
+            if condition is None:
+                continue
+            for op in OPS_OF[fields[field]]:
+                operand = _given(getattr(condition, _attribute(op)), f"{path}{field}.{op}")
+                if operand is not None:
+                    parts.append(Condition(field, op, tuple(operand) if op == "in" else operand))
+        groups = {a: _given(getattr(given, a), path + n) for a, (n, _, _) in _COMBINATORS.items()}
+        for attribute, combine in (("and_", AllOf), ("or_", AnyOf)):
+            if groups[attribute] is not None:
+                combined = [read(g, f"{path}{attribute[:-1]}[{i}].")
+                            for i, g in enumerate(groups[attribute])]  # fmt: skip
+                parts.append(combine(tuple(combined)))
+        if groups["not_"] is not None:
+            parts.append(Not(read(groups["not_"], f"{path}not.")))
+        return parts[0] if len(parts) == 1 else AllOf(tuple(parts))
+
+    def to_filter(given: Any) -> Filter | None:
+        return None if given is None else read(given, "where.")
+
+    return made, to_filter
+
+
+_COMBINATORS = {
+    "and_": ("and", True, "Every one of these holds."),
+    "or_": ("or", True, "At least one of these holds."),
+    "not_": ("not", False, "This does not hold."),
+}
+
+
+def _given(value: Any, path: str) -> Any:
+    """An input field's value; None when left out, refused when given as null."""
+    if value is strawberry.UNSET:
+        return None
+    if value is None:
+        raise bad_input(f"{path} is null, which matches nothing: leave it out, or ask isNull")
+    return value
+
+
+def _order_type(store: Store) -> tuple[type, Callable[[list[Any] | None], list[Sort]]]:
+    """SOrderBy, and how to read a list of its values into Sorts."""
+    values = names.order_values(store)
+    made = enum.Enum(names.types(store)["orderBy"], {name: name for name in values})  # type: ignore[misc]
+    description = (
+        f"An order of {store.name} records: a field, ascending or descending; nulls come last "
+        "either way, and ties go by key."
+    )
+    strawberry.enum(made, description=description)
+
+    def to_sorts(given: list[Any] | None) -> list[Sort]:
+        return [Sort(*values[member.name]) for member in given or ()]
+
+    return made, to_sorts
+
+
+def _aggregate_type(store: Store) -> type:
+    types = names.types(store)
+    numbers = {c: k for c, k in store.columns.items() if k in NUMBERS}
+    ordered = {c: k for c, k in store.columns.items() if k in ORDERED}
+    fields: dict[str, tuple[Any, Any]] = {
+        "totalCount": (Long, attrgetter("count")),
+    }
+    if numbers:
+        Sums = view(types["sums"], {c: ((float if k == "double" else Long) | None, itemgetter(c))
+                                    for c, k in numbers.items()},
+                    "Sums: null when no record has a value, or past the type's range.")  # fmt: skip
+        Averages = view(types["averages"], {c: (float | None, itemgetter(c)) for c in numbers},
+                        "Averages: sum / count of the records with a value.")  # fmt: skip
+        fields["sum"] = (Sums, _each("sum"))
+        fields["avg"] = (Averages, _each("avg"))
+    if ordered:
+        Extremes = view(types["extremes"], {c: (PY[k] | None, itemgetter(c))
+                                            for c, k in ordered.items()},
+                        "The least or greatest value of each field (null: none).")  # fmt: skip
+        fields["min"] = (Extremes, _each("min"))
+        fields["max"] = (Extremes, _each("max"))
+    fields["meta"] = (ResultMeta, meta_of)
+    description = (
+        f"Totals over {store.name} records, merged from each partition's: those of the "
+        "partitions that answered (meta.partitions says which did not)."
+    )
+    return view(types["aggregate"], fields, description)
+
+
+def _each(total: str) -> Callable[[Aggregate], Mapping[str, Any]]:
+    read = attrgetter(total)
+
+    def values(aggregate: Aggregate) -> Mapping[str, Any]:
+        return {name: read(field) for name, field in aggregate.fields.items()}
+
+    return values

@@ -1,0 +1,82 @@
+"""The building blocks of the generated store types: GraphQL object types over the query
+service's values (views), root fields with their run-time signatures, and the Python types
+of the declared field types."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from operator import attrgetter
+from typing import Any
+
+import strawberry
+from strawberry.types.field import StrawberryField
+
+from contracts.project import FieldType
+from gateway.service import Page
+from resolvers.schema.annotations import COST, Rows, reads
+from resolvers.schema.context import Context
+from resolvers.schema.meta import PageInfo, ResultMeta, result_meta
+from resolvers.schema.scalars import Long
+
+PY: dict[FieldType, Any] = {
+    "string": str,
+    "int": int,
+    "long": Long,
+    "double": float,
+    "boolean": bool,
+}
+Info = strawberry.Info[Context, None]
+Read = Callable[[Any], Any]
+
+
+def meta_of(result: Any) -> ResultMeta:
+    return result_meta(result.meta)
+
+
+def _page_info(page: Page) -> PageInfo:
+    return PageInfo(has_next_page=page.has_next, end_cursor=page.end_cursor)
+
+
+def page_type(name: str, record: type) -> type:
+    return view(
+        name,
+        {
+            "records": (list_of(record), attrgetter("rows")),
+            "pageInfo": (PageInfo, _page_info),
+            "meta": (ResultMeta, meta_of),
+        },
+    )
+
+
+def view(name: str, fields: dict[str, tuple[Any, Read]], description: str | None = None) -> type:
+    """A GraphQL object type over a value of the query service (or a row): each field reads
+    the value with its function (compiled plans call the function directly). Fields are
+    named as given: a declared column is its own GraphQL name, whatever Python makes of it."""
+    namespace = {field: strawberry.field(resolver=reads(read, returns), name=field)
+                 for field, (returns, read) in fields.items()}  # fmt: skip
+    made: type = strawberry.type(type(name, (), namespace), description=description)
+    return made
+
+
+def list_of(item: Any) -> Any:
+    """`list[item]` for a type made at run time."""
+    return list.__class_getitem__(item)
+
+
+def signed(resolver: Any, returns: Any, **arguments: Any) -> Any:
+    """Give a resolver the GraphQL signature of its store's run-time types."""
+    resolver.__annotations__ = {"info": Info, **arguments, "return": returns}
+    return resolver
+
+
+def root_field(
+    resolver: Any, name: str, description: str, rows: Rows | None = None
+) -> StrawberryField:
+    """A root field; `rows` says how many rows its arguments ask for (resolvers/execution/cost.py),
+    one when not given."""
+    resolver.__name__ = name  # create_type keys fields by python name: make them unique
+    metadata = {COST: rows} if rows else None
+    field: StrawberryField = strawberry.field(
+        resolver, name=name, description=description, metadata=metadata
+    )
+    return field
