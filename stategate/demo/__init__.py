@@ -191,8 +191,9 @@ def _instructions(project: Project, rate: float) -> str:
         "",
         "Try this in the playground:",
         example_query(),
-        "and this, which pushes the busiest customer's totals as they change:",
-        '  subscription { customerTotals(key: "C000000") { record { bookings revenue } } }',
+        "and this, which pushes the top 10 customers by revenue whenever they change:",
+        "  subscription { customerTotalsList(orderBy: [REVENUE_DESC], first: 10) "
+        "{ records { key revenue } } }",
         "",
         "or with curl:",
         f"  curl -s {url}/graphql -H 'content-type: application/json' -d '{payload}'",

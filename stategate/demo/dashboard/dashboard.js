@@ -6,9 +6,11 @@ const HOUR = 3_600_000;
 // The SVG namespace, taken from an element the HTML parser made (keeps the file free of URLs).
 const SVG_NS = Object.assign(document.createElement("div"), { innerHTML: "<svg></svg>" }).firstChild.namespaceURI;
 
-const BUSIEST = `subscription Busiest($keys: [String!]!) {
-  customerTotalsBatch(keys: $keys) {
-    entries { key partition failure record { bookings revenue seats cheapest dearest averagePrice } }
+// The leaderboard: the top customers by revenue, a top-K every partition answers and the
+// gateway merges; pushed again only when it changed.
+const TOP = `subscription Top($first: Int!) {
+  customerTotalsList(orderBy: [REVENUE_DESC], first: $first) {
+    records { key bookings revenue seats }
     meta { partial partitions { partition node version failure position { topic offset } } consistencyToken }
   }
 }`;
@@ -26,7 +28,6 @@ const num = (x) => (x == null ? null : Number(x));
 // A Long (counts, sums, offsets) arrives as a decimal string, exact past 2^53: kept exact as a
 // BigInt to compare and sort, shown as sent.
 const long = (x) => (x == null ? null : BigInt(x));
-const descending = (a, b) => (a === b ? 0 : a < b ? 1 : -1);
 const money = (x) => (x == null ? "–" : Number(x).toFixed(2));
 const parseTime = (s) => Date.parse(/(Z|[+-]\d\d:?\d\d)$/i.test(s) ? s : `${s}Z`); // naive = UTC
 const iso = (ms) => new Date(ms).toISOString().replace(/\.\d{3}Z$/, "Z");
@@ -45,19 +46,13 @@ function el(tag, attrs = {}, ...children) {
 
 const params = new URLSearchParams(location.search);
 
-function watchedCustomers() {
-  const given = (params.get("customers") ?? "")
-    .split(",").map((s) => s.trim()).filter(Boolean);
-  if (given.length) return [...new Set(given)];
-  return Array.from({ length: 12 }, (_, i) => `C${String(i).padStart(6, "0")}`);
-}
+const leaders = Math.max(1, Math.min(100, Number(params.get("top")) || 10)); // ?top=N, 10 by default
 
 // ---- state -----------------------------------------------------------------------------------
 
-const watched = watchedCustomers();
 const state = {
-  selected: watched[0],
-  totals: new Map(), // key -> {bookings, revenue, seats} of the last batch result
+  selected: params.get("customer"), // ?customer=KEY; else the leader, once known
+  totals: new Map(), // key -> {bookings, revenue, seats} of the last ranking
   updates: 0,
   lastUpdateAt: null,
   skipped: null,
@@ -145,30 +140,28 @@ function subscribe(source, query, variables, onData) {
 // ---- busiest customers -----------------------------------------------------------------------
 
 function renderBusiest(result, extensions) {
-  const rows = result.entries.map((e) => ({
-    key: e.key,
-    failure: e.failure,
-    bookings: long(e.record?.bookings) ?? 0n,
-    revenue: num(e.record?.revenue) ?? 0,
-    seats: long(e.record?.seats) ?? 0n,
+  const rows = result.records.map((r) => ({ // in the server's order: revenue, then key
+    key: r.key,
+    bookings: long(r.bookings) ?? 0n,
+    revenue: num(r.revenue) ?? 0,
+    seats: long(r.seats) ?? 0n,
   }));
-  rows.sort((a, b) => descending(a.bookings, b.bookings) || a.key.localeCompare(b.key));
   const maxRevenue = Math.max(1e-9, ...rows.map((r) => r.revenue));
   const hadData = state.totals.size > 0;
   const trs = rows.map((r) => {
     const before = state.totals.get(r.key);
     const changed = hadData && (!before || before.bookings !== r.bookings
       || before.revenue !== r.revenue || before.seats !== r.seats);
-    const classes = [changed && "flash", r.key === state.selected && "selected", r.failure && "failed"];
+    const classes = [changed && "flash", r.key === state.selected && "selected"];
     return el("tr", {
       class: classes.filter(Boolean).join(" "),
       "data-key": r.key, "data-bookings": String(r.bookings), "data-revenue": String(r.revenue),
-      tabindex: "0", title: r.failure ? `partition could not answer: ${r.failure}` : `Follow ${r.key}`,
+      tabindex: "0", title: `Follow ${r.key}`,
       onclick: () => select(r.key),
       onkeydown: (ev) => { if (ev.key === "Enter" || ev.key === " ") { ev.preventDefault(); select(r.key); } },
     },
     el("td", { class: "key" }, r.key),
-    el("td", { class: "num" }, r.failure ? "?" : String(r.bookings)),
+    el("td", { class: "num" }, String(r.bookings)),
     el("td", { class: "num" }, money(r.revenue)),
     el("td", { class: "num" }, String(r.seats)),
     el("td", { class: "bar-cell" },
@@ -177,10 +170,11 @@ function renderBusiest(result, extensions) {
   $("#customers tbody").replaceChildren(...trs);
   state.totals = new Map(rows.map((r) => [r.key, r]));
 
-  const failures = result.entries.filter((e) => e.failure)
-    .map((e) => `${e.key} (partition ${e.partition}): ${e.failure}`);
-  setErrors("customerTotalsBatch partitions", failures);
+  const failures = result.meta.partitions.filter((p) => p.failure)
+    .map((p) => `partition ${p.partition} is missing from the ranking: ${p.failure}`);
+  setErrors("customerTotalsList partitions", failures);
   renderFreshness(result.meta, extensions);
+  if (state.selected == null && rows.length) select(rows[0].key);
 }
 
 function renderFreshness(meta, extensions) {
@@ -286,7 +280,7 @@ function select(key) {
 
 // ---- start -----------------------------------------------------------------------------------
 
-subscribe("customerTotalsBatch", BUSIEST, { keys: watched },
-  (data, extensions) => data.customerTotalsBatch && renderBusiest(data.customerTotalsBatch, extensions));
-followSelected();
+subscribe("customerTotalsList", TOP, { first: leaders },
+  (data, extensions) => data.customerTotalsList && renderBusiest(data.customerTotalsList, extensions));
+if (state.selected != null) followSelected();
 setInterval(tick, 200);
