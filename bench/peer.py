@@ -10,10 +10,13 @@ postgresql package, when it is missing and we are root).
 - PostGraphile 5 (amber preset) from npm, on Node 22 (PostGraphile 5.1 fails every data query
   on Node 20); when the system node is older, Node 22 comes from the npm package
   node-linux-<arch> into .bench/peer/node22.
-- The table: `key text PRIMARY KEY` plus the store's columns, loaded with COPY, VACUUM
+- The table: `key text PRIMARY KEY` plus the store's columns, loaded with COPY, a B-tree
+  index on each column asked for (what a user ordering by it would create), VACUUM
   ANALYZEd, and a SQL function `<table>_by_keys(keys text[]) RETURNS SETOF <table>`:
   plain PostGraphile has no "key IN list", so the function gives it one
   (`<table>ByKeys(keys:)`). Findings behind these choices: ../shared/peers/postgraphile/.
+- @graphile/pg-aggregates (Graphile's own plugin) gives connections `aggregates { sum {..} }`,
+  as a PostGraphile user asking for totals would add it.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import psutil
 from stategate.launcher import free_ports
 
 POSTGRAPHILE = "postgraphile@5.1.5"
+AGGREGATES = "@graphile/pg-aggregates@0.2.0-rc.2"
 NODE22 = "22.23.3"
 OS_USER = "pgbench"
 CONF = """listen_addresses = '127.0.0.1'
@@ -51,7 +55,9 @@ synchronous_commit = off
 fsync = off
 jit = off
 """
-PRESET = """export default {
+PRESET = """import { PgAggregatesPreset } from "@graphile/pg-aggregates";
+export default {
+  extends: [PgAggregatesPreset],
   grafserv: { graphiql: false, maxRequestLength: 20_000_000 },
 };
 """
@@ -87,11 +93,12 @@ class Peer:
         self._npm_install()
 
     def _npm_install(self) -> None:
-        modules = self.root / "node_modules" / "postgraphile" / "package.json"
-        if not modules.exists():
+        modules = self.root / "node_modules"
+        wanted = (modules / "postgraphile", modules / "@graphile" / "pg-aggregates")
+        if not all((folder / "package.json").exists() for folder in wanted):
             (self.root / "package.json").write_text('{"private": true}\n')
             _run(["npm", "install", "--no-audit", "--no-fund", "--loglevel=error",
-                  "--prefix", str(self.root), POSTGRAPHILE])  # fmt: skip
+                  "--prefix", str(self.root), POSTGRAPHILE, AGGREGATES])  # fmt: skip
         if _node_major("node") < 22 and not self._node22():
             folder = self.root / "node22"
             folder.mkdir(exist_ok=True)
@@ -139,13 +146,18 @@ class Peer:
                    "-c", sql]  # fmt: skip
         return subprocess.run(command, check=True, capture_output=True, text=True).stdout
 
-    def load(self, table: str, columns: dict[str, str], csv: Path) -> None:
-        """(Re)create `table` (key text PRIMARY KEY, columns...) from a CSV with a header."""
+    def load(
+        self, table: str, columns: dict[str, str], csv: Path, indexes: tuple[str, ...] = ()
+    ) -> None:
+        """(Re)create `table` (key text PRIMARY KEY, columns...) from a CSV with a header,
+        with a B-tree index on each of `indexes`."""
         typed = ", ".join(f"{name} {kind}" for name, kind in columns.items())
         self.psql("state", f"DROP TABLE IF EXISTS {table} CASCADE")
         self.psql("state", f"CREATE TABLE {table} (key text, {typed})")
         self.psql("state", f"\\copy {table} FROM '{csv}' WITH (FORMAT csv, HEADER true)")
         self.psql("state", f"ALTER TABLE {table} ADD PRIMARY KEY (key)")
+        for column in indexes:
+            self.psql("state", f"CREATE INDEX ON {table} ({column})")
         self.psql(
             "state",
             f"CREATE FUNCTION {table}_by_keys(keys text[]) RETURNS SETOF {table} "

@@ -224,6 +224,10 @@ class GatewayNode:
             answers += execution.execute(self.catalog, self.project, topology, self.id, list(some))
         return answers
 
+    def store_rows(self, store: str) -> int:
+        """A keyed store's rows in the whole cluster, as this node's snapshots suggest."""
+        return self.catalog.store_rows(store, self.project.cluster.partitions)
+
     def request_batch(self, authorization: str | None) -> RequestBatch:
         return RequestBatch(
             self.router,

@@ -63,7 +63,12 @@ class GraphQLFirst:
 
 def create_app(project: Project, node_id: str) -> ASGIApp:
     # the operations file first: a bad one stops the node before it opens anything
-    operations = Operations(build_schema(project), project.settings, project.operations_file)
+    def rows_of(store: str) -> int:
+        return node.store_rows(store)
+
+    operations = Operations(
+        build_schema(project), project.settings, project.operations_file, rows_of
+    )
     node = GatewayNode(project, node_id)
 
     async def home(request: Request) -> Response:

@@ -18,6 +18,7 @@ from contracts.positions import satisfies
 from contracts.project import Project, Store
 from contracts.snapshot_file import DELETED, key_columns
 from contracts.topology import Topology
+from gateway.model.filters import KEY, Sort
 from gateway.model.queries import (
     Answer,
     Get,
@@ -109,6 +110,9 @@ def run(
     A page of n rows needs, of the overlay, its first n + D rows (D: its deleted rows), and of
     the base its first n + (overlay rows fetched): every row up to the page's last key is
     then in hand, and so is every overlay row that could shadow one of them."""
+    if isinstance(query, Select) and query.where is None and query.order == (Sort(KEY),):
+        last = None if query.after is None else query.after[0]
+        query = Range(None, None, query.limit, last)
     if isinstance(query, Select | Totals):
         return _by_value(cursor, snapshot, store, query)
     table = f'"{store.name}"'

@@ -298,6 +298,13 @@ class SnapshotCatalog:
         with self._lock:
             return dict(self._current)
 
+    def store_rows(self, store: str, partitions: int) -> int:
+        """A keyed store's rows in all `partitions`, estimated from the bases this node serves
+        (0 when it serves none)."""
+        counts = [s.base.tables[store].rows for s in self.current().values()
+                  if store in s.base.tables]  # fmt: skip
+        return sum(counts) * partitions // len(counts) if counts else 0
+
     def version(self, partition: int) -> int:
         snapshot = self.get(partition)
         return snapshot.version if snapshot else 0

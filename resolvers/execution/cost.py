@@ -6,14 +6,16 @@ selected (spreads multiply) and its width (the leaf fields selected under it, fr
 expanded). A request's cost is then, over its root fields, times x rows x width: the values
 its response may hold, where a root field's rows come from its arguments (a batch's keys, a
 page's `first`...) and weigh what a row of its kind takes to serve (a page's row 2; the
-field's COST metadata, resolvers/schema/stores.py). Both steps take time linear in the
+field's COST metadata, resolvers/schema/costs.py); plus, for a field whose arguments make it
+read a store whole (SCANS: a filter, an order without an index, totals), times x the store's
+rows / SCAN_ROWS_PER_UNIT. Both steps take time linear in the
 document: a small document whose fragments fan out is measured, not expanded.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,9 +33,14 @@ from graphql import (
 )
 from graphql.pyutils import Undefined
 
-from resolvers.schema.annotations import COST, DEFINITION, Rows
+from resolvers.schema.annotations import COST, DEFINITION, SCANS, Rows, Scans
 
 _INTROSPECTION = ("__schema", "__type")
+# Rows a scan reads per cost unit (about 50 µs): DuckDB filters and ranks 5,000 to 10,000
+# rows of a snapshot in that time on the reference machine (bench/RESULTS.md, asking by
+# value), the overlay's anti-join and the k-way merge included; counted at half that.
+SCAN_ROWS_PER_UNIT = 2_000
+RowsOf = Callable[[str], int]  # a store's rows in the whole cluster, as this node estimates
 
 
 @dataclass(frozen=True)
@@ -49,12 +56,19 @@ class Shape:
     aliases: int  # aliased fields, spreads multiplied
     roots: tuple[Root, ...]
 
-    def cost(self, fields: Mapping[str, GraphQLField], variables: dict[str, Any]) -> int:
-        """The values a response may hold, given the request's variables."""
-        return sum(
-            root.times * _rows(fields.get(root.node.name.value), root.node, variables) * root.width
-            for root in self.roots
-        )
+    def cost(
+        self, fields: Mapping[str, GraphQLField], variables: dict[str, Any], rows_of: RowsOf
+    ) -> int:
+        """The values a response may hold and the rows it scans, given the variables."""
+        total = 0
+        for root in self.roots:
+            field = fields.get(root.node.name.value)
+            given = _given(root.node, variables)
+            total += root.times * _rows(field, given) * root.width
+            scanned = _scanned(field, given)
+            if scanned is not None:
+                total += root.times * -(-rows_of(scanned) // SCAN_ROWS_PER_UNIT)
+        return total
 
 
 @dataclass
@@ -200,14 +214,26 @@ def _walk(
                 _walk(selection.selection_set, part, level + 1, root, under)
 
 
-def _rows(field: GraphQLField | None, node: FieldNode, variables: dict[str, Any]) -> int:
-    definition = field.extensions.get(DEFINITION) if field else None
-    rows: Rows | None = getattr(definition, "metadata", {}).get(COST) if definition else None
-    if rows is None:
-        return 1
+def _given(node: FieldNode, variables: dict[str, Any]) -> dict[str, Any]:
+    """A root field's arguments, untyped, the given ones only."""
     given = {}
     for argument in node.arguments or ():
         value = value_from_ast_untyped(argument.value, variables)
         if value is not None and value is not Undefined:
             given[argument.name.value] = value
-    return max(1, rows(given))
+    return given
+
+
+def _metadata(field: GraphQLField | None, key: str) -> Any:
+    definition = field.extensions.get(DEFINITION) if field else None
+    return getattr(definition, "metadata", {}).get(key) if definition else None
+
+
+def _rows(field: GraphQLField | None, given: dict[str, Any]) -> int:
+    rows: Rows | None = _metadata(field, COST)
+    return 1 if rows is None else max(1, rows(given))
+
+
+def _scanned(field: GraphQLField | None, given: dict[str, Any]) -> str | None:
+    scans: Scans | None = _metadata(field, SCANS)
+    return None if scans is None else scans(given)

@@ -33,7 +33,7 @@ from graphql import (
 from strawberry.types import ExecutionResult
 
 from contracts.settings import Settings
-from resolvers.execution.cost import Shape, shape
+from resolvers.execution.cost import RowsOf, Shape, shape
 from resolvers.execution.executors import Compiled, Executor, General
 from resolvers.execution.lru import LRU
 from resolvers.execution.persisted import Persisted, Registry, Source, load
@@ -69,12 +69,18 @@ class _Picked:
 
 class Operations:
     def __init__(
-        self, schema: strawberry.Schema, settings: Settings, operations_file: Path | None = None
+        self,
+        schema: strawberry.Schema,
+        settings: Settings,
+        operations_file: Path | None = None,
+        rows_of: RowsOf = lambda store: 0,
     ) -> None:
         """`operations_file`: the operations to register (resolvers/execution/persisted.py); a
-        ConfigError when one does not validate."""
+        ConfigError when one does not validate. `rows_of`: a store's rows in the cluster, what
+        a request reading it whole costs (resolvers/execution/cost.py)."""
         self.schema = schema
         self.settings = settings
+        self.rows_of = rows_of
         self.core = schema._schema
         assert self.core.query_type is not None
         self.fields = self.core.query_type.fields
@@ -160,13 +166,14 @@ class Operations:
                 f"the document has {measured.aliases} aliases, fragments expanded "
                 f"(the limit is max_aliases, {settings.max_aliases})",
             )
-        cost = measured.cost(self.fields, variables)
+        cost = measured.cost(self.fields, variables, self.rows_of)
         if cost > settings.max_request_cost:
             raise Refused.one(
                 "COST_LIMIT_EXCEEDED",
                 f"the request may return {cost} values, over max_request_cost "
                 f"({settings.max_request_cost}): ask for fewer keys, smaller pages or "
-                "fewer aliases",
+                "fewer aliases (a filter, or an order by a column without an index, reads "
+                "every row of its store)",
                 cost=cost,
                 limit=settings.max_request_cost,
             )

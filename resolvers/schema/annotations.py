@@ -12,6 +12,9 @@ DEFINITION = "strawberry-definition"  # where strawberry keeps a field's definit
 COST = "stategate-cost"  # a root field's metadata: Rows, from its arguments
 # untyped argument values (given ones only) -> rows, each weighted by its kind's time
 Rows = Callable[[Mapping[str, Any]], int]
+SCANS = "stategate-scans"  # a root field's metadata: Scans
+# the store a root field reads whole with these arguments (untyped, given ones only), or None
+Scans = Callable[[Mapping[str, Any]], str | None]
 _READS = "__stategate_reads__"
 
 

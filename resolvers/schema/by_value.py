@@ -38,6 +38,7 @@ from gateway.model.filters import (
     Sort,
 )
 from gateway.service import Aggregate
+from resolvers.schema.annotations import Scans
 from resolvers.schema.costs import page_rows
 from resolvers.schema.meta import ConsistencyInput, ResultMeta, demand
 from resolvers.schema.scalars import Long
@@ -148,6 +149,7 @@ def value_fields(store: Store, settings: Settings, Page: type) -> list[Strawberr
             "time: each partition answers its first rows, the gateway merges them. A top-K is "
             "the first page.",
             page_rows(settings),
+            _list_scans(store),
         ),
         root_field(
             signed(
@@ -159,8 +161,24 @@ def value_fields(store: Store, settings: Settings, Page: type) -> list[Strawberr
             ),
             named["aggregate"],
             "Totals over the records that pass `where`, merged from each partition's.",
+            scans=lambda arguments: store.name,
         ),
     ]
+
+
+def _list_scans(store: Store) -> Scans:
+    """sList reads its store whole unless it is unfiltered (a filter may pass too few rows
+    for a walk: SQL then scans) and in key order or by one indexed column."""
+    indexed = {f"{names.constant_case(c)}_{d}" for c in store.index for d in ("ASC", "DESC")}
+    by_key = {"KEY_ASC"}  # read as a key range
+
+    def scans(arguments: Mapping[str, Any]) -> str | None:
+        order = arguments.get("orderBy") or ["KEY_ASC"]
+        order = order if isinstance(order, list) else [order]  # one value stands for a list
+        cheap = len(order) == 1 and (order[0] in by_key or order[0] in indexed)
+        return None if cheap and not arguments.get("where") else store.name
+
+    return scans
 
 
 def _filter_type(store: Store) -> tuple[type, Callable[[Any], Filter | None]]:

@@ -13,7 +13,7 @@ from strawberry.types.field import StrawberryField
 
 from contracts.project import FieldType
 from gateway.service import Page
-from resolvers.schema.annotations import COST, Rows, reads
+from resolvers.schema.annotations import COST, SCANS, Rows, Scans, reads
 from resolvers.schema.context import Context
 from resolvers.schema.meta import PageInfo, ResultMeta, result_meta
 from resolvers.schema.scalars import Long
@@ -70,13 +70,19 @@ def signed(resolver: Any, returns: Any, **arguments: Any) -> Any:
 
 
 def root_field(
-    resolver: Any, name: str, description: str, rows: Rows | None = None
+    resolver: Any,
+    name: str,
+    description: str,
+    rows: Rows | None = None,
+    scans: Scans | None = None,
 ) -> StrawberryField:
     """A root field; `rows` says how many rows its arguments ask for (resolvers/execution/cost.py),
-    one when not given."""
+    one when not given, and `scans` which store they make it read whole, if any."""
     resolver.__name__ = name  # create_type keys fields by python name: make them unique
-    metadata = {COST: rows} if rows else None
+    metadata: dict[str, Any] = {COST: rows} if rows else {}
+    if scans:
+        metadata[SCANS] = scans
     field: StrawberryField = strawberry.field(
-        resolver, name=name, description=description, metadata=metadata
+        resolver, name=name, description=description, metadata=metadata or None
     )
     return field
