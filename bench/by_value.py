@@ -11,10 +11,16 @@ On a built workload (bench/workload.py; built first when missing), latestBooking
 
 Each is measured, one request at a time, on the storage floor (the same DuckDB files from one
 process, the best single SQL statement), on the gateway (3 nodes, all requests to node1), and,
-alone on the machine after it, on PostGraphile 5 over PostgreSQL (the same rows, a B-tree
-index on price, Graphile's pg-aggregates plugin for the sum), with the same raw client. The
+alone on the machine after it, on PostGraphile 5 over PostgreSQL (the same rows, B-tree
+indexes on price and seats, without which PostGraphile 5 offers neither the order nor the
+condition; Graphile's pg-aggregates plugin for the sum), with the same raw client. The
 naive per-key layer has no query by value: that is what it lacks. Before timing, each pair of
 answers is checked equal. Medians and the machine's load beside each figure.
+
+Then the leaderboard, on a copy of the workload: one subscription on node1 to the top 10
+customers by revenue; each round books a large sum for a customer of a partition node1 does
+not host, runs the pipeline and tells the nodes; the push's latency is its arrival at the
+client minus the moment the first replica of that partition served the new version.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import math
+import os
 import statistics
 import sys
 import time
@@ -29,17 +36,30 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import websockets
 
 from bench.calibrate import SIZES, build
 from bench.driver import Stats, graphql_operation, http_client, run_async
 from bench.floor import Floor
+from bench.freshness import copy_workload
 from bench.peer import Peer
 from bench.procs import NodeProcesses
+from bench.subscriptions import SUBSCRIBER_NODE, subscribed_keys, switch_times
 from bench.versus import STORE, TABLE, export_rows, pg_columns
 from bench.workload import Workload
+from contracts import eventlog
+from contracts.partitioner import partition_for
 from contracts.project import Project
+from spark_pipeline import job
+from spark_pipeline.publish import notify_nodes
+from spark_pipeline.session import spark_session
 
 PROJECT_FILE = "by_value.toml"
+LEADERBOARD = (
+    "subscription { customerTotalsList(orderBy: [REVENUE_DESC], first: 10) "
+    "{ records { key revenue } } }"
+)
+ROUNDS = 8
 SEATS = 2
 GATEWAY = {
     "top 10 by price": "{ latestBookingList(orderBy: [PRICE_DESC], first: 10) "
@@ -166,7 +186,7 @@ def run(workload: Workload, duration: float) -> list[str]:
     peer.setup()
     try:
         peer.start_postgres()
-        peer.load(TABLE, pg_columns(project), csv, indexes=("price",))
+        peer.load(TABLE, pg_columns(project), csv, indexes=("price", "seats"))
         peer.start_postgraphile()
         pg, got = asyncio.run(measure("pg", peer.url, POSTGRAPHILE, peer.processes, duration))
     finally:
@@ -189,13 +209,78 @@ def run(workload: Workload, duration: float) -> list[str]:
     return lines
 
 
+def leaderboard(workload: Workload, rounds: int) -> list[float]:
+    """Each round's push latency (s) from the switch to the leaderboard's subscriber."""
+    project = copy_workload(workload, "leaderboard")
+    nodes = NodeProcesses.gateway(project, workload.root.parent / "logs" / "leaderboard")
+    spark = spark_session()
+    try:
+        nodes.start()
+        nodes.wait_serving()
+        url = nodes.url(SUBSCRIBER_NODE).replace("http://", "ws://") + "/graphql"
+        return asyncio.run(_rounds(project, url, spark, rounds))
+    finally:
+        spark.stop()
+        nodes.stop()
+
+
+async def _rounds(project: Project, url: str, spark: Any, rounds: int) -> list[float]:
+    leaders = subscribed_keys(project, 10_000, rounds)  # off node1: each push crosses nodes
+    arrivals: list[tuple[str, float]] = []  # (the leader, when the update arrived)
+    async with websockets.connect(
+        url, subprotocols=[websockets.Subprotocol("graphql-transport-ws")]
+    ) as ws:
+        await ws.send(orjson.dumps({"type": "connection_init"}).decode())
+        await ws.recv()
+        subscribe = {"id": "top", "type": "subscribe", "payload": {"query": LEADERBOARD}}
+        await ws.send(orjson.dumps(subscribe).decode())
+
+        async def read() -> None:
+            async for raw in ws:
+                records = orjson.loads(raw)["payload"]["data"]["customerTotalsList"]["records"]
+                arrivals.append((records[0]["key"], time.time()))
+
+        reader = asyncio.create_task(read())
+        latencies = []
+        for number, key in enumerate(leaders):
+            price = 1e7 * (number + 1)  # the new leader
+            record = eventlog.Record(key, {"trip": "A→B", "price": price, "seats": 1},
+                                     eventlog.now_ms())  # fmt: skip
+            topic = project.topics["bookings"]
+            eventlog.produce(project.log_dir, topic, project.cluster.partitions, [record])
+            report = await asyncio.to_thread(job.run, project, spark, notify=False)
+            await asyncio.to_thread(notify_nodes, project, set(report.versions))
+            deadline = time.monotonic() + 10
+            while not any(k == key for k, _ in arrivals) and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            switched = switch_times(project)[
+                partition_for(key, "string", project.cluster.partitions)
+            ]
+            arrived = next((at for k, at in arrivals if k == key), None)
+            if arrived is None:
+                raise RuntimeError(f"round {number}: no push with {key} on top within 10 s")
+            latencies.append(arrived - switched)
+            print(f"  leaderboard round {number}: pushed {latencies[-1] * 1000:.0f} ms after the "
+                  f"switch (load {os.getloadavg()[0]:.2f})", flush=True)  # fmt: skip
+        reader.cancel()
+    return latencies
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workload", default="main", choices=sorted(SIZES))
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per case")
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help="leaderboard rounds")
     args = parser.parse_args()
     workload = Workload.built(args.workload) or build(args.workload)
     lines = run(workload, args.duration)
+    if args.rounds:
+        pushes = sorted(leaderboard(workload, args.rounds))
+        lines.append(
+            f"leaderboard push after a switch: p50 {statistics.median(pushes) * 1000:.0f} ms, "
+            f"max {pushes[-1] * 1000:.0f} ms over {len(pushes)} rounds (load "
+            f"{os.getloadavg()[0]:.2f})"
+        )
     text = "\n".join(lines)
     print(text)
     Path(workload.root.parent / "by_value.md").write_text(text + "\n")

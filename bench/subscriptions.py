@@ -117,7 +117,7 @@ def measure(workload: Workload, subscriptions: int, rounds: int, logs: Path) -> 
             report = job.run(project, spark, notify=False)
             notify_nodes(project, set(report.versions))
             time.sleep(SETTLE_S)
-            switches.append(_switch_times(project))
+            switches.append(switch_times(project))
         cpu_ms = (sum(node.cpu_times()[:2]) - cpu_before) * 1000
         result.load.append(os.getloadavg()[0])
         client.send_signal(signal.SIGTERM)
@@ -146,7 +146,7 @@ def _book(project: Project, keys: list[str], number: int) -> None:
     eventlog.produce(project.log_dir, topic, project.cluster.partitions, records)
 
 
-def _switch_times(project: Project) -> dict[int, float]:
+def switch_times(project: Project) -> dict[int, float]:
     """partition -> when its first replica began serving its current version (seconds)."""
     first: dict[int, tuple[int, float]] = {}
     headers = secret_headers(project.cluster.secret)

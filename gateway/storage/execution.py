@@ -92,6 +92,9 @@ def _answer(
             answer.rows = table.select(store, q.query)
             if answer.rows is not None:
                 return answer
+        if table is not None and isinstance(q.query, Totals):
+            answer.rows = [table.totals(store, q.query)]
+            return answer
         try:
             answer.rows = run(catalog.cursor(), snapshot, store, q.query)
         except duckdb.Error as exc:

@@ -31,8 +31,8 @@ from contracts.snapshot_file import (
     quoted,
 )
 from contracts.snapshot_file import columns as stored_columns
-from gateway.model.queries import Row, Select
-from gateway.storage import ordered
+from gateway.model.queries import Row, Select, Totals
+from gateway.storage import ordered, summing
 from gateway.storage.lookup_table import LookupTable
 from gateway.storage.row_select import columns
 
@@ -169,9 +169,16 @@ class LayeredTable:
 
     def select(self, store: Store, query: Select) -> list[Row] | None:
         """An ordered page from memory, or None when SQL must answer (storage/ordered.py)."""
+        return ordered.select(store, self.base, self._changed_rows(), query)
+
+    def totals(self, store: Store, query: Totals) -> Row:
+        """The partial totals (storage/summing.py)."""
+        return summing.totals(store, self.base, self._changed_rows(), query)
+
+    def _changed_rows(self) -> list[Row] | None:
         if self.overlay is not None and self._changed is None:
             self._changed = self.overlay.all_rows()
-        return ordered.select(store, self.base, self._changed, query)
+        return self._changed
 
     def get(self, keys: Sequence[Key]) -> list[Row]:
         """The rows of the keys present, in no particular order."""

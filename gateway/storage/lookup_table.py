@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 from contracts.partitioner import Key
 from contracts.project import Store
 from gateway.model.queries import Row
-from gateway.storage.columns import column_of
+from gateway.storage.columns import Column, column_of
 from gateway.storage.row_select import columns
 
 MAX_KEY_BYTES = 64  # wider string keys are looked up with DuckDB (index memory is n x width)
@@ -92,6 +92,19 @@ class LookupTable:
         if self._key_at is None:
             self._key_at = np.argsort(self._order)
         return self._rows(self._key_at[rows])
+
+    def rows_of(self, keys: Sequence[Key]) -> np.ndarray:
+        """The row numbers of the keys present."""
+        positions = self._find_many(keys)
+        return positions if self._order is None else self._order[positions]
+
+    def column(self, index: int) -> Column:
+        """The column of Store.columns[index]."""
+        return self._columns[index]
+
+    def keys_at(self, rows: np.ndarray) -> list[Key]:
+        """The keys of these row numbers, in that order."""
+        return [row[0] for row in self.rows_at(rows)] if len(rows) else []
 
     def all_rows(self) -> list[Row]:
         return self._rows(np.arange(self.rows))

@@ -1,8 +1,9 @@
 """Ordered pages from memory: a Select ordered by one indexed column (then by key) walks the
-base's rows in that column's sorted order (LookupTable.sorted_by), skipping the keys the
-overlay replaced or deleted and the rows the filter refuses, and merges in the overlay's
-rows that pass. A walk that reads WALK_LIMIT rows without filling its page gives up (None):
-a filter that rare is answered by SQL, which scans once instead.
+base's rows in that column's sorted order (LookupTable.sorted_by), testing the filter on
+chunks of rows over the columns (gateway/storage/masks.py), skipping the keys the overlay
+replaced or deleted, and merges in the overlay's rows that pass. A walk that tests
+WALK_LIMIT rows without filling its page gives up (None): a filter that rare is answered by
+SQL, which scans once instead.
 """
 
 from __future__ import annotations
@@ -12,14 +13,17 @@ from bisect import bisect_right
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from contracts.project import Store
 from gateway.model.filters import KEY, Sort, predicate
 from gateway.model.merging import by_value, field_index
 from gateway.model.queries import Row, Select
 from gateway.storage.lookup_table import LookupTable
+from gateway.storage.masks import Mask, mask
 
-FIRST_CHUNK = 64  # rows read at the first step of a walk; each step reads twice the last
-WALK_LIMIT = 32_768  # rows a walk may read before SQL is the cheaper way
+FIRST_CHUNK = 64  # rows tested at the first step of a walk; each step tests twice the last
+WALK_LIMIT = 65_536  # rows a walk may test before SQL is the cheaper way
 
 
 def indexed(store: Store, query: Select) -> tuple[str, bool] | None:
@@ -53,7 +57,8 @@ def select(
         after = sort_key(_as_row(store, query.order, query.after))
         start = bisect_right(_Keys(base, rows, sort_key), after)
         fresh = [row for row in fresh if sort_key(row) > after]
-    kept = _walk(base, rows, start, query.limit, lambda row: row[0] not in shadowed and passes(row))
+    keep = None if query.where is None else mask(query.where, base, store)
+    kept = _walk(base, rows[start:], query.limit, keep, shadowed)
     if kept is None:
         return None
     fresh.sort(key=sort_key)
@@ -62,16 +67,21 @@ def select(
 
 
 def _walk(
-    base: LookupTable, rows: Any, start: int, limit: int, keep: Callable[[Row], bool]
+    base: LookupTable, rows: np.ndarray, limit: int, keep: Mask | None, shadowed: set[Any]
 ) -> list[Row] | None:
-    """The first `limit` kept rows from position `start` of `rows`; None past WALK_LIMIT."""
+    """The first `limit` rows of `rows` that `keep` keeps and the overlay does not shadow,
+    read in chunks that double; None past WALK_LIMIT rows."""
     found: list[Row] = []
-    at, step = start, max(FIRST_CHUNK, limit)
+    at, step = 0, max(FIRST_CHUNK, limit)
     while len(found) < limit and at < len(rows):
-        if at - start >= WALK_LIMIT:
+        if at >= WALK_LIMIT:
             return None
-        for row in base.rows_at(rows[at : at + step]):
-            if keep(row):
+        chunk = rows[at : at + step]
+        if keep is not None:
+            chunk = chunk[keep(chunk)]
+        # at most len(shadowed) of these are dropped: the rest of the chunk is never needed
+        for row in base.rows_at(chunk[: limit - len(found) + len(shadowed)]):
+            if row[0] not in shadowed:
                 found.append(row)
                 if len(found) == limit:
                     break

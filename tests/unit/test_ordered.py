@@ -1,7 +1,8 @@
-"""Ordered pages from memory (gateway/storage/ordered.py) equal storage's SQL for the same
-Select, over a base and an overlay that replaces and deletes rows: random data with nulls,
-ties and Unicode, random filters, both directions, cursors taken from earlier pages, and
-walks long enough to give up (None, never a wrong page)."""
+"""Ordered pages and totals from memory (gateway/storage/ordered.py, summing.py) equal
+storage's SQL for the same Select or Totals, over a base and an overlay that replaces and
+deletes rows: random data with nulls, ties and Unicode, random filters, both directions,
+cursors taken from earlier pages, and walks long enough to give up (None, never a wrong
+page)."""
 
 from __future__ import annotations
 
@@ -13,12 +14,15 @@ import pytest
 
 from contracts.project import Store, Topic
 from gateway.model.filters import KEY, AllOf, AnyOf, Condition, Filter, Not, Sort
-from gateway.model.queries import Select
+from gateway.model.queries import Select, Totals
 from gateway.storage import by_value, ordered
 from gateway.storage.layers import LayeredTable
 from gateway.storage.lookup_table import LookupTable
 
-TOPIC = Topic("t", "string", {"price": "double", "seats": "int", "trip": "string"})
+# trip has few distinct values (kept as codes), note many (kept as Arrow strings)
+TOPIC = Topic(
+    "t", "string", {"price": "double", "seats": "int", "trip": "string", "note": "string"}
+)
 STORE = Store("s", "table", TOPIC, index=("price", "seats", "trip"))
 WORDS = ["", "a", "ab", "Zoë", "Köln", "日本", "🚆", "b"]
 
@@ -28,20 +32,21 @@ def random_row(rng: random.Random, key: str) -> tuple[Any, ...]:
         return None if rng.random() < 0.1 else value
 
     price = maybe(rng.choice([1.5, 2.0, 99.5, 150.25, -3.0, 0.0]))
-    return key, price, maybe(rng.randint(1, 4)), maybe(rng.choice(WORDS))
+    note = maybe(f"n{rng.randrange(10**6)}")
+    return key, price, maybe(rng.randint(1, 4)), maybe(rng.choice(WORDS)), note
 
 
 def build(rng: random.Random) -> tuple[duckdb.DuckDBPyConnection, LayeredTable]:
     keys = sorted({f"k{rng.randrange(10_000):05d}" for _ in range(1500)} | set(WORDS))
     connection = duckdb.connect()
-    connection.execute('CREATE TABLE b ("key" VARCHAR, price DOUBLE, seats INT, trip VARCHAR)')
-    connection.executemany("INSERT INTO b VALUES (?, ?, ?, ?)", [random_row(rng, k) for k in keys])
-    connection.execute(
-        'CREATE TABLE o ("key" VARCHAR, price DOUBLE, seats INT, trip VARCHAR, _deleted BOOLEAN)'
-    )
+    columns = '"key" VARCHAR, price DOUBLE, seats INT, trip VARCHAR, note VARCHAR'
+    connection.execute(f"CREATE TABLE b ({columns})")
+    rows = [random_row(rng, k) for k in keys]
+    connection.executemany("INSERT INTO b VALUES (?, ?, ?, ?, ?)", rows)
+    connection.execute(f"CREATE TABLE o ({columns}, _deleted BOOLEAN)")
     changed = rng.sample(keys, 150) + ["new1", "new2", "Zz"]
     overlay = [(*random_row(rng, k), rng.random() < 0.3) for k in sorted(set(changed))]
-    connection.executemany("INSERT INTO o VALUES (?, ?, ?, ?, ?)", overlay)
+    connection.executemany("INSERT INTO o VALUES (?, ?, ?, ?, ?, ?)", overlay)
     base_rows = connection.sql("SELECT * FROM b ORDER BY key").to_arrow_table()
     over_rows = connection.sql("SELECT * FROM o ORDER BY key").to_arrow_table()
     base = LookupTable.from_arrow(base_rows, False, STORE.index)
@@ -61,6 +66,8 @@ def random_filter(rng: random.Random) -> Filter | None:
         Condition("trip", "isNull", rng.random() < 0.5),
         Condition("price", "in", (2.0, 150.25)),
         Condition(KEY, "gt", "k05000"),
+        Condition("note", rng.choice(["startsWith", "gte"]), rng.choice(["n1", "n5", ""])),
+        Condition("note", "isNull", rng.random() < 0.5),
     ]
     picked = tuple(rng.sample(tests, rng.randint(1, 2)))
     if roll < 0.7:
@@ -110,3 +117,21 @@ def test_a_walk_past_its_limit_gives_way_to_sql(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(ordered, "WALK_LIMIT", 100)
     never = Condition("trip", "eq", "no such trip")
     assert table.select(STORE, Select(never, (Sort("price"), Sort(KEY)), 5)) is None
+
+
+def sql_totals(connection: duckdb.DuckDBPyConnection, query: Totals) -> list[Any]:
+    sql, args = by_value.totals(STORE, by_value.source(STORE, "b", "o"), query)
+    return list(connection.execute(sql, args).fetchall()[0])
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_memory_totals_equal_sql_totals(seed: int) -> None:
+    rng = random.Random(f"totals-{seed}")
+    connection, table = build(rng)
+    for _ in range(40):
+        query = Totals(random_filter(rng))
+        expected = sql_totals(connection, query)
+        got = table.totals(STORE, query)
+        assert len(got) == len(expected)
+        for g, e in zip(got, expected, strict=True):
+            assert g == (pytest.approx(e) if isinstance(e, float) else e), (query, got, expected)
