@@ -70,10 +70,10 @@ GATEWAY = {
     "{ totalCount sum { price } } }",
 }
 POSTGRAPHILE = {
-    "top 10 by price": "{ allLatestBookings(orderBy: PRICE_DESC, first: 10) "
+    "top 10 by price": "{ allLatestBookings(orderBy: [PRICE_DESC, KEY_ASC], first: 10) "
     "{ nodes { key trip price seats } } }",
     "seats = 2, by price, page of 100": "{ allLatestBookings(condition: {seats: 2}, "
-    "orderBy: PRICE_DESC, first: 100) { nodes { key trip price seats } } }",
+    "orderBy: [PRICE_DESC, KEY_ASC], first: 100) { nodes { key trip price seats } } }",
     "count and sum, seats = 2": "{ allLatestBookings(condition: {seats: 2}) "
     "{ totalCount aggregates { sum { price } } } }",
 }
@@ -209,6 +209,15 @@ def run(workload: Workload, duration: float) -> list[str]:
     return lines
 
 
+def leaderboard_line(workload: Workload, rounds: int) -> str:
+    pushes = sorted(leaderboard(workload, rounds))
+    return (
+        f"leaderboard push after a switch: p50 {statistics.median(pushes) * 1000:.0f} ms, "
+        f"max {pushes[-1] * 1000:.0f} ms over {len(pushes)} rounds (load "
+        f"{os.getloadavg()[0]:.2f})"
+    )
+
+
 def leaderboard(workload: Workload, rounds: int) -> list[float]:
     """Each round's push latency (s) from the switch to the leaderboard's subscriber."""
     project = copy_workload(workload, "leaderboard")
@@ -275,12 +284,7 @@ def main() -> int:
     workload = Workload.built(args.workload) or build(args.workload)
     lines = run(workload, args.duration)
     if args.rounds:
-        pushes = sorted(leaderboard(workload, args.rounds))
-        lines.append(
-            f"leaderboard push after a switch: p50 {statistics.median(pushes) * 1000:.0f} ms, "
-            f"max {pushes[-1] * 1000:.0f} ms over {len(pushes)} rounds (load "
-            f"{os.getloadavg()[0]:.2f})"
-        )
+        lines.append(leaderboard_line(workload, args.rounds))
     text = "\n".join(lines)
     print(text)
     Path(workload.root.parent / "by_value.md").write_text(text + "\n")

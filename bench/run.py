@@ -31,7 +31,7 @@ from urllib.parse import quote
 
 import orjson
 
-from bench import freshness, queries, report, subscriptions, versus
+from bench import by_value, freshness, queries, report, subscriptions, versus
 from bench.driver import (
     Stats,
     batch_operation,
@@ -123,6 +123,7 @@ class Results:
     memory: dict[str, Any] = field(default_factory=dict)
     freshness: list[freshness.Freshness] = field(default_factory=list)
     live: subscriptions.Live | None = None
+    by_value: list[str] = field(default_factory=list)  # bench/by_value.py's table
     comparisons: list[report.Comparison] = field(default_factory=list)
 
     def find(self, rows: list[Stats], name: str) -> Stats | None:
@@ -145,6 +146,7 @@ class Results:
             "memory": self.memory,
             "freshness": [f.as_dict() for f in self.freshness],
             "subscriptions": self.live.as_dict() if self.live else None,
+            "by_value": self.by_value,
             "comparisons": [c.as_dict() for c in self.comparisons],
         }
 
@@ -830,6 +832,10 @@ def main(argv: list[str] | None = None) -> int:
 
         if not args.skip_peer:
             measure_versus(project, floor, gw, args.duration, results, stack)
+            log("by value: top 10, a filtered ordered page, totals, vs PostGraphile ...")
+            results.by_value = by_value.run(main_w, args.duration)
+            results.by_value.append(by_value.leaderboard_line(main_w, by_value.ROUNDS))
+            log("\n".join(results.by_value))
 
         log(f"memory: small workload {small_w.root.name} ...")
         measure_small(small_w, logs, results, stack)

@@ -192,10 +192,17 @@ class GatewayNode:
         self.catalog.close()
 
     async def execute_local(self, subqueries: list[SubQuery]) -> list[Answer]:
-        """Answer sub-queries from this node's snapshots: in-memory lookups at once, the rest
-        one pool task per partition (DuckDB releases the GIL, so partitions run in parallel)."""
-        if all(execution.in_memory(self.catalog, q) for q in subqueries):
-            return await offload(self._execute_in_memory, subqueries, items=keys_of(subqueries))
+        """Answer sub-queries from this node's snapshots: what memory answers at once (lookups,
+        pages by an indexed column), the rest one pool task per partition (DuckDB releases
+        the GIL, so partitions run in parallel)."""
+        if not all(execution.in_memory(self.catalog, self.project, q) for q in subqueries):
+            return await self._execute_pooled(subqueries)
+        answers = await offload(self._execute_in_memory, subqueries, items=keys_of(subqueries))
+        left = [q for q, answer in zip(subqueries, answers, strict=True) if answer is None]
+        pooled = iter(await self._execute_pooled(left) if left else ())
+        return [answer or next(pooled) for answer in answers]
+
+    async def _execute_pooled(self, subqueries: list[SubQuery]) -> list[Answer]:
         loop = asyncio.get_running_loop()
         by_partition: dict[int, list[SubQuery]] = {}
         for q in subqueries:
@@ -215,13 +222,16 @@ class GatewayNode:
                 for group in by_partition.values()
             )
         )
-        return [answer for batch in batches for answer in batch]
+        answered = {a.id: a for batch in batches for a in batch}
+        return [answered[q.id] for q in subqueries]
 
-    def _execute_in_memory(self, subqueries: list[SubQuery]) -> list[Answer]:
-        answers = []
+    def _execute_in_memory(self, subqueries: list[SubQuery]) -> list[Answer | None]:
+        answers: list[Answer | None] = []
         topology = self.topology.current
         for some in sliced(subqueries, size=1):
-            answers += execution.execute(self.catalog, self.project, topology, self.id, list(some))
+            answers += execution.execute_in_memory(
+                self.catalog, self.project, topology, self.id, list(some)
+            )
         return answers
 
     def store_rows(self, store: str) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import operator
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import total_ordering
@@ -50,19 +51,29 @@ def field_index(store: Store, field: str) -> int:
 
 
 def by_value(store: Store, order: tuple[Sort, ...]) -> Order:
-    """The sort key of rows in `order` (nulls last in either direction), as storage sorts."""
-    terms = [(field_index(store, sort.field), sort.descending) for sort in order]
+    """The sort key of rows in `order` (nulls last in either direction), as storage sorts: a
+    flat tuple of (is null, value) per term, a descending number negated, a descending
+    string wrapped to sort in reverse."""
+    terms = [(field_index(store, sort.field), _flip(store, sort)) for sort in order]
 
     def key(row: Row) -> tuple[Any, ...]:
-        return tuple(_term(row[i], descending) for i, descending in terms)
+        out: list[Any] = []
+        for i, flip in terms:
+            value = row[i]
+            if value is None:
+                out += (True, 0)
+            else:
+                out += (False, value if flip is None else flip(value))
+        return tuple(out)
 
     return key
 
 
-def _term(value: Any, descending: bool) -> tuple[bool, Any]:
-    if value is None:
-        return True, 0
-    return False, _Reversed(value) if descending else value
+def _flip(store: Store, sort: Sort) -> Callable[[Any], Any] | None:
+    if not sort.descending:
+        return None
+    kind = store.key_type if sort.field == KEY else store.columns[sort.field]
+    return operator.neg if kind in (*NUMBERS, "boolean") else _Reversed
 
 
 @total_ordering

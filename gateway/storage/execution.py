@@ -33,6 +33,7 @@ from gateway.model.queries import (
     WindowsOfKey,
 )
 from gateway.storage import by_value
+from gateway.storage.ordered import indexed
 from gateway.storage.row_select import columns
 from gateway.storage.snapshots import Snapshot, SnapshotCatalog
 
@@ -44,20 +45,53 @@ def execute(
     node_id: str,
     subqueries: Sequence[SubQuery],
 ) -> list[Answer]:
-    """Run a batch of sub-queries on this node (blocking unless all are in_memory); an
-    answer says whether the node is its partition's active in `topology`."""
+    """Run a batch of sub-queries on this node (blocking); an answer says whether the node
+    is its partition's active in `topology`."""
     return [_answer(catalog, project, topology, node_id, q) for q in subqueries]
 
 
-def in_memory(catalog: SnapshotCatalog, q: SubQuery) -> bool:
-    """Whether a sub-query is a lookup the current snapshot answers from memory (so it can
-    run on the event loop: microseconds, no thread hop)."""
+def execute_in_memory(
+    catalog: SnapshotCatalog,
+    project: Project,
+    topology: Topology,
+    node_id: str,
+    subqueries: Sequence[SubQuery],
+) -> list[Answer | None]:
+    """Like execute, for sub-queries that are in_memory: None for one that turned out to
+    need SQL (an ordered walk that gave up), for the caller to run off the event loop."""
+    answers: list[Answer | None] = []
+    for q in subqueries:
+        try:
+            answers.append(_answer(catalog, project, topology, node_id, q, memory_only=True))
+        except _NeedsSql:
+            answers.append(None)
+    return answers
+
+
+class _NeedsSql(Exception):
+    """Memory could not answer a sub-query that was to run on the event loop."""
+
+
+def in_memory(catalog: SnapshotCatalog, project: Project, q: SubQuery) -> bool:
+    """Whether a sub-query is one the current snapshot answers from memory, so that it can
+    run on the event loop (microseconds, no thread hop): a lookup, or a page ordered by an
+    indexed column (a walk bounded by ordered.WALK_LIMIT)."""
     snapshot = catalog.get(q.partition)
-    return isinstance(q.query, Get) and snapshot is not None and q.store in snapshot.tables
+    if snapshot is None or q.store not in snapshot.tables:
+        return False
+    if isinstance(q.query, Get):
+        return True
+    store = project.stores.get(q.store)
+    return isinstance(q.query, Select) and store is not None and indexed(store, q.query) is not None
 
 
 def _answer(
-    catalog: SnapshotCatalog, project: Project, topology: Topology, node_id: str, q: SubQuery
+    catalog: SnapshotCatalog,
+    project: Project,
+    topology: Topology,
+    node_id: str,
+    q: SubQuery,
+    memory_only: bool = False,
 ) -> Answer:
     active = topology.active(q.partition) == node_id
     answer = Answer(id=q.id, node=node_id, active=active)
@@ -92,6 +126,8 @@ def _answer(
             answer.rows = table.select(store, q.query)
             if answer.rows is not None:
                 return answer
+            if memory_only:
+                raise _NeedsSql
         if table is not None and isinstance(q.query, Totals):
             answer.rows = [table.totals(store, q.query)]
             return answer

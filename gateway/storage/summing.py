@@ -54,9 +54,10 @@ def _column_totals(column: Column, kind: FieldType, keep: np.ndarray) -> list[An
             return [len(data), None, None, None]
         return [len(data), _sum(data, kind), data.min().item(), data.max().item()]
     if isinstance(column, CodedColumn):
-        codes = np.unique(column.codes[keep])
-        present = [column.names[c] for c in codes.tolist() if c >= 0]
-        count = int(np.count_nonzero(column.codes[keep] >= 0))
+        # rows per code, the nulls' (-1) first: the values present, without sorting rows
+        counts = np.bincount(column.codes[keep] + 1, minlength=len(column.names))
+        present = [column.names[c] for c in np.flatnonzero(counts[1:]).tolist()]
+        count = int(counts[1:].sum())
         return [count, None, min(present, default=None), max(present, default=None)]
     assert isinstance(column, ArrowColumn)
     kept = column.array.filter(pa.array(keep))
