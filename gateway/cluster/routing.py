@@ -109,7 +109,10 @@ class Router:
             if not by_node:
                 break
             trace.rounds.append({n: len(qs) for n, qs in by_node.items()})
-            calls = [self._call(n, qs, authorization) for n, qs in by_node.items()]
+            # peers first: this node's share may run on the loop at once (lookups, walks)
+            # and must not hold the peers' requests back
+            calls = [self._call(n, by_node[n], authorization)
+                     for n in sorted(by_node, key=lambda n: n == self.node_id)]  # fmt: skip
             batches = [await calls[0]] if len(calls) == 1 else await asyncio.gather(*calls)
             by_id = {q.id: q for qs in by_node.values() for q in qs}
             pending = behind

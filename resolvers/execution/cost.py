@@ -58,17 +58,27 @@ class Shape:
 
     def cost(
         self, fields: Mapping[str, GraphQLField], variables: dict[str, Any], rows_of: RowsOf
-    ) -> int:
+    ) -> Cost:
         """The values a response may hold and the rows it scans, given the variables."""
-        total = 0
+        values = scanned = 0
         for root in self.roots:
             field = fields.get(root.node.name.value)
             given = _given(root.node, variables)
-            total += root.times * _rows(field, given) * root.width
-            scanned = _scanned(field, given)
-            if scanned is not None:
-                total += root.times * -(-rows_of(scanned) // SCAN_ROWS_PER_UNIT)
-        return total
+            values += root.times * _rows(field, given) * root.width
+            store = _scanned(field, given)
+            if store is not None:
+                scanned += root.times * -(-rows_of(store) // SCAN_ROWS_PER_UNIT)
+        return Cost(values, scanned)
+
+
+@dataclass(frozen=True)
+class Cost:
+    values: int  # values the response may hold, weighted by kind
+    scanned: int  # units of the rows its fields read whole (in DuckDB or numpy, not Python)
+
+    @property
+    def total(self) -> int:
+        return self.values + self.scanned
 
 
 @dataclass

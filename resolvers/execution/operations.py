@@ -33,7 +33,7 @@ from graphql import (
 from strawberry.types import ExecutionResult
 
 from contracts.settings import Settings
-from resolvers.execution.cost import RowsOf, Shape, shape
+from resolvers.execution.cost import Cost, RowsOf, Shape, shape
 from resolvers.execution.executors import Compiled, Executor, General
 from resolvers.execution.lru import LRU
 from resolvers.execution.persisted import Persisted, Registry, Source, load
@@ -56,7 +56,8 @@ class Prepared:
     name: str | None
     kind: OperationType
     document: DocumentNode  # a subscription's rewritten as the query it mirrors
-    cost: int
+    cost: int  # what max_request_cost is held against
+    values: int  # of it, the values the response may hold: what bulk_request_cost weighs
     executor: Executor
 
 
@@ -128,7 +129,8 @@ class Operations:
             raise Refused.coded("GRAPHQL_VALIDATION_FAILED", list(errors))
         self.persisted.remember(source)
         executor = self._executors((query, name))
-        return Prepared(query, name, picked.operation.operation, picked.document, cost, executor)
+        operation = picked.operation.operation
+        return Prepared(query, name, operation, picked.document, cost.total, cost.values, executor)
 
     def kind(self, query: str, name: str | None) -> OperationType | None:
         """The kind of the operation the request names, when the document has it."""
@@ -142,7 +144,7 @@ class Operations:
     ) -> ExecutionResult:
         """Run a prepared operation by its executor, within the deadline."""
         deadline = self.settings.request_timeout_s
-        bulk = prepared.cost > self.settings.bulk_request_cost
+        bulk = prepared.values > self.settings.bulk_request_cost
         try:
             async with asyncio.timeout(deadline):
                 with context.node.lanes.enter(bulk):
@@ -152,7 +154,7 @@ class Operations:
             error = GraphQLError(message, extensions={"code": "DEADLINE_EXCEEDED"})
             return ExecutionResult(None, [error], response_extensions(context))
 
-    def _measure(self, measured: Shape | GraphQLError | None, variables: dict[str, Any]) -> int:
+    def _measure(self, measured: Shape | GraphQLError | None, variables: dict[str, Any]) -> Cost:
         if isinstance(measured, GraphQLError):
             raise Refused.coded("GRAPHQL_VALIDATION_FAILED", [measured])
         assert measured is not None
@@ -167,14 +169,14 @@ class Operations:
                 f"(the limit is max_aliases, {settings.max_aliases})",
             )
         cost = measured.cost(self.fields, variables, self.rows_of)
-        if cost > settings.max_request_cost:
+        if cost.total > settings.max_request_cost:
             raise Refused.one(
                 "COST_LIMIT_EXCEEDED",
-                f"the request may return {cost} values, over max_request_cost "
+                f"the request may return {cost.total} values, over max_request_cost "
                 f"({settings.max_request_cost}): ask for fewer keys, smaller pages or "
                 "fewer aliases (a filter, or an order by a column without an index, reads "
                 "every row of its store)",
-                cost=cost,
+                cost=cost.total,
                 limit=settings.max_request_cost,
             )
         return cost
