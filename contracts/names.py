@@ -1,12 +1,13 @@
 """The GraphQL names a project's stores become, defined once: resolvers/schema/stores.py names the
 schema with them, and loading a project refuses names that would clash (`check`).
 
-A table or aggregate store `s` generates the root fields s, sBatch, sRange, sList,
-sAggregate and, for string keys, sPrefix, and the types S, SLookup, SEntry, SBatch, SPage,
-SFilter, SOrderBy, SAggregate, SSums, SAverages and SExtremes; a window store the root fields
-s and sAll, and the types S, SWindows and SPage. A record (type S) has the fields key,
-[windowStart, windowEnd,] then the store's columns; SOrderBy has KEY_ASC, KEY_DESC and, per
-column, its name in constant case with _ASC and _DESC (averagePrice: AVERAGE_PRICE_DESC).
+A table or aggregate store `s` generates the root fields s, sBatch, sRange and, for string
+keys, sPrefix, and the types S, SLookup, SEntry, SBatch and SPage; a window store the root
+fields s and sAll, and the types S, SWindows and SPage; every store sList and sAggregate, and
+the types SFilter, SOrderBy, SAggregate, SSums, SAverages and SExtremes. A record (type S)
+has the fields key, [windowStart, windowEnd,] then the store's columns; SOrderBy has KEY_ASC,
+KEY_DESC, [WINDOW_START_ASC, WINDOW_START_DESC,] and per column its name in constant case
+with _ASC and _DESC (averagePrice: AVERAGE_PRICE_DESC).
 Declared names are letters and digits, so none can be one of GraphQL's reserved `__` names,
 and a Python keyword (`from`, `class`) is a field name like any other.
 """
@@ -63,12 +64,7 @@ _KEYED_FIELDS: dict[FieldRole, str] = {"lookup": "", "batch": "Batch", "range": 
 _PREFIX: dict[FieldRole, str] = {"prefix": "Prefix"}  # string keys only
 _BY_VALUE: dict[FieldRole, str] = {"list": "List", "aggregate": "Aggregate"}
 _WINDOW_FIELDS: dict[FieldRole, str] = {"windows": "", "all": "All"}
-_KEYED_TYPES: dict[TypeRole, str] = {
-    "record": "",
-    "lookup": "Lookup",
-    "entry": "Entry",
-    "batch": "Batch",
-    "page": "Page",
+_BY_VALUE_TYPES: dict[TypeRole, str] = {
     "filter": "Filter",
     "orderBy": "OrderBy",
     "aggregate": "Aggregate",
@@ -76,13 +72,26 @@ _KEYED_TYPES: dict[TypeRole, str] = {
     "averages": "Averages",
     "extremes": "Extremes",
 }
-_WINDOW_TYPES: dict[TypeRole, str] = {"record": "", "windows": "Windows", "page": "Page"}
+_KEYED_TYPES: dict[TypeRole, str] = {
+    "record": "",
+    "lookup": "Lookup",
+    "entry": "Entry",
+    "batch": "Batch",
+    "page": "Page",
+    **_BY_VALUE_TYPES,
+}
+_WINDOW_TYPES: dict[TypeRole, str] = {
+    "record": "",
+    "windows": "Windows",
+    "page": "Page",
+    **_BY_VALUE_TYPES,
+}
 
 
 def root_fields(store: Store) -> dict[FieldRole, str]:
     """The store's root fields by role: its name and a suffix."""
     if store.kind == "window":
-        suffixes = _WINDOW_FIELDS
+        suffixes = _WINDOW_FIELDS | _BY_VALUE
     else:
         prefix = _PREFIX if store.key_type == "string" else {}
         suffixes = _KEYED_FIELDS | prefix | _BY_VALUE
@@ -112,10 +121,14 @@ def constant_case(name: str) -> str:
 
 
 def order_values(store: Store) -> dict[str, tuple[str, bool]]:
-    """SOrderBy's values: each names a field and whether it descends."""
+    """SOrderBy's values: each names a field as rows hold it and whether it descends."""
+    fields = {KEY: KEY}
+    if store.kind == "window":
+        fields[WINDOW_START] = "window_start"
+    fields.update({column: column for column in store.columns})
     return {
-        f"{constant_case(field)}_{direction}": (field, direction == "DESC")
-        for field in (KEY, *store.columns)
+        f"{constant_case(name)}_{direction}": (field, direction == "DESC")
+        for name, field in fields.items()
         for direction in ("ASC", "DESC")
     }
 
@@ -134,7 +147,7 @@ def check(stores: Iterable[Store]) -> None:
                     f"store {store.name!r}: its column {column!r} clashes with the field "
                     f"{column!r} every {store.kind} record has"
                 )
-            if column in COMBINATORS and store.kind != "window":
+            if column in COMBINATORS:
                 raise ConfigError(
                     f"store {store.name!r}: its column {column!r} clashes with the filter's "
                     f"{column!r}; name it otherwise"

@@ -235,7 +235,7 @@ class GatewayNode:
         return answers
 
     def store_rows(self, store: str) -> int:
-        """A keyed store's rows in the whole cluster, as this node's snapshots suggest."""
+        """A store's rows in the whole cluster, as this node's snapshots suggest."""
         return self.catalog.store_rows(store, self.project.cluster.partitions)
 
     def request_batch(self, authorization: str | None) -> RequestBatch:

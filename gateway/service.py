@@ -20,7 +20,7 @@ from contracts.project import Project, Store
 from contracts.topology import Topology
 from gateway.cluster.batching import Consistency, Outcome, Work
 from gateway.model import cursors, limits, merging
-from gateway.model.filters import Filter, Sort, depth, with_tie_breaker
+from gateway.model.filters import Filter, Sort, depth, field_index, with_tie_breaker
 from gateway.model.limits import SCAN_LOOKAHEAD
 from gateway.model.merging import FieldTotals
 from gateway.model.queries import (
@@ -191,18 +191,20 @@ class RequestQueries:
         after: str | None,
         partitions: list[int] | None,
         demand: Demand | None,
+        window: tuple[int, int] | None = None,
     ) -> Page:
-        """The rows that pass `where`, in `order` then by key, one page (a top-K) at a time."""
+        """The rows that pass `where` (a window store's: starting in `window`), in `order`
+        then by their identity, one page (a top-K) at a time."""
         limits.check_page_size(first, self.project.settings)
-        self._check_filter(where)
-        sorts = with_tie_breaker(tuple(order))
+        self._check_filter(store, where, window)
+        sorts = with_tie_breaker(tuple(order), store)
         last = None if after is None else cursors.decode_ordered(store, sorts, after)
-        query = Select(where, sorts, first + SCAN_LOOKAHEAD, last)
+        query = Select(where, sorts, first + SCAN_LOOKAHEAD, last, window)
         outcome = await self._load(store, query, self._partitions(partitions), demand)
         rows, more = merging.page(outcome.parts, first, merging.by_value(store, sorts))
         end = None
         if rows:
-            values = [rows[-1][merging.field_index(store, sort.field)] for sort in sorts]
+            values = [rows[-1][field_index(store, sort.field)] for sort in sorts]
             end = cursors.encode_ordered(store.name, sorts, values)
         return Page(rows, more, end, self._meta(outcome))
 
@@ -212,10 +214,12 @@ class RequestQueries:
         where: Filter | None,
         partitions: list[int] | None,
         demand: Demand | None,
+        window: tuple[int, int] | None = None,
     ) -> Aggregate:
-        """Count, sum, min, max and avg over the rows that pass `where`."""
-        self._check_filter(where)
-        outcome = await self._load(store, Totals(where), self._partitions(partitions), demand)
+        """Count, sum, min, max and avg over the rows that pass `where` (and `window`)."""
+        self._check_filter(store, where, window)
+        query = Totals(where, window)
+        outcome = await self._load(store, query, self._partitions(partitions), demand)
         count, fields = merging.totals(outcome.parts, store)
         return Aggregate(count, fields, self._meta(outcome))
 
@@ -236,7 +240,11 @@ class RequestQueries:
             end = cursors.encode(store.name, rows[-1][:2] if windowed else rows[-1][:1])
         return Page(rows, more, end, self._meta(outcome))
 
-    def _check_filter(self, where: Filter | None) -> None:
+    def _check_filter(
+        self, store: Store, where: Filter | None, window: tuple[int, int] | None
+    ) -> None:
+        if window is not None:
+            self._check_window_range(store, window[0], window[1], limit=False)
         most = limits.MAX_FILTER_DEPTH
         if depth(where) > most:
             raise GatewayError("FILTER_TOO_DEEP", f"the filter nests deeper than {most} levels")

@@ -19,6 +19,9 @@ from tests.test_queries import META, NODES, all_rows, check_meta
 from tests.wire import as_row, selection
 
 KEYED = ["latestBooking", "customerTotals", "trainStatus", "trainDelays"]
+WINDOWED = ["hourlyRevenue", "delaysHopping"]
+STORES = [*KEYED, *WINDOWED]
+WIDE = {"from": "1969-12-31T00:00:00Z", "to": "2027-01-01T00:00:00Z"}  # every window
 GRAPHQL_TYPES = {"string": "String", "int": "Int", "long": "Long", "double": "Float",
                  "boolean": "Boolean"}  # fmt: skip
 COMPARED = ("eq", "ne", "in", "lt", "lte", "gt", "gte", "isNull")
@@ -27,7 +30,17 @@ OPS = {"string": (*COMPARED, "startsWith"), "int": COMPARED, "long": COMPARED,
 
 
 def fields_of(store: Store) -> dict[str, str]:
+    """The fields of a store's rows, as the oracle's rows hold them."""
+    window = {"window_start": "long"} if store.kind == "window" else {}
+    return {"key": store.key_type, **window, **store.columns}
+
+
+def filterable(store: Store) -> dict[str, str]:
     return {"key": store.key_type, **store.columns}
+
+
+def identity(store: Store) -> list[str]:
+    return ["key", "window_start"] if store.kind == "window" else ["key"]
 
 
 # -- the oracle ----------------------------------------------------------------------------
@@ -74,10 +87,12 @@ def _test(value: Any, op: str, operand: Any) -> bool:
     raise AssertionError(op)
 
 
-def ordered(rows: list[dict[str, Any]], order: list[tuple[str, bool]]) -> list[dict[str, Any]]:
-    """Sorted by the order's fields (nulls last either way), then by key: stable sorts from
-    the last term to the first."""
-    terms = order if any(f == "key" for f, _ in order) else [*order, ("key", False)]
+def ordered(
+    rows: list[dict[str, Any]], order: list[tuple[str, bool]], ids: tuple[str, ...] = ("key",)
+) -> list[dict[str, Any]]:
+    """Sorted by the order's fields (nulls last either way), then by the identity's fields
+    (`ids`) not in it: stable sorts from the last term to the first."""
+    terms = [*order, *((f, False) for f in ids if f not in {f for f, _ in order})]
     result = list(rows)
     for field, descending in reversed(terms):
         present = [r for r in result if r[field] is not None]
@@ -124,7 +139,7 @@ def random_condition(rng: random.Random, kind: str, seen: list[Any]) -> dict[str
 
 
 def random_filter(rng: random.Random, store: Store, rows: list[dict], depth: int = 0) -> dict:
-    fields = fields_of(store)
+    fields = filterable(store)
     where: dict[str, Any] = {}
     for name in rng.sample(list(fields), rng.choice([1, 1, 2])):
         where[name] = random_condition(rng, fields[name], [r[name] for r in rows])
@@ -144,27 +159,35 @@ def random_order(rng: random.Random, store: Store) -> list[tuple[str, bool]]:
 
 
 def enum_value(field: str, descending: bool) -> str:
-    spelled = "".join(f"_{c}" if c.isupper() else c for c in field).upper()
+    spelled = "".join(f"_{c}" if c.isupper() else c for c in field).upper()  # window_start too
     return f"{spelled}_{'DESC' if descending else 'ASC'}"
 
 
 # -- asking --------------------------------------------------------------------------------
 
 
+def span(store: Store) -> tuple[str, str, dict[str, str]]:
+    """A window store's (variable definitions, arguments, values) of from and to."""
+    if store.kind != "window":
+        return "", "", {}
+    return "$from: DateTime!, $to: DateTime!, ", "from: $from, to: $to, ", WIDE
+
+
 def list_all(served, node: str, store: Store, where: dict | None, order, first: int) -> list:
     """Every page of sList, followed by its cursors; checks each page's meta."""
+    kind = store.name[0].upper() + store.name[1:]
+    definitions, arguments, bounds = span(store)
     query = (
-        f"query($where: {store.name[0].upper()}{store.name[1:]}Filter, "
-        f"$orderBy: [{store.name[0].upper()}{store.name[1:]}OrderBy!], $first: Int!, "
-        f"$after: String) {{ {store.name}List(where: $where, orderBy: $orderBy, first: $first, "
-        f"after: $after) {{ records {{ {selection(store)} }} pageInfo {{ hasNextPage "
-        f"endCursor }} {META} }} }}"
+        f"query({definitions}$where: {kind}Filter, $orderBy: [{kind}OrderBy!], $first: Int!, "
+        f"$after: String) {{ {store.name}List({arguments}where: $where, orderBy: $orderBy, "
+        f"first: $first, after: $after) {{ records {{ {selection(store)} }} pageInfo "
+        f"{{ hasNextPage endCursor }} {META} }} }}"
     )
     got: list[tuple] = []
     after = None
     for _ in range(1000):
         variables = {"where": where, "orderBy": [enum_value(*o) for o in order], "first": first,
-                     "after": after}  # fmt: skip
+                     "after": after, **bounds}  # fmt: skip
         page = served.nodes.data(node, query, variables)[f"{store.name}List"]
         check_meta(served, page["meta"], list(range(served.project.cluster.partitions)))
         got += [as_row(store, r) for r in page["records"]]
@@ -185,14 +208,15 @@ def same_rows(got: list[tuple], expected: list[tuple]) -> None:
 @pytest.mark.parametrize("node", NODES)
 def test_random_filters_and_orders_page_through_like_the_oracle(served, node: str) -> None:
     rng = random.Random(f"list-{node}")
-    for name in KEYED:
+    for name in STORES:
         store = served.project.stores[name]
         rows = expected_rows(served, store)
         names = list(fields_of(store))
         for _ in range(5):
             where = random_filter(rng, store, rows)
             order = random_order(rng, store)
-            expected = ordered([r for r in rows if holds(r, where)], order)
+            kept = [r for r in rows if holds(r, where)]
+            expected = ordered(kept, order, tuple(identity(store)))
             first = rng.choice([1, 3, 17, 100])
             if len(expected) // first > 40:
                 first = 500  # pages enough to cross cursors, not hundreds of requests
@@ -209,9 +233,10 @@ def aggregate_query(store: Store) -> str:
     if extremes:
         parts += [f"min {{ {' '.join(extremes)} }}", f"max {{ {' '.join(extremes)} }}"]
     kind = store.name[0].upper() + store.name[1:]
+    definitions, arguments, _ = span(store)
     return (
-        f"query($where: {kind}Filter) {{ {store.name}Aggregate(where: $where) "
-        f"{{ {' '.join(parts)} {META} }} }}"
+        f"query({definitions}$where: {kind}Filter) {{ {store.name}Aggregate({arguments}"
+        f"where: $where) {{ {' '.join(parts)} {META} }} }}"
     )
 
 
@@ -242,13 +267,14 @@ def read_totals(store: Store, result: dict[str, Any]) -> dict[str, Any]:
 @pytest.mark.parametrize("node", NODES)
 def test_totals_of_random_filters_equal_the_oracle(served, node: str) -> None:
     rng = random.Random(f"totals-{node}")
-    for name in KEYED:
+    for name in STORES:
         store = served.project.stores[name]
         rows = expected_rows(served, store)
         query = aggregate_query(store)
-        for where in [None, {}, *(random_filter(rng, store, rows) for _ in range(8))]:
+        for where in [None, {}, *(random_filter(rng, store, rows) for _ in range(6))]:
             kept = [r for r in rows if holds(r, where or {})]
-            result = served.nodes.data(node, query, {"where": where})[f"{name}Aggregate"]
+            variables = {"where": where, **span(store)[2]}
+            result = served.nodes.data(node, query, variables)[f"{name}Aggregate"]
             check_meta(served, result["meta"], list(range(served.project.cluster.partitions)))
             got, expected = read_totals(store, result), expected_totals(store, kept)
             assert got.keys() == expected.keys()
@@ -317,3 +343,32 @@ def test_a_cursor_belongs_to_its_order(served) -> None:
         (error,) = body["errors"]
         assert error["extensions"]["code"] == "BAD_CURSOR"
         assert "another order" in error["message"]
+
+
+def test_window_stores_rank_and_total_the_windows_in_from_to(served) -> None:
+    """The top windows by revenue whose start lies in a span, and their totals."""
+    from tests.projects import HOUR_MS, START_MS
+    from tests.wire import iso
+
+    store = served.project.stores["hourlyRevenue"]
+    rows = expected_rows(served, store)
+    low, high = START_MS + HOUR_MS, START_MS + 3 * HOUR_MS
+    inside = [r for r in rows if low <= r["window_start"] <= high]
+    assert inside and len(inside) < len(rows)
+    bounds = {"from": iso(low), "to": iso(high)}
+    query = (
+        "query($from: DateTime!, $to: DateTime!) { hourlyRevenueList(from: $from, to: $to, "
+        f"orderBy: [REVENUE_DESC], first: 7) {{ records {{ {selection(store)} }} }} "
+        "hourlyRevenueAggregate(from: $from, to: $to) { totalCount sum { revenue } } }"
+    )
+    data = served.nodes.data("node3", query, bounds)
+    want = ordered(inside, [("revenue", True)], ("key", "window_start"))[:7]
+    names = list(fields_of(store))
+    same_rows([as_row(store, r) for r in data["hourlyRevenueList"]["records"]],
+              [tuple(r[n] for n in names) for r in want])  # fmt: skip
+    totals = data["hourlyRevenueAggregate"]
+    assert wire.long(totals["totalCount"]) == len(inside)
+    revenue = sum(r["revenue"] for r in inside if r["revenue"] is not None)
+    assert math.isclose(totals["sum"]["revenue"], revenue, rel_tol=1e-9)
+    backwards = served.nodes.gql("node3", query, {"from": bounds["to"], "to": bounds["from"]})
+    assert {e["extensions"]["code"] for e in backwards["errors"]} == {"INVALID_RANGE"}

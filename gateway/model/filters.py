@@ -2,8 +2,9 @@
 GraphQL layer builds, the internal protocol carries and storage compiles (to SQL whose values
 are bound as parameters, never spliced).
 
-A field is "key" or one of the store's columns. A condition on a null value is false, except
-`isNull`: a null matches only `isNull: true` (SQL's rule, PostGraphile's and Hasura's).
+A field is "key", "window_start" (window stores) or one of the store's columns. A condition
+on a null value is false, except `isNull`: a null matches only `isNull: true` (SQL's rule,
+PostGraphile's and Hasura's).
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from contracts.project import FieldType
+from contracts.project import FieldType, Store
 
 Op = Literal["eq", "ne", "lt", "lte", "gt", "gte", "in", "isNull", "startsWith"]
 OPS: tuple[Op, ...] = ("eq", "ne", "lt", "lte", "gt", "gte", "in", "isNull", "startsWith")
 KEY = "key"
+WINDOW_START = "window_start"  # a window store's rows: as snapshots name it
 NUMBERS: tuple[FieldType, ...] = ("int", "long", "double")  # what sum and avg are defined on
 ORDERED: tuple[FieldType, ...] = (*NUMBERS, "string")  # what min and max are defined on
 
@@ -57,19 +59,6 @@ class Sort:
     descending: bool = False
 
 
-def fields_of(where: Filter | None) -> set[str]:
-    """Every field a filter tests."""
-    match where:
-        case None:
-            return set()
-        case Condition(field):
-            return {field}
-        case AllOf(parts) | AnyOf(parts):
-            return set().union(*map(fields_of, parts))
-        case Not(part):
-            return fields_of(part)
-
-
 def depth(where: Filter | None) -> int:
     """How deeply a filter nests (a Condition is 1)."""
     match where:
@@ -83,11 +72,35 @@ def depth(where: Filter | None) -> int:
             return 1 + depth(part)
 
 
-def with_tie_breaker(order: tuple[Sort, ...]) -> tuple[Sort, ...]:
-    """The order rows come in: as asked, then by key (ascending) unless the key is in it."""
-    if any(sort.field == KEY for sort in order):
-        return order[: [sort.field for sort in order].index(KEY) + 1]
-    return (*order, Sort(KEY))
+def identity(store: Store) -> tuple[str, ...]:
+    """The fields that tell a store's rows apart: the key, and a window's start."""
+    return (KEY, WINDOW_START) if store.kind == "window" else (KEY,)
+
+
+def with_tie_breaker(order: tuple[Sort, ...], store: Store) -> tuple[Sort, ...]:
+    """The order rows come in: as asked, up to the term that completes the row's identity,
+    then the identity's fields not yet in it, ascending."""
+    named: list[str] = []
+    for at, sort in enumerate(order):
+        named.append(sort.field)
+        if all(field in named for field in identity(store)):
+            return order[: at + 1]
+    return (*order, *(Sort(field) for field in identity(store) if field not in named))
+
+
+def field_index(store: Store, field: str) -> int:
+    """Where a field sits in a store's rows: the key, [the window's start,] then the columns."""
+    if field == KEY:
+        return 0
+    if field == WINDOW_START and store.kind == "window":
+        return 1
+    return len(identity(store)) + list(store.columns).index(field)
+
+
+def type_of(store: Store, field: str) -> FieldType:
+    if field == KEY:
+        return store.key_type
+    return "long" if field == WINDOW_START else store.columns[field]
 
 
 Row = list[Any]

@@ -19,7 +19,7 @@ from typing import Any
 
 from contracts.positions import Position, merge, of_partition
 from contracts.project import Store
-from gateway.model.filters import KEY, NUMBERS, Sort
+from gateway.model.filters import NUMBERS, Sort, field_index, type_of
 from gateway.model.queries import Answer, Row, SubQuery
 
 Part = tuple[SubQuery, Answer]
@@ -45,11 +45,6 @@ def page(parts: Iterable[Part], limit: int, order: Order) -> tuple[list[Row], bo
     return rows, False
 
 
-def field_index(store: Store, field: str) -> int:
-    """Where a field sits in a keyed store's rows: the key, then the columns."""
-    return 0 if field == KEY else 1 + list(store.columns).index(field)
-
-
 def by_value(store: Store, order: tuple[Sort, ...]) -> Order:
     """The sort key of rows in `order` (nulls last in either direction), as storage sorts: a
     flat tuple of (is null, value) per term, a descending number negated, a descending
@@ -72,8 +67,7 @@ def by_value(store: Store, order: tuple[Sort, ...]) -> Order:
 def _flip(store: Store, sort: Sort) -> Callable[[Any], Any] | None:
     if not sort.descending:
         return None
-    kind = store.key_type if sort.field == KEY else store.columns[sort.field]
-    return operator.neg if kind in (*NUMBERS, "boolean") else _Reversed
+    return operator.neg if type_of(store, sort.field) in (*NUMBERS, "boolean") else _Reversed
 
 
 @total_ordering

@@ -72,6 +72,7 @@ class Select:
     order: tuple[Sort, ...]
     limit: int
     after: tuple[Any, ...] | None = None
+    window: tuple[int, int] | None = None  # a window store's: starts in [from_ms, to_ms]
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +81,7 @@ class Totals:
     count of non-null values, sum (numbers), min and max (numbers and strings)."""
 
     where: Filter | None
+    window: tuple[int, int] | None = None  # a window store's: starts in [from_ms, to_ms]
 
 
 Query = Get | WindowsOfKey | Range | Prefix | Windows | Select | Totals

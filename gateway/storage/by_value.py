@@ -12,7 +12,18 @@ from typing import Any
 
 from contracts.project import FieldType, Store
 from contracts.snapshot_file import DELETED, finite_or_null, key_columns, quoted
-from gateway.model.filters import KEY, NUMBERS, ORDERED, AllOf, AnyOf, Condition, Filter, Not, Sort
+from gateway.model.filters import (
+    NUMBERS,
+    ORDERED,
+    WINDOW_START,
+    AllOf,
+    AnyOf,
+    Condition,
+    Filter,
+    Not,
+    Sort,
+    identity,
+)
 from gateway.model.queries import Select, Totals
 from gateway.storage.row_select import columns
 
@@ -38,7 +49,7 @@ def source(store: Store, base: str, overlay: str | None) -> str:
 
 
 def select(store: Store, rows: str, query: Select) -> Sql:
-    where, args = condition(store, query.where)
+    where, args = _bounded(store, query.where, query.window)
     if query.after is not None:
         beyond, more = after(store, query.order, query.after)
         where, args = f"({where}) AND ({beyond})", [*args, *more]
@@ -56,8 +67,16 @@ def totals(store: Store, rows: str, query: Totals) -> Sql:
         column = quoted(name)
         parts += [f"count({column})", _sum(column, kind)]
         parts += [f"{f}({column})" if kind in ORDERED else "NULL" for f in ("min", "max")]
-    where, args = condition(store, query.where)
+    where, args = _bounded(store, query.where, query.window)
     return f"SELECT {', '.join(parts)} FROM ({rows}) WHERE {where}", args
+
+
+def _bounded(store: Store, where: Filter | None, window: tuple[int, int] | None) -> Sql:
+    """The filter, and a window store's bounds on the window start."""
+    sql, args = condition(store, where)
+    if window is None:
+        return sql, args
+    return f"({sql}) AND {quoted(WINDOW_START)} BETWEEN ? AND ?", [*args, *window]
 
 
 def _sum(column: str, kind: FieldType) -> str:
@@ -122,6 +141,6 @@ def _past(column: str, descending: bool, value: Any) -> Sql:
 
 
 def _column(store: Store, field: str) -> str:
-    if field != KEY and field not in store.columns:
+    if field not in identity(store) and field not in store.columns:
         raise UnknownField(f"store {store.name!r} has no field {field!r}")
     return quoted(field)

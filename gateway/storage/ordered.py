@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 from contracts.project import Store
-from gateway.model.filters import KEY, Sort, predicate
-from gateway.model.merging import by_value, field_index
+from gateway.model.filters import KEY, Sort, field_index, predicate
+from gateway.model.merging import by_value
 from gateway.model.queries import Row, Select
 from gateway.storage.lookup_table import LookupTable
 from gateway.storage.masks import Mask, mask

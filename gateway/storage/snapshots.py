@@ -50,6 +50,7 @@ class Base:
     alias: str  # its ATTACH in the hub
     header: LayerHeader
     tables: dict[str, LookupTable]  # keyed stores, in memory
+    rows: dict[str, int] = field(default_factory=dict)  # every store's
     files: set[Path] = field(default_factory=set)  # its file and the deltas installed over it
     users: int = 0  # snapshots over it not yet released
 
@@ -218,13 +219,13 @@ class SnapshotCatalog:
         try:
             header = read_header(cursor, alias, partition, layer)
             self._check_stores(cursor, alias)
-            tables = self._load_tables(layer.path)
+            tables, rows = self._load_tables(layer.path)
         except (duckdb.Error, SnapshotError, LayerError, FormatError) as exc:
             self._detach(alias)
             raise SnapshotError(
                 f"{layer.path.name} is not a base of partition {partition}: {exc}"
             ) from exc
-        return Base(layer, alias, header, tables, files={layer.path})
+        return Base(layer, alias, header, tables, rows, files={layer.path})
 
     def _check_stores(self, cursor: duckdb.DuckDBPyConnection, alias: str) -> None:
         tables = {
@@ -237,10 +238,11 @@ class SnapshotCatalog:
         if missing:
             raise SnapshotError(f"stores {missing} are missing")
 
-    def _load_tables(self, path: Path) -> dict[str, LookupTable]:
+    def _load_tables(self, path: Path) -> tuple[dict[str, LookupTable], dict[str, int]]:
         """The keyed stores of a file, read by a DuckDB instance of their own (closed after),
-        so that the hub's buffer pool does not keep every row of them."""
-        loaded = {}
+        so that the hub's buffer pool does not keep every row of them; and every store's
+        row count."""
+        loaded, rows = {}, {}
         config: dict[str, str | bool | int | float | list[str]] = {
             "threads": 1,
             "memory_limit": self._memory,
@@ -249,13 +251,16 @@ class SnapshotCatalog:
             connection.execute(f"ATTACH {literal(str(path))} AS snapshot (READ_ONLY)")
             for store in self._stores:
                 if store.kind == "window":
+                    sql = f'SELECT count(*) FROM snapshot."{store.name}"'
+                    ((rows[store.name],),) = connection.execute(sql).fetchall()
                     continue
                 table = LookupTable.load(connection, "snapshot", store)
+                rows[store.name] = 0 if table is None else table.rows
                 if table is None:
                     log.info("%s: keys too wide for the in-memory index", store.name)
                 else:
                     loaded[store.name] = table
-        return loaded
+        return loaded, rows
 
     @contextmanager
     def lease(self, partition: int) -> Iterator[Snapshot | None]:
@@ -299,10 +304,9 @@ class SnapshotCatalog:
             return dict(self._current)
 
     def store_rows(self, store: str, partitions: int) -> int:
-        """A keyed store's rows in all `partitions`, estimated from the bases this node serves
-        (0 when it serves none)."""
-        counts = [s.base.tables[store].rows for s in self.current().values()
-                  if store in s.base.tables]  # fmt: skip
+        """A store's rows in all `partitions`, estimated from the bases this node serves (0
+        when it serves none)."""
+        counts = [s.base.rows[store] for s in self.current().values() if store in s.base.rows]
         return sum(counts) * partitions // len(counts) if counts else 0
 
     def version(self, partition: int) -> int:

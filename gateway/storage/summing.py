@@ -14,8 +14,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from contracts.project import FieldType, Store
-from gateway.model.filters import NUMBERS, ORDERED, predicate
-from gateway.model.merging import LONG, field_index
+from gateway.model.filters import NUMBERS, ORDERED, field_index, predicate
+from gateway.model.merging import LONG
 from gateway.model.queries import Row, Totals
 from gateway.storage.columns import ArrowColumn, CodedColumn, Column, NumberColumn
 from gateway.storage.lookup_table import LookupTable

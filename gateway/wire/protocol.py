@@ -106,12 +106,16 @@ def _encode_query(query: Query) -> list[Any]:
             return ["prefix", prefix, limit, after]
         case Windows(from_ms, to_ms, limit, after):
             return ["windows", from_ms, to_ms, limit, None if after is None else list(after)]
-        case Select(where, order, limit, after):
+        case Select(where, order, limit, after, window):
             sorts = [[sort.field, sort.descending] for sort in order]
             last = None if after is None else list(after)
-            return ["select", _encode_filter(where), sorts, limit, last]
-        case Totals(where):
-            return ["totals", _encode_filter(where)]
+            return ["select", _encode_filter(where), sorts, limit, last, _window(window)]
+        case Totals(where, window):
+            return ["totals", _encode_filter(where), _window(window)]
+
+
+def _window(window: tuple[int, int] | None) -> list[int] | None:
+    return None if window is None else list(window)
 
 
 def _encode_filter(where: Filter | None) -> Any:
@@ -144,14 +148,22 @@ def _decode_query(raw: object) -> Query:
             key, start = _array(item[4], "after", 2)
             after = (_key(key), _int(start))
         return Windows(_int(item[1]), _int(item[2]), _int(item[3]), after)
-    if kind == "select" and len(item) == 5:
+    if kind == "select" and len(item) == 6:
         order = tuple(Sort(_str(f), d is True) for f, d in (_array(s, "sort", 2) for s in
                       _array(item[2], "order")))  # fmt: skip
         last = None if item[4] is None else tuple(map(_value, _array(item[4], "after")))
-        return Select(_decode_filter(item[1], 0), order, _int(item[3]), last)
-    if kind == "totals" and len(item) == 2:
-        return Totals(_decode_filter(item[1], 0))
+        where, window = _decode_filter(item[1], 0), _decode_window(item[5])
+        return Select(where, order, _int(item[3]), last, window)
+    if kind == "totals" and len(item) == 3:
+        return Totals(_decode_filter(item[1], 0), _decode_window(item[2]))
     raise ProtocolError(f"not a query: {str(raw)[:80]}")
+
+
+def _decode_window(raw: object) -> tuple[int, int] | None:
+    if raw is None:
+        return None
+    start, end = _array(raw, "window", 2)
+    return _int(start), _int(end)
 
 
 def _decode_filter(raw: object, depth: int) -> Filter | None:

@@ -1,9 +1,12 @@
-"""Asking a keyed store by value, in the generated schema. For a store `s` with record type S:
+"""Asking a store by value, in the generated schema. For a store `s` with record type S:
 
 - sList(where: SFilter, orderBy: [SOrderBy!], first, after, partitions, consistency): SPage,
-  the rows that pass the filter in the order asked, then by key; a top-K is its first page;
+  the rows that pass the filter in the order asked, then by key [and window start]; a top-K
+  is its first page;
 - sAggregate(where, partitions, consistency): SAggregate, totalCount and per column sum, avg
   (numbers), min and max (numbers and strings) over the rows that pass the filter.
+
+A window store's take `from` and `to` first, the window starts' bounds, as sAll does.
 
 SFilter has a condition per field (key and columns: StringFilter, IntFilter, LongFilter,
 FloatFilter or BooleanFilter) and `and`, `or`, `not`; the conditions given in one SFilter
@@ -15,8 +18,9 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Mapping
+from datetime import datetime
 from operator import attrgetter, itemgetter
-from typing import Any
+from typing import Annotated, Any
 
 import strawberry
 from strawberry.types.field import StrawberryField
@@ -42,7 +46,17 @@ from resolvers.schema.annotations import Scans
 from resolvers.schema.costs import page_rows
 from resolvers.schema.meta import ConsistencyInput, ResultMeta, demand
 from resolvers.schema.scalars import Long
-from resolvers.schema.views import PY, Info, list_of, meta_of, root_field, signed, view
+from resolvers.schema.views import (
+    FROM,
+    PY,
+    Info,
+    list_of,
+    meta_of,
+    root_field,
+    signed,
+    span_ms,
+    view,
+)
 
 _COMPARED: tuple[Op, ...] = ("eq", "ne", "in", "lt", "lte", "gt", "gte", "isNull")
 OPS_OF: dict[FieldType, tuple[Op, ...]] = {
@@ -98,13 +112,34 @@ CONDITIONS: dict[FieldType, type] = {kind: _condition_type(kind) for kind in _TY
 
 
 def value_fields(store: Store, settings: Settings, Page: type) -> list[StrawberryField]:
-    """sList and sAggregate of a table or aggregate store, whose page type is `Page`."""
+    """sList and sAggregate of a store whose page type is `Page` (a window store's take the
+    window starts' [from, to], as sAll does)."""
     named = names.root_fields(store)
     Filter_, to_filter = _filter_type(store)
     OrderBy, to_sorts = _order_type(store)
     Totals = _aggregate_type(store)
     consistency = ConsistencyInput | None
     page_size = settings.default_page_size
+
+    async def select(
+        info: Info, where: Any, order_by: Any, first: int, after: str | None,
+        partitions: list[int] | None, consistency: ConsistencyInput | None,
+        window: tuple[int, int] | None,
+    ) -> Any:  # fmt: skip
+        info.context.authorize(store.name)
+        return await info.context.queries.select(
+            store, to_filter(where), to_sorts(order_by), first, after, partitions,
+            demand(consistency), window,
+        )  # fmt: skip
+
+    async def totals(
+        info: Info, where: Any, partitions: list[int] | None,
+        consistency: ConsistencyInput | None, window: tuple[int, int] | None,
+    ) -> Any:  # fmt: skip
+        info.context.authorize(store.name)
+        return await info.context.queries.totals(
+            store, to_filter(where), partitions, demand(consistency), window
+        )
 
     async def list_(
         info: Info,
@@ -115,11 +150,21 @@ def value_fields(store: Store, settings: Settings, Page: type) -> list[Strawberr
         partitions: list[int] | None = None,
         consistency: ConsistencyInput | None = None,
     ) -> Any:
-        info.context.authorize(store.name)
-        return await info.context.queries.select(
-            store, to_filter(where), to_sorts(order_by), first, after, partitions,
-            demand(consistency),
-        )  # fmt: skip
+        return await select(info, where, order_by, first, after, partitions, consistency, None)
+
+    async def windows_list(
+        info: Info,
+        from_: datetime,
+        to: datetime,
+        where: Any = None,
+        order_by: list[Any] | None = None,
+        first: int = page_size,
+        after: str | None = None,
+        partitions: list[int] | None = None,
+        consistency: ConsistencyInput | None = None,
+    ) -> Any:
+        window = span_ms(from_, to)
+        return await select(info, where, order_by, first, after, partitions, consistency, window)
 
     async def aggregate(
         info: Info,
@@ -127,16 +172,27 @@ def value_fields(store: Store, settings: Settings, Page: type) -> list[Strawberr
         partitions: list[int] | None = None,
         consistency: ConsistencyInput | None = None,
     ) -> Any:
-        info.context.authorize(store.name)
-        return await info.context.queries.totals(
-            store, to_filter(where), partitions, demand(consistency)
-        )
+        return await totals(info, where, partitions, consistency, None)
 
+    async def windows_aggregate(
+        info: Info,
+        from_: datetime,
+        to: datetime,
+        where: Any = None,
+        partitions: list[int] | None = None,
+        consistency: ConsistencyInput | None = None,
+    ) -> Any:
+        return await totals(info, where, partitions, consistency, span_ms(from_, to))
+
+    windowed = store.kind == "window"
+    span = {"from_": Annotated[datetime, FROM], "to": datetime} if windowed else {}
+    which = "windows whose start lies in [from, to] and that" if windowed else "records that"
     return [
         root_field(
             signed(
-                list_,
+                windows_list if windowed else list_,
                 Page | None,
+                **span,
                 where=Filter_ | None,
                 order_by=list_of(OrderBy) | None,
                 first=int,
@@ -145,22 +201,23 @@ def value_fields(store: Store, settings: Settings, Page: type) -> list[Strawberr
                 consistency=consistency,
             ),
             named["list"],
-            "Records that pass `where`, in `orderBy` (nulls last) then by key, one page at a "
-            "time: each partition answers its first rows, the gateway merges them. A top-K is "
-            "the first page.",
+            f"The {which} pass `where`, in `orderBy` (nulls last) then by key"
+            f"{', window start' if windowed else ''}, one page at a time: each partition "
+            "answers its first rows, the gateway merges them. A top-K is the first page.",
             page_rows(settings),
             _list_scans(store),
         ),
         root_field(
             signed(
-                aggregate,
+                windows_aggregate if windowed else aggregate,
                 Totals | None,
+                **span,
                 where=Filter_ | None,
                 partitions=list[int] | None,
                 consistency=consistency,
             ),
             named["aggregate"],
-            "Totals over the records that pass `where`, merged from each partition's.",
+            f"Totals over the {which} pass `where`, merged from each partition's.",
             scans=lambda arguments: store.name,
         ),
     ]
@@ -170,7 +227,7 @@ def _list_scans(store: Store) -> Scans:
     """sList reads its store whole unless it is unfiltered (a filter may pass too few rows
     for a walk: SQL then scans) and in key order or by one indexed column."""
     indexed = {f"{names.constant_case(c)}_{d}" for c in store.index for d in ("ASC", "DESC")}
-    by_key = {"KEY_ASC"}  # read as a key range
+    by_key = {"KEY_ASC"} if store.kind != "window" else set()  # read as a key range
 
     def scans(arguments: Mapping[str, Any]) -> str | None:
         order = arguments.get("orderBy") or ["KEY_ASC"]

@@ -12,11 +12,10 @@ resolver carries, mypy checks the code. The work itself is the query service's
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from operator import attrgetter, itemgetter
 from typing import Annotated, Any
 
-import strawberry
 from strawberry.types.field import StrawberryField
 
 from contracts import names
@@ -27,6 +26,7 @@ from resolvers.schema.by_value import value_fields
 from resolvers.schema.costs import keys_rows, page_rows, windows_rows
 from resolvers.schema.meta import ConsistencyInput, ResultMeta, demand
 from resolvers.schema.views import (
+    FROM,
     PY,
     Info,
     Read,
@@ -35,12 +35,9 @@ from resolvers.schema.views import (
     page_type,
     root_field,
     signed,
+    span_ms,
     view,
 )
-
-FROM = strawberry.argument(name="from")
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-MILLISECOND = timedelta(milliseconds=1)
 
 
 def store_fields(store: Store, settings: Settings) -> list[StrawberryField]:
@@ -181,7 +178,7 @@ def _window_fields(store: Store, settings: Settings) -> list[StrawberryField]:
     ) -> Any:  # fmt: skip
         info.context.authorize(store.name)
         return await info.context.queries.windows_of_key(
-            store, key, *_span(from_, to), demand(consistency)
+            store, key, *span_ms(from_, to), demand(consistency)
         )
 
     async def all_(
@@ -195,7 +192,7 @@ def _window_fields(store: Store, settings: Settings) -> list[StrawberryField]:
     ) -> Any:
         info.context.authorize(store.name)
         return await info.context.queries.windows(
-            store, *_span(from_, to), first, after, partitions, demand(consistency)
+            store, *span_ms(from_, to), first, after, partitions, demand(consistency)
         )
 
     span = {"from_": Annotated[datetime, FROM], "to": datetime}
@@ -221,6 +218,7 @@ def _window_fields(store: Store, settings: Settings) -> list[StrawberryField]:
             "order, one page at a time.",
             page_rows(settings),
         ),
+        *value_fields(store, settings, Page),
     ]
 
 
@@ -237,16 +235,6 @@ def _record_type(store: Store) -> type:
         fields[column] = (PY[ftype] | None, itemgetter(offset + i))
     description = f"A record of the {store.kind} store {store.name} (topic {store.topic.name})."
     return view(names.types(store)["record"], fields, description)
-
-
-def _span(from_: datetime, to: datetime) -> tuple[int, int]:
-    """[from, to] as the whole milliseconds in it, exactly: from rounds up and to down, so
-    no window starting outside the range asked is returned (a naive time is UTC)."""
-    return -(-_since_epoch(from_) // MILLISECOND), _since_epoch(to) // MILLISECOND
-
-
-def _since_epoch(moment: datetime) -> timedelta:
-    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)) - EPOCH
 
 
 def _datetime(millis: int) -> datetime:

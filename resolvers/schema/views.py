@@ -5,6 +5,7 @@ of the declared field types."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from operator import attrgetter
 from typing import Any
 
@@ -27,6 +28,9 @@ PY: dict[FieldType, Any] = {
 }
 Info = strawberry.Info[Context, None]
 Read = Callable[[Any], Any]
+FROM = strawberry.argument(name="from")  # a Python keyword, as an argument's name
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+MILLISECOND = timedelta(milliseconds=1)
 
 
 def meta_of(result: Any) -> ResultMeta:
@@ -86,3 +90,13 @@ def root_field(
         resolver, name=name, description=description, metadata=metadata or None
     )
     return field
+
+
+def span_ms(from_: datetime, to: datetime) -> tuple[int, int]:
+    """[from, to] as the whole milliseconds in it, exactly: from rounds up and to down, so
+    no window starting outside the range asked is returned (a naive time is UTC)."""
+    return -(-_since_epoch(from_) // MILLISECOND), _since_epoch(to) // MILLISECOND
+
+
+def _since_epoch(moment: datetime) -> timedelta:
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)) - EPOCH
