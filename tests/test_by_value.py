@@ -372,3 +372,31 @@ def test_window_stores_rank_and_total_the_windows_in_from_to(served) -> None:
     assert math.isclose(totals["sum"]["revenue"], revenue, rel_tol=1e-9)
     backwards = served.nodes.gql("node3", query, {"from": bounds["to"], "to": bounds["from"]})
     assert {e["extensions"]["code"] for e in backwards["errors"]} == {"INVALID_RANGE"}
+
+
+def test_a_partition_that_cannot_answer_is_reported_not_dropped(served) -> None:
+    """A bound no replica of partition 3 can meet: the page and the totals hold the other
+    partitions' rows, and meta names partition 3 as failed."""
+    from contracts.partitioner import partition_for
+
+    store = served.project.stores["latestBooking"]
+    rows = expected_rows(served, store)
+    others = [r for r in rows if partition_for(r["key"], "string", 9) != 3]
+    bound = '{position: [{topic: "bookings", partition: 3, offset: "999999999"}]}'
+    query = (
+        f"{{ latestBookingList(orderBy: [PRICE_DESC], first: 20, consistency: {bound}) "
+        "{ records { key trip price seats } meta { partial partitionsFailed "
+        "partitions { partition failure } } } "
+        f"latestBookingAggregate(consistency: {bound}) {{ totalCount meta {{ partial }} }} }}"
+    )
+    data = served.nodes.data("node1", query)
+    page, totals = data["latestBookingList"], data["latestBookingAggregate"]
+    names = list(fields_of(store))
+    want = ordered(others, [("price", True)])[:20]
+    same_rows(
+        [as_row(store, r) for r in page["records"]], [tuple(r[n] for n in names) for r in want]
+    )
+    assert page["meta"]["partial"] and page["meta"]["partitionsFailed"] == 1
+    failed = [p for p in page["meta"]["partitions"] if p["failure"]]
+    assert failed == [{"partition": 3, "failure": "NOT_UP_TO_BOUND"}]
+    assert totals["meta"]["partial"] and wire.long(totals["totalCount"]) == len(others)

@@ -272,3 +272,35 @@ def test_bad_values_in_queries_get_their_codes(cluster: Nodes, node: str) -> Non
     body = cluster.gql(node, f'{{ trainStatusRange(after: "{wide_key}") {{ records {{ key }} }} }}')
     assert body["errors"][0]["extensions"]["code"] == "BAD_CURSOR"
     assert cluster.data(node, '{ latestBooking(key: "epoch") { key } }')  # still serving
+
+
+@pytest.mark.parametrize("node", ["node1", "node2"])
+def test_by_value_reads_non_finite_doubles_as_null(cluster: Nodes, node: str) -> None:
+    """Ranked by each double column, NaN and Infinity (read as null) come last and match
+    isNull; totals skip them, as the oracle reads them."""
+    project = cluster.project
+    for name in ("latestBooking", "customerTotals"):
+        store = project.stores[name]
+        rows = expected(project, name)
+        for i, (column, kind) in enumerate(store.columns.items(), start=1):
+            if kind != "double":
+                continue
+            valued = sorted((r for r in rows if r[i] is not None), key=lambda r: (-r[i], r[0]))
+            nulls = sorted((r for r in rows if r[i] is None), key=lambda r: r[0])
+            order = "".join(f"_{c}" if c.isupper() else c for c in column).upper() + "_DESC"
+            data = cluster.data(
+                node,
+                f"{{ ranked: {name}List(orderBy: [{order}], first: 100) "
+                f"{{ records {{ {fields(project, name)} }} }} "
+                f"nulls: {name}List(where: {{{column}: {{isNull: true}}}}) "
+                f"{{ records {{ key }} }} "
+                f"totals: {name}Aggregate {{ sum {{ {column} }} min {{ {column} }} "
+                f"max {{ {column} }} }} }}",
+            )
+            ranked = [row_of(project, name, r) for r in data["ranked"]["records"]]
+            assert ranked == valued + nulls, column
+            assert [r["key"] for r in data["nulls"]["records"]] == [r[0] for r in nulls]
+            values = [r[i] for r in valued]
+            assert data["totals"]["sum"][column] == pytest.approx(sum(values), rel=1e-12)
+            assert data["totals"]["min"][column] == min(values)
+            assert data["totals"]["max"][column] == max(values)
