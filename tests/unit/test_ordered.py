@@ -80,12 +80,12 @@ def sql_page(connection: duckdb.DuckDBPyConnection, query: Select) -> list[list[
     return [list(row) for row in connection.execute(sql, args).fetchall()]
 
 
-@pytest.mark.parametrize("seed", range(2))
+@pytest.mark.parametrize("seed", range(1))
 def test_memory_pages_equal_sql_pages(seed: int) -> None:
     rng = random.Random(seed)
     connection, table = build(rng)
     answered = 0
-    for _ in range(40):
+    for _ in range(60):
         field = rng.choice(STORE.index)
         order = (Sort(field, rng.random() < 0.5), Sort(KEY))
         where = random_filter(rng)
@@ -102,7 +102,7 @@ def test_memory_pages_equal_sql_pages(seed: int) -> None:
                 break
             last = expected[-1]
             after = (last[1 + list(STORE.columns).index(field)], last[0])
-    assert answered > 60  # memory answered most pages (a rare filter may walk too far)
+    assert answered > 80  # memory answered most pages (a rare filter may walk too far)
 
 
 def test_a_select_memory_cannot_answer_is_none() -> None:
