@@ -33,6 +33,7 @@ from gateway.model.queries import (
     WindowsOfKey,
 )
 from gateway.storage import by_value
+from gateway.storage.masks import vectorized
 from gateway.storage.ordered import indexed
 from gateway.storage.row_select import columns
 from gateway.storage.snapshots import Snapshot, SnapshotCatalog
@@ -75,14 +76,20 @@ class _NeedsSql(Exception):
 def in_memory(catalog: SnapshotCatalog, project: Project, q: SubQuery) -> bool:
     """Whether a sub-query is one the current snapshot answers from memory, so that it can
     run on the event loop (microseconds, no thread hop): a lookup, or a page ordered by an
-    indexed column (a walk bounded by ordered.WALK_LIMIT)."""
+    indexed column whose filter numpy tests whole (a walk bounded by ordered.WALK_LIMIT)."""
     snapshot = catalog.get(q.partition)
-    if snapshot is None or q.store not in snapshot.tables:
+    table = None if snapshot is None else snapshot.tables.get(q.store)
+    if table is None:
         return False
     if isinstance(q.query, Get):
         return True
     store = project.stores.get(q.store)
-    return isinstance(q.query, Select) and store is not None and indexed(store, q.query) is not None
+    return (
+        isinstance(q.query, Select)
+        and store is not None
+        and indexed(store, q.query) is not None
+        and vectorized(q.query.where, table.base, store)
+    )
 
 
 def _answer(

@@ -18,6 +18,7 @@ from gateway.model.queries import Select, Totals
 from gateway.storage import by_value, ordered
 from gateway.storage.layers import LayeredTable
 from gateway.storage.lookup_table import LookupTable
+from gateway.storage.masks import vectorized
 
 # trip has few distinct values (kept as codes), note many (kept as Arrow strings)
 TOPIC = Topic(
@@ -135,3 +136,15 @@ def test_memory_totals_equal_sql_totals(seed: int) -> None:
         assert len(got) == len(expected)
         for g, e in zip(got, expected, strict=True):
             assert g == (pytest.approx(e) if isinstance(e, float) else e), (query, got, expected)
+
+
+def test_only_a_filter_numpy_tests_whole_runs_on_the_event_loop() -> None:
+    """execution.in_memory runs a walk on the loop only when no value of it is tested in
+    Python: numbers and coded strings are, Arrow strings and keys are not."""
+    _, table = build(random.Random(3))
+    base = table.base
+    seats, trip = Condition("seats", "eq", 2), Condition("trip", "startsWith", "a")
+    note, key = Condition("note", "startsWith", "n1"), Condition(KEY, "gt", "k")
+    assert vectorized(None, base, STORE) and vectorized(Not(AnyOf((seats, trip))), base, STORE)
+    assert not vectorized(note, base, STORE) and not vectorized(key, base, STORE)
+    assert not vectorized(AllOf((seats, note)), base, STORE)
