@@ -12,7 +12,8 @@ from contracts import opaque
 from contracts.errors import GatewayError
 from contracts.partitioner import Key, KeyType
 from contracts.project import FieldType, Store
-from gateway.model.filters import Sort, identity, type_of
+from contracts.snapshot_file import key_columns
+from gateway.model.filters import Sort, type_of
 
 _BITS: dict[KeyType, int] = {"int": 32, "long": 64}
 MAX_SHOWN = 40  # characters of a cursor's value a message shows
@@ -71,7 +72,7 @@ def decode_ordered(store: Store, order: tuple[Sort, ...], cursor: str) -> tuple[
         raise _refused(cursor, f"it holds {len(last)} values, where this order has {len(order)}")
     for sort, value in zip(order, last, strict=True):
         kind = type_of(store, sort.field)
-        if not (_is_value(value, kind) or (value is None and sort.field not in identity(store))):
+        if not (_is_value(value, kind) or (value is None and sort.field not in key_columns(store))):
             raise _refused(cursor, f"its {sort.field} {_shown(value)} is not a {kind}")
     return tuple(last)
 

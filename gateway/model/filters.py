@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from contracts.project import FieldType, Store
+from contracts.snapshot_file import key_columns
 
 Op = Literal["eq", "ne", "lt", "lte", "gt", "gte", "in", "isNull", "startsWith"]
 OPS: tuple[Op, ...] = ("eq", "ne", "lt", "lte", "gt", "gte", "in", "isNull", "startsWith")
@@ -72,20 +73,16 @@ def depth(where: Filter | None) -> int:
             return 1 + depth(part)
 
 
-def identity(store: Store) -> tuple[str, ...]:
-    """The fields that tell a store's rows apart: the key, and a window's start."""
-    return (KEY, WINDOW_START) if store.kind == "window" else (KEY,)
-
-
 def with_tie_breaker(order: tuple[Sort, ...], store: Store) -> tuple[Sort, ...]:
-    """The order rows come in: as asked, up to the term that completes the row's identity,
-    then the identity's fields not yet in it, ascending."""
+    """The order rows come in: as asked, up to the term that completes the row's identity
+    (key_columns: the key, and a window's start), then those of its fields not yet in it,
+    ascending."""
     named: list[str] = []
     for at, sort in enumerate(order):
         named.append(sort.field)
-        if all(field in named for field in identity(store)):
+        if all(field in named for field in key_columns(store)):
             return order[: at + 1]
-    return (*order, *(Sort(field) for field in identity(store) if field not in named))
+    return (*order, *(Sort(field) for field in key_columns(store) if field not in named))
 
 
 def field_index(store: Store, field: str) -> int:
@@ -94,7 +91,7 @@ def field_index(store: Store, field: str) -> int:
         return 0
     if field == WINDOW_START and store.kind == "window":
         return 1
-    return len(identity(store)) + list(store.columns).index(field)
+    return len(key_columns(store)) + list(store.columns).index(field)
 
 
 def type_of(store: Store, field: str) -> FieldType:

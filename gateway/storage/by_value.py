@@ -22,7 +22,6 @@ from gateway.model.filters import (
     Filter,
     Not,
     Sort,
-    identity,
 )
 from gateway.model.queries import Select, Totals
 from gateway.storage.row_select import columns
@@ -41,9 +40,9 @@ def source(store: Store, base: str, overlay: str | None) -> str:
     served = ", ".join(columns(store))
     if overlay is None:
         return f"SELECT {served} FROM {base}"
-    identity = ", ".join(quoted(name) for name in key_columns(store))
+    replaced = ", ".join(quoted(name) for name in key_columns(store))
     return (
-        f"SELECT {served} FROM {base} ANTI JOIN {overlay} USING ({identity}) "
+        f"SELECT {served} FROM {base} ANTI JOIN {overlay} USING ({replaced}) "
         f"UNION ALL SELECT {served} FROM {overlay} WHERE NOT {DELETED}"
     )
 
@@ -141,6 +140,6 @@ def _past(column: str, descending: bool, value: Any) -> Sql:
 
 
 def _column(store: Store, field: str) -> str:
-    if field not in identity(store) and field not in store.columns:
+    if field not in key_columns(store) and field not in store.columns:
         raise UnknownField(f"store {store.name!r} has no field {field!r}")
     return quoted(field)
