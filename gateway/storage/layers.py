@@ -33,7 +33,7 @@ from contracts.snapshot_file import (
 from contracts.snapshot_file import columns as stored_columns
 from gateway.model.queries import Row, Select, Totals
 from gateway.storage import ordered, summing
-from gateway.storage.lookup_table import LookupTable
+from gateway.storage.lookup_table import Changed, LookupTable
 from gateway.storage.row_select import columns
 
 
@@ -165,19 +165,22 @@ class LayeredTable:
     def __init__(self, base: LookupTable, overlay: LookupTable | None) -> None:
         self.base = base
         self.overlay = overlay
-        self._changed: list[Row] | None = None  # the overlay's rows, read once when asked
+        self._changed: Changed | None = None  # the overlay as by-value reads use it, once
 
     def select(self, store: Store, query: Select) -> list[Row] | None:
         """An ordered page from memory, or None when SQL must answer (storage/ordered.py)."""
-        return ordered.select(store, self.base, self._changed_rows(), query)
+        return ordered.select(store, self.base, self.changed(), query)
 
     def totals(self, store: Store, query: Totals) -> Row:
         """The partial totals (storage/summing.py)."""
-        return summing.totals(store, self.base, self._changed_rows(), query)
+        return summing.totals(store, self.base, self.changed(), query)
 
-    def _changed_rows(self) -> list[Row] | None:
-        if self.overlay is not None and self._changed is None:
-            self._changed = self.overlay.all_rows()
+    def changed(self) -> Changed:
+        """The overlay's rows and the base rows they replace, read once per snapshot."""
+        if self._changed is None:
+            rows = [] if self.overlay is None else self.overlay.all_rows()
+            keys = [row[0] for row in rows]
+            self._changed = Changed(rows, frozenset(keys), self.base.rows_of(keys))
         return self._changed
 
     def get(self, keys: Sequence[Key]) -> list[Row]:

@@ -11,6 +11,7 @@ indexed: such a store keeps answering lookups with DuckDB.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import duckdb
@@ -29,6 +30,16 @@ _INT64 = (-(2**63), 2**63 - 1)
 
 
 Sorted = dict[tuple[str, bool], np.ndarray]  # (column, descending) -> row numbers in order
+
+
+@dataclass(frozen=True)
+class Changed:
+    """An overlay as reads by value use it: its rows (key, columns, deleted flag), their
+    keys, and the base's row numbers those keys replace."""
+
+    rows: list[Row]
+    keys: frozenset[Key]
+    replaced: np.ndarray
 
 
 class LookupTable:
@@ -104,7 +115,12 @@ class LookupTable:
 
     def keys_at(self, rows: np.ndarray) -> list[Key]:
         """The keys of these row numbers, in that order."""
-        return [row[0] for row in self.rows_at(rows)] if len(rows) else []
+        if self._order is not None:
+            if self._key_at is None:
+                self._key_at = np.argsort(self._order)
+            rows = self._key_at[rows]
+        keys: list[Any] = self._keys[rows].tolist()
+        return [k.decode() for k in keys] if self._strings else keys
 
     def all_rows(self) -> list[Row]:
         return self._rows(np.arange(self.rows))

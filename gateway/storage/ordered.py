@@ -19,7 +19,7 @@ from contracts.project import Store
 from gateway.model.filters import KEY, Sort, field_index, predicate
 from gateway.model.merging import by_value
 from gateway.model.queries import Row, Select
-from gateway.storage.lookup_table import LookupTable
+from gateway.storage.lookup_table import Changed, LookupTable
 from gateway.storage.masks import Mask, mask
 
 FIRST_CHUNK = 64  # rows tested at the first step of a walk; each step tests twice the last
@@ -35,30 +35,22 @@ def indexed(store: Store, query: Select) -> tuple[str, bool] | None:
     return None
 
 
-def select(
-    store: Store, base: LookupTable, changed: list[Row] | None, query: Select
-) -> list[Row] | None:
-    """The page, or None when memory cannot answer it (not indexed, or a walk too long).
-    `changed` is the overlay's rows, each with its deleted flag last."""
+def select(store: Store, base: LookupTable, changed: Changed, query: Select) -> list[Row] | None:
+    """The page, or None when memory cannot answer it (not indexed, or a walk too long)."""
     by = indexed(store, query)
     rows = base.sorted_by.get(by) if by else None
     if rows is None:
         return None
     sort_key = by_value(store, query.order)
     passes = _passes(store, query)
-    shadowed: set[Any] = set()
-    fresh: list[Row] = []
-    for row in changed or ():
-        shadowed.add(row[0])
-        if not row[-1] and passes(row[:-1]):
-            fresh.append(row[:-1])
+    fresh = [row[:-1] for row in changed.rows if not row[-1] and passes(row[:-1])]
     start = 0
     if query.after is not None:
         after = sort_key(_as_row(store, query.order, query.after))
         start = bisect_right(_Keys(base, rows, sort_key), after)
         fresh = [row for row in fresh if sort_key(row) > after]
     keep = None if query.where is None else mask(query.where, base, store)
-    kept = _walk(base, rows[start:], query.limit, keep, shadowed)
+    kept = _walk(base, rows[start:], query.limit, keep, changed.keys)
     if kept is None:
         return None
     fresh.sort(key=sort_key)
@@ -67,7 +59,7 @@ def select(
 
 
 def _walk(
-    base: LookupTable, rows: np.ndarray, limit: int, keep: Mask | None, shadowed: set[Any]
+    base: LookupTable, rows: np.ndarray, limit: int, keep: Mask | None, shadowed: frozenset[Any]
 ) -> list[Row] | None:
     """The first `limit` rows of `rows` that `keep` keeps and the overlay does not shadow,
     read in chunks that double; None past WALK_LIMIT rows."""

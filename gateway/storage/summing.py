@@ -18,26 +18,20 @@ from gateway.model.filters import NUMBERS, ORDERED, field_index, predicate
 from gateway.model.merging import LONG
 from gateway.model.queries import Row, Totals
 from gateway.storage.columns import ArrowColumn, CodedColumn, Column, NumberColumn
-from gateway.storage.lookup_table import LookupTable
+from gateway.storage.lookup_table import Changed, LookupTable
 from gateway.storage.masks import mask
 
 EXACT_INT64 = 2**62  # an int64 sum whose float estimate stays below this cannot overflow
 
 
-def totals(store: Store, base: LookupTable, changed: list[Row] | None, query: Totals) -> Row:
-    everything = np.arange(base.rows)
+def totals(store: Store, base: LookupTable, changed: Changed, query: Totals) -> Row:
     keep = np.ones(base.rows, bool)
+    fresh = [row[:-1] for row in changed.rows if not row[-1]]
     if query.where is not None:
-        keep = mask(query.where, base, store)(everything)
-    fresh: list[Row] = []
-    if changed:
-        keep[base.rows_of([row[0] for row in changed])] = False
-        passes = (
-            (lambda row: True)
-            if query.where is None
-            else predicate(query.where, lambda field: field_index(store, field))
-        )
-        fresh = [row[:-1] for row in changed if not row[-1] and passes(row[:-1])]
+        keep = mask(query.where, base, store)(np.arange(base.rows))
+        passes = predicate(query.where, lambda field: field_index(store, field))
+        fresh = [row for row in fresh if passes(row)]
+    keep[changed.replaced] = False
     partial: Row = [int(keep.sum()) + len(fresh)]
     for i, kind in enumerate(store.columns.values()):
         values = [row[1 + i] for row in fresh if row[1 + i] is not None]
