@@ -2,11 +2,14 @@
 
 <log>/<topic>-<partition>/<base offset, 20 digits>.parquet
 
-Each segment is an immutable Parquet file of records (offset, timestamp, key, value); offsets
-are dense and increasing per partition, and a segment is named by its first offset, as Kafka
-names its segment files. An append writes a hidden temporary file, fsyncs it and renames it
-into place under a per-partition lock, so a reader lists either the whole segment or nothing.
-Values are JSON text (Kafka's JSON serde); a null value is a tombstone.
+Each segment is an immutable Parquet file of records (offset, timestamp, key, value,
+append_ms); offsets are dense and increasing per partition, and a segment is named by its
+first offset, as Kafka names its segment files. `append_ms` is when the log appended the
+record (Kafka's LogAppendTime, one per append); a segment written by another producer may
+leave it out, and its records' append time is then unknown (null). An append writes a hidden
+temporary file, fsyncs it and renames it into place under a per-partition lock, so a reader
+lists either the whole segment or nothing. Values are JSON text (Kafka's JSON serde); a null
+value is a tombstone.
 
 What a producer appends must fit the topic's declaration and be representable everywhere
 downstream (contracts/records.py): append and produce refuse anything else with BadRecord,
@@ -36,9 +39,11 @@ from contracts.records import check as check
 from contracts.records import fit
 
 _KEY_ARROW = {"string": pa.string(), "int": pa.int32(), "long": pa.int64()}
+APPEND_MS = "append_ms"
 
 
-def segment_schema(topic: Topic) -> pa.Schema:
+def record_schema(topic: Topic) -> pa.Schema:
+    """The columns every segment holds."""
     return pa.schema(
         [
             ("offset", pa.int64()),
@@ -47,6 +52,18 @@ def segment_schema(topic: Topic) -> pa.Schema:
             ("value", pa.string()),
         ]
     )
+
+
+def segment_schema(topic: Topic) -> pa.Schema:
+    """The columns of a segment this log appends: the records' and their append time."""
+    return record_schema(topic).append(pa.field(APPEND_MS, pa.int64()))
+
+
+def append_times(table: pa.Table) -> pa.Array:
+    """A segment's append times: null where the segment holds none (another producer's)."""
+    if APPEND_MS in table.column_names:
+        return table.column(APPEND_MS).combine_chunks()
+    return pa.nulls(table.num_rows, pa.int64())
 
 
 def partition_dir(log_dir: Path, topic: str, partition: int) -> Path:
@@ -97,6 +114,7 @@ def _append(log_dir: Path, topic: Topic, partition: int, records: list[Record]) 
     folder.mkdir(parents=True, exist_ok=True)
     with locked(folder):
         base = end_offset(log_dir, topic.name, partition)
+        appended = now_ms()
         table = pa.table(
             {
                 "offset": pa.array(range(base, base + len(records)), pa.int64()),
@@ -106,6 +124,7 @@ def _append(log_dir: Path, topic: Topic, partition: int, records: list[Record]) 
                     [None if r.value is None else orjson.dumps(r.value).decode() for r in records],
                     pa.string(),
                 ),
+                APPEND_MS: pa.array([appended] * len(records), pa.int64()),
             },
             schema=segment_schema(topic),
         )
@@ -139,4 +158,5 @@ def read(log_dir: Path, topic: str, partition: int, start: int = 0) -> Iterator[
             if row["offset"] >= start:
                 value = row["value"]
                 row["value"] = None if value is None else json.loads(value)
+                row.setdefault(APPEND_MS, None)
                 yield row

@@ -3,13 +3,17 @@ snapshot store and read by every node.
 
     {"format": 2,
      "partitions": {"<p>": {"layers": [{"version", "kind", "path", "sha256", "size",
-                                        "position": {topic: offset}, "created_ms"}, ...]}},
+                                        "position": {topic: offset}, "created_ms",
+                                        "appended": [[append_ms, records], ...],
+                                        "newest_append_ms", "read_ms", "published_ms"},
+                                       ...]}},
      "log_end": {"<topic>": {"<p>": offset}},
      "stores_digest": "...", "updated_ms": ...}
 
 A partition's layers are its chain (contracts/snapshot_file.py): a base, then deltas of
-consecutive versions, oldest first. It is replaced atomically (write_manifest), so a reader
-sees the old one or the new one.
+consecutive versions, oldest first. A layer's freshness fields (contracts/freshness.py) are
+optional: a manifest written before them reads as "unknown". It is replaced atomically
+(write_manifest), so a reader sees the old one or the new one.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from typing import Any
 import orjson
 
 from contracts.durable import fsync_dir
+from contracts.freshness import AppendTimes
 from contracts.snapshot_file import FORMAT, FormatError, Kind, check_format
 
 FILE_NAME = "manifest.json"
@@ -35,7 +40,15 @@ class Layer:
     sha256: str
     size: int
     position: dict[str, int]  # topic -> next offset to read
-    created_ms: int
+    created_ms: int  # when its file was written
+    appended: AppendTimes = ()  # its new records by append time
+    newest_append_ms: int | None = None  # of the newest record in the state up to it
+    read_ms: int | None = None  # when the pipeline read its new records
+    published_ms: int | None = None  # when a manifest first named it
+
+    def stages(self) -> dict[str, int | None]:
+        """When its new records reached each of the pipeline's stages (STAGES)."""
+        return {"read": self.read_ms, "written": self.created_ms, "published": self.published_ms}
 
 
 @dataclass(frozen=True)
@@ -139,7 +152,15 @@ def parse_layer(raw: dict[str, Any]) -> Layer:
         size=int(raw["size"]),
         position={str(t): int(o) for t, o in raw["position"].items()},
         created_ms=int(raw["created_ms"]),
+        appended=tuple((int(ms), int(n)) for ms, n in raw.get("appended", ())),
+        newest_append_ms=_optional(raw.get("newest_append_ms")),
+        read_ms=_optional(raw.get("read_ms")),
+        published_ms=_optional(raw.get("published_ms")),
     )
+
+
+def _optional(value: object) -> int | None:
+    return None if value is None else int(value)  # type: ignore[call-overload]
 
 
 def read_manifest(store_dir: Path) -> Manifest:

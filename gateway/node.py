@@ -60,10 +60,16 @@ class GatewayNode:
         self.switches = Switches()
         self.stalls = Stalls()
         self.membership = Membership(project, node_id, self.peers, self.switches, self.stalls)
-        self.sync = SnapshotSync(
-            project, node_id, self.topology, self.catalog, self.peers, self.switches
-        )
         self.metrics = NodeMetrics()
+        self.sync = SnapshotSync(
+            project,
+            node_id,
+            self.topology,
+            self.catalog,
+            self.peers,
+            self.switches,
+            self.metrics.freshness,
+        )
         self.lanes = Lanes()
         self.log_end: LogEnd = (
             LogFileEnd(project.log_dir, settings.health_interval_s)

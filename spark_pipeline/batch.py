@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import orjson
@@ -28,7 +28,8 @@ import pyarrow.compute as pc
 from pyspark import TaskContext
 from pyspark.sql import DataFrame, SparkSession
 
-from contracts.eventlog import now_ms
+from contracts.eventlog import APPEND_MS, now_ms
+from contracts.freshness import AppendTimes, counted, newest
 from contracts.manifest import Layer, Manifest, PartitionEntry, parse_layer
 from contracts.project import Project, Topic
 from contracts.settings import Settings
@@ -126,14 +127,15 @@ def publish(
     if not layers:
         return Published(manifest)
     chains = dict(manifest.partitions)
-    count = 0
+    count, stamp = 0, now_ms()
+    layers = {p: replace(layer, published_ms=stamp) for p, layer in layers.items()}
     for partition, layer in layers.items():
         below = () if layer.kind == "base" else chains[partition].layers
         old = batch.published(partition)
         count += sum(layer.position[t] - old[t] for t in project.topics)
         chains[partition] = PartitionEntry((*below, layer))
     log_end = {t: {p: e.position.get(t, 0) for p, e in chains.items()} for t in project.topics}
-    next_manifest = Manifest(chains, log_end, stores_digest(project), now_ms())
+    next_manifest = Manifest(chains, log_end, stores_digest(project), stamp)
     return Published(next_manifest, layers, count, tasks)
 
 
@@ -152,11 +154,11 @@ def due_for_compaction(entry: PartitionEntry, settings: Settings) -> bool:
 
 def _build(batch: Batch, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """One task: the new layer of its partition, from the partition's records."""
-    started = time.monotonic()
+    started, read_ms = time.monotonic(), now_ms()
     context = TaskContext.get()
     assert context is not None
     partition = context.partitionId()
-    records = _fresh(batch, partition, list(batches))
+    records, appended = _fresh(batch, partition, list(batches))
     chains = batch.manifest.partitions
     entry = None if batch.rebuild else chains.get(partition)
     if entry is not None and not any(len(t) for t in records.values()):
@@ -182,6 +184,9 @@ def _build(batch: Batch, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Recor
         positions=positions,
         topics=tuple(batch.project.topics.values()),
         stores=tuple(batch.project.stores.values()),
+        appended=appended,
+        newest_append_ms=newest(appended, entry.top.newest_append_ms if entry else None),
+        read_ms=read_ms,
     )
     rows: dict[str, int] = {}
     bad: dict[str, Counter[str]] = {}
@@ -215,17 +220,20 @@ def _build(batch: Batch, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Recor
     )
 
 
-def _fresh(batch: Batch, partition: int, batches: list[pa.RecordBatch]) -> dict[str, pa.Table]:
-    """topic -> the partition's records at or past the published position. A topic whose
-    records start past it would lose the ones between: GapError."""
+def _fresh(
+    batch: Batch, partition: int, batches: list[pa.RecordBatch]
+) -> tuple[dict[str, pa.Table], AppendTimes]:
+    """topic -> the partition's records at or past the published position, and those
+    records counted by append time. A topic whose records start past it would lose the ones
+    between: GapError."""
     published = batch.published(partition)
     if not batches:
-        return {}
+        return {}, ()
     table = pa.Table.from_batches(batches)
     found = set(pc.unique(table.column("partition")).to_pylist())
     if found != {partition}:
         raise RuntimeError(f"task {partition} received records of partitions {found}")
-    fresh = {}
+    fresh, appended = {}, []
     for topic, start in published.items():
         rows = table.filter(pc.equal(table.column("topic"), topic))
         rows = rows.filter(pc.greater_equal(rows.column("offset"), start))
@@ -236,4 +244,5 @@ def _fresh(batch: Batch, partition: int, batches: list[pa.RecordBatch]) -> dict[
                 f"the records come from another log or checkpoint"
             )
         fresh[topic] = rows.select(["offset", "timestamp", "key", "value"])
-    return fresh
+        appended.append(rows.column(APPEND_MS))
+    return fresh, counted(pa.chunked_array(appended, pa.int64()))

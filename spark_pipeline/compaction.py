@@ -8,6 +8,7 @@ deltas published meanwhile stay on top of the new base (rebase).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -42,6 +43,7 @@ def compact(
             positions=dict(entry.position),
             topics=tuple(project.topics.values()),
             stores=tuple(project.stores.values()),
+            newest_append_ms=entry.top.newest_append_ms,
         )
         for partition, entry in sorted(chains.items())
     ]
@@ -54,11 +56,12 @@ def rebase(
 ) -> Manifest:
     """The manifest with each new base replacing the layers it folded, when the chain still
     starts with them (deltas published since stay above it); other chains are left alone."""
-    partitions = dict(manifest.partitions)
+    partitions, stamp = dict(manifest.partitions), now_ms()
     for partition, base in bases.items():
         entry = partitions.get(partition)
         before = folded[partition].layers
         if entry is None or entry.layers[: len(before)] != before:
             continue  # rebuilt or rebased meanwhile: this base folds a chain no longer served
-        partitions[partition] = PartitionEntry((base, *entry.layers[len(before) :]))
-    return Manifest(partitions, manifest.log_end, manifest.stores_digest, now_ms())
+        published = replace(base, published_ms=stamp)
+        partitions[partition] = PartitionEntry((published, *entry.layers[len(before) :]))
+    return Manifest(partitions, manifest.log_end, manifest.stores_digest, stamp)

@@ -7,10 +7,10 @@ checkpoint and the positions the snapshots publish speak the same language. A re
 Spark partition per Kafka partition, in order (Spark partition i holds Kafka partition i's
 records of every topic, maybe none), read straight from the segment files with pyarrow: the
 task that builds a partition's layer gets exactly its records, with no shuffle. Rows are
-(topic, partition, offset, timestamp, key, value) with the key as text (int or long keys are
-decimal), so topics with different key types share one stream. A value holding a lone
-surrogate (a JSON escape such as "\\ud800" without its pair, which a foreign producer may
-write and DuckDB's JSON reader refuses) is read with each one replaced by U+FFFD.
+(topic, partition, offset, timestamp, key, value, append_ms) with the key as text (int or
+long keys are decimal), so topics with different key types share one stream. A value holding
+a lone surrogate (a JSON escape such as "\\ud800" without its pair, which a foreign producer
+may write and DuckDB's JSON reader refuses) is read with each one replaced by U+FFFD.
 
 Options: `log_dir`, `topics` (JSON {topic: key type}), `partitions`, `start` (JSON offsets
 to read from; a stream's when it has no checkpoint), `end` (JSON offsets a batch read stops
@@ -44,7 +44,10 @@ from contracts.unicode import replaced
 from spark_pipeline.plan import RunPlan
 
 NAME = "stategate_log"
-SCHEMA = "topic string, partition int, offset long, timestamp long, key string, value string"
+SCHEMA = (
+    "topic string, partition int, offset long, timestamp long, key string, value string, "
+    "append_ms long"
+)
 Offsets = dict[str, dict[str, int]]  # topic -> partition (as text: JSON keys) -> offset
 _SURROGATE_ESCAPE = r"\\u[dD][89a-fA-F]"  # a JSON escape of a high or low surrogate
 
@@ -171,6 +174,7 @@ def read_slice(log_dir: Path, part: Slice) -> Iterator[pa.RecordBatch]:
                     "timestamp": table.column("timestamp").combine_chunks(),
                     "key": table.column("key").cast(pa.string()).combine_chunks(),
                     "value": _readable(table.column("value").combine_chunks()),
+                    eventlog.APPEND_MS: eventlog.append_times(table),
                 }
             )
 

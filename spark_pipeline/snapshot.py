@@ -25,6 +25,7 @@ import pyarrow as pa
 
 from contracts.durable import fsync_dir
 from contracts.eventlog import now_ms
+from contracts.freshness import AppendTimes
 from contracts.manifest import Layer
 from contracts.project import Store, Topic
 from contracts.snapshot_file import (
@@ -69,6 +70,9 @@ class LayerTask:
     positions: dict[str, int]  # topic -> next offset to read
     topics: tuple[Topic, ...]
     stores: tuple[Store, ...]
+    appended: AppendTimes = ()  # the new records by append time (contracts/freshness.py)
+    newest_append_ms: int | None = None
+    read_ms: int | None = None  # when the task read the new records
 
 
 def build_layer(
@@ -96,7 +100,18 @@ def build_layer(
     finally:
         for leftover in (tmp, Path(f"{tmp}.wal")):
             leftover.unlink(missing_ok=True)
-    layer = Layer(task.version, task.kind, relative, digest, size, dict(task.positions), created)
+    layer = Layer(
+        task.version,
+        task.kind,
+        relative,
+        digest,
+        size,
+        dict(task.positions),
+        created,
+        task.appended,
+        task.newest_append_ms,
+        task.read_ms,
+    )
     return task.partition, layer
 
 

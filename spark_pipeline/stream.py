@@ -24,10 +24,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from prometheus_client import CollectorRegistry, start_http_server
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from contracts.durable import locked
+from contracts.freshness import Delays
 from contracts.manifest import read_manifest, write_manifest
 from contracts.project import Project
 from spark_pipeline import compaction
@@ -71,6 +73,15 @@ class Follower:
         self._publishing = threading.Lock()  # held while a micro-batch publishes
         self._compacting = threading.Event()  # set while a compaction runs
         self._told: dict[str, str] = {}  # node -> how the last notification went
+        self.freshness = Delays(stages=("read", "written", "published"))
+        self.registry = CollectorRegistry()
+        self.registry.register(self.freshness)
+
+    def serve_metrics(self, address: str) -> None:
+        """Serve the pipeline's Prometheus metrics at http://<address>/metrics."""
+        host, _, port = address.rpartition(":")
+        start_http_server(int(port), host or "127.0.0.1", registry=self.registry)
+        log.info("metrics at http://%s/metrics", address)
 
     def start(self) -> None:
         """Follow the log from the checkpoint; without one (a first start, or new store
@@ -170,6 +181,8 @@ class Follower:
                     _crash_point("manifest-written")
                     prune(self.store_dir, published.manifest)
             self._report(batch_id, published, time.monotonic() - started)
+            for layer in published.layers.values():
+                self.freshness.observe_all(layer.appended, layer.stages())
             if published.layers:
                 self._tell_nodes(set(published.layers))
 

@@ -111,6 +111,12 @@ def _parser() -> argparse.ArgumentParser:
         help="keep running: publish new records every settings.trigger_interval_s (SIGTERM "
         "stops it after the micro-batch under way)",
     )
+    pipeline.add_argument(
+        "--metrics",
+        metavar="HOST:PORT",
+        help="with --follow: serve Prometheus metrics (freshness by stage) at "
+        "http://HOST:PORT/metrics",
+    )
 
     produce = commands.add_parser("produce", help="append JSON lines from stdin to a topic")
     produce.add_argument("--config", required=True)
@@ -248,7 +254,7 @@ def run_pipeline(project: Project, args: argparse.Namespace) -> int:
     status = 0
     try:
         if args.follow:
-            follow(project, spark, stop, notify=not args.no_notify)
+            follow(project, spark, stop, notify=not args.no_notify, metrics=args.metrics)
         elif not stop.requested:
             report = run(project, spark, notify=not args.no_notify, stopping=stop.event)
             print(report.to_json().decode(), flush=True)
@@ -271,11 +277,19 @@ def run_pipeline(project: Project, args: argparse.Namespace) -> int:
     return status
 
 
-def follow(project: Project, spark: object, stop: stopping.StopRequest, notify: bool) -> None:
+def follow(
+    project: Project,
+    spark: object,
+    stop: stopping.StopRequest,
+    notify: bool,
+    metrics: str | None = None,
+) -> None:
     """Run the continuous pipeline until the stop, then stop it cleanly."""
     from spark_pipeline.stream import Follower
 
     follower = Follower(project, spark, notify=notify)  # type: ignore[arg-type]
+    if metrics is not None:
+        follower.serve_metrics(metrics)
     stop.on_stop(follower.request_stop)
     try:
         follower.start()

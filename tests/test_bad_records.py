@@ -77,7 +77,7 @@ def _segment(
     rows: list[tuple[Any, int, str | None]],
     key_type: pa.DataType | None = None,
 ) -> None:
-    schema = eventlog.segment_schema(project.topics[topic])
+    schema = eventlog.record_schema(project.topics[topic])
     if key_type is not None:
         schema = schema.set(2, pa.field("key", key_type))
     table = pa.table(

@@ -334,7 +334,8 @@ def test_rebase_keeps_the_deltas_published_while_a_compaction_ran() -> None:
     rebuilt = PartitionEntry((layer(4, "base"),))
     new_base = layer(2, "base")
     rebased = rebase(Manifest({0: now}), {0: folded}, {0: new_base})
-    assert rebased.partitions[0].layers == (new_base, layer(3, "delta"))
+    published = dataclasses.replace(new_base, published_ms=rebased.updated_ms)  # named now
+    assert rebased.partitions[0].layers == (published, layer(3, "delta"))
     untouched = rebase(Manifest({0: rebuilt}), {0: folded}, {0: new_base})
     assert untouched.partitions[0] == rebuilt
 

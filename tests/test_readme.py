@@ -14,7 +14,7 @@ what the README says something prints, as an HTML comment right before it says:
     <!-- example: file <path> -->            (alone) a file the README says to run
 
 Placeholders are replaced one way (`substitute`): 127.0.0.1:8101-8103 by the nodes' addresses,
-127.0.0.1:8104 by a free one, 127.0.0.1:2379 by the test's etcd, `.demo/stategate.toml` and
+127.0.0.1:8104 and 127.0.0.1:9108 by free ones, 127.0.0.1:2379 by the test's etcd, `.demo/stategate.toml` and
 `stategate.toml` by the cluster's project file, `.venv/bin/` and a `stategate` that starts a
 line by this interpreter's bin folder. Commands run in the repository's root; one that serves
 until stopped (a node, `--follow`) runs in the background until the cluster stops. The
@@ -181,11 +181,12 @@ def env(*paths: Path) -> dict[str, str]:
 
 def places(project: Project, **more: str) -> dict[str, str]:
     addresses = {f"127.0.0.1:{8101 + i}": n.address for i, n in enumerate(project.cluster.nodes)}
-    (spare,) = free_ports(1)
+    spare, metrics = free_ports(2)
     path = str(project.path)
     return {
         **addresses,
         "127.0.0.1:8104": f"127.0.0.1:{spare}",
+        "127.0.0.1:9108": f"127.0.0.1:{metrics}",
         ".venv/bin/": f"{BIN}/",
         ".demo/stategate.toml": path,
         "stategate.toml": path,

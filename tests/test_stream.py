@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import orjson
 import pytest
 from pyspark.sql import SparkSession
 
+from contracts import eventlog
 from contracts.project import Project, load
 from spark_pipeline.stream import Follower
 from tests import progress
@@ -103,6 +105,51 @@ def test_micro_batches_publish_what_the_oracle_computes(follower: Follower) -> N
     kinds = [layer["kind"] for e in manifest["partitions"].values() for layer in e["layers"]]
     assert "delta" in kinds
     assert follower.progress.batches >= 3 and follower.progress.records > 0
+
+
+def test_every_layer_counts_its_new_records_by_append_time(follower: Follower) -> None:
+    """Each layer a batch wrote carries its new records counted by the append time the log
+    stamped on them, the newest append time of the state up to it, and stage times no sooner
+    than those appends; the pipeline's histogram counts every record it published once per
+    stage."""
+    project = follower.project
+    manifest = wait_caught_up(project)
+    stamps = {
+        (topic, p): [r["append_ms"] for r in eventlog.read(project.log_dir, topic, p)]
+        for topic in project.topics
+        for p in range(project.cluster.partitions)
+    }
+    checked = 0
+    for p, entry in manifest["partitions"].items():
+        below = dict.fromkeys(project.topics, 0)
+        for layer in entry["layers"]:
+            at = layer["position"]
+            state = [s for t in project.topics for s in stamps[(t, int(p))][: at[t]]]
+            assert layer["newest_append_ms"] == max(state)
+            if layer["read_ms"] is not None:  # written from records, not folded from a chain
+                new = [s for t in project.topics for s in stamps[(t, int(p))][below[t] : at[t]]]
+                assert dict(layer["appended"]) == dict(Counter(new))
+                stages = [layer["read_ms"], layer["created_ms"], layer["published_ms"]]
+                assert max(new) <= stages[0] and stages == sorted(stages), layer
+                checked += 1
+            below = at
+    assert checked > 0
+    deadline = time.monotonic() + 10  # the last batch counts just after its manifest
+    while (counts := published_counts(follower)) != dict.fromkeys(
+        counts, follower.progress.records
+    ):
+        assert time.monotonic() < deadline, (counts, follower.progress.records)
+        time.sleep(0.05)
+
+
+def published_counts(follower: Follower) -> dict[str, float | None]:
+    """The records the follower's histogram counted at each of its stages."""
+    return {
+        stage: follower.registry.get_sample_value(
+            "stategate_freshness_seconds_count", {"stage": stage}
+        )
+        for stage in ("read", "written", "published")
+    }
 
 
 def test_compaction_folds_chains_beside_the_micro_batches(follower: Follower) -> None:

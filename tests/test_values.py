@@ -79,7 +79,7 @@ def write_raw(project: Project) -> None:
                 "key": [key for key, _, _ in rows],
                 "value": [value for _, _, value in rows],
             },
-            schema=eventlog.segment_schema(project.topics[topic]),
+            schema=eventlog.record_schema(project.topics[topic]),
         )
         pq.write_table(table, folder / f"{0:020d}.parquet")
 

@@ -2,7 +2,8 @@
 
 Counted as they happen: GraphQL requests by operation and outcome, with their latency;
 internal calls by peer and outcome; failovers (a partition's sub-query moving on from a
-replica that could not answer it). Read at each scrape from the node's own state: each
+replica that could not answer it); records by their delay from append to each stage up to
+being installed here (contracts/freshness.py). Read at each scrape from the node's own state: each
 hosted partition's snapshot version, age and lag, sync errors, what the node believes of
 its peers, and its subscriptions.
 """
@@ -17,6 +18,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from contracts.freshness import Delays
 from gateway.cluster.status import LiveCounts, NodeStatus
 
 MAX_OPERATION_NAMES = 200  # distinct operation labels; later names count as "other"
@@ -75,6 +77,8 @@ class NodeMetrics:
             ["peer", "reason"],
             registry=self.registry,
         )
+        self.freshness = Delays()
+        self.registry.register(self.freshness)
         self._names: set[str] = set()
 
     def operation(self, name: str | None) -> str:

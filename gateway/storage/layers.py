@@ -48,6 +48,9 @@ class LocalLayer:
     version: int
     kind: Kind
     path: Path
+    # the append time of the newest record in the state up to it, from the manifest (a chain
+    # found on disk at start does not know it)
+    newest_append_ms: int | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from contracts.clock import now_ms
+from contracts.freshness import Delays
 from contracts.manifest import FILE_NAME, Layer, Manifest, PartitionEntry
 from contracts.project import Project
 from contracts.snapshot_file import FormatError, parse_file_name, partition_folder, relative_path
@@ -61,6 +63,7 @@ class SnapshotSync:
         catalog: SnapshotCatalog,
         peers: PeerClient,
         switches: Switches,
+        freshness: Delays | None = None,
     ) -> None:
         self.project = project
         self.node_id = node_id
@@ -68,6 +71,7 @@ class SnapshotSync:
         self.catalog = catalog
         self.peers = peers
         self.switches = switches
+        self.freshness = freshness or Delays()
         self.manifest = Manifest()
         self.errors: dict[int, str] = {}
         self._refused: dict[int, _Refusal] = {}
@@ -166,7 +170,8 @@ class SnapshotSync:
         have = {layer.path for layer in served.layers} if served else set()
         try:
             for layer in entry.layers:
-                local = LocalLayer(layer.version, layer.kind, self._local_path(partition, layer))
+                path = self._local_path(partition, layer)
+                local = LocalLayer(layer.version, layer.kind, path, layer.newest_append_ms)
                 if local.path not in have and not await asyncio.to_thread(
                     _intact, local.path, layer
                 ):
@@ -181,6 +186,19 @@ class SnapshotSync:
             raise
         if serving.version != version:  # a compacted chain at the same version changes nothing
             self.switches.installed(partition)
+            if version is not None:
+                self._count_fresh(entry, version)
+
+    def _count_fresh(self, entry: PartitionEntry, served: int) -> None:
+        """Count the records of the layers just installed above version `served` by their
+        delay to each stage. A partition's first install is left out: its records are as
+        old as the log, not late."""
+        installed = now_ms()
+        for layer in entry.layers:
+            if layer.version > served:
+                self.freshness.observe_all(
+                    layer.appended, {**layer.stages(), "installed": installed}
+                )
 
     def _sweep(self) -> None:
         """Delete the layer files of partitions this node does not serve, but those the
