@@ -59,6 +59,7 @@ class PartitionOutcome:
     offsets: dict[str, int]
     failure: Failure | None
     message: str | None
+    appended_ms: int | None = None  # when its newest record was appended to the log
 
 
 @dataclass(frozen=True)
@@ -274,6 +275,7 @@ class RequestQueries:
                 offsets=a.offsets,
                 failure=a.failure,
                 message=a.message,
+                appended_ms=a.appended_ms,
             )
             for q, a in outcome.parts
         ]

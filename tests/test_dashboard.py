@@ -66,6 +66,15 @@ def leaders(project: Project) -> list[tuple[str, int]]:
     return [(key, bookings) for key, (bookings, _) in ranked[:TOP]]
 
 
+def newest_append(project: Project) -> int:
+    """When the log appended its newest record, as its segments say."""
+    return max(
+        record["append_ms"]
+        for p in range(project.cluster.partitions)
+        for record in eventlog.read(project.log_dir, "bookings", p)
+    )
+
+
 def book(project: Project, key: str, value: dict[str, object]) -> None:
     """Produce one booking now, as a producer would."""
     record = eventlog.Record(key, value, eventlog.now_ms())
@@ -125,6 +134,9 @@ def test_the_dashboard_is_local_and_its_leaderboard_moves(
         )
         seen_after = time.monotonic() - published
         assert shown(page) == leaders(project) and shown(page)[0] == (key, count + 1)
+        newest = page.get_attribute("#freshness [data-field=newest]", "data-appended-ms")
+        assert newest == str(newest_append(project))  # the booking just made
+        assert "appended" in page.inner_text("#freshness [data-field=newest]")
         page.click(f"#customers tr[data-key={key}]")  # follow the new leader
         page.wait_for_function(
             "document.querySelector('#latest [data-field=price]').textContent.includes('99999')",

@@ -12,13 +12,16 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
+from contracts import eventlog
+from contracts.clock import now_ms
+from contracts.freshness import STAGES
 from contracts.manifest import Manifest, read_manifest, write_manifest
 from contracts.partitioner import partition_for
 from contracts.positions import decode_token
 from spark_pipeline import compaction, job
 from spark_pipeline.publish import notify_nodes
 from tests import oracle, wire
-from tests.nodes import Served, serve
+from tests.nodes import Samples, Served, metric, serve
 from tests.projects import produce_test_events
 
 QUERY = """{
@@ -147,6 +150,59 @@ def test_a_token_from_a_node_that_just_switched_is_served_by_every_node(
             for o in part["position"]
         }
         assert all(served[tp] >= offset for tp, offset in bound.items())
+
+
+FRESHNESS = """{
+  trainDelaysRange(first: 1) {
+    meta { newestRecordAgeMs partitions { partition appendedMs position { topic offset } } }
+  }
+}"""
+
+
+def test_nodes_count_installed_records_by_delay_and_answer_how_old_they_are(
+    cluster: Served, spark: SparkSession
+) -> None:
+    """Every record a new version brings is counted once per stage in each hosting node's
+    freshness histogram, each stage no sooner than the one before; and an answer's meta
+    names, per partition, the append time of the newest record at its position, as the log
+    stamped it."""
+    project = cluster.project
+    before = {node: cluster.nodes.metrics(node) for node in cluster.nodes.ids}
+    old = read_manifest(Path(project.snapshot_store))
+    produce_test_events(project, seed=8, n_bookings=80, n_trains=120, start_ms=1_767_600_000_000)
+    job.run(project, spark)
+    new = read_manifest(Path(project.snapshot_store))
+    wait_for_manifest_versions(cluster, new)
+    stamps = {
+        (topic, p): [r["append_ms"] for r in eventlog.read(project.log_dir, topic, p)]
+        for topic in project.topics
+        for p in range(project.cluster.partitions)
+    }
+    brought = {
+        p: sum(new.published(p, t) - old.published(p, t) for t in project.topics)
+        for p in new.partitions
+    }
+    for node in cluster.nodes.ids:
+        after = cluster.nodes.metrics(node)
+
+        def grew(name: str, stage: str, after: Samples = after, node: str = node) -> float:
+            key = f"stategate_freshness_seconds_{name}"
+            return metric(after, key, stage=stage) - metric(before[node], key, stage=stage)
+
+        hosted = project.cluster.hosted_by(node)
+        assert {grew("count", stage) for stage in STAGES} == {sum(brought[p] for p in hosted)}
+        sums = [grew("sum", stage) for stage in STAGES]
+        assert sums == sorted(sums) and sums[0] >= 0, sums
+        started = now_ms()
+        meta = cluster.nodes.data(node, FRESHNESS)["trainDelaysRange"]["meta"]
+        newest = []
+        for part in meta["partitions"]:
+            at = {o["topic"]: wire.long(o["offset"]) for o in part["position"]}
+            appended = [s for t in project.topics for s in stamps[(t, part["partition"])][: at[t]]]
+            assert wire.long(part["appendedMs"]) == max(appended), part
+            newest.append(max(appended))
+        age = wire.long(meta["newestRecordAgeMs"])
+        assert started - max(newest) <= age <= now_ms() - max(newest)
 
 
 def test_nodes_switch_to_a_compacted_base_under_load(cluster: Served, spark: SparkSession) -> None:

@@ -114,6 +114,7 @@ class Answer:
     active: bool = False
     failure: Failure | None = None
     message: str | None = None
+    appended_ms: int | None = None  # the newest record's append time in the version answering
     _by_key: dict[Key, Row] | None = field(default=None, repr=False, compare=False)
 
     @property

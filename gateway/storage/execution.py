@@ -111,6 +111,7 @@ def _answer(
         if snapshot is None:
             return answer.fail(Failure.NOT_PRESENT, f"{node_id} has no snapshot of {q.partition}")
         answer.version, answer.offsets = snapshot.version, snapshot.offsets
+        answer.appended_ms = snapshot.appended_ms
         if not satisfies(snapshot.offsets, q.bound):
             return answer.fail(
                 Failure.NOT_UP_TO_BOUND,

@@ -84,6 +84,11 @@ class Snapshot:
         return self.header.created_ms
 
     @property
+    def appended_ms(self) -> int | None:
+        """When the newest record in this state was appended to the log (None: unknown)."""
+        return self.layers[-1].newest_append_ms
+
+    @property
     def order(self) -> tuple[int, int]:
         """Which of two snapshots of a partition is newer: the version, then the base's (a
         compaction makes a newer base at the same version)."""

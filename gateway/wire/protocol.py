@@ -62,15 +62,16 @@ def decode_request(body: bytes) -> list[SubQuery]:
 def encode_answers(answers: list[Answer]) -> bytes:
     return orjson.dumps(
         [
-            [a.id, a.node, a.rows, a.version, a.offsets, a.active, a.failure, a.message]
+            [a.id, a.node, a.rows, a.version, a.offsets, a.active, a.failure, a.message,
+             a.appended_ms]
             for a in answers
         ]
-    )
+    )  # fmt: skip
 
 
 def decode_answers(body: bytes) -> list[Answer]:
     answers = []
-    for item in (_array(i, "answer", 8) for i in _array(_loads(body), "reply")):
+    for item in (_array(i, "answer", 9) for i in _array(_loads(body), "reply")):
         rows = item[2]
         if rows is not None and not all(isinstance(r, list) for r in _array(rows, "rows")):
             raise ProtocolError("rows must be arrays")
@@ -89,6 +90,7 @@ def decode_answers(body: bytes) -> list[Answer]:
                 active=item[5] is True,
                 failure=None if failure is None else Failure(failure),
                 message=None if item[7] is None else _str(item[7]),
+                appended_ms=None if item[8] is None else _int(item[8]),
             )
         )
     return answers

@@ -7,6 +7,7 @@ from enum import Enum
 
 import strawberry
 
+from contracts.clock import now_ms
 from contracts.errors import Failure
 from contracts.positions import Position, encode_token
 from gateway.service import Demand, Meta
@@ -42,6 +43,10 @@ class PartitionResult:
     position: list[TopicOffset]
     failure: Failure | None
     message: str | None
+    appended_ms: Long | None = strawberry.field(
+        description="When the newest record of the version that answered was appended to the "
+        "log (ms since the epoch, Kafka's LogAppendTime); null when unknown."
+    )
 
 
 @strawberry.type(description="Position metadata of a result.")
@@ -55,6 +60,10 @@ class ResultMeta:
     )
     consistency_token: str = strawberry.field(
         description="Send back as consistency.token for reads at least this fresh."
+    )
+    newest_record_age_ms: Long | None = strawberry.field(
+        description="How long ago the newest record in this result's state was appended to "
+        "the log, in ms, as the answering node's clock tells; null when unknown."
     )
     partitions: list[PartitionResult]
 
@@ -100,6 +109,7 @@ def offsets(position: Position) -> list[TopicOffset]:
 
 def result_meta(meta: Meta) -> ResultMeta:
     failed = meta.failed
+    appended = [p.appended_ms for p in meta.partitions if p.appended_ms is not None]
     return ResultMeta(
         partial=failed > 0,
         partitions_asked=len(meta.partitions),
@@ -107,6 +117,7 @@ def result_meta(meta: Meta) -> ResultMeta:
         partitions_failed=failed,
         position=offsets(meta.position),
         consistency_token=encode_token(meta.token),
+        newest_record_age_ms=Long(max(0, now_ms() - max(appended))) if appended else None,
         partitions=[
             PartitionResult(
                 partition=p.partition,
@@ -120,6 +131,7 @@ def result_meta(meta: Meta) -> ResultMeta:
                 position=offsets({(t, p.partition): o for t, o in p.offsets.items()}),
                 failure=p.failure,
                 message=p.message,
+                appended_ms=None if p.appended_ms is None else Long(p.appended_ms),
             )
             for p in meta.partitions
         ],

@@ -122,6 +122,7 @@ def random_answer(rng: random.Random, index: int) -> Answer:
         active=rng.random() < 0.5,
         failure=rng.choice(list(Failure)) if failed else None,
         message=(random_string(rng) if rng.random() < 0.8 else None) if failed else None,
+        appended_ms=rng.choice([None, rng.randrange(0, 2**62)]),
     )
 
 
@@ -181,7 +182,7 @@ def test_empty_request_and_reply_are_empty_arrays() -> None:
 # --- garbage ----------------------------------------------------------------------------
 
 VALID_SUBQUERY = [0, 1, "s", ["get", ["a", 2]], {"t": 3}, False, None]
-VALID_ANSWER = [0, "n", [["a", 1]], 1, {"t": 3}, True, None, None]
+VALID_ANSWER = [0, "n", [["a", 1]], 1, {"t": 3}, True, None, None, 1_700_000_000_000]
 
 
 def with_item(item: list[Any], index: int, value: object) -> bytes:
@@ -269,7 +270,7 @@ BAD_REPLIES: list[bytes] = [
     b"[null]",
     b"[[]]",
     b'["answer"]',
-    orjson.dumps([VALID_ANSWER[:7]]),
+    orjson.dumps([VALID_ANSWER[:8]]),
     orjson.dumps([[*VALID_ANSWER, None]]),
     with_item(VALID_ANSWER, 0, True),
     with_item(VALID_ANSWER, 0, None),
@@ -292,6 +293,9 @@ BAD_REPLIES: list[bytes] = [
     with_item(VALID_ANSWER, 6, True),
     with_item(VALID_ANSWER, 7, 5),
     with_item(VALID_ANSWER, 7, ["message"]),
+    with_item(VALID_ANSWER, 8, "1700000000000"),
+    with_item(VALID_ANSWER, 8, 1.5),
+    with_item(VALID_ANSWER, 8, True),
 ]
 
 # A failure field holding an array or an object (unhashable in Python): see the report.

@@ -11,7 +11,7 @@ const SVG_NS = Object.assign(document.createElement("div"), { innerHTML: "<svg><
 const TOP = `subscription Top($first: Int!) {
   customerTotalsList(orderBy: [REVENUE_DESC], first: $first) {
     records { key bookings revenue seats }
-    meta { partial partitions { partition node version failure position { topic offset } } consistencyToken }
+    meta { partial partitions { partition node version failure appendedMs position { topic offset } } consistencyToken }
   }
 }`;
 const HOURLY = `subscription Hourly($key: String!, $from: DateTime!, $to: DateTime!) {
@@ -181,6 +181,10 @@ function renderFreshness(meta, extensions) {
   const box = $("#freshness");
   state.lastUpdateAt = Date.now();
   $('[data-field="revision"]', box).textContent = extensions.revision ?? "–";
+  // The newest record in this state, by the time the log appended it (meta.appendedMs).
+  const appended = meta.partitions.filter((p) => p.appendedMs != null).map((p) => Number(p.appendedMs));
+  state.newestAppendedMs = appended.length ? Math.max(...appended) : null;
+  $('[data-field="newest"]', box).dataset.appendedMs = state.newestAppendedMs ?? "";
   const token = $('[data-field="token"]', box);
   token.textContent = meta.consistencyToken;
   token.title = meta.consistencyToken;
@@ -203,8 +207,15 @@ function tick() {
   if (state.hourly && Math.floor(Date.now() / HOUR) * HOUR !== state.hourly.hour) followSelected(); // new hour
   if (state.lastUpdateAt == null) return;
   const seconds = (Date.now() - state.lastUpdateAt) / 1000;
-  $('#freshness [data-field="age"]').textContent =
-    seconds < 60 ? `${seconds.toFixed(1)} s ago` : `${Math.floor(seconds / 60)} min ago`;
+  $('#freshness [data-field="age"]').textContent = ago(seconds);
+  if (state.newestAppendedMs != null) {
+    $('#freshness [data-field="newest"]').textContent =
+      `appended ${ago((Date.now() - state.newestAppendedMs) / 1000)}`;
+  }
+}
+
+function ago(seconds) {
+  return seconds < 60 ? `${Math.max(0, seconds).toFixed(1)} s ago` : `${Math.floor(seconds / 60)} min ago`;
 }
 
 // ---- the selected customer: revenue per hour and latest booking ------------------------------
