@@ -31,7 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import orjson
+from prometheus_client.parser import text_string_to_metric_families
 
 from bench.driver import graphql_operation, http_client, percentile, run_async
 from bench.procs import NodeProcesses
@@ -39,6 +41,7 @@ from bench.queries import body
 from bench.workload import BENCH_DIR, NAMES, Workload
 from contracts import eventlog
 from contracts.eventlog import Record
+from contracts.freshness import STAGES, Delays
 from contracts.partitioner import partition_for
 from contracts.project import Project
 from stategate.demo.bookings import _fares, _values
@@ -50,6 +53,7 @@ POSITIONS = body(
     "{ meta { partitions { partition position { topic offset } } } } }"
 )
 ONE_KEY = "query($k: String!) { customerTotals(key: $k) { record { bookings revenue } } }"
+FRESHNESS = Delays.NAME
 BATCH_LINE = re.compile(rb"micro-batch (\d+): (\d+) records, .* changed in ([0-9.]+) s")
 
 
@@ -78,9 +82,62 @@ class Freshness:
     reads_live_p50_ms: float | None = None
     reads_live_p99_ms: float | None = None
     load: list[float] = field(default_factory=list)
+    # stage -> p50 and p99 of append -> stage (s), and the records counted, from the nodes'
+    # stategate_freshness_seconds over the producer's run (every node, every install)
+    stages: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+Histograms = dict[str, dict[str, float]]  # stage -> le (or "count") -> records
+
+
+def scrape_freshness(urls: list[str]) -> Histograms:
+    """The nodes' freshness histograms, summed over the nodes."""
+    found: Histograms = defaultdict(lambda: defaultdict(float))
+    with httpx.Client(timeout=10) as client:
+        for url in urls:
+            text = client.get(url.removesuffix("/graphql") + "/metrics").text
+            for family in text_string_to_metric_families(text):
+                if family.name != FRESHNESS:
+                    continue
+                for sample in family.samples:
+                    stage = sample.labels["stage"]
+                    if sample.name.endswith("_bucket"):
+                        found[stage][sample.labels["le"]] += sample.value
+                    elif sample.name.endswith("_count"):
+                        found[stage]["count"] += sample.value
+    return found
+
+
+def stage_delays(before: Histograms, after: Histograms) -> dict[str, dict[str, float]]:
+    """Per stage, the p50 and p99 delay of the records counted between two scrapes."""
+    delays = {}
+    for stage in STAGES:
+        now, then = after.get(stage, {}), before.get(stage, {})
+        grown = {le: n - then.get(le, 0.0) for le, n in now.items()}
+        if grown.get("count", 0) > 0:
+            delays[stage] = {
+                "p50_s": bucket_quantile(0.5, grown),
+                "p99_s": bucket_quantile(0.99, grown),
+                "records": grown["count"],
+            }
+    return delays
+
+
+def bucket_quantile(q: float, cumulative: dict[str, float]) -> float:
+    """Prometheus's histogram_quantile: linear within the bucket the rank falls in."""
+    bounds = sorted((float(le), n) for le, n in cumulative.items() if le != "count")
+    rank = q * bounds[-1][1]
+    lower, below = 0.0, 0.0
+    for upper, n in bounds:
+        if n >= rank:
+            if upper == float("inf"):
+                return lower
+            return round(lower + (upper - lower) * (rank - below) / max(n - below, 1e-9), 3)
+        lower, below = upper, n
+    return lower
 
 
 class Producer(threading.Thread):
@@ -204,6 +261,7 @@ def measure(workload: Workload, rate: int, seconds: float, logs: Path) -> Freshn
         ]
         result.reads_idle_p50_ms, result.reads_idle_p99_ms = read_mix(urls, keys, 10)
         result.load.append(os.getloadavg()[0])
+        scraped = scrape_freshness(urls)
         producer = Producer(project, workload.customers, rate, seconds)
         stop = threading.Event()
         polls: list[tuple[float, dict[int, int]]] = []
@@ -220,6 +278,7 @@ def measure(workload: Workload, rate: int, seconds: float, logs: Path) -> Freshn
         time.sleep(10)  # the last appends get published
         stop.set()
         poller.join()
+        result.stages = stage_delays(scraped, scrape_freshness(urls))
         result.load.append(os.getloadavg()[0])
         result.appended = len(producer.appends)
         during = [a for a in producer.appends if reads_from <= a.at <= reads_to]
