@@ -236,9 +236,6 @@ def test_a_client_that_stops_reading_costs_one_pending_update(
         skipped += skips
         # ...and the last one sent is the latest state.
         assert payloads[-1]["data"]["hourlyRevenueAll"]["records"] == expected
-    import sys as _s
-
-    print("DEBUG", len(messages), skipped, grown, file=_s.stderr)
     assert skipped > 0, "the node queued every update of a client that did not read"
     assert grown < 48 * 2**20, f"the node grew {grown / 2**20:.0f} MiB"
 
