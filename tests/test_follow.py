@@ -38,7 +38,9 @@ def free_port() -> int:
 
 
 def follow_project(root: Path) -> Project:
-    path = write_project(root, ports=[free_port() for _ in range(3)])
+    """Three partitions: every micro-batch still writes several layers (one per partition)
+    before its one manifest, and each layer costs a Spark task; nine only made more tasks."""
+    path = write_project(root, ports=[free_port() for _ in range(3)], partitions=3)
     path.write_text(path.read_text() + "\n[settings]\ntrigger_interval_s = 0.5\n")
     return load(path)
 
