@@ -3,9 +3,10 @@ base when the chain starts, is rebuilt or is due for compaction. The one-shot ru
 micro-batch of the continuous pipeline publish through here.
 
 One Spark stage does it: the records come partitioned as the log is (log_source.py: Spark
-partition i holds Kafka partition i's records), so each task holds one partition's records
-and nothing is shuffled (a partition's records only touch its own state); it computes every
-store's delta and writes the partition's layer (spark_pipeline/snapshot.py). Tasks write
+partition g holds the records of task group g's Kafka partitions), so each task holds whole
+partitions' records and nothing is shuffled (a partition's records only touch its own
+state); for each of its partitions it computes every store's delta and writes the
+partition's layer (spark_pipeline/snapshot.py). Tasks write
 straight into the snapshot store: on a real cluster it must be a file system shared by the
 driver and every executor (NFS, a mounted volume).
 
@@ -36,6 +37,7 @@ from contracts.settings import Settings
 from contracts.snapshot_file import Kind
 from spark_pipeline import dead_letter
 from spark_pipeline.checks import BadRow
+from spark_pipeline.log_source import RECORDS, members
 from spark_pipeline.plan import stores_digest
 from spark_pipeline.snapshot import LayerTask, build_layer
 
@@ -87,6 +89,7 @@ class Batch:
     manifest: Manifest
     rebuild: bool  # the stores changed: every partition gets a base from its whole log
     compact: bool  # a due chain is folded into the new layer (else a compactor does it)
+    groups: int  # the task groups the records come in (log_source.members)
 
     def published(self, partition: int) -> dict[str, int]:
         """Where the partition's new records start, per topic (0 everywhere to rebuild)."""
@@ -102,14 +105,15 @@ def publish(
     store_dir: Path,
     manifest: Manifest,
     records: DataFrame,
+    groups: int,
     rebuild: bool = False,
     compact: bool = True,
 ) -> Published:
     """Write a layer for each partition with new `records` (rows of log_source.SCHEMA, one
-    Spark partition per Kafka partition; records below the published positions are ignored),
-    or for every partition when rebuilding or when some were never published; returns the new
-    manifest, not yet written."""
-    batch = Batch(project, str(store_dir), manifest, rebuild, compact)
+    Spark partition per task group of `groups`; records below the published positions are
+    ignored), or for every partition when rebuilding or when some were never published;
+    returns the new manifest, not yet written."""
+    batch = Batch(project, str(store_dir), manifest, rebuild, compact, groups)
     try:
         built = records.mapInArrow(lambda batches: _build(batch, batches), _BUILT).collect()
     except Exception as exc:
@@ -153,12 +157,27 @@ def due_for_compaction(entry: PartitionEntry, settings: Settings) -> bool:
 
 
 def _build(batch: Batch, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """One task: the new layer of its partition, from the partition's records."""
-    started, read_ms = time.monotonic(), now_ms()
+    """One task: the new layers of its group's partitions, from their records."""
+    read_ms = now_ms()
     context = TaskContext.get()
     assert context is not None
-    partition = context.partitionId()
-    records, appended = _fresh(batch, partition, list(batches))
+    group = context.partitionId()
+    held = members(group, batch.project.cluster.partitions, batch.groups)
+    received = list(batches)
+    table = pa.Table.from_batches(received) if received else RECORDS.empty_table()
+    found = set(pc.unique(table.column("partition")).to_pylist())
+    if not found <= set(held):
+        raise RuntimeError(f"task {group} received records of partitions {found - set(held)}")
+    for partition in held:
+        yield from _build_partition(batch, partition, table, read_ms)
+
+
+def _build_partition(
+    batch: Batch, partition: int, group: pa.Table, read_ms: int
+) -> Iterator[pa.RecordBatch]:
+    """The new layer of one partition, if it needs one."""
+    started = time.monotonic()
+    records, appended = _fresh(batch, partition, group)
     chains = batch.manifest.partitions
     entry = None if batch.rebuild else chains.get(partition)
     if entry is not None and not any(len(t) for t in records.values()):
@@ -221,18 +240,15 @@ def _build(batch: Batch, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Recor
 
 
 def _fresh(
-    batch: Batch, partition: int, batches: list[pa.RecordBatch]
+    batch: Batch, partition: int, group: pa.Table
 ) -> tuple[dict[str, pa.Table], AppendTimes]:
-    """topic -> the partition's records at or past the published position, and those
-    records counted by append time. A topic whose records start past it would lose the ones
-    between: GapError."""
+    """topic -> the partition's records (of its group's) at or past the published position,
+    and those records counted by append time. A topic whose records start past it would lose
+    the ones between: GapError."""
     published = batch.published(partition)
-    if not batches:
+    table = group.filter(pc.equal(group.column("partition"), partition))
+    if table.num_rows == 0:
         return {}, ()
-    table = pa.Table.from_batches(batches)
-    found = set(pc.unique(table.column("partition")).to_pylist())
-    if found != {partition}:
-        raise RuntimeError(f"task {partition} received records of partitions {found}")
     fresh, appended = {}, []
     for topic, start in published.items():
         rows = table.filter(pc.equal(table.column("topic"), topic))

@@ -33,7 +33,7 @@ from contracts.durable import locked  # noqa: E402
 from contracts.manifest import Layer, PartitionEntry, read_manifest, write_manifest  # noqa: E402
 from contracts.project import Project, load  # noqa: E402
 from spark_pipeline.batch import Published, publish  # noqa: E402
-from spark_pipeline.log_source import read_log  # noqa: E402
+from spark_pipeline.log_source import read_log, task_groups  # noqa: E402
 from spark_pipeline.plan import RunPlan, plan_run  # noqa: E402
 from spark_pipeline.progress import log_bad_records, positions, size, stage_progress  # noqa: E402
 from spark_pipeline.publish import notify_nodes, prune, sweep_temporaries  # noqa: E402
@@ -96,15 +96,18 @@ def run(
             stopping = stopping or threading.Event()
             building = time.monotonic()
             log.info(
-                "building %d layers: one Spark task per partition reads its records and "
-                "writes its layer",
+                "building %d layers: each Spark task reads the records of its partitions and "
+                "writes their layers",
                 len(plan.changed),
             )
             with stage_progress(spark, "building layers"), cancelled_on(stopping, spark):
                 _unless(stopping)
-                records = read_log(spark, project, plan)
+                groups = task_groups(spark, project.cluster.partitions)
+                records = read_log(spark, project, plan, groups)
                 _unless(stopping)
-                published = publish(project, spark, store_dir, manifest, records, plan.rebuild)
+                published = publish(
+                    project, spark, store_dir, manifest, records, groups, plan.rebuild
+                )
             _log_layers(published, time.monotonic() - building)
             log_bad_records(published.bad, store_dir)
             report.bad_records = published.bad

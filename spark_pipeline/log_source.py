@@ -4,17 +4,19 @@
 
 Its offsets are the log's own: {topic: {partition: next offset to read}}, so Spark's
 checkpoint and the positions the snapshots publish speak the same language. A read has one
-Spark partition per Kafka partition, in order (Spark partition i holds Kafka partition i's
-records of every topic, maybe none), read straight from the segment files with pyarrow: the
-task that builds a partition's layer gets exactly its records, with no shuffle. Rows are
-(topic, partition, offset, timestamp, key, value, append_ms) with the key as text (int or
-long keys are decimal), so topics with different key types share one stream. A value holding
-a lone surrogate (a JSON escape such as "\\ud800" without its pair, which a foreign producer
-may write and DuckDB's JSON reader refuses) is read with each one replaced by U+FFFD.
+Spark partition per task group (`groups`, the cluster's task slots at most: a task costs
+Spark ~0.3 s whatever it holds, so nine small tasks on two slots cost far more than two):
+group g holds the records of every Kafka partition p with p % groups == g (`members`), of
+every topic, read straight from the segment files with pyarrow, so the task that builds
+those partitions' layers gets exactly their records, with no shuffle. Rows are (topic,
+partition, offset, timestamp, key, value, append_ms) with the key as text (int or long keys
+are decimal), so topics with different key types share one stream. A value holding a lone
+surrogate (a JSON escape such as "\\ud800" without its pair, which a foreign producer may
+write and DuckDB's JSON reader refuses) is read with each one replaced by U+FFFD.
 
-Options: `log_dir`, `topics` (JSON {topic: key type}), `partitions`, `start` (JSON offsets
-to read from; a stream's when it has no checkpoint), `end` (JSON offsets a batch read stops
-at), `max_records` (per micro-batch).
+Options: `log_dir`, `topics` (JSON {topic: key type}), `partitions`, `groups`, `start` (JSON
+offsets to read from; a stream's when it has no checkpoint), `end` (JSON offsets a batch
+read stops at), `max_records` (per micro-batch).
 """
 
 from __future__ import annotations
@@ -44,10 +46,19 @@ from contracts.unicode import replaced
 from spark_pipeline.plan import RunPlan
 
 NAME = "stategate_log"
-SCHEMA = (
-    "topic string, partition int, offset long, timestamp long, key string, value string, "
-    "append_ms long"
+RECORDS = pa.schema(
+    [
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("timestamp", pa.int64()),
+        ("key", pa.string()),
+        ("value", pa.string()),
+        (eventlog.APPEND_MS, pa.int64()),
+    ]
 )
+_SQL_TYPES = {pa.string(): "string", pa.int32(): "int", pa.int64(): "long"}
+SCHEMA = ", ".join(f"{field.name} {_SQL_TYPES[field.type]}" for field in RECORDS)
 Offsets = dict[str, dict[str, int]]  # topic -> partition (as text: JSON keys) -> offset
 _SURROGATE_ESCAPE = r"\\u[dD][89a-fA-F]"  # a JSON escape of a high or low surrogate
 
@@ -74,10 +85,21 @@ class LogSource(DataSource):
 
 @dataclass(frozen=True)
 class Slice(InputPartition):
-    """One Kafka partition's records [start, end) per topic."""
+    """One task group's records: [start, end) per Kafka partition and topic."""
 
-    partition: int
-    ranges: tuple[tuple[str, int, int], ...]  # (topic, start, end)
+    group: int
+    ranges: tuple[tuple[int, str, int, int], ...]  # (partition, topic, start, end)
+
+
+def task_groups(spark: SparkSession, partitions: int) -> int:
+    """How many tasks read and build the partitions: one per task slot, at most one per
+    partition. Fixed once per query: the source and the tasks must agree on it."""
+    return max(1, min(partitions, spark.sparkContext.defaultParallelism))
+
+
+def members(group: int, partitions: int, groups: int) -> range:
+    """The Kafka partitions of a task group."""
+    return range(group, partitions, groups)
 
 
 class LogReader(DataSourceStreamReader):
@@ -85,6 +107,7 @@ class LogReader(DataSourceStreamReader):
         self.log_dir = Path(options["log_dir"])
         self.topics: dict[str, str] = orjson.loads(options["topics"])
         self.partitions_count = int(options["partitions"])
+        self.groups = int(options["groups"])
         self.start: Offsets = orjson.loads(options.get("start", "{}"))
         self.max_records = int(options.get("max_records", "0")) or None
 
@@ -115,7 +138,7 @@ class LogReader(DataSourceStreamReader):
         return ends
 
     def partitions(self, start: Offsets, end: Offsets) -> Sequence[InputPartition]:
-        return slices(self.partitions_count, start, end)
+        return slices(self.partitions_count, self.groups, start, end)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, Slice)
@@ -131,51 +154,55 @@ class LogBatchReader(DataSourceReader):
     def __init__(self, options: Mapping[str, str]) -> None:
         self.log_dir = Path(options["log_dir"])
         self.partitions_count = int(options["partitions"])
+        self.groups = int(options["groups"])
         self.start: Offsets = orjson.loads(options["start"])
         self.end: Offsets = orjson.loads(options["end"])
 
     def partitions(self) -> Sequence[InputPartition]:
-        return slices(self.partitions_count, self.start, self.end)
+        return slices(self.partitions_count, self.groups, self.start, self.end)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, Slice)
         return read_slice(self.log_dir, partition)
 
 
-def slices(partitions: int, start: Offsets, end: Offsets) -> list[Slice]:
-    """One slice per Kafka partition, in order, with the topics' ranges that hold records."""
+def slices(partitions: int, groups: int, start: Offsets, end: Offsets) -> list[Slice]:
+    """One slice per task group, in order, with its partitions' ranges that hold records."""
     return [
         Slice(
-            p,
+            group,
             tuple(
-                (topic, int(start.get(topic, {}).get(str(p), 0)), int(stop))
+                (p, topic, begin, int(stop))
+                for p in members(group, partitions, groups)
                 for topic, by_p in sorted(end.items())
-                if (stop := by_p.get(str(p), 0)) > start.get(topic, {}).get(str(p), 0)
+                if (stop := by_p.get(str(p), 0))
+                > (begin := int(start.get(topic, {}).get(str(p), 0)))
             ),
         )
-        for p in range(partitions)
+        for group in range(groups)
     ]
 
 
 def read_slice(log_dir: Path, part: Slice) -> Iterator[pa.RecordBatch]:
     """A slice's records, one Arrow batch per segment, with the key as text."""
-    for topic, start, end in part.ranges:
-        for path in eventlog.segments_from(log_dir, topic, part.partition, start):
+    for partition, topic, start, end in part.ranges:
+        for path in eventlog.segments_from(log_dir, topic, partition, start):
             table = pq.read_table(path)
             offsets = table.column("offset")
             table = table.filter(pc.and_(pc.greater_equal(offsets, start), pc.less(offsets, end)))
             if table.num_rows == 0:
                 continue
-            yield pa.RecordBatch.from_pydict(
-                {
-                    "topic": pa.array([topic] * table.num_rows, pa.string()),
-                    "partition": pa.array([part.partition] * table.num_rows, pa.int32()),
-                    "offset": table.column("offset").combine_chunks(),
-                    "timestamp": table.column("timestamp").combine_chunks(),
-                    "key": table.column("key").cast(pa.string()).combine_chunks(),
-                    "value": _readable(table.column("value").combine_chunks()),
-                    eventlog.APPEND_MS: eventlog.append_times(table),
-                }
+            yield pa.RecordBatch.from_arrays(
+                [
+                    pa.array([topic] * table.num_rows, pa.string()),
+                    pa.array([partition] * table.num_rows, pa.int32()),
+                    table.column("offset").combine_chunks(),
+                    table.column("timestamp").combine_chunks(),
+                    table.column("key").cast(pa.string()).combine_chunks(),
+                    _readable(table.column("value").combine_chunks()),
+                    eventlog.append_times(table),
+                ],
+                schema=RECORDS,
             )
 
 
@@ -209,22 +236,23 @@ def _capped(start: Offsets, ends: Offsets, budget: int) -> Offsets:
     return capped
 
 
-def options(project: Project, start: dict[str, dict[int, int]]) -> dict[str, str]:
-    """The source's options for a project, reading from `start`."""
+def options(project: Project, start: dict[str, dict[int, int]], groups: int) -> dict[str, str]:
+    """The source's options for a project, reading from `start` in `groups` tasks."""
     key_types = {name: topic.key_type for name, topic in project.topics.items()}
     return {
         "log_dir": str(project.log_dir),
         "topics": orjson.dumps(key_types).decode(),
         "partitions": str(project.cluster.partitions),
+        "groups": str(groups),
         "start": offsets_json(start),
         "max_records": str(project.settings.max_records_per_batch),
     }
 
 
-def read_log(spark: SparkSession, project: Project, plan: RunPlan) -> DataFrame:
+def read_log(spark: SparkSession, project: Project, plan: RunPlan, groups: int) -> DataFrame:
     """The records of a one-shot run's plan: [start, end) of every topic partition."""
     spark.dataSource.register(LogSource)
     start = {t: {p: r[0] for p, r in by_p.items()} for t, by_p in plan.ranges.items()}
     end = {t: {p: r[1] for p, r in by_p.items()} for t, by_p in plan.ranges.items()}
-    reader = spark.read.format(NAME).options(**options(project, start))
+    reader = spark.read.format(NAME).options(**options(project, start, groups))
     return reader.option("end", offsets_json(end)).load()

@@ -2,7 +2,7 @@
 elapsed time, from numbers it has anyway (the plan's offset ranges, the tasks' results,
 Spark's status tracker), never from an extra pass over the data.
 
-A long Spark stage reports every PROGRESS_EVERY_S how many of its tasks (one per partition)
+A long Spark stage reports every PROGRESS_EVERY_S how many of its tasks (one per task slot)
 are done; the continuous pipeline logs one line per micro-batch (spark_pipeline/stream.py).
 """
 

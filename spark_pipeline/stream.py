@@ -36,7 +36,7 @@ from spark_pipeline import compaction
 from spark_pipeline.batch import Published, publish
 from spark_pipeline.dead_letter import refusal
 from spark_pipeline.job import run, snapshot_dir
-from spark_pipeline.log_source import NAME, LogSource, options
+from spark_pipeline.log_source import NAME, LogSource, options, task_groups
 from spark_pipeline.plan import stores_digest
 from spark_pipeline.progress import log_bad_records, positions
 from spark_pipeline.publish import notify_nodes, prune, sweep_temporaries
@@ -72,6 +72,7 @@ class Follower:
         self._notifier = ThreadPoolExecutor(max_workers=1, thread_name_prefix="notify")
         self._publishing = threading.Lock()  # held while a micro-batch publishes
         self._compacting = threading.Event()  # set while a compaction runs
+        self._groups = 1  # the source's task groups, fixed when following starts
         self._told: dict[str, str] = {}  # node -> how the last notification went
         self.freshness = Delays(stages=("read", "written", "published"))
         self.registry = CollectorRegistry()
@@ -102,7 +103,8 @@ class Follower:
             topic: {p: manifest.published(p, topic) for p in partitions}
             for topic in self.project.topics
         }
-        source = options(self.project, start)
+        self._groups = task_groups(self.spark, self.project.cluster.partitions)
+        source = options(self.project, start, self._groups)
         records = self.spark.readStream.format(NAME).options(**source).load()
         self._query = (
             records.writeStream.foreachBatch(self._publish)
@@ -173,7 +175,13 @@ class Follower:
             with locked(self.store_dir):
                 manifest = read_manifest(self.store_dir)
                 published = publish(
-                    self.project, self.spark, self.store_dir, manifest, batch, compact=False
+                    self.project,
+                    self.spark,
+                    self.store_dir,
+                    manifest,
+                    batch,
+                    self._groups,
+                    compact=False,
                 )
                 if published.layers:
                     _crash_point("layers-written")

@@ -13,14 +13,15 @@ what the README says something prints, as an HTML comment right before it says:
     <!-- example: until <n> lines -->        a program that runs until stopped: stopped then
     <!-- example: file <path> -->            (alone) a file the README says to run
 
-Placeholders are replaced one way (`substitute`): 127.0.0.1:8101-8103 by the nodes' addresses,
-127.0.0.1:8104 and 127.0.0.1:9108 by free ones, 127.0.0.1:2379 by the test's etcd, `.demo/stategate.toml` and
-`stategate.toml` by the cluster's project file, `.venv/bin/` and a `stategate` that starts a
-line by this interpreter's bin folder. Commands run in the repository's root; one that serves
-until stopped (a node, `--follow`) runs in the background until the cluster stops. The
-project is the demo's, with `operations = clients/operations.graphql` (for `stategate
-operations`). Log lines are compared by shape (numbers, and runs of like items, are what
-moves in a live stream); an expected line ending in `...` may go on.
+Placeholders are replaced one way (`substitute`): 127.0.0.1:8101-8103 by the nodes'
+addresses, 127.0.0.1:8104 and 127.0.0.1:9108 by free ones, 127.0.0.1:2379 by the test's
+etcd, `.demo/stategate.toml` and `stategate.toml` by the cluster's project file,
+`.venv/bin/` and a `stategate` that starts a line by this interpreter's bin folder. Commands
+run in the repository's root; one that serves until stopped (a node, `--follow`) runs in the
+background until the cluster stops. The project is the demo's, with `operations =
+clients/operations.graphql` (for `stategate operations`). Log lines are compared by shape
+(numbers, and runs of like items, are what moves in a live stream); an expected line ending
+in `...` may go on.
 """
 
 from __future__ import annotations
