@@ -40,6 +40,7 @@ from contracts.records import fit
 
 _KEY_ARROW = {"string": pa.string(), "int": pa.int32(), "long": pa.int64()}
 APPEND_MS = "append_ms"
+_SUFFIX = ".parquet"
 
 
 def record_schema(topic: Topic) -> pa.Schema:
@@ -73,24 +74,28 @@ def partition_dir(log_dir: Path, topic: str, partition: int) -> Path:
 def segments(log_dir: Path, topic: str, partition: int) -> list[tuple[int, Path]]:
     """The partition's published segments as (base offset, path), oldest first."""
     folder = partition_dir(log_dir, topic, partition)
-    if not folder.is_dir():
-        return []
-    found = [
-        (int(p.stem), p)
-        for p in folder.iterdir()
-        if p.suffix == ".parquet" and not p.name.startswith(".")
-    ]
-    return sorted(found)
+    return [(int(name[: -len(_SUFFIX)]), folder / name) for name in _segment_names(folder)]
 
 
 def end_offset(log_dir: Path, topic: str, partition: int) -> int:
     """The offset the next appended record will get (Kafka's log end offset)."""
-    segs = segments(log_dir, topic, partition)
-    if not segs:
+    folder = partition_dir(log_dir, topic, partition)
+    names = _segment_names(folder)
+    if not names:
         return 0
-    base, path = segs[-1]
-    rows: int = pq.read_metadata(path).num_rows
-    return base + rows
+    rows: int = pq.read_metadata(folder / names[-1]).num_rows
+    return int(names[-1][: -len(_SUFFIX)]) + rows
+
+
+def _segment_names(folder: Path) -> list[str]:
+    """The published segments' file names, oldest first: their zero-padded base offsets sort
+    as text. Plain strings, not paths: a partition's folder holds a file per append, and
+    every append and micro-batch lists it."""
+    try:
+        names = os.listdir(folder)
+    except FileNotFoundError:
+        return []
+    return sorted(n for n in names if n.endswith(_SUFFIX) and not n.startswith("."))
 
 
 def segments_from(log_dir: Path, topic: str, partition: int, offset: int) -> list[Path]:
