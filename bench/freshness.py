@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import multiprocessing
 import os
 import re
 import shutil
@@ -48,7 +49,7 @@ from contracts.partitioner import partition_for
 from contracts.project import Project
 from stategate.demo.bookings import _fares, _values
 
-POLL_S = 0.05
+POLL_S = 0.2  # a poll costs the nodes a scan of every partition: 5 a second, not 20
 TICK_S = 0.1  # the producers append one batch per partition this often
 POSITIONS = body(
     "{ latestBookingRange(first: 1) "
@@ -72,6 +73,7 @@ class Freshness:
     rate: int
     seconds: float
     appended: int = 0
+    ticks_late: int = 0  # producer ticks that started over a tick late (it fell behind)
     visible_p50_s: float | None = None  # appends outside the read-mix window
     visible_p99_s: float | None = None
     visible_during_reads_p50_s: float | None = None  # appends while 4 clients were reading
@@ -142,45 +144,57 @@ def bucket_quantile(q: float, cumulative: dict[str, float]) -> float:
     return lower
 
 
-class Producer(threading.Thread):
-    """Appends `rate` bookings per second in ticks, each partition's share in one segment."""
+class Producer:
+    """Appends `rate` bookings per second in ticks, each partition's share in one segment,
+    in a process of its own: sharing the benchmark's GIL with the poller and the read mix,
+    it fell behind its ticks (the load generator must not be the bottleneck)."""
 
     def __init__(self, project: Project, customers: int, rate: int, seconds: float) -> None:
-        super().__init__(name="producer", daemon=True)
-        self.project = project
-        self.customers = customers
-        self.rate = rate
-        self.seconds = seconds
+        self.args = (project, customers, rate, seconds)
         self.appends: list[Append] = []
         self.behind = 0  # ticks that started late: the producer could not keep up
+        context = multiprocessing.get_context("spawn")
+        self._results = context.SimpleQueue()
+        self._process = context.Process(
+            target=_produce, args=(*self.args, self._results), name="producer", daemon=True
+        )
 
-    def run(self) -> None:
-        import random
+    def start(self) -> None:
+        self._process.start()
 
-        rng = random.Random(7)
-        fares = _fares(rng)
-        topic = self.project.topics["bookings"]
-        partitions = self.project.cluster.partitions
-        per_tick = max(1, round(self.rate * TICK_S))
-        started = time.perf_counter()
-        tick = 0
-        while (now := time.perf_counter()) - started < self.seconds:
-            due = started + tick * TICK_S
-            if now < due:
-                time.sleep(due - now)
-            elif now - due > TICK_S:
-                self.behind += 1
-            tick += 1
-            stamp = eventlog.now_ms()
-            by_partition: dict[int, list[Record]] = defaultdict(list)
-            for value in _values(rng, fares, per_tick):
-                key = f"C{rng.randrange(self.customers):06d}"
-                by_partition[partition_for(key, "string", partitions)].append(
-                    Record(key, value, stamp)
-                )
-            for partition, records in sorted(by_partition.items()):
-                base = eventlog.append(self.project.log_dir, topic, partition, records)
-                self.appends.append(Append(time.perf_counter(), partition, base + len(records)))
+    def join(self) -> None:
+        self.appends, self.behind = self._results.get()  # before the child can exit
+        self._process.join()
+
+
+def _produce(project: Project, customers: int, rate: int, seconds: float, results: Any) -> None:
+    import random
+
+    rng = random.Random(7)
+    fares = _fares(rng)
+    topic = project.topics["bookings"]
+    partitions = project.cluster.partitions
+    per_tick = max(1, round(rate * TICK_S))
+    appends: list[Append] = []
+    behind = 0
+    started = time.perf_counter()  # CLOCK_MONOTONIC: the parent's clock too
+    tick = 0
+    while (now := time.perf_counter()) - started < seconds:
+        due = started + tick * TICK_S
+        if now < due:
+            time.sleep(due - now)
+        elif now - due > TICK_S:
+            behind += 1
+        tick += 1
+        stamp = eventlog.now_ms()
+        by_partition: dict[int, list[Record]] = defaultdict(list)
+        for value in _values(rng, fares, per_tick):
+            key = f"C{rng.randrange(customers):06d}"
+            by_partition[partition_for(key, "string", partitions)].append(Record(key, value, stamp))
+        for partition, records in sorted(by_partition.items()):
+            base = eventlog.append(project.log_dir, topic, partition, records)
+            appends.append(Append(time.perf_counter(), partition, base + len(records)))
+    results.put((appends, behind))
 
 
 async def poll_positions(
@@ -283,6 +297,7 @@ def measure(workload: Workload, rate: int, seconds: float, logs: Path) -> Freshn
         result.stages = stage_delays(scraped, scrape_freshness(urls))
         result.load.append(os.getloadavg()[0])
         result.appended = len(producer.appends)
+        result.ticks_late = producer.behind
         during = [a for a in producer.appends if reads_from <= a.at <= reads_to]
         apart = [a for a in producer.appends if not reads_from <= a.at <= reads_to]
         delays = sorted(visibility(apart, polls))

@@ -707,7 +707,8 @@ def freshness_comparisons(r: Results) -> list[report.Comparison]:
         return []
     main, small = r.freshness[0], r.freshness[-1]
     detail = (
-        f"{main.rate} events/s for {main.seconds:g} s, {main.appended} appends, "
+        f"{main.rate} events/s for {main.seconds:g} s, {main.appended} appends "
+        f"({main.ticks_late} ticks late), "
         f"{main.not_visible} never seen, load {main.load}; p50 during the read mix "
         f"{main.visible_during_reads_p50_s} s"
     )
