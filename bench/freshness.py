@@ -166,6 +166,11 @@ class Producer:
         self.appends, self.behind = self._results.get()  # before the child can exit
         self._process.join()
 
+    def stop(self) -> None:
+        """End it now, its appends untold (what it appended stays in the log)."""
+        self._process.terminate()
+        self._process.join(30)
+
 
 def _produce(project: Project, customers: int, rate: int, seconds: float, results: Any) -> None:
     import random
@@ -266,11 +271,11 @@ def measure(workload: Workload, rate: int, seconds: float, logs: Path) -> Freshn
     nodes = NodeProcesses.gateway(project, logs / f"fresh-{workload.name}")
     pipeline_log = logs / f"fresh-{workload.name}-pipeline.log"
     pipeline_log.unlink(missing_ok=True)
-    follow = _follow(project, pipeline_log)
+    follow = start_pipeline(project, pipeline_log)
     try:
         nodes.start()
         nodes.wait_serving()
-        _wait_following(follow, pipeline_log)
+        wait_following(follow, pipeline_log)
         urls = [f"{nodes.url(n)}/graphql" for n in nodes.ids]
         keys = [
             f"C{i:06d}" for i in range(0, workload.customers, max(1, workload.customers // 997))
@@ -327,13 +332,13 @@ def measure(workload: Workload, rate: int, seconds: float, logs: Path) -> Freshn
     return result
 
 
-def _follow(project: Project, log: Path) -> subprocess.Popen[bytes]:
+def start_pipeline(project: Project, log: Path) -> subprocess.Popen[bytes]:
     command = [sys.executable, "-m", "stategate.cli", "pipeline", "--config", str(project.path)]
     with open(log, "ab") as out:
         return subprocess.Popen(command + ["--follow"], stdout=out, stderr=subprocess.STDOUT)
 
 
-def _wait_following(follow: subprocess.Popen[bytes], log: Path, timeout_s: float = 300) -> None:
+def wait_following(follow: subprocess.Popen[bytes], log: Path, timeout_s: float = 300) -> None:
     """Until the pipeline's first micro-batch is done: Spark's warm-up (its Python workers,
     the query's first plan: ~10-15 s on 2 cores) is neither idle nor the steady state."""
     deadline = time.monotonic() + timeout_s

@@ -31,7 +31,7 @@ from urllib.parse import quote
 
 import orjson
 
-from bench import by_value, freshness, queries, report, subscriptions, versus
+from bench import by_value, freshness, queries, recovery, report, subscriptions, versus
 from bench.driver import (
     Stats,
     batch_operation,
@@ -122,6 +122,7 @@ class Results:
     peer: dict[str, Any] = field(default_factory=dict)
     memory: dict[str, Any] = field(default_factory=dict)
     freshness: list[freshness.Freshness] = field(default_factory=list)
+    recovery: recovery.Recovery | None = None
     live: subscriptions.Live | None = None
     by_value: list[str] = field(default_factory=list)  # bench/by_value.py's table
     comparisons: list[report.Comparison] = field(default_factory=list)
@@ -145,6 +146,7 @@ class Results:
             "peer": self.peer,
             "memory": self.memory,
             "freshness": [f.as_dict() for f in self.freshness],
+            "recovery": None if self.recovery is None else self.recovery.as_dict(),
             "subscriptions": self.live.as_dict() if self.live else None,
             "by_value": self.by_value,
             "comparisons": [c.as_dict() for c in self.comparisons],
@@ -716,6 +718,7 @@ def freshness_comparisons(r: Results) -> list[report.Comparison]:
         at_most("freshness p50: append -> visible on any node", main.visible_p50_s, 2, "s", detail),
         at_most("freshness p99: append -> visible on any node", main.visible_p99_s, 5, "s", detail),
         *(stage_row(stage, delays) for stage, delays in main.stages.items()),
+        *recovery_rows(r.recovery),
         at_most(
             f"micro-batch cost: {main.workload} / {small.workload} workload (p50 s)",
             ratio(main.batch_seconds_p50, small.batch_seconds_p50),
@@ -733,6 +736,17 @@ def freshness_comparisons(r: Results) -> list[report.Comparison]:
             f"p99 {main.reads_idle_p99_ms} -> {main.reads_live_p99_ms} ms, 4 clients",
         ),
     ]
+
+
+def recovery_rows(measured: recovery.Recovery | None) -> list[report.Comparison]:
+    if measured is None:
+        return []
+    detail = (
+        f"{measured.killed_at_records} records appended before the kill; the restarted "
+        f"pipeline's first micro-batch {measured.restarted_s} s after it; load {measured.load}"
+    )
+    name = "recovery: kill -9 of the pipeline -> every node at the kill's positions"
+    return [at_most(name, measured.recovered_s, 30, "s", detail)]
 
 
 def stage_row(stage: str, delays: dict[str, float]) -> report.Comparison:
@@ -857,6 +871,9 @@ def main(argv: list[str] | None = None) -> int:
             log(f"freshness: {w.name}, {args.rate} events/s for {seconds:g} s ...")
             results.freshness.append(freshness.measure(w, args.rate, seconds, logs))
             log("  " + json.dumps(results.freshness[-1].as_dict()))
+        log(f"recovery: kill -9 of the pipeline at {args.rate} events/s, then a restart ...")
+        results.recovery = recovery.measure(main_w, args.rate, logs)
+        log("  " + json.dumps(results.recovery.as_dict()))
 
     if not args.skip_subscriptions:
         log("subscriptions: 1000 on one node, 10 rounds of changes ...")
