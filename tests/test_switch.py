@@ -167,8 +167,9 @@ def test_nodes_count_installed_records_by_delay_and_answer_how_old_they_are(
     names, per partition, the append time of the newest record at its position, as the log
     stamped it."""
     project = cluster.project
-    before = {node: cluster.nodes.metrics(node) for node in cluster.nodes.ids}
     old = read_manifest(Path(project.snapshot_store))
+    wait_for_manifest_versions(cluster, old)  # the earlier tests' installs are counted before
+    before = {node: cluster.nodes.metrics(node) for node in cluster.nodes.ids}
     produce_test_events(project, seed=8, n_bookings=80, n_trains=120, start_ms=1_767_600_000_000)
     job.run(project, spark)
     new = read_manifest(Path(project.snapshot_store))
@@ -310,5 +311,8 @@ def test_value_ordered_pages_go_on_across_a_switch(cluster: Served, spark: Spark
             rows += got
         last = dict(zip(names, wire.as_row(store, first["records"][-1]), strict=True))
         rest = ordered([*after, last], orders[order])
-        want = rest[rest.index(last) + 1 :]
+        # by identity: when the cursor's row is unchanged, `after` holds an equal copy of it
+        # (stably sorted before this one), and neither is past the cursor
+        cursor = next(i for i, row in enumerate(rest) if row is last)
+        want = rest[cursor + 1 :]
         same_rows(rows, [tuple(r[n] for n in names) for r in want])
