@@ -30,6 +30,9 @@ from contracts.freshness import AppendTimes
 from contracts.snapshot_file import FORMAT, FormatError, Kind, check_format
 
 FILE_NAME = "manifest.json"
+# The newest layers of a chain whose append times the manifest keeps: a node further behind
+# than this counts only these layers' records in its freshness histogram.
+FRESH_LAYERS = 4
 
 
 @dataclass(frozen=True)
@@ -41,7 +44,8 @@ class Layer:
     size: int
     position: dict[str, int]  # topic -> next offset to read
     created_ms: int  # when its file was written
-    appended: AppendTimes = ()  # its new records by append time
+    # its new records by append time; kept for a chain's newest FRESH_LAYERS only (to_json)
+    appended: AppendTimes = field(default=(), compare=False)
     newest_append_ms: int | None = None  # of the newest record in the state up to it
     read_ms: int | None = None  # when the pipeline read its new records
     published_ms: int | None = None  # when a manifest first named it
@@ -101,7 +105,7 @@ class Manifest:
         body = {
             "format": FORMAT,
             "partitions": {
-                str(p): {"layers": [vars(layer) for layer in e.layers]}
+                str(p): {"layers": [_stored(layer, e.version) for layer in e.layers]}
                 for p, e in sorted(self.partitions.items())
             },
             "log_end": {
@@ -133,6 +137,16 @@ class Manifest:
             raise
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
             raise FormatError(f"the manifest is malformed: {exc!r}") from exc
+
+
+def _stored(layer: Layer, newest: int) -> dict[str, Any]:
+    """A layer as the manifest holds it: append times only for the chain's newest
+    FRESH_LAYERS (those a node may be about to install), so the manifest every node reads at
+    every sync does not grow by 64 pairs per layer of a chain."""
+    body = vars(layer)
+    if layer.version <= newest - FRESH_LAYERS:
+        body = {**body, "appended": ()}
+    return body
 
 
 def _entry(raw: dict[str, Any]) -> PartitionEntry:

@@ -18,7 +18,7 @@ from contracts.freshness import (
     counted,
     newest,
 )
-from contracts.manifest import Layer, Manifest, PartitionEntry
+from contracts.manifest import FRESH_LAYERS, Layer, Manifest, PartitionEntry
 
 times = st.lists(st.one_of(st.none(), st.integers(0, 2**41)), max_size=400)
 
@@ -109,3 +109,16 @@ def test_the_manifest_carries_freshness_and_reads_an_older_one_as_unknown() -> N
         None,
         None,
     )
+
+
+def test_the_manifest_keeps_append_times_for_a_chains_newest_layers_only() -> None:
+    def layer(version: int) -> Layer:
+        kind = "base" if version == 1 else "delta"
+        return Layer(version, kind, f"p0/v{version}", "ab", 1, {}, 0, ((version, 1),), version)
+
+    chain = PartitionEntry(tuple(layer(v) for v in range(1, 8)))
+    stored = orjson.loads(Manifest({0: chain}).to_json())["partitions"]["0"]["layers"]
+    kept = [x["version"] for x in stored if x["appended"]]
+    assert kept == list(range(8 - FRESH_LAYERS, 8))
+    # what a compaction compares its chain with: the same layers, whatever they keep
+    assert Manifest.from_json(Manifest({0: chain}).to_json()).partitions[0] == chain
