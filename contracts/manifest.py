@@ -173,8 +173,8 @@ def parse_layer(raw: dict[str, Any]) -> Layer:
     )
 
 
-def _optional(value: object) -> int | None:
-    return None if value is None else int(value)  # type: ignore[call-overload]
+def _optional(value: Any) -> int | None:
+    return None if value is None else int(value)
 
 
 def read_manifest(store_dir: Path) -> Manifest:

@@ -37,13 +37,22 @@ from contracts.settings import Settings
 from contracts.snapshot_file import Kind
 from spark_pipeline import dead_letter
 from spark_pipeline.checks import BadRow
-from spark_pipeline.log_source import RECORDS, members
+from spark_pipeline.log_source import RECORDS, ddl, members
 from spark_pipeline.plan import stores_digest
 from spark_pipeline.snapshot import LayerTask, build_layer
 
 # What each task returns: its layer as JSON, how many records it read, the rows it wrote per
 # store (JSON), how long it took, the bad records it left out per topic and reason (JSON).
-_BUILT = "partition int, layer string, records long, rows string, seconds double, bad string"
+_BUILT = pa.schema(
+    [
+        ("partition", pa.int32()),
+        ("layer", pa.string()),
+        ("records", pa.int64()),
+        ("rows", pa.string()),
+        ("seconds", pa.float64()),
+        ("bad", pa.string()),
+    ]
+)
 BadCounts = dict[str, dict[str, int]]  # topic -> reason -> bad records left out
 
 
@@ -115,7 +124,7 @@ def publish(
     returns the new manifest, not yet written."""
     batch = Batch(project, str(store_dir), manifest, rebuild, compact, groups)
     try:
-        built = records.mapInArrow(lambda batches: _build(batch, batches), _BUILT).collect()
+        built = records.mapInArrow(lambda batches: _build(batch, batches), ddl(_BUILT)).collect()
     except Exception as exc:
         refused = dead_letter.refusal(exc)
         if refused is None:
@@ -226,16 +235,7 @@ def _build_partition(
             "seconds": [time.monotonic() - started],
             "bad": [orjson.dumps(bad).decode()],
         },
-        schema=pa.schema(
-            [
-                ("partition", pa.int32()),
-                ("layer", pa.string()),
-                ("records", pa.int64()),
-                ("rows", pa.string()),
-                ("seconds", pa.float64()),
-                ("bad", pa.string()),
-            ]
-        ),
+        schema=_BUILT,
     )
 
 

@@ -57,8 +57,15 @@ RECORDS = pa.schema(
         (eventlog.APPEND_MS, pa.int64()),
     ]
 )
-_SQL_TYPES = {pa.string(): "string", pa.int32(): "int", pa.int64(): "long"}
-SCHEMA = ", ".join(f"{field.name} {_SQL_TYPES[field.type]}" for field in RECORDS)
+_SQL_TYPES = {pa.string(): "string", pa.int32(): "int", pa.int64(): "long", pa.float64(): "double"}
+
+
+def ddl(schema: pa.Schema) -> str:
+    """An Arrow schema as the DDL string Spark takes ("topic string, partition int, ...")."""
+    return ", ".join(f"{field.name} {_SQL_TYPES[field.type]}" for field in schema)
+
+
+SCHEMA = ddl(RECORDS)
 Offsets = dict[str, dict[str, int]]  # topic -> partition (as text: JSON keys) -> offset
 _SURROGATE_ESCAPE = r"\\u[dD][89a-fA-F]"  # a JSON escape of a high or low surrogate
 
