@@ -33,6 +33,7 @@ from gateway.model.queries import (
     WindowsOfKey,
 )
 from gateway.storage import by_value
+from gateway.storage.layers import Overlay
 from gateway.storage.masks import vectorized
 from gateway.storage.ordered import indexed
 from gateway.storage.row_select import columns
@@ -156,39 +157,68 @@ def run(
 
     A page of n rows needs, of the overlay, its first n + D rows (D: its deleted rows), and of
     the base its first n + (overlay rows fetched): every row up to the page's last key is
-    then in hand, and so is every overlay row that could shadow one of them."""
+    then in hand, and so is every overlay row that could shadow one of them (_changed)."""
     if isinstance(query, Select) and query.where is None and query.order == (Sort(KEY),):
         last = None if query.after is None else query.after[0]
         query = Range(None, None, query.limit, last)
     if isinstance(query, Select | Totals):
         return _by_value(cursor, snapshot, store, query)
-    table = f'"{store.name}"'
-    overlay = snapshot.overlay
-    where, args, order, limit = _predicate(query)
+    predicate = _predicate(query)
+    where, args, order, limit = predicate
     cols = ", ".join(columns(store))
-    if overlay is None:
-        return _fetch(cursor, f"{snapshot.base.alias}.{table}", cols, where, args, order, limit)
-    deleted = overlay.deleted.get(store.name, 0)
-    changed = _fetch(
-        cursor,
-        f"{overlay.alias}.{table}",
-        f"{cols}, {DELETED}",
-        where,
-        args,
-        order,
-        None if limit is None else limit + deleted,
-    )
+    base = f'{snapshot.base.alias}."{store.name}"'
+    if snapshot.overlay is None:
+        return _fetch(cursor, base, cols, where, args, order, limit)
+    changed = _changed(cursor, snapshot.overlay, store, cols, predicate)
     more = None if limit is None else limit + len(changed)
-    rows = _fetch(cursor, f"{snapshot.base.alias}.{table}", cols, where, args, order, more)
+    rows = _fetch(cursor, base, cols, where, args, order, more)
     return layered(rows, changed, len(key_columns(store)), limit)
+
+
+Predicate = tuple[str, list[Any], str, int | None]  # WHERE, its arguments, ORDER BY, LIMIT
+
+
+def _changed(
+    cursor: duckdb.DuckDBPyConnection,
+    overlay: Overlay,
+    store: Store,
+    cols: str,
+    predicate: Predicate,
+) -> list[Row]:
+    """The overlay's rows that pass `where` (the newest of each key, `_deleted` last): its
+    first n + D in `order`, D the deleted rows of all its levels.
+
+    A row of the merged levels ranks no higher in its own level than among them, so each
+    level's first n + D rows hold the first n + D of the merge, and every newer row of
+    their keys."""
+    where, args, order, limit = predicate
+    n = None if limit is None else limit + overlay.deleted(store.name)
+    tables = overlay.tables(store)
+    if len(tables) == 1:
+        return _fetch(cursor, tables[0], f"{cols}, {DELETED}", where, args, order, n)
+    page = "" if n is None else f" ORDER BY {order} LIMIT {int(n)}"
+    branches = " UNION ALL ".join(
+        f"SELECT * FROM (SELECT {cols}, {DELETED}, {i} AS _layer FROM {table} WHERE {where}{page})"
+        for i, table in enumerate(tables)
+    )
+    by = f"{order}, " if order else ""
+    sql = f"SELECT * FROM ({branches}) ORDER BY {by}_layer DESC"
+    width = len(key_columns(store))
+    newest: list[Row] = []
+    seen: set[tuple[Any, ...]] = set()
+    for row in cursor.execute(sql, args * len(tables)).fetchall():
+        identity = row[:width]
+        if identity not in seen:
+            seen.add(identity)
+            newest.append(list(row[:-1]))
+    return newest if n is None else newest[:n]
 
 
 def _by_value(
     cursor: duckdb.DuckDBPyConnection, snapshot: Snapshot, store: Store, query: Select | Totals
 ) -> list[Row]:
-    table = f'"{store.name}"'
-    overlay = None if snapshot.overlay is None else f"{snapshot.overlay.alias}.{table}"
-    rows = by_value.source(store, f"{snapshot.base.alias}.{table}", overlay)
+    overlay = None if snapshot.overlay is None else snapshot.overlay.table(store)
+    rows = by_value.source(store, f'{snapshot.base.alias}."{store.name}"', overlay)
     if isinstance(query, Select):
         sql, args = by_value.select(store, rows, query)
     else:
@@ -224,9 +254,7 @@ def _fetch(
     return [list(row) for row in cursor.execute(sql, args).fetchall()]
 
 
-def _predicate(
-    query: Get | WindowsOfKey | Range | Prefix | Windows,
-) -> tuple[str, list[Any], str, int | None]:
+def _predicate(query: Get | WindowsOfKey | Range | Prefix | Windows) -> Predicate:
     """WHERE clause, its arguments, ORDER BY and LIMIT of a query."""
     match query:
         case Get(keys) if len(keys) == 1:

@@ -1,10 +1,14 @@
 """A partition's delta layers, held in memory above its base (format: contracts/snapshot_file.py).
 
-The deltas of a chain are merged as they arrive into one Overlay: per store, the newest row of
-every key changed since the base, a deleted table key as a row with `_deleted`. A lookup reads
-the overlay first and the base for the keys it does not hold (LayeredTable); SQL reads find
-the overlay's rows in an in-memory database of the hub, named by `alias`
-(gateway/storage/execution.py merges them with the base's).
+The deltas of a chain are kept as an LSM keeps its runs: a stack of Levels, oldest first,
+each the merged deltas of a stretch of the chain (per store, the newest row of every key it
+changed, a deleted table key as a row with `_deleted`). A new delta is read alone into a
+level of its own, so installing it costs what the delta holds, not what the chain does;
+`settle` later merges the newest levels once they hold as many rows as the one below them
+(a binary counter: at most log2 of the chain's deltas levels, each row merged that many
+times). A lookup reads the levels newest first and the base for the keys none holds
+(LayeredTable); SQL reads find each level's rows in an in-memory database of the hub, named
+by its `alias` (gateway/storage/execution.py merges them with the base's).
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ from gateway.model.queries import Row, Select, Totals
 from gateway.storage import ordered, summing
 from gateway.storage.lookup_table import Changed, LookupTable
 from gateway.storage.row_select import columns
+
+MAX_LEVELS = 3  # a scan asks each level (~1.5 ms each): more would cost reads what installs save
 
 
 class LayerError(Exception):
@@ -76,47 +82,20 @@ def read_header(
         raise LayerError(f"{layer.path.name}: {exc}") from exc
 
 
-@dataclass
-class Overlay:
-    """The merged deltas above a base: their rows per store (sorted by key, `_deleted` last),
-    in memory and in the hub database `alias`."""
+@dataclass(eq=False)
+class Level:
+    """The merged rows of consecutive deltas, per store sorted by key (`_deleted` last), in
+    memory and, once installed, in the hub database `alias`."""
 
     alias: str
-    header: LayerHeader  # the newest delta's
     frames: dict[str, pa.Table]
     tables: dict[str, LookupTable] = field(default_factory=dict)  # keyed stores' lookups
     deleted: dict[str, int] = field(default_factory=dict)  # store -> its `_deleted` rows
+    users: int = 0  # snapshots that read it (counted by the catalog)
 
-    @classmethod
-    def build(
-        cls,
-        alias: str,
-        previous: Overlay | None,
-        deltas: list[LocalLayer],
-        partition: int,
-        stores: list[Store],
-        connection: duckdb.DuckDBPyConnection,
-    ) -> Overlay:
-        """`previous` with `deltas` merged on top (newest wins), read through `connection`
-        (a DuckDB instance of its own, not the hub); not installed yet."""
-        frames = dict(previous.frames) if previous else {}
-        header = previous.header if previous else None
-        for layer in deltas:
-            try:
-                connection.execute(f"ATTACH {literal(str(layer.path))} AS delta (READ_ONLY)")
-            except duckdb.Error as exc:
-                raise LayerError(f"cannot open {layer.path.name}: {exc}") from exc
-            try:
-                header = read_header(connection, "delta", partition, layer)
-                for store in stores:
-                    frames[store.name] = _merged(connection, store, frames.get(store.name))
-            except duckdb.Error as exc:
-                raise LayerError(f"{layer.path.name}: {exc}") from exc
-            finally:
-                connection.execute("DETACH delta")
-        if header is None:
-            raise LayerError("an overlay needs at least one delta")
-        return cls(alias, header, frames)
+    @property
+    def rows(self) -> int:
+        return sum(frame.num_rows for frame in self.frames.values())
 
     def install(self, hub: duckdb.DuckDBPyConnection, stores: list[Store]) -> None:
         """Copy the frames into the hub database `alias` and index the keyed stores."""
@@ -140,34 +119,115 @@ class Overlay:
                     self.tables[store.name] = table
 
 
-def _merged(
-    connection: duckdb.DuckDBPyConnection, store: Store, previous: pa.Table | None
-) -> pa.Table:
-    """The attached delta's rows of a store (as stored) over `previous` (newest wins), sorted
-    by key."""
+def read_deltas(
+    alias: str,
+    deltas: Sequence[LocalLayer],
+    partition: int,
+    stores: list[Store],
+    connection: duckdb.DuckDBPyConnection,
+) -> tuple[LayerHeader, Level]:
+    """The newest delta's header, and a level of `deltas` merged (newest wins), read through
+    `connection` (a DuckDB instance of its own, not the hub); not installed yet."""
+    header: LayerHeader | None = None
+    read: list[dict[str, pa.Table]] = []
+    for layer in deltas:
+        try:
+            connection.execute(f"ATTACH {literal(str(layer.path))} AS delta (READ_ONLY)")
+        except duckdb.Error as exc:
+            raise LayerError(f"cannot open {layer.path.name}: {exc}") from exc
+        try:
+            header = read_header(connection, "delta", partition, layer)
+            read.append({store.name: _delta_rows(connection, store) for store in stores})
+        except duckdb.Error as exc:
+            raise LayerError(f"{layer.path.name}: {exc}") from exc
+        finally:
+            connection.execute("DETACH delta")
+    if header is None:
+        raise LayerError("a level needs at least one delta")
+    if len(read) == 1:
+        return header, Level(alias, read[0])
+    return header, merged(alias, [Level("", frames) for frames in read], stores, connection)
+
+
+def merged(
+    alias: str, levels: Sequence[Level], stores: list[Store], connection: duckdb.DuckDBPyConnection
+) -> Level:
+    """One level of `levels` (oldest first; the newest row of each key wins), sorted by key."""
+    frames = {}
+    for store in stores:
+        keys = key_columns(store)
+        branches = []
+        for i, level in enumerate(levels):
+            connection.register(f"level{i}", level.frames[store.name])
+            branches.append(f"SELECT *, {i} AS _layer FROM level{i}")
+        order = ", ".join(quoted(k) for k in keys)
+        try:
+            sql = f"{newest_rows(branches, keys)} ORDER BY {order}"
+            frames[store.name] = connection.sql(sql).to_arrow_table()
+        finally:
+            for i in range(len(levels)):
+                connection.unregister(f"level{i}")
+    return Level(alias, frames)
+
+
+def _delta_rows(connection: duckdb.DuckDBPyConnection, store: Store) -> pa.Table:
+    """The attached delta's rows of a store (as stored, `_deleted` last), sorted by key."""
     deleted = DELETED if store.kind == "table" else f"false AS {DELETED}"
     select = f"SELECT {', '.join(quoted(c) for c in stored_columns(store))}, {deleted}"
     keys = ", ".join(quoted(k) for k in key_columns(store))
-    newest = f'{select} FROM delta."{store.name}"'
-    if previous is None:
-        sql = f"{newest} ORDER BY {keys}"
-    else:
-        connection.register("previous", previous)
-        branches = ["SELECT *, 0 AS _layer FROM previous", f"SELECT *, 1 AS _layer FROM ({newest})"]
-        sql = f"{newest_rows(branches, key_columns(store))} ORDER BY {keys}"
-    try:
-        return connection.sql(sql).to_arrow_table()
-    finally:
-        if previous is not None:
-            connection.unregister("previous")
+    return connection.sql(f'{select} FROM delta."{store.name}" ORDER BY {keys}').to_arrow_table()
+
+
+def to_merge(levels: Sequence[Level]) -> int:
+    """How many of the newest levels to merge into one (0 or 1: none): the newest run of
+    levels that holds at least as many rows as the level below it, and enough of them to
+    leave at most MAX_LEVELS."""
+    count, rows = 1, levels[-1].rows if levels else 0
+    while count < len(levels) and (
+        levels[-count - 1].rows <= rows or len(levels) - count >= MAX_LEVELS
+    ):
+        rows += levels[-count - 1].rows
+        count += 1
+    return count
+
+
+@dataclass(frozen=True)
+class Overlay:
+    """The deltas above a base, as levels (oldest first), and the newest delta's header."""
+
+    header: LayerHeader
+    levels: tuple[Level, ...]
+
+    def deleted(self, store: str) -> int:
+        """Rows marked deleted in the store's levels, together (a bound on the overlay's)."""
+        return sum(level.deleted.get(store, 0) for level in self.levels)
+
+    def tables(self, store: Store) -> list[str]:
+        """The store's table in each level's hub database, oldest first."""
+        return [f'{level.alias}."{store.name}"' for level in self.levels]
+
+    def table(self, store: Store) -> str:
+        """The store's rows in the overlay (the newest of each key, `_deleted` last), as a
+        table of the hub SQL can read."""
+        tables = self.tables(store)
+        if len(tables) == 1:
+            return tables[0]
+        branches = [f"SELECT *, {i} AS _layer FROM {t}" for i, t in enumerate(tables)]
+        return f"({newest_rows(branches, key_columns(store))})"
+
+    def lookups(self, store: str) -> list[LookupTable] | None:
+        """The levels' lookup tables of a keyed store, oldest first; None when one level
+        could not index its keys."""
+        tables = [level.tables.get(store) for level in self.levels]
+        return None if None in tables else [t for t in tables if t is not None]
 
 
 class LayeredTable:
-    """Lookups of a keyed store through the overlay, then the base."""
+    """Lookups of a keyed store through the overlay's levels (newest first), then the base."""
 
-    def __init__(self, base: LookupTable, overlay: LookupTable | None) -> None:
+    def __init__(self, base: LookupTable, levels: Sequence[LookupTable] = ()) -> None:
         self.base = base
-        self.overlay = overlay
+        self.levels = list(reversed(levels))  # newest first
         self._changed: Changed | None = None  # the overlay as by-value reads use it, once
 
     def select(self, store: Store, query: Select) -> list[Row] | None:
@@ -179,22 +239,32 @@ class LayeredTable:
         return summing.totals(store, self.base, self.changed(), query)
 
     def changed(self) -> Changed:
-        """The overlay's rows and the base rows they replace, read once per snapshot."""
+        """The overlay's rows (newest of each key, in key order) and the base rows they
+        replace, read once per snapshot."""
         if self._changed is None:
-            rows = [] if self.overlay is None else self.overlay.all_rows()
-            keys = [row[0] for row in rows]
-            self._changed = Changed(rows, frozenset(keys), self.base.rows_of(keys))
+            newest: dict[Key, Row] = {}
+            for level in reversed(self.levels):  # oldest first: newer rows overwrite
+                newest.update((row[0], row) for row in level.all_rows())
+            keys = sorted(newest)
+            self._changed = Changed(
+                [newest[k] for k in keys], frozenset(keys), self.base.rows_of(keys)
+            )
         return self._changed
 
     def get(self, keys: Sequence[Key]) -> list[Row]:
         """The rows of the keys present, in no particular order."""
-        if self.overlay is None:
-            return self.base.get(keys)
-        changed = self.overlay.get(keys)
-        if not changed:
-            return self.base.get(keys)
-        seen = {row[0] for row in changed}
-        rest = [k for k in keys if k not in seen]
-        rows = self.base.get(rest) if rest else []
-        rows.extend(row[:-1] for row in changed if not row[-1])
+        rows: list[Row] = []
+        rest = keys
+        for level in self.levels:
+            found = level.get(rest)
+            if not found:
+                continue
+            seen = {row[0] for row in found}
+            rows.extend(row[:-1] for row in found if not row[-1])
+            rest = [k for k in rest if k not in seen]
+            if not rest:
+                return rows
+        if not rows:
+            return self.base.get(rest)
+        rows.extend(self.base.get(rest))
         return rows

@@ -1,13 +1,15 @@
 """The node's snapshots: one DuckDB hub connection, one read-only ATTACH per base file, one
-in-memory database per overlay of deltas (gateway/storage/layers.py), a cursor per thread, and each
-keyed store's rows in memory for lookups.
+in-memory database per level of deltas (gateway/storage/layers.py), a cursor per thread, and
+each keyed store's rows in memory for lookups.
 
 A partition's Snapshot is its chain as served: a Base and the Overlay of the deltas above
-it. A new delta makes a new Snapshot over the same Base (only the delta is read); a new base
-(a rebuild, or a compaction at the same version) makes a new Base. A query leases the
-partition's current snapshot; installing a new one switches the pointer at once and retires
-the old one, which is released when its last lease ends, and its base with the last
-snapshot over it. A query in flight therefore always finishes on the version it started with.
+it. A new delta makes a new Snapshot over the same Base and the same levels, plus a level of
+its own (only the delta is read); `settle` later replaces it by one whose newest levels are
+merged. A new base (a rebuild, or a compaction at the same version) makes a new Base. A
+query leases the partition's current snapshot; installing a new one switches the pointer at
+once and retires the old one, which is released when its last lease ends; a level goes with
+the last snapshot that reads it, and a base with the last snapshot over it. A query in
+flight therefore always finishes on the version it started with.
 """
 
 from __future__ import annotations
@@ -32,7 +34,10 @@ from gateway.storage.layers import (
     LayerHeader,
     LocalLayer,
     Overlay,
+    merged,
+    read_deltas,
     read_header,
+    to_merge,
 )
 from gateway.storage.lookup_table import LookupTable
 
@@ -190,28 +195,80 @@ class SnapshotCatalog:
         chain: list[LocalLayer],
         deltas: list[LocalLayer],
     ) -> Snapshot:
-        """A snapshot of `base` with `deltas` merged over `previous`."""
+        """A snapshot of `base` with `deltas` read into a level of their own above
+        `previous`: only the deltas are read."""
         overlay = previous
         if deltas:
-            alias = f"o{partition}_{next(self._serial)}"
+            alias = self._alias(partition)
             try:
                 with self._loader_lock:
-                    overlay = Overlay.build(
-                        alias, previous, deltas, partition, self._stores, self._loader
+                    header, level = read_deltas(
+                        alias, deltas, partition, self._stores, self._loader
                     )
-                overlay.install(self._hub, self._stores)
+                level.install(self._hub, self._stores)
             except (LayerError, FormatError, duckdb.Error) as exc:
                 self._detach(alias)
                 raise SnapshotError(f"partition {partition}: {exc}") from exc
-        snapshot = Snapshot(partition, base, overlay, tuple(chain))
-        for name, table in base.tables.items():
-            over = overlay.tables.get(name) if overlay else None
-            if overlay is None or over is not None:
-                snapshot.tables[name] = LayeredTable(table, over)
+            overlay = Overlay(header, (*(previous.levels if previous else ()), level))
+        snapshot = self._snapshot(partition, base, overlay, tuple(chain))
         with self._lock:
-            base.users += 1
             base.files.update(layer.path for layer in deltas)
         return snapshot
+
+    def _snapshot(
+        self,
+        partition: int,
+        base: Base,
+        overlay: Overlay | None,
+        layers: tuple[LocalLayer, ...],
+    ) -> Snapshot:
+        """A snapshot of these parts, counted as a user of its base and its levels."""
+        snapshot = Snapshot(partition, base, overlay, layers)
+        for name, table in base.tables.items():
+            levels = overlay.lookups(name) if overlay else []
+            if levels is not None:
+                snapshot.tables[name] = LayeredTable(table, levels)
+        with self._lock:
+            base.users += 1
+            for level in overlay.levels if overlay else ():
+                level.users += 1
+        return snapshot
+
+    def settle(self) -> None:
+        """Merge the newest levels of each partition's overlay where they have grown as
+        large as the level below them (layers.to_merge), off the install's path: the merged
+        snapshot serves the same version, and replaces the current one only if no install
+        came in meanwhile."""
+        for partition, snapshot in self.current().items():
+            overlay = snapshot.overlay
+            count = to_merge(overlay.levels) if overlay else 0
+            if overlay is None or count < 2:
+                continue
+            alias = self._alias(partition)
+            kept, merging = overlay.levels[:-count], overlay.levels[-count:]
+            try:
+                with self._loader_lock:
+                    level = merged(alias, merging, self._stores, self._loader)
+                level.install(self._hub, self._stores)
+            except duckdb.Error as exc:
+                self._detach(alias)
+                log.warning("partition %s: levels not merged: %s", partition, exc)
+                continue
+            settled = self._snapshot(
+                partition, snapshot.base, Overlay(overlay.header, (*kept, level)), snapshot.layers
+            )
+            settled.served_ms = snapshot.served_ms
+            with self._lock:
+                swapped = self._current.get(partition) is snapshot
+                if swapped:
+                    self._current[partition] = settled
+                stale = snapshot if swapped else settled
+                stale.retired = True
+            self._release_if_unused(stale)
+
+    def _alias(self, partition: int) -> str:
+        """A new name for a level's database in the hub."""
+        return f"o{partition}_{next(self._serial)}"
 
     def _open_base(self, partition: int, layer: LocalLayer) -> Base:
         """Attach a base file and read its keyed stores into memory."""
@@ -330,8 +387,13 @@ class SnapshotCatalog:
             base = snapshot.base
             base.users -= 1
             base_done = base.users == 0
-        if snapshot.overlay is not None:  # each snapshot's overlay is its own
-            self._detach(snapshot.overlay.alias)
+            unused = []
+            for level in snapshot.overlay.levels if snapshot.overlay else ():
+                level.users -= 1
+                if level.users == 0:
+                    unused.append(level.alias)
+        for alias in unused:  # levels are shared by the snapshots of one chain
+            self._detach(alias)
         if base_done:
             self._close_base(base)
 

@@ -102,6 +102,7 @@ class SnapshotSync:
                     self._refused.pop(partition, None)
                     installed[partition] = entry.version
             self._let_go_of_unassigned()
+            await asyncio.to_thread(self.catalog.settle)  # after the installs are served
             await asyncio.to_thread(self._sweep)
             return installed
 

@@ -1,11 +1,11 @@
 """Sub-queries against a real (in-memory) DuckDB snapshot: every query kind returns what a
 plain Python filter over the same rows returns, for awkward string keys and integer keys, on
-a base alone and on a base under an overlay of changed, added and deleted rows."""
+a base alone and on a base under one or three levels of changed, added and deleted rows."""
 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +20,7 @@ from contracts.snapshot_file import columns as stored_columns
 from contracts.topology import Topology
 from gateway.model.queries import Get, Prefix, Query, Range, Row, SubQuery, Windows, WindowsOfKey
 from gateway.storage import execution
-from gateway.storage.layers import LayeredTable, LayerHeader, LocalLayer, Overlay
+from gateway.storage.layers import LayeredTable, LayerHeader, Level, LocalLayer, Overlay
 from gateway.storage.lookup_table import MAX_KEY_BYTES, LookupTable
 from gateway.storage.row_select import columns
 from gateway.storage.snapshots import Base, Snapshot
@@ -129,61 +129,72 @@ def insert(
 
 
 def fill(
-    rng: random.Random, cursor: duckdb.DuckDBPyConnection, store: Store, n: int, layered: bool
+    rng: random.Random, cursor: duckdb.DuckDBPyConnection, store: Store, n: int, levels: int
 ) -> list[Row]:
-    """A base of n random rows in `snap`; when layered, an overlay in `ov` that changes about
-    a third of them, deletes a tenth (a table's), and adds new ones. The rows a reader of the
-    chain must see."""
+    """A base of n random rows in `snap`, and `levels` levels above it in `ov0`, `ov1`...,
+    each changing about a third of the rows, deleting a tenth (a table's) and adding new
+    ones, the newer over the older. The rows a reader of the chain must see."""
     base = random_rows(rng, store, n)
     insert(cursor, f'snap."{store.name}"', stored_columns(store), base)
-    if not layered:
-        return [expected_row(store, row) for row in sorted(base, key=identity)]
     state = {identity(row): row for row in base}
-    changes = [
-        {**stored_row(rng, store, row["key"], row.get("window_start")), "_deleted": False}
-        for row in rng.sample(base, n // 3)
-    ]
-    changes += [{**row, "_deleted": False} for row in random_rows(rng, store, n // 5)]
-    if store.kind == "table":
-        for row in rng.sample(base, n // 10):
-            changes.append({**row, "_deleted": True})
-    overlay = {identity(row): row for row in changes}  # one row per key, as an overlay holds
-    for key, row in overlay.items():
-        if row["_deleted"]:
-            state.pop(key, None)
-        else:
-            state[key] = row
-    typed = {**stored_columns(store), "_deleted": "BOOLEAN"}
-    insert(cursor, f'ov."{store.name}"', typed, list(overlay.values()))
+    for level in range(levels):
+        rows = list(state.values())
+        changes = [
+            {**stored_row(rng, store, row["key"], row.get("window_start")), "_deleted": False}
+            for row in rng.sample(rows, n // 3)
+        ]
+        changes += [{**row, "_deleted": False} for row in random_rows(rng, store, n // 5)]
+        if store.kind == "table":
+            for row in rng.sample(rows, n // 10) + rng.sample(base, n // 20):
+                changes.append({**row, "_deleted": True})  # some deleted before, again
+        overlay = {identity(row): row for row in changes}  # one row per key, as a level holds
+        for key, row in overlay.items():
+            if row["_deleted"]:
+                state.pop(key, None)
+            else:
+                state[key] = row
+        typed = {**stored_columns(store), "_deleted": "BOOLEAN"}
+        insert(cursor, f'ov{level}."{store.name}"', typed, list(overlay.values()))
     return [expected_row(store, state[key]) for key in sorted(state)]
 
 
-@pytest.fixture(scope="module", params=["base", "layered"])
+LEVELS = {"base": 0, "one-level": 1, "three-levels": 3}
+
+
+@pytest.fixture(scope="module", params=list(LEVELS))
 def fx(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Fixture]:
     project = load(write_project(tmp_path_factory.mktemp("execution"), [1, 2, 3]))
     connection = duckdb.connect(":memory:", config={"threads": 1})
     connection.execute("ATTACH ':memory:' AS snap")
-    connection.execute("ATTACH ':memory:' AS ov")
+    levels = LEVELS[request.param]
+    for level in range(levels):
+        connection.execute(f"ATTACH ':memory:' AS ov{level}")
     rng = random.Random(31)
-    layered = request.param == "layered"
     rows = {
-        name: fill(rng, connection, project.stores[name], 260, layered)
+        name: fill(rng, connection, project.stores[name], 260, levels)
         for name in (TABLE, AGGREGATE, WINDOW, INT_WINDOW)
     }
     overlay = None
-    if layered:  # a node counts each store's deleted rows when it installs an overlay
-        deleted = {
-            name: connection.execute(f'SELECT count(*) FROM ov."{name}" WHERE _deleted').fetchone()[
-                0
-            ]
-            for name in rows
-        }
-        overlay = Overlay("ov", LayerHeader({}, 0), frames={}, deleted=deleted)
+    if levels:  # a node counts each store's deleted rows when it installs a level
+        overlay = Overlay(
+            LayerHeader({}, 0),
+            tuple(
+                Level(f"ov{level}", {}, deleted=deleted_rows(connection, f"ov{level}", rows))
+                for level in range(levels)
+            ),
+        )
     snapshot = snapshot_at({}, overlay=overlay)
     yield Fixture(project, connection.cursor(), snapshot, rows)
     connection.close()
+
+
+def deleted_rows(
+    connection: duckdb.DuckDBPyConnection, alias: str, stores: Iterable[str]
+) -> dict[str, int]:
+    sql = 'SELECT count(*) FROM {}."{}" WHERE _deleted'
+    return {name: connection.execute(sql.format(alias, name)).fetchall()[0][0] for name in stores}
 
 
 def test_the_fixture_stores_cover_the_kinds_and_key_types_under_test(fx: Fixture) -> None:
@@ -381,7 +392,7 @@ def snapshot_at(
     header = LayerHeader(offsets, created_ms)
     base = Base(layer, "snap", header, tables={})
     if overlay is not None:  # the newest layer's header is the snapshot's
-        overlay = Overlay(overlay.alias, header, overlay.frames, deleted=overlay.deleted)
+        overlay = Overlay(header, overlay.levels)
     return Snapshot(0, base, overlay, (layer,))
 
 
@@ -446,16 +457,17 @@ def test_execute_refuses_a_standby_when_the_active_replica_is_required(fx: Fixtu
 
 
 def in_memory(fx: Fixture, store: Store) -> LayeredTable:
-    """The lookups a node builds for the fixture's snapshot: the base, under the overlay."""
+    """The lookups a node builds for the fixture's snapshot: the base, under the levels."""
     base = LookupTable.load(fx.cursor, "snap", store)
     assert base is not None
-    overlay = None
-    if fx.snapshot.overlay is not None:
-        select = f'SELECT {", ".join(columns(store))}, _deleted FROM ov."{store.name}"'
+    levels = []
+    for level in fx.snapshot.overlay.levels if fx.snapshot.overlay else ():
+        select = f'SELECT {", ".join(columns(store))}, _deleted FROM {level.alias}."{store.name}"'
         frame = fx.cursor.sql(select).to_arrow_table()
-        overlay = LookupTable.from_arrow(frame, store.key_type != "string")
-        assert overlay is not None and overlay.rows > 0
-    return LayeredTable(base, overlay)
+        table = LookupTable.from_arrow(frame, store.key_type != "string")
+        assert table is not None and table.rows > 0
+        levels.append(table)
+    return LayeredTable(base, levels)
 
 
 @pytest.mark.parametrize("store", [TABLE, AGGREGATE])

@@ -1,6 +1,6 @@
 """Ordered pages and totals from memory (gateway/storage/ordered.py, summing.py) equal
-storage's SQL for the same Select or Totals, over a base and an overlay that replaces and
-deletes rows: random data with nulls, ties and Unicode, random filters, both directions,
+storage's SQL for the same Select or Totals, over a base and two levels that replace and
+delete rows: random data with nulls, ties and Unicode, random filters, both directions,
 cursors taken from earlier pages, and walks long enough to give up (None, never a wrong
 page)."""
 
@@ -10,6 +10,7 @@ import random
 from typing import Any
 
 import duckdb
+import pyarrow as pa
 import pytest
 
 from contracts.project import Store, Topic
@@ -26,6 +27,17 @@ TOPIC = Topic(
 )
 STORE = Store("s", "table", TOPIC, index=("price", "seats", "trip"))
 WORDS = ["", "a", "ab", "Zoë", "Köln", "日本", "🚆", "b"]
+NAMES = ["key", "price", "seats", "trip", "note", "_deleted"]
+SCHEMA = pa.schema(
+    [
+        (n, t)
+        for n, t in zip(
+            NAMES,
+            [pa.string(), pa.float64(), pa.int32(), pa.string(), pa.string(), pa.bool_()],
+            strict=True,
+        )
+    ]
+)
 
 
 def random_row(rng: random.Random, key: str) -> tuple[Any, ...]:
@@ -44,16 +56,25 @@ def build(rng: random.Random) -> tuple[duckdb.DuckDBPyConnection, LayeredTable]:
     connection.execute(f"CREATE TABLE b ({columns})")
     rows = [random_row(rng, k) for k in keys]
     connection.executemany("INSERT INTO b VALUES (?, ?, ?, ?, ?)", rows)
+    # two levels, the newer over the older; `o` holds their merge, for SQL
+    newest: dict[str, tuple[Any, ...]] = {}
+    levels = []
+    for _ in range(2):
+        changed = rng.sample(keys, 150) + ["new1", "new2", "Zz"]
+        level = [(*random_row(rng, k), rng.random() < 0.3) for k in sorted(set(changed))]
+        newest.update((row[0], row) for row in level)
+        frame = pa.Table.from_pylist(
+            [dict(zip(NAMES, row, strict=True)) for row in level], schema=SCHEMA
+        )
+        table = LookupTable.from_arrow(frame, False)
+        assert table is not None
+        levels.append(table)
     connection.execute(f"CREATE TABLE o ({columns}, _deleted BOOLEAN)")
-    changed = rng.sample(keys, 150) + ["new1", "new2", "Zz"]
-    overlay = [(*random_row(rng, k), rng.random() < 0.3) for k in sorted(set(changed))]
-    connection.executemany("INSERT INTO o VALUES (?, ?, ?, ?, ?, ?)", overlay)
+    connection.executemany("INSERT INTO o VALUES (?, ?, ?, ?, ?, ?)", list(newest.values()))
     base_rows = connection.sql("SELECT * FROM b ORDER BY key").to_arrow_table()
-    over_rows = connection.sql("SELECT * FROM o ORDER BY key").to_arrow_table()
     base = LookupTable.from_arrow(base_rows, False, STORE.index)
-    top = LookupTable.from_arrow(over_rows, False)
-    assert base is not None and top is not None
-    return connection, LayeredTable(base, top)
+    assert base is not None
+    return connection, LayeredTable(base, levels)
 
 
 def random_filter(rng: random.Random) -> Filter | None:

@@ -1,0 +1,179 @@
+"""A node's catalog installing a chain delta by delta, each delta a level of its own and the
+levels merged by `settle` (gateway/storage/layers.py): after every install and every settle,
+every query kind over every store equals the oracle computed from the raw log at the chain's
+position. The layer files are the pipeline's own (spark_pipeline/snapshot.py, without Spark)."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from contracts import eventlog
+from contracts.manifest import Layer
+from contracts.project import Project, Store, load
+from contracts.snapshot_file import relative_path
+from gateway.model.queries import Get, Range, Windows
+from gateway.storage import execution
+from gateway.storage.layers import MAX_LEVELS, LocalLayer
+from gateway.storage.snapshots import Snapshot, SnapshotCatalog
+from spark_pipeline.snapshot import LayerTask, build_layer
+from tests.oracle import Log
+from tests.projects import produce_test_events, write_project
+
+PARTITIONS = 3
+PARTITION = 1
+ROUNDS = 9  # the first makes the base; each other a delta of its own
+EVERYTHING = (-(2**62), 2**62)
+
+
+class Chain:
+    """The pipeline's side: rounds of events appended to the log, each written as a layer."""
+
+    def __init__(self, project: Project, store_root: Path) -> None:
+        self.project, self.store_root = project, store_root
+        self.layers: list[Layer] = []
+        self.positions = {topic: 0 for topic in project.topics}
+
+    def next_layer(self, seed: int) -> Layer:
+        produce_test_events(self.project, seed, n_bookings=300, n_trains=100)
+        records = {name: self._records(name) for name in self.project.topics}
+        for name, table in records.items():
+            self.positions[name] += len(table)
+        task = LayerTask(
+            partition=PARTITION,
+            version=len(self.layers) + 1,
+            kind="delta" if self.layers else "base",
+            store_root=str(self.store_root),
+            below=tuple(self.layers),
+            positions=dict(self.positions),
+            topics=tuple(self.project.topics.values()),
+            stores=tuple(self.project.stores.values()),
+        )
+        _, layer = build_layer(task, records)
+        self.layers.append(layer)
+        return layer
+
+    def _records(self, topic: str) -> pa.Table:
+        """The partition's records past the chain's position, as a pipeline task gets them."""
+        start = self.positions[topic]
+        paths = eventlog.segments_from(self.project.log_dir, topic, PARTITION, start)
+        table = pa.concat_tables([pq.read_table(p) for p in paths])
+        table = table.filter(pc.greater_equal(table.column("offset"), start))
+        key = table.column("key").cast(pa.string())
+        return pa.table(
+            {
+                "offset": table.column("offset"),
+                "timestamp": table.column("timestamp"),
+                "key": key,
+                "value": table.column("value"),
+            }
+        )
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Project:
+    return load(write_project(tmp_path, [1, 2, 3], partitions=PARTITIONS))
+
+
+@pytest.fixture
+def catalog(project: Project, tmp_path: Path) -> Iterator[SnapshotCatalog]:
+    catalog = SnapshotCatalog(tmp_path / "node", list(project.stores.values()), 1, "256MB")
+    yield catalog
+    catalog.close()
+
+
+def test_a_chain_installed_delta_by_delta_answers_as_the_log_says(
+    project: Project, catalog: SnapshotCatalog, tmp_path: Path
+) -> None:
+    chain, oracle = Chain(project, tmp_path / "store"), Log(project)
+    local: list[LocalLayer] = []
+    merges = after = 0
+    for seed in range(ROUNDS):
+        layer = chain.next_layer(seed)
+        path = catalog.folder / relative_path(PARTITION, layer.version, layer.kind)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(chain.store_root / layer.path, path)
+        local.append(LocalLayer(layer.version, layer.kind, path))
+        installed = catalog.install(PARTITION, list(local))
+        levels = len(installed.overlay.levels) if installed.overlay else 0
+        assert levels == (after + 1 if layer.kind == "delta" else 0)  # the delta alone was read
+        check(project, catalog, installed, oracle, chain.positions, paged=True)
+        catalog.settle()
+        settled = catalog.get(PARTITION)
+        assert settled is not None and settled.version == layer.version
+        after = len(settled.overlay.levels) if settled.overlay else 0
+        assert after <= MAX_LEVELS
+        merges += after < levels
+        check(project, catalog, settled, oracle, chain.positions)
+        attached = catalog.cursor().execute("SELECT count(*) FROM duckdb_databases()").fetchall()
+        assert attached[0][0] <= 1 + 1 + after + 2, "a released level is still attached"
+    assert merges >= 2  # the rounds made levels merge, more than once
+
+
+def check(
+    project: Project,
+    catalog: SnapshotCatalog,
+    snapshot: Snapshot,
+    oracle: Log,
+    positions: dict[str, int],
+    paged: bool = False,
+) -> None:
+    """Every store read whole, key by key and (`paged`) in pages equals the oracle."""
+    assert snapshot.offsets == positions
+    for store in project.stores.values():
+        expected = sorted(oracle.rows(store.name, PARTITION, positions[store.topic.name]).values())
+        assert expected, store.name
+        if store.kind == "window":
+            whole = run(catalog, snapshot, store, Windows(*EVERYTHING, None, None))
+            same(whole, expected)
+            if not paged:
+                continue
+            rows = pages(
+                catalog,
+                snapshot,
+                store,
+                lambda after: Windows(*EVERYTHING, 31, after and (after[0], after[1])),
+            )
+            same(rows, expected)
+            continue
+        same(run(catalog, snapshot, store, Range(None, None, None, None)), expected)
+        if paged:
+            rows = pages(
+                catalog, snapshot, store, lambda after: Range(None, None, 29, after and after[0])
+            )
+            same(rows, expected)
+        keys = [row[0] for row in expected]
+        missing = ["no such key"] if store.key_type == "string" else [10**9]
+        table = snapshot.tables[store.name]
+        same(sorted(table.get([*keys, *missing]), key=lambda r: r[0]), expected)
+        for row in expected[::23]:
+            same(table.get([row[0]]), [row])
+            same(run(catalog, snapshot, store, Get((row[0],))), [row])
+
+
+def run(catalog: SnapshotCatalog, snapshot: Snapshot, store: Store, query: object) -> list:
+    return execution.run(catalog.cursor(), snapshot, store, query)  # type: ignore[arg-type]
+
+
+def pages(catalog: SnapshotCatalog, snapshot: Snapshot, store: Store, query: object) -> list:
+    """Every row, page by page, each page after the last one's last row."""
+    found: list = []
+    after = None
+    while True:
+        page = run(catalog, snapshot, store, query(after))  # type: ignore[operator]
+        found += page
+        if not page:
+            return found
+        after = tuple(page[-1][:2])
+
+
+def same(got: list, expected: list) -> None:
+    assert len(got) == len(expected), (len(got), len(expected))
+    for g, e in zip(got, expected, strict=True):
+        assert tuple(g) == pytest.approx(tuple(e)), (g, e)
