@@ -1,0 +1,202 @@
+"""What a node pays to install one delta, along a chain: the delta read into a level of its
+own (what a node does now), the levels merged after it (`settle`, off the install's path),
+and, measured in the same run on the same levels, merging the whole overlay at every delta
+(what a node did before: its cost grows with the chain until a compaction).
+
+    python -m bench.installs --workload main --deltas 24 --records 400
+
+It copies one partition of a built workload (log and base) to a folder of its own, appends
+`records` bookings a round to it, writes each round's delta with the pipeline's own writer
+(spark_pipeline/snapshot.py, without Spark) and installs it in a node's catalog in-process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import shutil
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from bench.workload import NAMES, Workload
+from contracts import eventlog
+from contracts.eventlog import Record
+from contracts.manifest import Layer, read_manifest
+from contracts.partitioner import partition_for
+from contracts.project import Project, load
+from contracts.snapshot_file import partition_folder, relative_path
+from gateway.storage.layers import LocalLayer, merged
+from gateway.storage.snapshots import SnapshotCatalog
+from spark_pipeline.snapshot import LayerTask, build_layer
+from stategate.demo.bookings import _fares, _values
+
+PARTITION = 0
+TOPIC = "bookings"
+
+
+@dataclass
+class Installs:
+    deltas: int
+    records: int  # appended per delta
+    install_ms: list[float] = field(default_factory=list)  # a delta as a level of its own
+    settle_ms: list[float] = field(default_factory=list)  # the merges after it
+    whole_ms: list[float] = field(default_factory=list)  # the whole overlay merged at it
+    levels: list[int] = field(default_factory=list)  # after settling
+
+    def as_dict(self) -> dict[str, object]:
+        half = len(self.install_ms) // 2
+
+        def median(values: list[float]) -> float:
+            return round(statistics.median(values), 1)
+
+        return {
+            "deltas": self.deltas,
+            "records_per_delta": self.records,
+            "level_install_ms": {
+                "first_half": median(self.install_ms[:half]),
+                "second_half": median(self.install_ms[half:]),
+            },
+            "settle_ms": {"mean": round(statistics.fmean(self.settle_ms), 1)},
+            "whole_overlay_ms": {
+                "first_half": median(self.whole_ms[:half]),
+                "second_half": median(self.whole_ms[half:]),
+            },
+            "max_levels": max(self.levels),
+        }
+
+
+def measure(workload: Workload, deltas: int, records: int) -> Installs:
+    with tempfile.TemporaryDirectory(prefix="stategate-installs-") as folder:
+        root = Path(folder)
+        project = _copy(workload, root)
+        catalog = SnapshotCatalog(root / "node", list(project.stores.values()), 1, "1GB")
+        try:
+            return _run(project, catalog, deltas, records)
+        finally:
+            catalog.close()
+
+
+def _copy(workload: Workload, root: Path) -> Project:
+    """The workload's project with one partition's log and chain copied under `root`."""
+    project = load(workload.project_path, secret=False)
+    shutil.copy(workload.project_path, root / workload.project_path.name)
+    log = eventlog.partition_dir(project.log_dir, TOPIC, PARTITION)
+    shutil.copytree(log, eventlog.partition_dir(root / "log", TOPIC, PARTITION))
+    store = Path(project.snapshot_url)
+    folder = partition_folder(PARTITION)
+    shutil.copytree(store / folder, root / "snapshots" / folder)
+    shutil.copy(store / "manifest.json", root / "snapshots" / "manifest.json")
+    return load(root / workload.project_path.name, secret=False)
+
+
+def _run(project: Project, catalog: SnapshotCatalog, deltas: int, records: int) -> Installs:
+    entry = read_manifest(Path(project.snapshot_url)).partitions[PARTITION]
+    chain: list[Layer] = list(entry.layers)
+    catalog.install(PARTITION, [_local(project, catalog, layer) for layer in chain])
+    rng = random.Random(5)
+    fares = _fares(rng)
+    customers = 1_000_000
+    measured = Installs(deltas, records)
+    stores = list(project.stores.values())
+    loader, hub = duckdb.connect(), duckdb.connect()  # the old way's, apart from the node's
+    for _ in range(deltas):
+        chain.append(_next_delta(project, chain, rng, fares, customers, records))
+        local = [_local(project, catalog, layer) for layer in chain]
+        started = time.perf_counter()
+        snapshot = catalog.install(PARTITION, local)
+        measured.install_ms.append((time.perf_counter() - started) * 1000)
+        overlay = snapshot.overlay
+        assert overlay is not None
+        started = time.perf_counter()  # the old way: the whole overlay, merged and installed
+        merged("whole", overlay.levels, stores, loader).install(hub, stores)
+        measured.whole_ms.append((time.perf_counter() - started) * 1000)
+        hub.execute("DETACH whole")
+        started = time.perf_counter()
+        catalog.settle()
+        measured.settle_ms.append((time.perf_counter() - started) * 1000)
+        settled = catalog.get(PARTITION)
+        assert settled is not None and settled.overlay is not None
+        measured.levels.append(len(settled.overlay.levels))
+    return measured
+
+
+def _next_delta(
+    project: Project,
+    chain: list[Layer],
+    rng: random.Random,
+    fares: list[tuple[str, float]],
+    customers: int,
+    records: int,
+) -> Layer:
+    """Append `records` bookings of the partition's customers and write their delta."""
+    topic = project.topics[TOPIC]
+    partitions = project.cluster.partitions
+    stamp = int(time.time() * 1000)
+    batch: list[Record] = []
+    while len(batch) < records:
+        key = f"C{rng.randrange(customers):06d}"
+        if partition_for(key, "string", partitions) == PARTITION:
+            batch.append(Record(key, _values(rng, fares, 1)[0], stamp))
+    start = chain[-1].position[TOPIC]
+    eventlog.append(project.log_dir, topic, PARTITION, batch)
+    paths = eventlog.segments_from(project.log_dir, TOPIC, PARTITION, start)
+    table = pa.concat_tables([pq.read_table(p) for p in paths])
+    table = table.filter(pc.greater_equal(table.column("offset"), start))
+    fresh = table.select(["offset", "timestamp", "key", "value"])
+    task = LayerTask(
+        partition=PARTITION,
+        version=chain[-1].version + 1,
+        kind="delta",
+        store_root=project.snapshot_url,
+        below=tuple(chain),
+        positions={TOPIC: start + len(fresh)},
+        topics=tuple(project.topics.values()),
+        stores=tuple(project.stores.values()),
+    )
+    _, layer = build_layer(task, {TOPIC: fresh})
+    return layer
+
+
+def _local(project: Project, catalog: SnapshotCatalog, layer: Layer) -> LocalLayer:
+    """The layer in the node's folder (copied there once), as the catalog takes it."""
+    path = catalog.folder / relative_path(PARTITION, layer.version, layer.kind)
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(Path(project.snapshot_url) / layer.path, path)
+    return LocalLayer(layer.version, layer.kind, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workload", default="main", choices=NAMES)
+    parser.add_argument("--deltas", type=int, default=24)
+    parser.add_argument("--records", type=int, default=400, help="bookings per delta")
+    args = parser.parse_args(argv)
+    workload = Workload.built(args.workload)
+    if workload is None:
+        parser.error(f"build the {args.workload} workload first: python -m bench.run")
+    measured = measure(workload, args.deltas, args.records)
+    for i, (a, w, s, n) in enumerate(
+        zip(
+            measured.install_ms,
+            measured.whole_ms,
+            measured.settle_ms,
+            measured.levels,
+            strict=True,
+        )
+    ):
+        print(f"delta {i + 1}: level {a:.1f} ms, whole overlay {w:.1f} ms, settle {s:.1f} ms, {n}")
+    print(measured.as_dict())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
