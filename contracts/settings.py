@@ -226,6 +226,13 @@ class Settings:
     max_records_per_batch: int = _setting(
         200_000, "most log records one micro-batch reads; the rest wait for the next", 1
     )
+    driver_batch_records: int = _setting(
+        50_000,
+        "a micro-batch of at most this many new records is built in the pipeline's driver, "
+        "without a Spark stage (whose fixed cost exceeds a small batch's work); a larger "
+        "one (a replay, a catch-up) runs on the executors; 0: every one on the executors",
+        0,
+    )
     compact_after_deltas: int = _setting(
         64, "a partition's delta layers before they are folded into a new base", 1
     )

@@ -8,7 +8,8 @@ partitions' records and nothing is shuffled (a partition's records only touch it
 state); for each of its partitions it computes every store's delta and writes the
 partition's layer (spark_pipeline/snapshot.py). Tasks write
 straight into the snapshot store: on a real cluster it must be a file system shared by the
-driver and every executor (NFS, a mounted volume).
+driver and every executor (NFS, a mounted volume). A small micro-batch is built by the same
+code in the driver instead (publish_here): a stage's fixed cost exceeds its work.
 
 Publication is idempotent, keyed by positions: a task keeps only the records at or past its
 partition's published position, writes at the version above the published chain (replacing
@@ -22,6 +23,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pyarrow as pa
@@ -29,7 +31,7 @@ import pyarrow.compute as pc
 from pyspark import TaskContext
 from pyspark.sql import DataFrame, SparkSession
 
-from contracts.eventlog import APPEND_MS, now_ms
+from contracts.eventlog import APPEND_MS, end_offset, now_ms
 from contracts.freshness import AppendTimes, counted, newest
 from contracts.manifest import Layer, Manifest, PartitionEntry, parse_layer
 from contracts.project import Project, Topic
@@ -37,7 +39,7 @@ from contracts.settings import Settings
 from contracts.snapshot_file import Kind
 from spark_pipeline import dead_letter
 from spark_pipeline.checks import BadRow
-from spark_pipeline.log_source import RECORDS, ddl, members
+from spark_pipeline.log_source import RECORDS, Slice, ddl, members, read_slice
 from spark_pipeline.plan import stores_digest
 from spark_pipeline.snapshot import LayerTask, build_layer
 
@@ -54,6 +56,7 @@ _BUILT = pa.schema(
     ]
 )
 BadCounts = dict[str, dict[str, int]]  # topic -> reason -> bad records left out
+Ends = dict[str, dict[int, int]]  # topic -> partition -> the log's end offset
 
 
 class GapError(RuntimeError):
@@ -68,6 +71,7 @@ class Published:
     layers: dict[int, Layer] = field(default_factory=dict)  # partition -> its new layer
     records: int = 0  # new records published
     tasks: dict[int, Task] = field(default_factory=dict)  # what each partition's task did
+    built_in: str = "executors"  # or "driver" (publish_here)
 
     @property
     def bad(self) -> BadCounts:
@@ -130,6 +134,50 @@ def publish(
         if refused is None:
             raise
         raise refused from None
+    return _published(batch, [row.asDict() for row in built], "executors")
+
+
+def pending(project: Project, manifest: Manifest) -> tuple[Ends, int]:
+    """The log's end per topic and partition now, and the records past the published
+    positions up to it."""
+    ends = {
+        topic: {p: end_offset(project.log_dir, topic, p) for p in range(project.cluster.partitions)}
+        for topic in project.topics
+    }
+    behind = sum(
+        max(0, end - manifest.published(p, topic))
+        for topic, by_partition in ends.items()
+        for p, end in by_partition.items()
+    )
+    return ends, behind
+
+
+def publish_here(
+    project: Project, store_dir: Path, manifest: Manifest, ends: Ends, compact: bool = False
+) -> Published:
+    """The same publication as `publish`, built in this process for the records between
+    the published positions and `ends`, partition by partition: no Spark stage, whose
+    fixed cost (~0.7 s for a stage with no work, more on a busy machine) exceeds a small
+    micro-batch's work."""
+    batch = Batch(project, str(store_dir), manifest, False, compact, groups=1)
+    built = []
+    for partition in range(project.cluster.partitions):
+        read_ms = now_ms()
+        ranges = tuple(
+            (partition, topic, start, by_partition[partition])
+            for topic, by_partition in sorted(ends.items())
+            if by_partition[partition] > (start := manifest.published(partition, topic))
+        )
+        received = list(read_slice(project.log_dir, Slice(0, ranges)))
+        table = pa.Table.from_batches(received, RECORDS)
+        for rows in _build_partition(batch, partition, table, read_ms):
+            built += rows.to_pylist()
+    return _published(batch, built, "driver")
+
+
+def _published(batch: Batch, built: list[dict[str, Any]], built_in: str) -> Published:
+    """The new manifest, not yet written, for the layers the tasks `built` (rows of _BUILT)."""
+    project, manifest = batch.project, batch.manifest
     layers = {row["partition"]: parse_layer(orjson.loads(row["layer"])) for row in built}
     tasks = {
         row["partition"]: Task(
@@ -138,7 +186,7 @@ def publish(
         for row in built
     }
     if not layers:
-        return Published(manifest)
+        return Published(manifest, built_in=built_in)
     chains = dict(manifest.partitions)
     count, stamp = 0, now_ms()
     layers = {p: replace(layer, published_ms=stamp) for p, layer in layers.items()}
@@ -149,7 +197,7 @@ def publish(
         chains[partition] = PartitionEntry((*below, layer))
     log_end = {t: {p: e.position.get(t, 0) for p, e in chains.items()} for t in project.topics}
     next_manifest = Manifest(chains, log_end, stores_digest(project), stamp)
-    return Published(next_manifest, layers, count, tasks)
+    return Published(next_manifest, layers, count, tasks, built_in)
 
 
 def due_for_compaction(entry: PartitionEntry, settings: Settings) -> bool:

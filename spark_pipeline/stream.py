@@ -33,7 +33,7 @@ from contracts.freshness import Delays
 from contracts.manifest import read_manifest, write_manifest
 from contracts.project import Project
 from spark_pipeline import compaction
-from spark_pipeline.batch import Published, publish
+from spark_pipeline.batch import Published, pending, publish, publish_here
 from spark_pipeline.dead_letter import refusal
 from spark_pipeline.job import run, snapshot_dir
 from spark_pipeline.log_source import NAME, LogSource, options, task_groups
@@ -174,15 +174,21 @@ class Follower:
             started = time.monotonic()
             with locked(self.store_dir):
                 manifest = read_manifest(self.store_dir)
-                published = publish(
-                    self.project,
-                    self.spark,
-                    self.store_dir,
-                    manifest,
-                    batch,
-                    self._groups,
-                    compact=False,
-                )
+                ends, behind = pending(self.project, manifest)
+                if behind <= self.project.settings.driver_batch_records:
+                    # up to the log's end now: records the batch's plan did not see yet are
+                    # published too, and left out of the next batch by their positions
+                    published = publish_here(self.project, self.store_dir, manifest, ends)
+                else:
+                    published = publish(
+                        self.project,
+                        self.spark,
+                        self.store_dir,
+                        manifest,
+                        batch,
+                        self._groups,
+                        compact=False,
+                    )
                 if published.layers:
                     _crash_point("layers-written")
                     write_manifest(self.store_dir, published.manifest)
@@ -212,14 +218,16 @@ class Follower:
             "records": published.records,
             "partitions": changed,
             "bad_records": bad,
+            "built_in": published.built_in,
         }
         log.info(
-            "micro-batch %s: %s records, partitions %s changed in %.3f s; positions %s "
+            "micro-batch %s: %s records, partitions %s changed in %.3f s (%s); positions %s "
             "(total %s records, %s layers)",
             batch_id,
             published.records,
             changed,
             seconds,
+            published.built_in,
             positions({p: layer.position for p, layer in published.layers.items()}) or "-",
             progress.records,
             progress.layers,

@@ -16,10 +16,10 @@ WROTE = re.compile(
     r"^partition (\d+): wrote v(\d+) (base|delta), (\d+) records, .* in [\d.]+ s; "
     r"rows (.*); positions (.*)$"
 )
-# micro-batch 4: 180 records, partitions [0, 3] changed in 0.420 s; positions ... (total ...)
+# micro-batch 4: 180 records, partitions [0, 3] changed in 0.420 s (driver); positions ...
 MICRO_BATCH = re.compile(
-    r"^micro-batch (\d+): (\d+) records, partitions \[([\d, ]*)\] changed in [\d.]+ s; "
-    r"positions (.*) \(total \d+ records, \d+ layers\)$"
+    r"^micro-batch (\d+): (\d+) records, partitions \[([\d, ]*)\] changed in [\d.]+ s "
+    r"\((driver|executors)\); positions (.*) \(total \d+ records, \d+ layers\)$"
 )
 
 

@@ -37,11 +37,11 @@ def free_port() -> int:
         return port
 
 
-def follow_project(root: Path) -> Project:
+def follow_project(root: Path, settings: str = "") -> Project:
     """Three partitions: every micro-batch still writes several layers (one per partition)
     before its one manifest, and each layer costs a Spark task; nine only made more tasks."""
     path = write_project(root, ports=[free_port() for _ in range(3)], partitions=3)
-    path.write_text(path.read_text() + "\n[settings]\ntrigger_interval_s = 0.5\n")
+    path.write_text(path.read_text() + f"\n[settings]\ntrigger_interval_s = 0.5\n{settings}")
     return load(path)
 
 
@@ -195,7 +195,8 @@ def wait_listening(port: int, proc: subprocess.Popen, log: Path) -> None:
 def test_the_continuous_pipeline_runs_on_a_standalone_cluster(
     spark_cluster: SparkCluster, tmp_path: Path
 ) -> None:
-    project = follow_project(tmp_path)
+    # every micro-batch on the executors, however small (not in the driver)
+    project = follow_project(tmp_path, "driver_batch_records = 0\n")
     produce_round(project, 0)
     follow = Follow(project, tmp_path / "follow.log", master=spark_cluster.url)
     try:

@@ -201,6 +201,9 @@ def test_each_micro_batch_logs_its_records_partitions_and_positions(
     assert sum(records for _, records, _, _ in batches) == produced
     assert set().union(*(partitions for _, _, partitions, _ in batches)) == changed
     assert all(set(partitions) == set(at) for _, _, partitions, at in batches)
+    # batches this small are built in the driver, without a Spark stage
+    built = [m.group(4) for line in list(lines) if (m := progress.MICRO_BATCH.match(line))]
+    assert set(built) == {"driver"}, built
 
 
 def batch_lines(lines: list[str]) -> list[tuple[int, int, list[int], dict[int, dict[str, int]]]]:
@@ -209,7 +212,7 @@ def batch_lines(lines: list[str]) -> list[tuple[int, int, list[int], dict[int, d
     for line in list(lines):
         match = progress.MICRO_BATCH.match(line)
         if match:
-            batch, records, partitions, at = match.groups()
+            batch, records, partitions, _, at = match.groups()
             changed = [int(p) for p in partitions.split(", ") if p]
             found.append((int(batch), int(records), changed, progress.positions(at)))
     return found
