@@ -178,7 +178,9 @@ class Follower:
                 if behind <= self.project.settings.driver_batch_records:
                     # up to the log's end now: records the batch's plan did not see yet are
                     # published too, and left out of the next batch by their positions
-                    published = publish_here(self.project, self.store_dir, manifest, ends)
+                    published = publish_here(
+                        self.project, self.store_dir, manifest, ends, self._groups
+                    )
                 else:
                     published = publish(
                         self.project,

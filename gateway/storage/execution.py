@@ -76,14 +76,15 @@ class _NeedsSql(Exception):
 
 def in_memory(catalog: SnapshotCatalog, project: Project, q: SubQuery) -> bool:
     """Whether a sub-query is one the current snapshot answers from memory, so that it can
-    run on the event loop (microseconds, no thread hop): a lookup, or a page ordered by an
-    indexed column whose filter numpy tests whole (a walk bounded by ordered.WALK_LIMIT)."""
+    run on the event loop (microseconds, no thread hop): a lookup, a page by key, or a page
+    ordered by an indexed column whose filter numpy tests whole (a walk bounded by
+    ordered.WALK_LIMIT)."""
     snapshot = catalog.get(q.partition)
     table = None if snapshot is None else snapshot.tables.get(q.store)
     if table is None:
         return False
-    if isinstance(q.query, Get):
-        return True
+    if isinstance(q.query, Get | Range | Prefix):
+        return True  # a scan memory cannot answer falls to SQL off the event loop
     store = project.stores.get(q.store)
     return (
         isinstance(q.query, Select)
@@ -131,6 +132,12 @@ def _answer(
         if table is not None and isinstance(q.query, Get):
             answer.rows = table.get(q.query.keys)
             return answer
+        if table is not None and isinstance(q.query, Range | Prefix):
+            answer.rows = table.scan(q.query)
+            if answer.rows is not None:
+                return answer
+            if memory_only:
+                raise _NeedsSql
         if table is not None and isinstance(q.query, Select):
             answer.rows = table.select(store, q.query)
             if answer.rows is not None:

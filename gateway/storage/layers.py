@@ -35,8 +35,8 @@ from contracts.snapshot_file import (
     quoted,
 )
 from contracts.snapshot_file import columns as stored_columns
-from gateway.model.queries import Row, Select, Totals
-from gateway.storage import ordered, summing
+from gateway.model.queries import Prefix, Range, Row, Select, Totals
+from gateway.storage import ordered, scans, summing
 from gateway.storage.lookup_table import Changed, LookupTable
 from gateway.storage.row_select import columns
 
@@ -233,6 +233,10 @@ class LayeredTable:
     def select(self, store: Store, query: Select) -> list[Row] | None:
         """An ordered page from memory, or None when SQL must answer (storage/ordered.py)."""
         return ordered.select(store, self.base, self.changed(), query)
+
+    def scan(self, query: Range | Prefix) -> list[Row] | None:
+        """A page by key from memory, or None when SQL must answer (storage/scans.py)."""
+        return scans.page(self.base, self.levels[::-1], query)
 
     def totals(self, store: Store, query: Totals) -> Row:
         """The partial totals (storage/summing.py)."""

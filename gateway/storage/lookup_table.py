@@ -125,6 +125,31 @@ class LookupTable:
     def all_rows(self) -> list[Row]:
         return self._rows(np.arange(self.rows))
 
+    def bisect(self, key: Key, right: bool = False) -> int | None:
+        """Where `key` goes among the sorted keys (after those equal to it when `right`);
+        None when the index cannot compare it (a string with a lone surrogate or ending in
+        NUL, which numpy's fixed-width bytes would misread; a key of the other kind)."""
+        if self._strings:
+            if not isinstance(key, str):
+                return None
+            try:
+                probe: Any = key.encode()
+            except UnicodeEncodeError:
+                return None
+            if probe.endswith(b"\x00"):
+                return None
+        elif isinstance(key, int) and not isinstance(key, bool):
+            probe = min(max(key, _INT64[0]), _INT64[1])
+            if probe != key:  # past what int64 holds: before or after every key
+                return 0 if key < probe else len(self._keys)
+        else:
+            return None
+        return int(np.searchsorted(self._keys, probe, side="right" if right else "left"))
+
+    def rows_in_order(self, start: int, stop: int) -> list[Row]:
+        """The rows at sorted positions [start, stop), in key order."""
+        return self._rows(np.arange(start, min(stop, len(self._keys))))
+
     def get(self, keys: Sequence[Key]) -> list[Row]:
         """The rows of the keys present (absent keys have none), in no particular order."""
         if len(keys) == 1:

@@ -151,6 +151,11 @@ def check(
         keys = [row[0] for row in expected]
         missing = ["no such key"] if store.key_type == "string" else [10**9]
         table = snapshot.tables[store.name]
+        if paged:
+            found: list = []
+            while page := table.scan(Range(None, None, 29, found[-1][0] if found else None)):
+                found += page
+            same(found, expected)
         same(sorted(table.get([*keys, *missing]), key=lambda r: r[0]), expected)
         for row in expected[::23]:
             same(table.get([row[0]]), [row])
