@@ -24,7 +24,6 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from bench.workload import NAMES, Workload
 from contracts import eventlog
@@ -148,7 +147,7 @@ def _next_delta(
     start = chain[-1].position[TOPIC]
     eventlog.append(project.log_dir, topic, PARTITION, batch)
     paths = eventlog.segments_from(project.log_dir, TOPIC, PARTITION, start)
-    table = pa.concat_tables([pq.read_table(p) for p in paths])
+    table = pa.concat_tables([eventlog.read_segment(p) for p in paths])
     table = table.filter(pc.greater_equal(table.column("offset"), start))
     fresh = table.select(["offset", "timestamp", "key", "value"])
     task = LayerTask(

@@ -30,7 +30,6 @@ from pathlib import Path
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import (
     DataSource,
@@ -194,7 +193,7 @@ def read_slice(log_dir: Path, part: Slice) -> Iterator[pa.RecordBatch]:
     """A slice's records, one Arrow batch per segment, with the key as text."""
     for partition, topic, start, end in part.ranges:
         for path in eventlog.segments_from(log_dir, topic, partition, start):
-            table = pq.read_table(path)
+            table = eventlog.read_segment(path)
             offsets = table.column("offset")
             table = table.filter(pc.and_(pc.greater_equal(offsets, start), pc.less(offsets, end)))
             if table.num_rows == 0:
