@@ -238,6 +238,12 @@ def run_pipeline(project: Project, args: argparse.Namespace) -> int:
 
     logs.configure("pipeline", project.settings)
     stop = stopping.StopRequest().install()
+    if args.follow:
+        from spark_pipeline.stream import catch_up_here
+
+        catch_up_here(project, notify=not args.no_notify)
+        if stop.requested:
+            stop.exit()
     started = time.monotonic()
     log.info("starting Spark")
     as_json = project.settings.log_format == "json"

@@ -109,14 +109,14 @@ def test_a_driver_killed_mid_batch_loses_and_doubles_nothing(tmp_path: Path) -> 
     assert first.wait_exit() == CRASHED, first.tail()
     assert published_positions(project) == before, "nothing of the batch was published"
 
-    # Restarted from the checkpoint: Spark replays the batch; killed after publishing it,
-    # before Spark could commit it.
+    # Restarted: it publishes the batch's records before Spark starts (catch_up_here), and
+    # is killed after publishing them, before Spark could replay and commit the batch.
     second = Follow(project, tmp_path / "follow.log", crash_at="manifest-written")
     assert second.wait_exit() == CRASHED, second.tail()
     assert_state_is_the_oracles(project, wait_caught_up(project, timeout_s=1))
 
-    # Restarted again: the replay finds the batch published and adds nothing; new records
-    # flow; SIGTERM stops the pipeline cleanly.
+    # Restarted again: nothing to catch up; Spark's replay of the batch finds it published
+    # and adds nothing; new records flow; SIGTERM stops the pipeline cleanly.
     third = Follow(project, tmp_path / "follow.log")
     third.wait_following()
     produce_round(project, 2)
