@@ -35,6 +35,7 @@ from contracts.project import Project
 BEFORE_KILL_S = 20.0  # the producer's head start: the pipeline is mid-stream when killed
 TIMEOUT_S = 180.0
 POLL_S = 0.2
+FIRST = (b"caught up before Spark's start", b"micro-batch ")  # a restart's first publication
 
 
 @dataclass
@@ -43,8 +44,9 @@ class Recovery:
     rate: int
     killed_at_records: int = 0  # the log's records past the copy's when the pipeline died
     recovered_s: float | None = None  # kill -> every node at the kill's positions
-    restarted_s: float | None = None  # kill -> the restarted pipeline's first micro-batch
-    # (the replay of the one the kill interrupted: it numbers on from the checkpoint's)
+    # kill -> the restarted pipeline's first publication: its catch-up before Spark starts,
+    # or Spark's replay of the micro-batch the kill interrupted
+    restarted_s: float | None = None
     load: list[float] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -102,7 +104,8 @@ def measure(workload: Workload, rate: int, logs: Path) -> Recovery:
         result.killed_at_records = sum(ends.values()) - sum(started.values())
         with httpx.Client(timeout=5) as client:
             while time.monotonic() - killed < TIMEOUT_S:
-                if result.restarted_s is None and b"micro-batch " in again_log.read_bytes():
+                published = again_log.read_bytes()
+                if result.restarted_s is None and any(line in published for line in FIRST):
                     result.restarted_s = round(time.monotonic() - killed, 2)
                 if not behind(project, client, ends):
                     result.recovered_s = round(time.monotonic() - killed, 2)

@@ -743,7 +743,7 @@ def recovery_rows(measured: recovery.Recovery | None) -> list[report.Comparison]
         return []
     detail = (
         f"{measured.killed_at_records} records appended before the kill; the restarted "
-        f"pipeline's first micro-batch {measured.restarted_s} s after it; load {measured.load}"
+        f"pipeline's first publication {measured.restarted_s} s after it; load {measured.load}"
     )
     name = "recovery: kill -9 of the pipeline -> every node at the kill's positions"
     return [at_most(name, measured.recovered_s, 30, "s", detail)]
