@@ -50,24 +50,23 @@ class Installs:
     whole_ms: list[float] = field(default_factory=list)  # the whole overlay merged at it
     levels: list[int] = field(default_factory=list)  # after settling
 
+    @staticmethod
+    def halves(values: list[float]) -> tuple[float, float]:
+        """The medians of the chain's first and second half of deltas."""
+        half = len(values) // 2
+        return (
+            round(statistics.median(values[:half]), 1),
+            round(statistics.median(values[half:]), 1),
+        )
+
     def as_dict(self) -> dict[str, object]:
-        half = len(self.install_ms) // 2
-
-        def median(values: list[float]) -> float:
-            return round(statistics.median(values), 1)
-
+        level, whole = self.halves(self.install_ms), self.halves(self.whole_ms)
         return {
             "deltas": self.deltas,
             "records_per_delta": self.records,
-            "level_install_ms": {
-                "first_half": median(self.install_ms[:half]),
-                "second_half": median(self.install_ms[half:]),
-            },
+            "level_install_ms": {"first_half": level[0], "second_half": level[1]},
             "settle_ms": {"mean": round(statistics.fmean(self.settle_ms), 1)},
-            "whole_overlay_ms": {
-                "first_half": median(self.whole_ms[:half]),
-                "second_half": median(self.whole_ms[half:]),
-            },
+            "whole_overlay_ms": {"first_half": whole[0], "second_half": whole[1]},
             "max_levels": max(self.levels),
         }
 

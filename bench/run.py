@@ -31,7 +31,7 @@ from urllib.parse import quote
 
 import orjson
 
-from bench import by_value, freshness, queries, recovery, report, subscriptions, versus
+from bench import by_value, freshness, installs, queries, recovery, report, subscriptions, versus
 from bench.driver import (
     Stats,
     batch_operation,
@@ -123,6 +123,7 @@ class Results:
     memory: dict[str, Any] = field(default_factory=dict)
     freshness: list[freshness.Freshness] = field(default_factory=list)
     recovery: recovery.Recovery | None = None
+    installs: installs.Installs | None = None
     live: subscriptions.Live | None = None
     by_value: list[str] = field(default_factory=list)  # bench/by_value.py's table
     comparisons: list[report.Comparison] = field(default_factory=list)
@@ -147,6 +148,7 @@ class Results:
             "memory": self.memory,
             "freshness": [f.as_dict() for f in self.freshness],
             "recovery": None if self.recovery is None else self.recovery.as_dict(),
+            "installs": None if self.installs is None else self.installs.as_dict(),
             "subscriptions": self.live.as_dict() if self.live else None,
             "by_value": self.by_value,
             "comparisons": [c.as_dict() for c in self.comparisons],
@@ -719,6 +721,7 @@ def freshness_comparisons(r: Results) -> list[report.Comparison]:
         at_most("freshness p99: append -> visible on any node", main.visible_p99_s, 5, "s", detail),
         *(stage_row(stage, delays) for stage, delays in main.stages.items()),
         *recovery_rows(r.recovery),
+        *install_rows(r.installs),
         at_most(
             f"micro-batch cost: {main.workload} / {small.workload} workload (p50 s)",
             ratio(main.batch_seconds_p50, small.batch_seconds_p50),
@@ -747,6 +750,21 @@ def recovery_rows(measured: recovery.Recovery | None) -> list[report.Comparison]
     )
     name = "recovery: kill -9 of the pipeline -> every node at the kill's positions"
     return [at_most(name, measured.recovered_s, 30, "s", detail)]
+
+
+def install_rows(measured: installs.Installs | None) -> list[report.Comparison]:
+    """A delta's install on a node late in the chain, against merging the whole overlay
+    there (the former install), measured on the same levels in the same run."""
+    if measured is None:
+        return []
+    level, whole = measured.halves(measured.install_ms), measured.halves(measured.whole_ms)
+    detail = (
+        f"{measured.deltas} deltas of {measured.records} records, medians of the first / "
+        f"second half: level {level[0]} / {level[1]} ms, the whole overlay merged {whole[0]} / "
+        f"{whole[1]} ms; at most {max(measured.levels)} levels"
+    )
+    name = "delta install late in a chain / early (a level of its own)"
+    return [at_most(name, ratio(level[1], level[0]), 1.2, "x", detail)]
 
 
 def stage_row(stage: str, delays: dict[str, float]) -> report.Comparison:
@@ -874,6 +892,9 @@ def main(argv: list[str] | None = None) -> int:
         log(f"recovery: kill -9 of the pipeline at {args.rate} events/s, then a restart ...")
         results.recovery = recovery.measure(main_w, args.rate, logs)
         log("  " + json.dumps(results.recovery.as_dict()))
+        log("installs: 48 deltas of 400 records on one partition, in-process ...")
+        results.installs = installs.measure(main_w, 48, 400)
+        log("  " + json.dumps(results.installs.as_dict()))
 
     if not args.skip_subscriptions:
         log("subscriptions: 1000 on one node, 10 rounds of changes ...")
