@@ -241,7 +241,11 @@ def run_pipeline(project: Project, args: argparse.Namespace) -> int:
     if args.follow:
         from spark_pipeline.stream import catch_up_here
 
-        catch_up_here(project, notify=not args.no_notify)
+        try:
+            catch_up_here(project, notify=not args.no_notify)
+        except BadRecordError as exc:  # settings.bad_records = "fail": nothing was published
+            log.error("stopped: %s", exc)
+            return 1
         if stop.requested:
             stop.exit()
     started = time.monotonic()

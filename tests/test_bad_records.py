@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -194,6 +196,31 @@ def test_fail_stops_the_run_naming_the_record_and_publishes_nothing(
     )
     assert not (Path(project.snapshot_store) / "manifest.json").exists()
     assert not (Path(project.snapshot_store) / "dead-letter").exists()
+
+
+def test_fail_stops_a_restart_before_spark_naming_the_record(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """`stategate pipeline --follow` restarted over a bad record publishes nothing in its
+    catch-up before Spark starts: it names the record and exits 1, without a traceback."""
+    path = write_project(tmp_path, [18304], PARTITIONS, 1, settings='bad_records = "fail"')
+    project = load(path)
+    produce_test_events(project, seed=7, n_bookings=50, n_trains=0)
+    job.run(project, spark, notify=False)
+    manifest = Path(project.snapshot_store) / "manifest.json"
+    before = manifest.read_bytes()
+    key = "b2"
+    p = partition_for(key, "string", PARTITIONS)
+    base = eventlog.end_offset(project.log_dir, "bookings", p)
+    _segment(project, "bookings", p, base, [(key, START_MS, '{"seats": 1.5}')])
+    command = [sys.executable, "-m", "stategate.cli", "pipeline", "--config", str(path)]
+    done = subprocess.run(
+        [*command, "--follow", "--no-notify"], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert f"stopped: bad record at bookings-{p} offset {base}: not_an_integer" in done.stderr
+    assert "Traceback" not in done.stderr and "starting Spark" not in done.stderr
+    assert manifest.read_bytes() == before
 
 
 def test_the_follower_skips_bad_records_micro_batch_by_micro_batch(
