@@ -227,7 +227,7 @@ class LayeredTable:
 
     def __init__(self, base: LookupTable, levels: Sequence[LookupTable] = ()) -> None:
         self.base = base
-        self.levels = list(reversed(levels))  # newest first
+        self.levels = levels  # oldest first
         self._changed: Changed | None = None  # the overlay as by-value reads use it, once
 
     def select(self, store: Store, query: Select) -> list[Row] | None:
@@ -236,7 +236,7 @@ class LayeredTable:
 
     def scan(self, query: Range | Prefix) -> list[Row] | None:
         """A page by key from memory, or None when SQL must answer (storage/scans.py)."""
-        return scans.page(self.base, self.levels[::-1], query)
+        return scans.page(self.base, self.levels, query)
 
     def totals(self, store: Store, query: Totals) -> Row:
         """The partial totals (storage/summing.py)."""
@@ -247,7 +247,7 @@ class LayeredTable:
         replace, read once per snapshot."""
         if self._changed is None:
             newest: dict[Key, Row] = {}
-            for level in reversed(self.levels):  # oldest first: newer rows overwrite
+            for level in self.levels:  # oldest first: newer rows overwrite
                 newest.update((row[0], row) for row in level.all_rows())
             keys = sorted(newest)
             self._changed = Changed(
@@ -259,7 +259,7 @@ class LayeredTable:
         """The rows of the keys present, in no particular order."""
         rows: list[Row] = []
         rest = keys
-        for level in self.levels:
+        for level in reversed(self.levels):  # newest first
             found = level.get(rest)
             if not found:
                 continue
