@@ -158,14 +158,13 @@ def publish_here(
     store_dir: Path,
     manifest: Manifest,
     ends: Ends,
-    workers: int = 1,
-    compact: bool = False,
+    workers: int,
 ) -> Published:
     """The same publication as `publish`, built in this process for the records between
     the published positions and `ends`, a partition per thread of `workers` (DuckDB works
     outside the GIL): no Spark stage, whose fixed cost (~0.7 s for a stage with no work, more
     on a busy machine) exceeds a small micro-batch's work."""
-    batch = Batch(project, str(store_dir), manifest, False, compact, groups=1)
+    batch = Batch(project, str(store_dir), manifest, rebuild=False, compact=False, groups=1)
 
     def build(partition: int) -> list[dict[str, Any]]:
         read_ms = now_ms()

@@ -191,11 +191,7 @@ class Follower:
                         self._groups,
                         compact=False,
                     )
-                if published.layers:
-                    _crash_point("layers-written")
-                    write_manifest(self.store_dir, published.manifest)
-                    _crash_point("manifest-written")
-                    prune(self.store_dir, published.manifest)
+                _commit(self.store_dir, published)
             self._report(batch_id, published, time.monotonic() - started)
             for layer in published.layers.values():
                 self.freshness.observe_all(layer.appended, layer.stages())
@@ -282,29 +278,25 @@ class Follower:
                 log.info("told %s about new layers again", node)
 
 
-def catch_up_here(project: Project, notify: bool = True) -> Published | None:
+def catch_up_here(project: Project, notify: bool = True) -> None:
     """Publish the records appended since the last publication, in this process, before
     Spark starts (its start costs 15-25 s): a restart after a crash serves the state as of
     the crash within seconds. Safe beside Spark's replay, which keeps only the records past
-    the published positions. None when it is not this function's to do: nothing published
-    yet, new store declarations (a rebuild), or more than driver_batch_records behind (the
+    the published positions. Nothing to do when nothing was published yet, the store
+    declarations are new (a rebuild) or more than driver_batch_records are behind (the
     executors' work)."""
     store_dir = snapshot_dir(project)
     with locked(store_dir):
         manifest = read_manifest(store_dir)
         complete = len(manifest.partitions) == project.cluster.partitions
         if not complete or manifest.stores_digest != stores_digest(project):
-            return None
+            return
         ends, behind = pending(project, manifest)
         if behind == 0 or behind > project.settings.driver_batch_records:
-            return None
+            return
         started = time.monotonic()
         published = publish_here(project, store_dir, manifest, ends, os.cpu_count() or 1)
-        if published.layers:
-            _crash_point("layers-written")
-            write_manifest(store_dir, published.manifest)
-            _crash_point("manifest-written")
-            prune(store_dir, published.manifest)
+        _commit(store_dir, published)
     log.info(
         "caught up before Spark's start: %s records, partitions %s in %.3f s (driver); "
         "positions %s",
@@ -315,7 +307,17 @@ def catch_up_here(project: Project, notify: bool = True) -> Published | None:
     )
     if notify and published.layers:
         notify_nodes(project, set(published.layers))
-    return published
+
+
+def _commit(store_dir: Path, published: Published) -> None:
+    """Write the manifest naming the new layers (the point where they become visible, with
+    the crash points around it that the exactly-once tests use), then prune what it no
+    longer names. Nothing when there are no new layers. The caller holds the store's lock."""
+    if published.layers:
+        _crash_point("layers-written")
+        write_manifest(store_dir, published.manifest)
+        _crash_point("manifest-written")
+        prune(store_dir, published.manifest)
 
 
 def _crash_point(name: str) -> None:
