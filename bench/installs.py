@@ -1,7 +1,12 @@
-"""What a node pays to install one delta, along a chain: the delta read into a level of its
-own (what a node does now), the levels merged after it (`settle`, off the install's path),
-and, measured in the same run on the same levels, merging the whole overlay at every delta
-(what a node did before: its cost grows with the chain until a compaction).
+"""What the pipeline pays to write one delta and a node to install it, along a chain.
+
+- Writing: the delta built from the base and the rows the worker kept warm
+  (spark_pipeline/warm.py, what the pipeline does), against the same delta built by a worker
+  that kept nothing (a fresh worker reads every layer: its cost grows with the chain).
+- Installing: the delta read into a level of its own (what a node does now), the levels
+  merged after it (`settle`, off the install's path), and, measured in the same run on the
+  same levels, merging the whole overlay at every delta (what a node did before: its cost
+  grows with the chain until a compaction).
 
     python -m bench.installs --workload main --deltas 24 --records 400
 
@@ -34,6 +39,7 @@ from contracts.project import Project, load
 from contracts.snapshot_file import partition_folder, relative_path
 from gateway.storage.layers import LocalLayer, merged
 from gateway.storage.snapshots import SnapshotCatalog
+from spark_pipeline import warm
 from spark_pipeline.snapshot import LayerTask, build_layer
 from stategate.demo.bookings import _fares, _values
 
@@ -49,6 +55,8 @@ class Installs:
     settle_ms: list[float] = field(default_factory=list)  # the merges after it
     whole_ms: list[float] = field(default_factory=list)  # the whole overlay merged at it
     levels: list[int] = field(default_factory=list)  # after settling
+    write_ms: list[float] = field(default_factory=list)  # the delta written, warm
+    cold_write_ms: list[float] = field(default_factory=list)  # the same, by a fresh worker
 
     @staticmethod
     def halves(values: list[float]) -> tuple[float, float]:
@@ -61,9 +69,12 @@ class Installs:
 
     def as_dict(self) -> dict[str, object]:
         level, whole = self.halves(self.install_ms), self.halves(self.whole_ms)
+        write, cold = self.halves(self.write_ms), self.halves(self.cold_write_ms)
         return {
             "deltas": self.deltas,
             "records_per_delta": self.records,
+            "write_ms": {"first_half": write[0], "second_half": write[1]},
+            "cold_write_ms": {"first_half": cold[0], "second_half": cold[1]},
             "level_install_ms": {"first_half": level[0], "second_half": level[1]},
             "settle_ms": {"mean": round(statistics.fmean(self.settle_ms), 1)},
             "whole_overlay_ms": {"first_half": whole[0], "second_half": whole[1]},
@@ -106,7 +117,7 @@ def _run(project: Project, catalog: SnapshotCatalog, deltas: int, records: int) 
     stores = list(project.stores.values())
     loader, hub = duckdb.connect(), duckdb.connect()  # the old way's, apart from the node's
     for _ in range(deltas):
-        chain.append(_next_delta(project, chain, rng, fares, customers, records))
+        chain.append(_next_delta(project, chain, rng, fares, customers, records, measured))
         local = [_local(project, catalog, layer) for layer in chain]
         started = time.perf_counter()
         snapshot = catalog.install(PARTITION, local)
@@ -133,8 +144,10 @@ def _next_delta(
     fares: list[tuple[str, float]],
     customers: int,
     records: int,
+    measured: Installs,
 ) -> Layer:
-    """Append `records` bookings of the partition's customers and write their delta."""
+    """Append `records` bookings of the partition's customers and write their delta: first
+    as a worker that kept nothing does, then (over it) as the warm worker does."""
     topic = project.topics[TOPIC]
     partitions = project.cluster.partitions
     stamp = int(time.time() * 1000)
@@ -159,7 +172,16 @@ def _next_delta(
         topics=tuple(project.topics.values()),
         stores=tuple(project.stores.values()),
     )
+    kept = warm.kept(task.store_root, PARTITION)
+    warm.forget()
+    started = time.perf_counter()
+    build_layer(task, {TOPIC: fresh})
+    measured.cold_write_ms.append((time.perf_counter() - started) * 1000)
+    if kept is not None:
+        warm.keep(task.store_root, PARTITION, kept)
+    started = time.perf_counter()
     _, layer = build_layer(task, {TOPIC: fresh})
+    measured.write_ms.append((time.perf_counter() - started) * 1000)
     return layer
 
 
@@ -182,16 +204,21 @@ def main(argv: list[str] | None = None) -> int:
     if workload is None:
         parser.error(f"build the {args.workload} workload first: python -m bench.run")
     measured = measure(workload, args.deltas, args.records)
-    for i, (a, w, s, n) in enumerate(
+    for i, (a, w, s, n, wr, c) in enumerate(
         zip(
             measured.install_ms,
             measured.whole_ms,
             measured.settle_ms,
             measured.levels,
+            measured.write_ms,
+            measured.cold_write_ms,
             strict=True,
         )
     ):
-        print(f"delta {i + 1}: level {a:.1f} ms, whole overlay {w:.1f} ms, settle {s:.1f} ms, {n}")
+        print(
+            f"delta {i + 1}: written {wr:.1f} ms (fresh worker {c:.1f} ms); installed: level "
+            f"{a:.1f} ms, whole overlay {w:.1f} ms, settle {s:.1f} ms, {n} levels"
+        )
     print(measured.as_dict())
     return 0
 

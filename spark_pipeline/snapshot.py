@@ -3,8 +3,9 @@
 build_layer runs inside the Spark task that holds the partition's new records. It computes
 every store's delta from them (spark_pipeline/stores.py), reads the layers below the new one,
 and writes either
-- a delta: the changed keys' full new rows (a table's deleted keys as `_deleted` rows), read
-  from the newest layer holding each key and combined with the new records; or
+- a delta: the changed keys' full new rows (a table's deleted keys as `_deleted` rows): an
+  aggregate's or a window's current rows, read from the base and the rows the worker keeps
+  warm for the chain (spark_pipeline/warm.py), combined with the new records; or
 - a base: the whole state, which is how a chain is started, rebuilt or compacted.
 The new file is published by rename and never touches the layers below it.
 """
@@ -43,6 +44,7 @@ from contracts.snapshot_file import (
 )
 from spark_pipeline.checks import REASON, BadRow, bad_rows, checked_sql
 from spark_pipeline.stores import delta_sql, records_view
+from spark_pipeline.warm import Warm, chain_of, fold, keep, warm_up
 
 # Small row groups: a point lookup or a short scan reads one 8k-row group, not all 122,880
 # rows of DuckDB's default (2-3x faster lookups for ~20% more bytes; bench/README.md).
@@ -91,7 +93,7 @@ def build_layer(
     tmp = temporary_path(final)
     created = now_ms()
     try:
-        written = _write(tmp, task, records, created, on_bad)
+        written, warm_rows = _write(tmp, task, records, created, on_bad)
         if rows is not None:
             rows.update(written)
         digest, size = _seal(tmp)
@@ -100,6 +102,8 @@ def build_layer(
     finally:
         for leftover in (tmp, Path(f"{tmp}.wal")):
             leftover.unlink(missing_ok=True)
+    below = chain_of(task.below) if task.kind == "delta" else ()
+    keep(task.store_root, task.partition, Warm((*below, (relative, digest)), warm_rows))
     layer = Layer(
         task.version,
         task.kind,
@@ -134,32 +138,41 @@ def _write(
     records: dict[str, pa.Table],
     created_ms: int,
     on_bad: OnBad | None,
-) -> dict[str, int]:
+) -> tuple[dict[str, int], dict[str, pa.Table]]:
     """`records`: topic -> the new records (offset, timestamp, key as text, value). Returns
-    the rows written per store."""
+    the rows written per store, and the warm rows of the chain the new layer tops
+    (spark_pipeline/warm.py)."""
     rows = {}
     with _connection() as con:
         deltas = _stage(con, task, records, on_bad)
         options = f"ROW_GROUP_SIZE {ROW_GROUP_SIZE}"
+        warm = None
         if task.kind == "delta":
             options += f", BLOCK_SIZE {DELTA_BLOCK_SIZE}"
+            warm = warm_up(con, task.store_root, task.partition, task.below, task.stores)
         con.execute(f"ATTACH {literal(str(path))} AS snap ({options})")
         con.execute("USE snap")
         below = []
-        for i, layer in enumerate(task.below):
+        for i, layer in enumerate(task.below if warm is None else task.below[:1]):
             alias = f"below{i}"
             con.execute(
                 f"ATTACH {literal(str(Path(task.store_root) / layer.path))} AS {alias} (READ_ONLY)"
             )
             below.append((alias, layer.kind))
-        for store in task.stores:
+        for number, store in enumerate(task.stores):
             delta = f"(FROM {deltas[store.name]})"
+            sources = [(f"{a}.{quoted(store.name)}", _marks_deletes(store, k)) for a, k in below]
+            if warm is not None and store.name in warm.rows:
+                con.register(f"warm_{number}", warm.rows[store.name])
+                sources.append((f"warm_{number}", False))
             con.execute(_create_sql(store, task.kind))
             if task.kind == "base":
-                inserted = con.execute(_base_sql(store, below, delta)).fetchone()
+                inserted = con.execute(_base_sql(store, sources, delta)).fetchone()
             else:
-                inserted = con.execute(_delta_sql(store, below, delta)).fetchone()
+                inserted = con.execute(_delta_sql(store, sources, delta)).fetchone()
             rows[store.name] = int(inserted[0]) if inserted else 0
+            if warm is not None and store.name in warm.rows:
+                con.unregister(f"warm_{number}")
         con.execute(
             f'CREATE TABLE {POSITION_TABLE} (topic VARCHAR, "partition" INTEGER, "offset" BIGINT)'
         )
@@ -176,11 +189,12 @@ def _write(
             [task.partition, task.version, created_ms, FORMAT, task.kind],
         )
         con.execute("CHECKPOINT")
+        warm_rows = {} if warm is None else fold(con, warm.rows, ["snap"], task.stores)
         con.execute("USE memory")
         for alias, _ in below:
             con.execute(f"DETACH {alias}")
         con.execute("DETACH snap")
-    return rows
+    return rows, warm_rows
 
 
 def _stage(
@@ -250,7 +264,12 @@ def _no_records() -> pa.Table:
     )
 
 
-def _current(store: Store, below: list[tuple[str, Kind]], only_keys_of: str | None) -> str:
+# Where a store's current rows come from, oldest first: a relation (a layer's table, or warm
+# rows) and whether it marks deleted keys.
+Sources = list[tuple[str, bool]]
+
+
+def _current(store: Store, below: Sources, only_keys_of: str | None) -> str:
     """The state the layers below hold, as a subquery with `_deleted`: per key, the row of
     the newest layer holding it. `only_keys_of` restricts it to the keys of a subquery."""
     names = ", ".join(quoted(n) for n in columns(store))
@@ -262,16 +281,16 @@ def _current(store: Store, below: list[tuple[str, Kind]], only_keys_of: str | No
         same = " AND ".join(f"o.{quoted(k)} = l.{quoted(k)}" for k in keys)
         match = f" WHERE EXISTS (SELECT 1 FROM {only_keys_of} AS o WHERE {same})"
     branches = [
-        f"SELECT {names}, {DELETED if _marks_deletes(store, kind) else 'false'} AS {DELETED}, "
-        f"{i} AS _layer FROM {alias}.{quoted(store.name)} AS l{match}"
-        for i, (alias, kind) in enumerate(below)
+        f"SELECT {names}, {DELETED if marks else 'false'} AS {DELETED}, "
+        f"{i} AS _layer FROM {relation} AS l{match}"
+        for i, (relation, marks) in enumerate(below)
     ]
     if len(branches) == 1:
         return f"(SELECT {names}, {DELETED} FROM ({branches[0]}))"
     return f"({newest_rows(branches, keys)})"
 
 
-def _base_sql(store: Store, below: list[tuple[str, Kind]], delta: str) -> str:
+def _base_sql(store: Store, below: Sources, delta: str) -> str:
     """The INSERT that writes the whole state: the layers below, then the new records."""
     names = ", ".join(quoted(n) for n in columns(store))
     keys = ", ".join(quoted(k) for k in key_columns(store))
@@ -292,7 +311,7 @@ def _base_sql(store: Store, below: list[tuple[str, Kind]], delta: str) -> str:
     )
 
 
-def _delta_sql(store: Store, below: list[tuple[str, Kind]], delta: str) -> str:
+def _delta_sql(store: Store, below: Sources, delta: str) -> str:
     """The INSERT that writes the changed keys' full new rows."""
     names = ", ".join(quoted(n) for n in columns(store))
     keys = ", ".join(quoted(k) for k in key_columns(store))

@@ -1,6 +1,7 @@
-"""Reading a published chain of layers the plain way, for tests: every layer file opened on
-its own, checked against the manifest, and merged in Python (the newest row of each key wins,
-a deleted table key is gone). Independent of the nodes' overlays and of the pipeline's SQL."""
+"""Chains of layers for tests: written round by round with the pipeline's writer (no Spark),
+and read the plain way: every layer file opened on its own, checked against the manifest, and
+merged in Python (the newest row of each key wins, a deleted table key is gone), independent
+of the nodes' overlays and of the pipeline's SQL."""
 
 from __future__ import annotations
 
@@ -8,9 +9,16 @@ import hashlib
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
+from contracts import eventlog
+from contracts.manifest import Layer
 from contracts.project import Project, Store
 from gateway.storage.row_select import columns
+from spark_pipeline.snapshot import LayerTask, build_layer
+from tests.projects import produce_test_events
 
 SNAPSHOT_FORMAT = 2
 
@@ -49,3 +57,53 @@ def _apply(con: duckdb.DuckDBPyConnection, store: Store, kind: str, rows: dict) 
             rows.pop(identity, None)
         else:
             rows[identity] = tuple(row[:-1]) if deletes else tuple(row)
+
+
+class WrittenChain:
+    """The pipeline's side without Spark: rounds of test events appended to the log, each
+    written as one layer of a partition by the pipeline's writer (spark_pipeline/snapshot.py)."""
+
+    def __init__(self, project: Project, store_root: Path, partition: int) -> None:
+        self.project, self.store_root, self.partition = project, store_root, partition
+        self.layers: list[Layer] = []
+        self.positions = {topic: 0 for topic in project.topics}
+
+    def next_layer(self, seed: int) -> Layer:
+        produce_test_events(self.project, seed, n_bookings=300, n_trains=100)
+        records = {name: self._records(name) for name in self.project.topics}
+        for name, table in records.items():
+            self.positions[name] += len(table)
+        task = LayerTask(
+            partition=self.partition,
+            version=len(self.layers) + 1,
+            kind="delta" if self.layers else "base",
+            store_root=str(self.store_root),
+            below=tuple(self.layers),
+            positions=dict(self.positions),
+            topics=tuple(self.project.topics.values()),
+            stores=tuple(self.project.stores.values()),
+        )
+        _, layer = build_layer(task, records)
+        self.layers.append(layer)
+        return layer
+
+    def _records(self, topic: str) -> pa.Table:
+        """The partition's records past the chain's position, as a pipeline task gets them."""
+        start = self.positions[topic]
+        paths = eventlog.segments_from(self.project.log_dir, topic, self.partition, start)
+        table = pa.concat_tables([pq.read_table(p) for p in paths])
+        table = table.filter(pc.greater_equal(table.column("offset"), start))
+        key = table.column("key").cast(pa.string())
+        return pa.table(
+            {
+                "offset": table.column("offset"),
+                "timestamp": table.column("timestamp"),
+                "key": key,
+                "value": table.column("value"),
+            }
+        )
+
+    @property
+    def entry(self) -> dict:
+        """The chain as a manifest entry names it (for chain_state)."""
+        return {"layers": [vars(layer) for layer in self.layers]}

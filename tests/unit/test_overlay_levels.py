@@ -9,71 +9,22 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 import pytest
 
-from contracts import eventlog
-from contracts.manifest import Layer
 from contracts.project import Project, Store, load
 from contracts.snapshot_file import relative_path
 from gateway.model.queries import Get, Range, Windows
 from gateway.storage import execution
 from gateway.storage.layers import MAX_LEVELS, LocalLayer
 from gateway.storage.snapshots import Snapshot, SnapshotCatalog
-from spark_pipeline.snapshot import LayerTask, build_layer
+from tests.chains import WrittenChain
 from tests.oracle import Log
-from tests.projects import produce_test_events, write_project
+from tests.projects import write_project
 
 PARTITIONS = 3
 PARTITION = 1
 ROUNDS = 9  # the first makes the base; each other a delta of its own
 EVERYTHING = (-(2**62), 2**62)
-
-
-class Chain:
-    """The pipeline's side: rounds of events appended to the log, each written as a layer."""
-
-    def __init__(self, project: Project, store_root: Path) -> None:
-        self.project, self.store_root = project, store_root
-        self.layers: list[Layer] = []
-        self.positions = {topic: 0 for topic in project.topics}
-
-    def next_layer(self, seed: int) -> Layer:
-        produce_test_events(self.project, seed, n_bookings=300, n_trains=100)
-        records = {name: self._records(name) for name in self.project.topics}
-        for name, table in records.items():
-            self.positions[name] += len(table)
-        task = LayerTask(
-            partition=PARTITION,
-            version=len(self.layers) + 1,
-            kind="delta" if self.layers else "base",
-            store_root=str(self.store_root),
-            below=tuple(self.layers),
-            positions=dict(self.positions),
-            topics=tuple(self.project.topics.values()),
-            stores=tuple(self.project.stores.values()),
-        )
-        _, layer = build_layer(task, records)
-        self.layers.append(layer)
-        return layer
-
-    def _records(self, topic: str) -> pa.Table:
-        """The partition's records past the chain's position, as a pipeline task gets them."""
-        start = self.positions[topic]
-        paths = eventlog.segments_from(self.project.log_dir, topic, PARTITION, start)
-        table = pa.concat_tables([pq.read_table(p) for p in paths])
-        table = table.filter(pc.greater_equal(table.column("offset"), start))
-        key = table.column("key").cast(pa.string())
-        return pa.table(
-            {
-                "offset": table.column("offset"),
-                "timestamp": table.column("timestamp"),
-                "key": key,
-                "value": table.column("value"),
-            }
-        )
 
 
 @pytest.fixture
@@ -91,7 +42,7 @@ def catalog(project: Project, tmp_path: Path) -> Iterator[SnapshotCatalog]:
 def test_a_chain_installed_delta_by_delta_answers_as_the_log_says(
     project: Project, catalog: SnapshotCatalog, tmp_path: Path
 ) -> None:
-    chain, oracle = Chain(project, tmp_path / "store"), Log(project)
+    chain, oracle = WrittenChain(project, tmp_path / "store", PARTITION), Log(project)
     local: list[LocalLayer] = []
     merges = after = 0
     for seed in range(ROUNDS):
