@@ -10,8 +10,8 @@ partition p ending at offset o is visible once a query's meta says p's position 
 A poller asks a scan of every partition on the nodes in turn every POLL_S; its answer's
 arrival time counts (an upper bound, by the poll period at most). Appends made while the
 read mix runs (4 clients, 10 s, saturating the 2 cores the pipeline shares) are reported
-apart from the others. Measuring starts once the pipeline's first micro-batch is done (its
-warm-up); the nodes' freshness histograms, scraped before and after, break the delay down
+apart from the others. Measuring starts once the pipeline follows the log (after Spark's
+start); the nodes' freshness histograms, scraped before and after, break the delay down
 by stage (append -> read, written, published, installed).
 """
 
@@ -339,10 +339,10 @@ def start_pipeline(project: Project, log: Path) -> subprocess.Popen[bytes]:
 
 
 def wait_following(follow: subprocess.Popen[bytes], log: Path, timeout_s: float = 300) -> None:
-    """Until the pipeline's first micro-batch is done: Spark's warm-up (its Python workers,
-    the query's first plan: ~10-15 s on 2 cores) is neither idle nor the steady state."""
+    """Until the pipeline follows the log (Spark started, the published positions read):
+    its start is neither idle nor the steady state."""
     deadline = time.monotonic() + timeout_s
-    while b"micro-batch 0:" not in log.read_bytes():
+    while b"spark_pipeline.stream: following " not in log.read_bytes():
         if follow.poll() is not None or time.monotonic() > deadline:
             raise RuntimeError(f"the pipeline did not start:\n{log.read_text()[-3000:]}")
         time.sleep(0.5)

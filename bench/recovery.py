@@ -45,7 +45,7 @@ class Recovery:
     killed_at_records: int = 0  # the log's records past the copy's when the pipeline died
     recovered_s: float | None = None  # kill -> every node at the kill's positions
     # kill -> the restarted pipeline's first publication: its catch-up before Spark starts,
-    # or Spark's replay of the micro-batch the kill interrupted
+    # or its first micro-batch
     restarted_s: float | None = None
     load: list[float] = field(default_factory=list)
 

@@ -219,8 +219,8 @@ class Settings:
 
     trigger_interval_s: float = _setting(
         1.0,
-        "how often the continuous pipeline (`stategate pipeline --follow`) starts a "
-        "micro-batch of the records appended since the last one",
+        "how often at most the continuous pipeline (`stategate pipeline --follow`) starts a "
+        "micro-batch of the records appended since the last one (at once after a longer one)",
         0.05,
     )
     max_records_per_batch: int = _setting(
@@ -230,7 +230,7 @@ class Settings:
         50_000,
         "a micro-batch of at most this many new records is built in the pipeline's driver, "
         "without a Spark stage (whose fixed cost exceeds a small batch's work); a larger "
-        "one (a replay, a catch-up) runs on the executors; 0: every one on the executors",
+        "one (a catch-up, a burst) runs on the executors; 0: every one on the executors",
         0,
     )
     compact_after_deltas: int = _setting(

@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 from pyspark import TaskContext
 from pyspark.sql import DataFrame, SparkSession
 
-from contracts.eventlog import APPEND_MS, end_offset, now_ms
+from contracts.eventlog import APPEND_MS, now_ms
 from contracts.freshness import AppendTimes, counted, newest
 from contracts.manifest import Layer, Manifest, PartitionEntry, parse_layer
 from contracts.project import Project, Topic
@@ -136,21 +136,6 @@ def publish(
             raise
         raise refused from None
     return _published(batch, [row.asDict() for row in built], "executors")
-
-
-def pending(project: Project, manifest: Manifest) -> tuple[Ends, int]:
-    """The log's end per topic and partition now, and the records past the published
-    positions up to it."""
-    ends = {
-        topic: {p: end_offset(project.log_dir, topic, p) for p in range(project.cluster.partitions)}
-        for topic in project.topics
-    }
-    behind = sum(
-        max(0, end - manifest.published(p, topic))
-        for topic, by_partition in ends.items()
-        for p, end in by_partition.items()
-    )
-    return ends, behind
 
 
 def publish_here(

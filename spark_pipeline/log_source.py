@@ -1,9 +1,9 @@
 """The event log as a Spark data source written in Python (`pyspark.sql.datasource`):
-`spark.readStream.format("stategate_log")` for the continuous pipeline, and
-`spark.read.format("stategate_log")` with `start` and `end` offsets for a one-shot run.
+`spark.read.format("stategate_log")` with `start` and `end` offsets, for a one-shot run and
+the continuous pipeline's larger micro-batches.
 
-Its offsets are the log's own: {topic: {partition: next offset to read}}, so Spark's
-checkpoint and the positions the snapshots publish speak the same language. A read has one
+Its offsets are the log's own: {topic: {partition: next offset to read}}, the positions the
+snapshots publish. A read has one
 Spark partition per task group (`groups`, the cluster's task slots at most: a task costs
 Spark ~0.3 s whatever it holds, so nine small tasks on two slots cost far more than two):
 group g holds the records of every Kafka partition p with p % groups == g (`members`), of
@@ -14,9 +14,8 @@ are decimal), so topics with different key types share one stream. A value holdi
 surrogate (a JSON escape such as "\\ud800" without its pair, which a foreign producer may
 write and DuckDB's JSON reader refuses) is read with each one replaced by U+FFFD.
 
-Options: `log_dir`, `topics` (JSON {topic: key type}), `partitions`, `groups`, `start` (JSON
-offsets to read from; a stream's when it has no checkpoint), `end` (JSON offsets a batch
-read stops at), `max_records` (per micro-batch).
+Options: `log_dir`, `topics` (JSON {topic: key type}), `partitions`, `groups`, `start` and
+`end` (JSON offsets: the read is [start, end) of each topic partition).
 """
 
 from __future__ import annotations
@@ -31,13 +30,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.datasource import (
-    DataSource,
-    DataSourceReader,
-    DataSourceStreamReader,
-    InputPartition,
-)
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from contracts import eventlog
 from contracts.project import Project
@@ -82,9 +75,6 @@ class LogSource(DataSource):
     def schema(self) -> str:
         return SCHEMA
 
-    def streamReader(self, schema: object) -> DataSourceStreamReader:
-        return LogReader(self.options)
-
     def reader(self, schema: object) -> DataSourceReader:
         return LogBatchReader(self.options)
 
@@ -106,52 +96,6 @@ def task_groups(spark: SparkSession, partitions: int) -> int:
 def members(group: int, partitions: int, groups: int) -> range:
     """The Kafka partitions of a task group."""
     return range(group, partitions, groups)
-
-
-class LogReader(DataSourceStreamReader):
-    def __init__(self, options: Mapping[str, str]) -> None:
-        self.log_dir = Path(options["log_dir"])
-        self.topics: dict[str, str] = orjson.loads(options["topics"])
-        self.partitions_count = int(options["partitions"])
-        self.groups = int(options["groups"])
-        self.start: Offsets = orjson.loads(options.get("start", "{}"))
-        self.max_records = int(options.get("max_records", "0")) or None
-
-    def initialOffset(self) -> Offsets:
-        return {
-            topic: {
-                str(p): int(self.start.get(topic, {}).get(str(p), 0))
-                for p in range(self.partitions_count)
-            }
-            for topic in self.topics
-        }
-
-    def getDefaultReadLimit(self) -> ReadLimit:
-        return ReadMaxRows(self.max_records) if self.max_records else ReadAllAvailable()
-
-    def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
-        ends = {
-            topic: {
-                str(p): max(
-                    eventlog.end_offset(self.log_dir, topic, p), start[topic].get(str(p), 0)
-                )
-                for p in range(self.partitions_count)
-            }
-            for topic in self.topics
-        }
-        if isinstance(limit, ReadMaxRows):
-            return _capped(start, ends, limit.max_rows)
-        return ends
-
-    def partitions(self, start: Offsets, end: Offsets) -> Sequence[InputPartition]:
-        return slices(self.partitions_count, self.groups, start, end)
-
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, Slice)
-        return read_slice(self.log_dir, partition)
-
-    def commit(self, end: Offsets) -> None:
-        """Nothing to release: the log keeps its records."""
 
 
 class LogBatchReader(DataSourceReader):
@@ -226,22 +170,6 @@ def _readable(values: pa.Array) -> pa.Array:
     return pa.array(texts, pa.string())
 
 
-def _capped(start: Offsets, ends: Offsets, budget: int) -> Offsets:
-    """The end offsets reading at most `budget` records, shared by the partitions in
-    proportion to what each has waiting (every partition with records moves)."""
-    waiting = {
-        (t, p): end - start[t].get(p, 0) for t, by_p in ends.items() for p, end in by_p.items()
-    }
-    total = sum(waiting.values())
-    if total <= budget:
-        return ends
-    capped = {t: dict(by_p) for t, by_p in ends.items()}
-    for (t, p), n in waiting.items():
-        if n > 0:
-            capped[t][p] = start[t].get(p, 0) + max(1, n * budget // total)
-    return capped
-
-
 def options(project: Project, start: dict[str, dict[int, int]], groups: int) -> dict[str, str]:
     """The source's options for a project, reading from `start` in `groups` tasks."""
     key_types = {name: topic.key_type for name, topic in project.topics.items()}
@@ -251,7 +179,6 @@ def options(project: Project, start: dict[str, dict[int, int]], groups: int) -> 
         "partitions": str(project.cluster.partitions),
         "groups": str(groups),
         "start": offsets_json(start),
-        "max_records": str(project.settings.max_records_per_batch),
     }
 
 

@@ -29,6 +29,26 @@ class RunPlan:
     def records(self, topics: set[str]) -> int:
         return sum(e - s for t in topics for s, e in self.ranges[t].values())
 
+    @property
+    def ends(self) -> dict[str, dict[int, int]]:
+        """topic -> partition -> where the read stops."""
+        return {t: {p: end for p, (_, end) in by_p.items()} for t, by_p in self.ranges.items()}
+
+    def capped(self, budget: int) -> RunPlan:
+        """The plan reading at most `budget` records, shared by the partitions in proportion
+        to what each has waiting (every partition with records moves)."""
+        total = self.records(set(self.ranges))
+        if total <= budget:
+            return self
+        ranges = {
+            t: {
+                p: (s, e if e == s else s + max(1, (e - s) * budget // total))
+                for p, (s, e) in by_p.items()
+            }
+            for t, by_p in self.ranges.items()
+        }
+        return dataclasses.replace(self, ranges=ranges)
+
 
 def plan_run(project: Project, manifest: Manifest) -> RunPlan:
     """Read from each partition's published position to the current log end. A partition is

@@ -39,7 +39,7 @@ def create_store_app(project: Project) -> Starlette:
 
 
 def _servable(root: Path, path: Path) -> bool:
-    """A file inside the store and outside its hidden folders (staging, checkpoints)."""
+    """A file inside the store and outside its hidden folders (names starting with a dot)."""
     if root not in path.parents or not path.is_file():
         return False
     return not any(part.startswith(".") for part in path.relative_to(root).parts)

@@ -1,17 +1,25 @@
-"""The continuous pipeline: one Spark Structured Streaming query over the event log
-(spark_pipeline/log_source.py) whose every micro-batch is published as one new layer per
-changed partition (spark_pipeline/batch.py), and a compactor beside it.
+"""The continuous pipeline: a loop that publishes the records appended since the last
+publication as one new layer per changed partition (spark_pipeline/batch.py), a micro-batch
+every `trigger_interval_s` at most (the next starts at once when one took longer), and a
+compactor beside it.
 
     stategate pipeline --config stategate.toml --follow
 
-Exactly once, end to end: Spark replays a micro-batch it had not committed when the driver
-died, and the sink keeps only the records at or past each partition's published position,
-so a replay publishes what is missing and nothing twice. The checkpoint lives in the
-snapshot store, per stores digest (new declarations start a new one after a rebuild).
+A micro-batch of at most `driver_batch_records` new records is built in the driver
+(batch.publish_here); a larger one (a catch-up after a long stop, a burst) is read and built
+by Spark's executors, at most `max_records_per_batch` records at a time. The loop replaced a
+Spark Structured Streaming query, whose cost per trigger (its offset and commit logs, the
+planning: ~0.6 s between back-to-back batches under load) exceeded a small batch's work, and
+whose checkpoint only repeated what the manifest's positions say.
+
+Exactly once, end to end: the manifest's positions are the one record of what is published.
+A batch reads from them, keeps only the records at or past them, writes at the version above
+the published chain, and is visible once the manifest naming its layers is written; so a
+crash anywhere in a batch loses and doubles nothing: a restart reads from the same positions.
 
 Stopping (stop(), on SIGTERM or SIGINT in `stategate pipeline`): a catch-up run is cancelled;
-a micro-batch under way may finish (up to STOP_GRACE_S), then the query is stopped; so a stop
-publishes a whole micro-batch or nothing of it.
+a micro-batch under way may finish (up to STOP_GRACE_S), then its Spark job, if any, is
+cancelled; so a stop publishes a whole micro-batch or nothing of it.
 """
 
 from __future__ import annotations
@@ -25,25 +33,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, start_http_server
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.streaming.query import StreamingQuery
+from pyspark.sql import SparkSession
 
 from contracts.durable import locked
 from contracts.freshness import Delays
-from contracts.manifest import read_manifest, write_manifest
+from contracts.manifest import Manifest, read_manifest, write_manifest
 from contracts.project import Project
 from spark_pipeline import compaction
-from spark_pipeline.batch import Published, pending, publish, publish_here
+from spark_pipeline.batch import Published, publish, publish_here
 from spark_pipeline.dead_letter import refusal
 from spark_pipeline.job import run, snapshot_dir
-from spark_pipeline.log_source import NAME, LogSource, options, task_groups
-from spark_pipeline.plan import stores_digest
+from spark_pipeline.log_source import read_log, task_groups
+from spark_pipeline.plan import plan_run, stores_digest
 from spark_pipeline.progress import log_bad_records, positions
 from spark_pipeline.publish import notify_nodes, prune, sweep_temporaries
 
 log = logging.getLogger(__name__)
 CRASH_AT = "STATEGATE_CRASH_AT"  # tests: die at this point of a micro-batch (see _crash_point)
 STOP_GRACE_S = 30.0  # how long a stop waits for the micro-batch under way
+BATCHES = "stategate-batches"  # the loop's Spark job group, cancelled by a stop past the grace
 COMPACTION = "stategate-compaction"  # the compactor's Spark job group, cancelled by a stop
 
 
@@ -67,12 +75,12 @@ class Follower:
         self.store_dir = snapshot_dir(project)
         self.progress = Progress()
         self.stopping = threading.Event()
-        self._query: StreamingQuery | None = None
+        self._loop: threading.Thread | None = None
+        self._failure: BaseException | None = None  # what ended the loop, if not a stop
         self._compactor: threading.Thread | None = None
         self._notifier = ThreadPoolExecutor(max_workers=1, thread_name_prefix="notify")
-        self._publishing = threading.Lock()  # held while a micro-batch publishes
         self._compacting = threading.Event()  # set while a compaction runs
-        self._groups = 1  # the source's task groups, fixed when following starts
+        self._groups = 1  # the task groups the records come in, fixed when following starts
         self._told: dict[str, str] = {}  # node -> how the last notification went
         self.freshness = Delays(stages=("read", "written", "published"))
         self.registry = CollectorRegistry()
@@ -85,57 +93,41 @@ class Follower:
         log.info("metrics at http://%s/metrics", address)
 
     def start(self) -> None:
-        """Follow the log from the checkpoint; without one (a first start, or new store
-        declarations), catch up with a one-shot run first, a rebuild when the stores changed.
-        Returns without following when a stop came meanwhile."""
+        """Follow the log from the published positions; when a partition was never published
+        or the store declarations are new, catch up with a one-shot run first (a rebuild when
+        the stores changed). Returns without following when a stop came meanwhile."""
         with locked(self.store_dir):
             sweep_temporaries(self.store_dir)
-        if not self.checkpoint.exists():
-            log.info("no checkpoint at %s: catching up with a one-shot run first", self.checkpoint)
+        if not extendable(self.project, read_manifest(self.store_dir)):
+            log.info("catching up with a one-shot run first (new snapshots or new stores)")
             run(self.project, self.spark, notify=self.notify, stopping=self.stopping)
         if self.stopping.is_set():
             return
         manifest = read_manifest(self.store_dir)
-        self.spark.dataSource.register(LogSource)
-        settings = self.project.settings
-        partitions = range(self.project.cluster.partitions)
-        start = {
-            topic: {p: manifest.published(p, topic) for p in partitions}
-            for topic in self.project.topics
-        }
         self._groups = task_groups(self.spark, self.project.cluster.partitions)
-        source = options(self.project, start, self._groups)
-        records = self.spark.readStream.format(NAME).options(**source).load()
-        self._query = (
-            records.writeStream.foreachBatch(self._publish)
-            .trigger(processingTime=f"{int(settings.trigger_interval_s * 1000)} milliseconds")
-            .option("checkpointLocation", str(self.checkpoint))
-            .queryName("stategate")
-            .start()
-        )
+        self._loop = threading.Thread(target=self._follow, name="follow", daemon=True)
+        self._loop.start()
         self._compactor = threading.Thread(target=self._compact_forever, daemon=True)
         self._compactor.start()
+        partitions = range(self.project.cluster.partitions)
         log.info(
             "following %s every %s s; published positions %s",
             self.project.log_dir,
-            settings.trigger_interval_s,
-            positions({p: {t: by_p[p] for t, by_p in start.items()} for p in partitions}),
+            self.project.settings.trigger_interval_s,
+            positions(
+                {p: {t: manifest.published(p, t) for t in self.project.topics} for p in partitions}
+            ),
         )
 
-    @property
-    def checkpoint(self) -> Path:
-        return self.store_dir / ".checkpoints" / stores_digest(self.project)[:16]
-
     def wait(self) -> None:
-        """Until stop() or the query fails (re-raised)."""
-        if self._query is None:
+        """Until stop() or the loop fails (re-raised)."""
+        if self._loop is None:
             return  # stopped before following
-        while not self.stopping.is_set():
-            if self._query.awaitTermination(1):
-                break
-        exception = self._query.exception()
-        if exception is not None and not self.stopping.is_set():
-            raise refusal(exception) or RuntimeError(f"the streaming query failed: {exception}")
+        while not self.stopping.is_set() and self._loop.is_alive():
+            self._loop.join(1)
+        failure = self._failure
+        if failure is not None and not self.stopping.is_set():
+            raise refusal(failure) or failure
 
     def request_stop(self) -> None:
         """Ask for a stop without waiting (from a signal handler): a catch-up run is cancelled
@@ -143,19 +135,20 @@ class Follower:
         self.stopping.set()
 
     def stop(self, grace_s: float = STOP_GRACE_S) -> None:
-        """Stop following: let the micro-batch under way publish (up to `grace_s`), stop the
-        query, cancel a compaction (its base is not published) and the notifications due."""
+        """Stop following: let the micro-batch under way publish (up to `grace_s`, then its
+        Spark job is cancelled), cancel a compaction (its base is not published) and the
+        notifications due."""
         self.stopping.set()
-        if self._query is not None:
-            if self._publishing.acquire(timeout=grace_s):
-                self._publishing.release()
-            else:
+        if self._loop is not None:
+            self._loop.join(grace_s)
+            if self._loop.is_alive():
                 log.warning(
-                    "a micro-batch still runs after %s s: stopped; it is published again at "
-                    "the next start",
+                    "a micro-batch still runs after %s s: stopped; its records are published "
+                    "at the next start",
                     grace_s,
                 )
-            self._query.stop()
+                self.spark.sparkContext.cancelJobGroup(BATCHES)
+                self._loop.join(60)
         if self._compactor is not None:
             if self._compacting.is_set():
                 self.spark.sparkContext.cancelJobGroup(COMPACTION)
@@ -169,34 +162,55 @@ class Follower:
             self.progress.compactions,
         )
 
-    def _publish(self, batch: DataFrame, batch_id: int) -> None:
-        with self._publishing:
-            started = time.monotonic()
-            with locked(self.store_dir):
-                manifest = read_manifest(self.store_dir)
-                ends, behind = pending(self.project, manifest)
-                if behind <= self.project.settings.driver_batch_records:
-                    # up to the log's end now: records the batch's plan did not see yet are
-                    # published too, and left out of the next batch by their positions
-                    published = publish_here(
-                        self.project, self.store_dir, manifest, ends, self._groups
-                    )
-                else:
-                    published = publish(
-                        self.project,
-                        self.spark,
-                        self.store_dir,
-                        manifest,
-                        batch,
-                        self._groups,
-                        compact=False,
-                    )
-                _commit(self.store_dir, published)
-            self._report(batch_id, published, time.monotonic() - started)
-            for layer in published.layers.values():
-                self.freshness.observe_all(layer.appended, layer.stages())
-            if published.layers:
-                self._tell_nodes(set(published.layers))
+    def _follow(self) -> None:
+        """The loop: a micro-batch, then the rest of `trigger_interval_s`, until the stop."""
+        self.spark.sparkContext.setJobGroup(BATCHES, "micro-batches", interruptOnCancel=True)
+        interval = self.project.settings.trigger_interval_s
+        try:
+            while not self.stopping.is_set():
+                started = time.monotonic()
+                self._publish()
+                self.stopping.wait(max(0.0, interval - (time.monotonic() - started)))
+        except Exception as exc:
+            if not self.stopping.is_set():
+                log.debug("the loop failed", exc_info=True)
+                self._failure = exc
+
+    def _publish(self) -> None:
+        """One micro-batch: the records up to the log's end now, in the driver when they are
+        few, else on the executors (at most max_records_per_batch); nothing when none came."""
+        settings = self.project.settings
+        started = time.monotonic()
+        with locked(self.store_dir):
+            manifest = read_manifest(self.store_dir)
+            plan = plan_run(self.project, manifest)
+            if plan.rebuild:
+                raise RuntimeError("the snapshot store's stores changed under the pipeline")
+            behind = plan.records(set(self.project.topics))
+            if behind == 0:
+                return
+            if behind <= settings.driver_batch_records:
+                published = publish_here(
+                    self.project, self.store_dir, manifest, plan.ends, self._groups
+                )
+            else:
+                plan = plan.capped(settings.max_records_per_batch)
+                records = read_log(self.spark, self.project, plan, self._groups)
+                published = publish(
+                    self.project,
+                    self.spark,
+                    self.store_dir,
+                    manifest,
+                    records,
+                    self._groups,
+                    compact=False,
+                )
+            _commit(self.store_dir, published)
+        self._report(self.progress.batches, published, time.monotonic() - started)
+        for layer in published.layers.values():
+            self.freshness.observe_all(layer.appended, layer.stages())
+        if published.layers:
+            self._tell_nodes(set(published.layers))
 
     def _report(self, batch_id: int, published: Published, seconds: float) -> None:
         """One line per micro-batch: its records, the partitions it changed, how long it
@@ -281,21 +295,20 @@ class Follower:
 def catch_up_here(project: Project, notify: bool = True) -> None:
     """Publish the records appended since the last publication, in this process, before
     Spark starts (its start costs 15-25 s): a restart after a crash serves the state as of
-    the crash within seconds. Safe beside Spark's replay, which keeps only the records past
-    the published positions. Nothing to do when nothing was published yet, the store
+    the crash within seconds. Nothing to do when a partition was never published, the store
     declarations are new (a rebuild) or more than driver_batch_records are behind (the
     executors' work)."""
     store_dir = snapshot_dir(project)
     with locked(store_dir):
         manifest = read_manifest(store_dir)
-        complete = len(manifest.partitions) == project.cluster.partitions
-        if not complete or manifest.stores_digest != stores_digest(project):
+        if not extendable(project, manifest):
             return
-        ends, behind = pending(project, manifest)
+        plan = plan_run(project, manifest)
+        behind = plan.records(set(project.topics))
         if behind == 0 or behind > project.settings.driver_batch_records:
             return
         started = time.monotonic()
-        published = publish_here(project, store_dir, manifest, ends, os.cpu_count() or 1)
+        published = publish_here(project, store_dir, manifest, plan.ends, os.cpu_count() or 1)
         _commit(store_dir, published)
     log.info(
         "caught up before Spark's start: %s records, partitions %s in %.3f s (driver); "
@@ -307,6 +320,13 @@ def catch_up_here(project: Project, notify: bool = True) -> None:
     )
     if notify and published.layers:
         notify_nodes(project, set(published.layers))
+
+
+def extendable(project: Project, manifest: Manifest) -> bool:
+    """Whether new records extend the published chains: every partition was published, by
+    the current store declarations."""
+    complete = len(manifest.partitions) == project.cluster.partitions
+    return complete and manifest.stores_digest == stores_digest(project)
 
 
 def _commit(store_dir: Path, published: Published) -> None:

@@ -131,7 +131,7 @@ def test_the_store_refuses_calls_without_the_secret(remote) -> None:
         response = connection.getresponse()
         assert response.status == 404, (escape, response.status, response.read()[:200])
         connection.close()
-    # the pipeline's own folders (staging, the streaming checkpoint) are not served
+    # a hidden folder in the store (a name starting with a dot) is not served
     hidden = Path(cluster.project.snapshot_store) / ".checkpoints" / "x" / "offsets"
     hidden.parent.mkdir(parents=True, exist_ok=True)
     hidden.write_text("{}")

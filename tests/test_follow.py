@@ -1,8 +1,8 @@
 """`stategate pipeline --follow` as a user runs it, in its own process: a driver killed in the
-middle of a micro-batch (after writing its layers, or after publishing them but before Spark
-committed the batch) loses and doubles nothing once restarted; SIGTERM stops it cleanly (it
-ends by the signal, leaving no process of Spark behind); and it runs on a Spark standalone
-cluster (a master and two workers started from the pyspark package) as well as on local[*]."""
+middle of a micro-batch (after writing its layers, or right after publishing them) loses and
+doubles nothing once restarted; SIGTERM stops it cleanly (it ends by the signal, leaving no
+process of Spark behind); and it runs on a Spark standalone cluster (a master and two workers
+started from the pyspark package) as well as on local[*]."""
 
 from __future__ import annotations
 
@@ -110,13 +110,13 @@ def test_a_driver_killed_mid_batch_loses_and_doubles_nothing(tmp_path: Path) -> 
     assert published_positions(project) == before, "nothing of the batch was published"
 
     # Restarted: it publishes the batch's records before Spark starts (catch_up_here), and
-    # is killed after publishing them, before Spark could replay and commit the batch.
+    # is killed right after publishing them.
     second = Follow(project, tmp_path / "follow.log", crash_at="manifest-written")
     assert second.wait_exit() == CRASHED, second.tail()
     assert_state_is_the_oracles(project, wait_caught_up(project, timeout_s=1))
 
-    # Restarted again: nothing to catch up; Spark's replay of the batch finds it published
-    # and adds nothing; new records flow; SIGTERM stops the pipeline cleanly.
+    # Restarted again: nothing to catch up, nothing published twice; new records flow;
+    # SIGTERM stops the pipeline cleanly.
     third = Follow(project, tmp_path / "follow.log")
     third.wait_following()
     produce_round(project, 2)

@@ -1,7 +1,7 @@
-"""The continuous pipeline on real Spark Structured Streaming: after several micro-batches the
-published chains hold what the oracle computes from the raw log (tables with tombstones,
-aggregates, windows, positions), each micro-batch adding small deltas, with compaction
-folding them beside it."""
+"""The continuous pipeline on a real Spark session: after several micro-batches the published
+chains hold what the oracle computes from the raw log (tables with tombstones, aggregates,
+windows, positions), each micro-batch adding small deltas (built in the driver, or by the
+executors for a burst), with compaction folding them beside it."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from contracts import eventlog
+from contracts.durable import locked
 from contracts.manifest import FRESH_LAYERS
 from contracts.project import Project, load
 from spark_pipeline.stream import Follower
@@ -216,3 +217,31 @@ def batch_lines(lines: list[str]) -> list[tuple[int, int, list[int], dict[int, d
             changed = [int(p) for p in partitions.split(", ") if p]
             found.append((int(batch), int(records), changed, progress.positions(at)))
     return found
+
+
+def test_a_burst_past_driver_batch_records_runs_on_the_executors_capped(
+    follower: Follower, stream_log: list[str]
+) -> None:
+    """More new records than driver_batch_records go to Spark's executors, at most about
+    max_records_per_batch a micro-batch (every partition with records moves), and the chains
+    still hold what the oracle computes."""
+    project = follower.project
+    wait_caught_up(project)
+    seen = len(list(stream_log))
+    burst = dataclasses.replace(
+        project.settings, driver_batch_records=100, max_records_per_batch=150
+    )
+    follower.project = dataclasses.replace(project, settings=burst)
+    try:
+        with locked(Path(project.snapshot_store)):  # the loop sees the burst whole
+            produce_test_events(
+                project, seed=40, n_bookings=300, n_trains=100, start_ms=START_MS + 10 * HOUR_MS
+            )
+        manifest = wait_caught_up(project)
+    finally:
+        follower.project = project
+    assert_state_is_the_oracles(project, manifest)
+    batches = [m for line in list(stream_log)[seen:] if (m := progress.MICRO_BATCH.match(line))]
+    on_executors = [int(m.group(2)) for m in batches if m.group(4) == "executors"]
+    assert len(on_executors) >= 2, batches  # 400 records, 150 a batch
+    assert max(on_executors) <= 150 + project.cluster.partitions * len(project.topics)
