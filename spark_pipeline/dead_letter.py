@@ -3,7 +3,9 @@ wrote them, or an older declaration allowed them), as spark_pipeline/checks.py f
 the task that builds a partition's layer. settings.bad_records says what happens, as Kafka
 Streams' deserialization exception handler does:
 - "fail": the task raises BadRecordError naming the topic, partition, offset and reason, and
-  the pipeline stops before anything of the batch is published;
+  the pipeline stops before anything of the record's partition in the batch is published
+  (a micro-batch built in the driver publishes each partition as it is done: those built
+  before may be published, each whole);
 - "skip": the record is left out of every store, counted by topic and reason, and written to
   <snapshot store>/dead-letter/<topic>-<partition>.jsonl with its position.
 

@@ -79,6 +79,8 @@ class Follower:
         self._failure: BaseException | None = None  # what ended the loop, if not a stop
         self._compactor: threading.Thread | None = None
         self._notifier = ThreadPoolExecutor(max_workers=1, thread_name_prefix="notify")
+        self._due: set[int] = set()  # partitions published since the last notification began
+        self._due_lock = threading.Lock()
         self._compacting = threading.Event()  # set while a compaction runs
         self._groups = 1  # the task groups the records come in, fixed when following starts
         self._told: dict[str, str] = {}  # node -> how the last notification went
@@ -191,7 +193,12 @@ class Follower:
                 return
             if behind <= settings.driver_batch_records:
                 published = publish_here(
-                    self.project, self.store_dir, manifest, plan.ends, self._groups
+                    self.project,
+                    self.store_dir,
+                    manifest,
+                    plan.ends,
+                    self._groups,
+                    commit=self._commit_one,
                 )
             else:
                 plan = plan.capped(settings.max_records_per_batch)
@@ -205,8 +212,14 @@ class Follower:
                     self._groups,
                     compact=False,
                 )
-            _commit(self.store_dir, published)
+                self._commit_one(published)
+            if published.layers:
+                prune(self.store_dir, published.manifest)
         self._report(self.progress.batches, published, time.monotonic() - started)
+
+    def _commit_one(self, published: Published) -> None:
+        """Publish new layers (the caller holds the store's lock) and tell the nodes."""
+        _commit(self.store_dir, published)
         for layer in published.layers.values():
             self.freshness.observe_all(layer.appended, layer.stages())
         if published.layers:
@@ -275,14 +288,22 @@ class Follower:
         self._tell_nodes(set(bases))
 
     def _tell_nodes(self, partitions: set[int]) -> None:
-        """Notify the hosting nodes without holding up the next micro-batch (they answer once
-        they have installed the new layers)."""
-        if self.notify:
-            self._notifier.submit(self._notify, partitions)
+        """Notify the hosting nodes without holding up the micro-batch (they answer once they
+        have installed the new layers); partitions published while a notification is under
+        way are told together in the next."""
+        if not self.notify:
+            return
+        with self._due_lock:
+            idle = not self._due
+            self._due |= partitions
+        if idle:
+            self._notifier.submit(self._notify)
 
-    def _notify(self, partitions: set[int]) -> None:
-        """Tell the nodes; log a node's notifications when they start or stop failing (a
-        node down would otherwise log a line per micro-batch)."""
+    def _notify(self) -> None:
+        """Tell the nodes of the partitions due; log a node's notifications when they start
+        or stop failing (a node down would otherwise log a line per micro-batch)."""
+        with self._due_lock:
+            partitions, self._due = self._due, set()
         for node, outcome in notify_nodes(self.project, partitions).items():
             before = self._told.get(node, "ok")
             self._told[node] = outcome
@@ -310,6 +331,7 @@ def catch_up_here(project: Project, notify: bool = True) -> None:
         started = time.monotonic()
         published = publish_here(project, store_dir, manifest, plan.ends, os.cpu_count() or 1)
         _commit(store_dir, published)
+        prune(store_dir, published.manifest)
     log.info(
         "caught up before Spark's start: %s records, partitions %s in %.3f s (driver); "
         "positions %s",
@@ -330,14 +352,14 @@ def extendable(project: Project, manifest: Manifest) -> bool:
 
 
 def _commit(store_dir: Path, published: Published) -> None:
-    """Write the manifest naming the new layers (the point where they become visible, with
-    the crash points around it that the exactly-once tests use), then prune what it no
-    longer names. Nothing when there are no new layers. The caller holds the store's lock."""
+    """Write the manifest naming the new layers: the point where they become visible, with
+    the crash points around it that the exactly-once tests use. Nothing when there are no
+    new layers. The caller holds the store's lock, and prunes what the manifest no longer
+    names once the micro-batch is done."""
     if published.layers:
         _crash_point("layers-written")
         write_manifest(store_dir, published.manifest)
         _crash_point("manifest-written")
-        prune(store_dir, published.manifest)
 
 
 def _crash_point(name: str) -> None:
