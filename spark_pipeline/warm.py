@@ -96,26 +96,34 @@ def fold(
     aliases: list[str],
     stores: tuple[Store, ...],
 ) -> dict[str, pa.Table]:
-    """Warm `rows` with the deltas attached as `aliases` (oldest first) on top."""
+    """Warm `rows` with the deltas attached as `aliases` (oldest first) on top: the newest
+    row of each key among the deltas, and the kept rows of the other keys (a hash anti-join:
+    no sort of what was kept)."""
     rows = dict(rows)
     for store in stores:
         if not kept_for(store):
             continue
         names = ", ".join(quoted(n) for n in columns(store))
+        keys = key_columns(store)
         branches = [
             f"SELECT {names}, {number} AS _layer FROM {alias}.{quoted(store.name)}"
-            for number, alias in enumerate(aliases, start=1)
+            for number, alias in enumerate(aliases)
         ]
+        newer = newest_rows(branches, keys) if len(branches) > 1 else branches[0]
         older = rows.get(store.name)
-        if older is not None:
-            con.register("warm_older", older)
-            branches.insert(0, f"SELECT {names}, 0 AS _layer FROM warm_older")
+        if older is None:
+            rows[store.name] = con.sql(f"SELECT {names} FROM ({newer})").to_arrow_table()
+            continue
+        same = " AND ".join(f"n.{quoted(k)} = o.{quoted(k)}" for k in keys)
+        con.register("warm_older", older)
         try:
-            sql = newest_rows(branches, key_columns(store))
+            sql = (
+                f"WITH n AS ({newer}) SELECT {names} FROM warm_older AS o "
+                f"WHERE NOT EXISTS (SELECT 1 FROM n WHERE {same}) UNION ALL SELECT {names} FROM n"
+            )
             rows[store.name] = con.sql(sql).to_arrow_table()
         finally:
-            if older is not None:
-                con.unregister("warm_older")
+            con.unregister("warm_older")
     return rows
 
 
