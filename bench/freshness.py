@@ -72,6 +72,7 @@ class Freshness:
     workload: str
     rate: int
     seconds: float
+    pipeline_nice: int = 0  # the pipeline's niceness (0: as the nodes)
     appended: int = 0
     ticks_late: int = 0  # producer ticks that started over a tick late (it fell behind)
     visible_p50_s: float | None = None  # appends outside the read-mix window
@@ -265,13 +266,15 @@ def copy_workload(workload: Workload, prefix: str = "fresh") -> Project:
     return fresh.write_project()
 
 
-def measure(workload: Workload, rate: int, seconds: float, logs: Path) -> Freshness:
+def measure(
+    workload: Workload, rate: int, seconds: float, logs: Path, pipeline_nice: int = 0
+) -> Freshness:
     project = copy_workload(workload)
-    result = Freshness(workload.name, rate, seconds)
+    result = Freshness(workload.name, rate, seconds, pipeline_nice)
     nodes = NodeProcesses.gateway(project, logs / f"fresh-{workload.name}")
     pipeline_log = logs / f"fresh-{workload.name}-pipeline.log"
     pipeline_log.unlink(missing_ok=True)
-    follow = start_pipeline(project, pipeline_log)
+    follow = start_pipeline(project, pipeline_log, pipeline_nice)
     try:
         nodes.start()
         nodes.wait_serving()
@@ -332,10 +335,17 @@ def measure(workload: Workload, rate: int, seconds: float, logs: Path) -> Freshn
     return result
 
 
-def start_pipeline(project: Project, log: Path) -> subprocess.Popen[bytes]:
+def start_pipeline(project: Project, log: Path, nice: int = 0) -> subprocess.Popen[bytes]:
+    """`stategate pipeline --follow`, at niceness `nice` (the nodes keep 0: a reads-first
+    trade of freshness for read latency when the pipeline shares their cores)."""
     command = [sys.executable, "-m", "stategate.cli", "pipeline", "--config", str(project.path)]
     with open(log, "ab") as out:
-        return subprocess.Popen(command + ["--follow"], stdout=out, stderr=subprocess.STDOUT)
+        return subprocess.Popen(
+            command + ["--follow"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            preexec_fn=(lambda: os.nice(nice)) if nice else None,
+        )
 
 
 def wait_following(follow: subprocess.Popen[bytes], log: Path, timeout_s: float = 300) -> None:
@@ -353,12 +363,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workload", default="main", choices=NAMES)
     parser.add_argument("--rate", type=int, default=1000, help="events per second")
     parser.add_argument("--seconds", type=float, default=60)
+    parser.add_argument("--pipeline-nice", type=int, default=0, help="the pipeline's niceness")
     args = parser.parse_args(argv)
     workload = Workload.built(args.workload)
     if workload is None:
         print(f"build the {args.workload} workload first: python -m bench.run", file=sys.stderr)
         return 2
-    result = measure(workload, args.rate, args.seconds, BENCH_DIR / "logs")
+    logs = BENCH_DIR / "logs"
+    result = measure(workload, args.rate, args.seconds, logs, args.pipeline_nice)
     print(orjson.dumps(result.as_dict(), option=orjson.OPT_INDENT_2).decode())
     return 0
 
