@@ -1,0 +1,73 @@
+"""A micro-batch built in the driver (spark_pipeline/batch.py: publish_here) publishes each
+partition on its own as soon as its layer is written: one commit per changed partition,
+each manifest extending the one before, none naming a partition twice; and the chains it
+leaves hold what the oracle computes from the raw log, round after round."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from contracts.manifest import read_manifest, write_manifest
+from contracts.project import Project, load
+from spark_pipeline.batch import Published, publish_here
+from spark_pipeline.plan import plan_run
+from tests.chains import chain_state
+from tests.oracle import expected_positions, expected_store
+from tests.projects import HOUR_MS, START_MS, produce_test_events, write_project
+
+PARTITIONS = 3
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Project:
+    return load(write_project(tmp_path, [1, 2, 3], partitions=PARTITIONS))
+
+
+def test_each_partition_is_committed_alone_as_its_layer_is_written(project: Project) -> None:
+    store = Path(project.snapshot_store)
+    committed: list[Published] = []
+
+    def commit(one: Published) -> None:
+        committed.append(one)
+        write_manifest(store, one.manifest)
+
+    for round_ in range(3):  # bases, then deltas
+        produce_test_events(
+            project, seed=round_, n_bookings=120, n_trains=40, start_ms=START_MS + round_ * HOUR_MS
+        )
+        before, earlier = read_manifest(store), len(committed)
+        plan = plan_run(project, before)
+        whole = publish_here(project, store, before, plan.ends, 2, commit)
+        commits = committed[earlier:]
+        assert sorted(p for c in commits for p in c.layers) == list(range(PARTITIONS))
+        assert all(len(c.layers) == 1 for c in commits), "one partition a commit"
+        seen = dict(before.partitions)
+        for one in commits:
+            (partition,) = one.layers
+            assert one.manifest.partitions == {
+                **seen,
+                partition: one.manifest.partitions[partition],
+            }
+            assert one.manifest.partitions[partition].top == one.layers[partition]
+            seen = dict(one.manifest.partitions)
+        assert whole.manifest == commits[-1].manifest
+        assert whole.layers == {p: layer for c in commits for p, layer in c.layers.items()}
+        assert whole.records == sum(c.records for c in commits) == plan.records(set(project.topics))
+        assert_state_is_the_oracles(project)
+
+
+def assert_state_is_the_oracles(project: Project) -> None:
+    store = Path(project.snapshot_store)
+    manifest = read_manifest(store)
+    positions = expected_positions(project)
+    for partition, entry in manifest.partitions.items():
+        assert entry.position == positions[partition]
+        layers = {"layers": [vars(layer) for layer in entry.layers]}
+        state = chain_state(project, store, layers, partition)
+        for name in project.stores:
+            expected = [tuple(row) for row in expected_store(project, name)[partition]]
+            assert len(state[name]) == len(expected), name
+            for got, want in zip(state[name], expected, strict=True):
+                assert tuple(got) == pytest.approx(want), (name, got, want)
