@@ -181,14 +181,12 @@ def publish_here(
 
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="build") as pool:
         building = [pool.submit(build, p) for p in range(project.cluster.partitions)]
-        if commit is None:
-            built = [row for future in building for row in future.result()]
-            return _published(batch, built, "driver")
         whole = Published(manifest, built_in="driver")
         for future in as_completed(building):
             one = _published(replace(batch, manifest=whole.manifest), future.result(), "driver")
             if one.layers:
-                commit(one)
+                if commit is not None:
+                    commit(one)
                 whole = whole.then(one)
         return whole
 
