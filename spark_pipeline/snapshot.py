@@ -162,8 +162,9 @@ def _write(
         for number, store in enumerate(task.stores):
             delta = f"(FROM {deltas[store.name]})"
             sources = [(f"{a}.{quoted(store.name)}", _marks_deletes(store, k)) for a, k in below]
-            if warm is not None and store.name in warm.rows:
-                con.register(f"warm_{number}", warm.rows[store.name])
+            kept = None if warm is None else warm.rows.get(store.name)
+            if kept is not None:
+                con.register(f"warm_{number}", kept)
                 sources.append((f"warm_{number}", False))
             con.execute(_create_sql(store, task.kind))
             if task.kind == "base":
@@ -171,7 +172,7 @@ def _write(
             else:
                 inserted = con.execute(_delta_sql(store, sources, delta)).fetchone()
             rows[store.name] = int(inserted[0]) if inserted else 0
-            if warm is not None and store.name in warm.rows:
+            if kept is not None:
                 con.unregister(f"warm_{number}")
         con.execute(
             f'CREATE TABLE {POSITION_TABLE} (topic VARCHAR, "partition" INTEGER, "offset" BIGINT)'

@@ -76,8 +76,8 @@ def warm_up(
     if warm is None or warm.chain != chain[: len(warm.chain)]:
         warm = Warm(chain[:1])
     missing = below[len(warm.chain) :]
-    if not missing:
-        return warm
+    if not missing or not any(kept_for(store) for store in stores):
+        return Warm(chain, warm.rows)
     attached: list[str] = []
     try:
         for number, layer in enumerate(missing):
