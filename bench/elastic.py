@@ -57,7 +57,7 @@ from bench.floor import Floor
 from bench.workload import BENCH_DIR, NAMES, Workload, stop_spark
 from contracts import placement
 from contracts.auth import secret_headers
-from contracts.coordination import Coordination, Endpoint, State
+from contracts.coordination import Coordination, State
 from contracts.manifest import read_manifest
 from contracts.project import Project
 from stategate.etcd import Etcd, serving_settled
@@ -149,7 +149,7 @@ class Keys:
 
     def __init__(self, url: str, cluster: str) -> None:
         self.runner = asyncio.Runner()
-        self.coordination = Coordination(Endpoint.parse(url), cluster)
+        self.coordination = Coordination(url, cluster)
 
     def connect(self) -> None:
         self.runner.run(self.coordination.connect())

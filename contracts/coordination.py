@@ -17,6 +17,8 @@ kilobytes, and a read after each event leaves nothing to reconcile.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -30,6 +32,7 @@ FORMAT = 1
 SCHEME = "etcd"
 DEFAULT_PORT = 2379
 CONNECT_TIMEOUT_S = 3
+CALL_TIMEOUT_S = 3.0  # a call's deadline, unless the caller gives one
 
 
 class CoordinatorError(Exception):
@@ -69,64 +72,120 @@ class State:
 
 @dataclass(frozen=True)
 class Endpoint:
+    """One member of the coordination service."""
+
     host: str
     port: int
 
-    @classmethod
-    def parse(cls, url: str) -> Endpoint:
-        """`etcd://host:port`; a ValueError naming what is wrong otherwise."""
-        parts = urlsplit(url)
-        if parts.scheme != SCHEME or not parts.hostname or parts.path not in ("", "/"):
-            raise ValueError(f"coordinator must look like etcd://host:port, not {url!r}")
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def endpoints(url: str) -> tuple[Endpoint, ...]:
+    """`etcd://host:port[,host:port...]` (every member a client may ask); a ValueError naming
+    what is wrong otherwise."""
+    shape = f"coordinator must look like etcd://host:port[,host:port...], not {url!r}"
+    scheme, _, rest = url.partition("://")
+    if scheme != SCHEME or not rest or "/" in rest.rstrip("/"):
+        raise ValueError(shape)
+    found = []
+    for member in rest.rstrip("/").split(","):
+        parts = urlsplit(f"{SCHEME}://{member.strip()}")
+        if not parts.hostname or parts.path:
+            raise ValueError(shape)
         try:
-            port = parts.port or DEFAULT_PORT
+            found.append(Endpoint(parts.hostname, parts.port or DEFAULT_PORT))
         except ValueError as exc:
             raise ValueError(f"coordinator {url!r}: {exc}") from None
-        return cls(parts.hostname, port)
-
-    def __str__(self) -> str:
-        return f"{SCHEME}://{self.host}:{self.port}"
+    return tuple(found)
 
 
 class Coordination:
-    """One cluster's keys in etcd. Every failure to reach it is a CoordinatorError."""
+    """One cluster's keys in etcd. Every failure to reach it is a CoordinatorError.
 
-    def __init__(self, endpoint: Endpoint, cluster: str) -> None:
-        self.endpoint = endpoint
+    Each call is bounded by `timeout_s`: a member cut off by the network answers nothing,
+    and a member on the minority side of a split cannot answer. A call that fails closes
+    the connection, and the next call connects to the next member that answers, as etcd's
+    own clients balance over the members they are given; a watch on the closed connection
+    ends, and its caller watches again."""
+
+    def __init__(self, url: str, cluster: str, timeout_s: float = CALL_TIMEOUT_S) -> None:
+        self.url = url
+        self.members = endpoints(url)
         self.prefix = f"/stategate/{cluster}/".encode()
+        self.timeout_s = timeout_s
         self._client: Any = None  # aetcd.Client, imported only by processes that coordinate
+        self._at = 0  # the member connected to, or the next to try
+        self._connecting = asyncio.Lock()
 
     async def connect(self) -> None:
+        """Connect to the first member that answers, from the one after the last that
+        failed; a CoordinatorError naming each member's failure when none does."""
+        async with self._connecting:
+            if self._client is not None:
+                return
+            failures = []
+            for _ in self.members:
+                member = self.members[self._at]
+                try:
+                    self._client = await self._open(member)
+                    return
+                except Exception as exc:  # noqa: BLE001 - grpc's errors, translated once here
+                    failures.append(f"{member} does not answer: {exc}")
+                    self._at = (self._at + 1) % len(self.members)
+            raise CoordinatorError("; ".join(failures))
+
+    async def _open(self, member: Endpoint) -> Any:
         import aetcd
 
         client = aetcd.Client(
-            self.endpoint.host, self.endpoint.port, connect_wait_timeout=CONNECT_TIMEOUT_S
+            member.host,
+            member.port,
+            timeout=self.timeout_s,
+            connect_wait_timeout=CONNECT_TIMEOUT_S,
         )
         try:
             await client.connect()
             await client.status()
-        except Exception as exc:  # grpc's errors, translated once here
+        except BaseException:
             await client.close()
-            raise CoordinatorError(f"{self.endpoint} does not answer: {exc}") from exc
-        self._client = client
+            raise
+        return client
 
     async def close(self) -> None:
-        if self._client is not None:
-            await self._client.close()
-            self._client = None
+        client, self._client = self._client, None
+        if client is not None:
+            await client.close()
 
-    @property
-    def client(self) -> Any:
+    @contextlib.asynccontextmanager
+    async def _session(self) -> AsyncIterator[Any]:
+        """The connected client, (re)connecting first; a failure within closes it, so that
+        the next call tries the next member."""
         if self._client is None:
-            raise CoordinatorError("not connected")
-        return self._client
+            await self.connect()
+        client = self._client
+        try:
+            yield client
+        except (CoordinatorError, PlacementError):
+            raise
+        except Exception as exc:
+            from aetcd.exceptions import ClientError
+
+            if not isinstance(exc, ClientError | OSError | TimeoutError):
+                raise
+            member = self.members[self._at]
+            if self._client is client:  # not already replaced by a concurrent call
+                self._client = None
+                self._at = (self._at + 1) % len(self.members)
+                await client.close()
+            raise CoordinatorError(f"{member}: {exc or type(exc).__name__}") from exc
 
     def key(self, *parts: str) -> bytes:
         return self.prefix + "/".join(parts).encode()
 
     async def read(self) -> State:
-        async with _translated(self.endpoint):
-            found = await self.client.get_prefix(self.prefix)
+        async with self._session() as client:
+            found = await client.get_prefix(self.prefix)
         revision = found.header.revision if found.header else 0
         members: dict[str, Member] = {}
         draining: set[str] = set()
@@ -151,31 +210,32 @@ class Coordination:
         )
 
     async def changes(self, after: int) -> AsyncIterator[None]:
-        """Wakes once per change under the prefix after revision `after`."""
-        async with _translated(self.endpoint):
-            watch = await self.client.watch_prefix(self.prefix, start_revision=after + 1)
+        """Wakes once per change under the prefix after revision `after`; ends when the
+        connection is closed (another call failed)."""
+        async with self._session() as client:
+            watch = await client.watch_prefix(self.prefix, start_revision=after + 1)
             async for _ in watch:
                 yield None
 
-    async def lease(self, ttl_s: int) -> Any:
-        async with _translated(self.endpoint):
-            return await self.client.lease(ttl_s)
+    async def lease(self, ttl_s: int) -> int:
+        """A new lease's id."""
+        async with self._session() as client:
+            return int((await client.lease(ttl_s)).id)
 
-    async def refresh(self, lease: Any) -> int:
+    async def refresh(self, lease: int) -> int:
         """Keep a lease alive; its remaining TTL (0 when it had expired)."""
-        async with _translated(self.endpoint):
-            reply = await self.client.refresh_lease(lease.id)
+        async with self._session() as client:
+            reply = await client.refresh_lease(lease)
         return int(reply.TTL) if reply is not None else 0
 
-    async def register(self, member: Member, lease: Any) -> None:
-        async with _translated(self.endpoint):
-            await self.client.put(self.key("members", member.id), member.to_json(), lease=lease)
+    async def register(self, member: Member, lease: int) -> None:
+        async with self._session() as client:
+            await client.put(self.key("members", member.id), member.to_json(), lease=lease)
 
-    async def campaign(self, node: str, lease: Any) -> bool:
+    async def campaign(self, node: str, lease: int) -> bool:
         """Become the leader unless someone is; True when this node leads now."""
         key = self.key("leader")
-        client = self.client
-        async with _translated(self.endpoint):
+        async with self._session() as client:
             won, _ = await client.transaction(
                 compare=[client.transactions.version(key) == 0],
                 success=[client.transactions.put(key, node.encode(), lease=lease)],
@@ -187,8 +247,7 @@ class Coordination:
         """Write the next assignment if the stored one is still the one read (its mod
         revision; 0: none yet). False when another write came first."""
         key = self.key("assignment")
-        client = self.client
-        async with _translated(self.endpoint):
+        async with self._session() as client:
             won, _ = await client.transaction(
                 compare=[client.transactions.mod(key) == over_revision],
                 success=[client.transactions.put(key, assignment.to_json())],
@@ -197,37 +256,18 @@ class Coordination:
         return bool(won)
 
     async def drain(self, node: str) -> None:
-        async with _translated(self.endpoint):
-            await self.client.put(self.key("draining", node), b"{}")
+        async with self._session() as client:
+            await client.put(self.key("draining", node), b"{}")
 
     async def nudge(self) -> None:
         """Wake the leader to plan now (`stategate cluster rebalance`)."""
-        async with _translated(self.endpoint):
-            await self.client.put(self.key("rebalance"), str(now_ms()).encode())
+        async with self._session() as client:
+            await client.put(self.key("rebalance"), str(now_ms()).encode())
 
     async def undrain(self, node: str) -> None:
-        async with _translated(self.endpoint):
-            await self.client.delete(self.key("draining", node))
+        async with self._session() as client:
+            await client.delete(self.key("draining", node))
 
-    async def revoke(self, lease: Any) -> None:
-        async with _translated(self.endpoint):
-            await lease.revoke()
-
-
-class _translated:
-    """grpc's and aetcd's errors, as CoordinatorError."""
-
-    def __init__(self, endpoint: Endpoint) -> None:
-        self.endpoint = endpoint
-
-    async def __aenter__(self) -> None:
-        return None
-
-    async def __aexit__(self, kind: object, error: BaseException | None, tb: object) -> bool:
-        if error is None or isinstance(error, CoordinatorError | PlacementError):
-            return False
-        from aetcd.exceptions import ClientError
-
-        if isinstance(error, ClientError | OSError):
-            raise CoordinatorError(f"{self.endpoint}: {error}") from error
-        return False
+    async def revoke(self, lease: int) -> None:
+        async with self._session() as client:
+            await client.revoke_lease(lease)

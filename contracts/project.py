@@ -17,7 +17,7 @@ from typing import Any, Literal, TypeVar
 from contracts import names
 from contracts.access import Access, AccessError
 from contracts.access import parse as parse_access
-from contracts.coordination import Endpoint
+from contracts.coordination import endpoints
 from contracts.entries import ConfigError as ConfigError
 from contracts.entries import Table
 from contracts.partitioner import KeyType
@@ -144,7 +144,7 @@ class Cluster:
     replicas: int
     nodes: tuple[Node, ...]
     secret: str
-    coordinator: str | None = None  # etcd://host:port: membership and placement live there
+    coordinator: str | None = None  # etcd://host:port[,host:port...]: where placement lives
     name: str = "stategate"  # the cluster's keys in the coordinator
 
     def with_node(self, node: Node) -> Cluster:
@@ -389,7 +389,7 @@ def _coordinator(table: Table) -> str | None:
     url = table.optional("coordinator", str)
     if url is not None:
         try:
-            Endpoint.parse(url)
+            endpoints(url)
         except ValueError as exc:
             raise ConfigError(f"[cluster]: {exc}") from None
     return url

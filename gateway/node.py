@@ -9,14 +9,19 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from contracts.clock import now_ms
-from contracts.coordination import Coordination, Endpoint, Member
+from contracts.coordination import Coordination, Member
 from contracts.placement import Assignment, Replica
 from contracts.positions import satisfies
 from contracts.project import Project
 from contracts.topology import Topology
 from gateway.auth import Authenticator
 from gateway.cluster.batching import RequestBatch
-from gateway.cluster.coordinator import Coordinator, ElasticCoordinator, StaticCoordinator
+from gateway.cluster.coordinator import (
+    Coordinator,
+    ElasticCoordinator,
+    StaticCoordinator,
+    coordinator_timeout,
+)
 from gateway.cluster.health import Membership
 from gateway.cluster.log_end import LogEnd, LogFileEnd, PublishedEnd
 from gateway.cluster.metrics import NodeMetrics, NodeState
@@ -111,7 +116,9 @@ class GatewayNode:
         me = Member(self.id, self.config.address)
         first = Topology.unassigned(cluster.partitions, cluster.replicas, {me.id: me.address})
         view = TopologyView(first)
-        coordination = Coordination(Endpoint.parse(cluster.coordinator), cluster.name)
+        coordination = Coordination(
+            cluster.coordinator, cluster.name, coordinator_timeout(self.project.settings)
+        )
         return view, ElasticCoordinator(self.project, coordination, me, view, self._caught_up)
 
     def _caught_up(self, assignment: Assignment) -> frozenset[Replica]:

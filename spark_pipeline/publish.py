@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 
 from contracts.auth import secret_headers
-from contracts.coordination import Coordination, CoordinatorError, Endpoint, State
+from contracts.coordination import Coordination, CoordinatorError, State
 from contracts.manifest import Manifest
 from contracts.project import Node, Project
 from contracts.snapshot_file import parse_file_name, partition_folder
@@ -107,7 +107,7 @@ def _holders(project: Project, partitions: set[int]) -> list[Node]:
 
 
 async def _read(url: str, name: str) -> State:
-    coordination = Coordination(Endpoint.parse(url), name)
+    coordination = Coordination(url, name)
     await coordination.connect()
     try:
         return await coordination.read()

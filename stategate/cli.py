@@ -18,7 +18,7 @@ from pathlib import Path
 
 from contracts import eventlog, records
 from contracts import project as projects
-from contracts.coordination import Coordination, CoordinatorError, Endpoint
+from contracts.coordination import Coordination, CoordinatorError
 from contracts.project import Project
 from contracts.settings import Settings, shown, table
 from stategate import cluster as cluster_commands
@@ -195,7 +195,7 @@ def _coordinator_answers(project: Project) -> bool:
     url = project.cluster.coordinator
     if url is None:
         return True
-    coordination = Coordination(Endpoint.parse(url), project.cluster.name)
+    coordination = Coordination(url, project.cluster.name)
 
     async def check() -> None:
         await coordination.connect()

@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 from contracts import placement
-from contracts.coordination import Coordination, CoordinatorError, Endpoint, State
+from contracts.coordination import Coordination, CoordinatorError, State
 from contracts.placement import PlacementError
 from contracts.project import Project
 
@@ -24,7 +24,7 @@ def run(project: Project, action: str, node: str | None) -> int:
             file=sys.stderr,
         )
         return 2
-    coordination = Coordination(Endpoint.parse(cluster.coordinator), cluster.name)
+    coordination = Coordination(cluster.coordinator, cluster.name)
     try:
         body = asyncio.run(_act(coordination, action, node))
     except (CoordinatorError, PlacementError) as exc:

@@ -11,7 +11,7 @@ import time
 from collections.abc import Collection, Mapping
 from pathlib import Path
 
-from contracts.coordination import Coordination, CoordinatorError, Endpoint, State
+from contracts.coordination import Coordination, CoordinatorError, State
 from contracts.project import Project
 from stategate.launcher import free_ports, serving
 
@@ -67,7 +67,7 @@ class Etcd:
 
     def read(self, cluster: str) -> State:
         async def go() -> State:
-            coordination = Coordination(Endpoint.parse(self.url), cluster)
+            coordination = Coordination(self.url, cluster)
             await coordination.connect()
             try:
                 return await coordination.read()
