@@ -1,10 +1,15 @@
 """Who serves what, and where: an Assignment (contracts/placement.py) and the members'
 addresses. A static [[cluster.nodes]] file is one fixed Topology (`static`); an elastic
 cluster's coordinator hands a node a new one whenever the assignment or the members change.
-Routing, delivery and the partition map read the one a node holds now."""
+Routing, delivery and the partition map read the one a node holds now.
+
+A node that cannot tell whether its coordinator session still holds (its lease may have
+expired while it was cut off) holds its last topology `fenced` for itself: it serves what it
+has, with its true positions, but as nobody's active, until it reads the assignment again."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -17,6 +22,7 @@ from contracts.project import Cluster
 class Topology:
     assignment: Assignment
     addresses: Mapping[str, str]  # node id -> host:port, of every member known
+    fenced: frozenset[str] = frozenset()  # nodes not to be taken for any partition's active
 
     @classmethod
     def static(cls, cluster: Cluster) -> Topology:
@@ -39,7 +45,11 @@ class Topology:
 
     def active(self, partition: int) -> str | None:
         replicas = self.replicas(partition)
-        return replicas[0] if replicas else None
+        return replicas[0] if replicas and replicas[0] not in self.fenced else None
+
+    def fence(self, node: str) -> Topology:
+        """This topology with `node` nobody's active."""
+        return dataclasses.replace(self, fenced=self.fenced | {node})
 
     def hosted_by(self, node: str) -> list[int]:
         """The partitions `node` serves."""

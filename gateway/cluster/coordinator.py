@@ -11,7 +11,10 @@ assignment into its TopologyView, which routing and delivery read.
 
 A member that disappears keeps its replicas for `lost_node_grace_s` (a restart is not a
 move); then they are placed again, warm-up first. While the coordinator is unreachable a node
-keeps serving the last assignment it read, and nothing moves, until it answers again.
+keeps serving the last assignment it read, and nothing moves, until it answers again. Once
+`session_ttl_s` has passed since the last keep-alive the coordinator took, the node's lease
+may have expired and its replicas may be placed elsewhere: it fences itself (serves as
+nobody's active, contracts/topology.py) until it reads the assignment again.
 """
 
 from __future__ import annotations
@@ -27,11 +30,14 @@ from contracts import placement
 from contracts.coordination import Coordination, CoordinatorError, Member, State
 from contracts.placement import Assignment, Replica
 from contracts.project import Project
+from contracts.settings import Settings
 from contracts.topology import Topology
 from gateway.model.topology import TopologyView
 
 log = logging.getLogger(__name__)
 RETRY_S = 1.0  # wait before reconnecting to a coordinator that failed
+CALLS_PER_TTL = 4  # a coordinator call's deadline: a quarter of session_ttl_s
+MIN_CALL_S = 0.5
 CaughtUp = Callable[[Assignment], frozenset[Replica]]  # the warm-ups caught up now
 
 
@@ -75,7 +81,8 @@ class ElasticCoordinator:
         self.caught_up = caught_up
         self.state = State()
         self.connected = False
-        self._lease: Any = None
+        self._lease: int | None = None
+        self._held_since = 0.0  # when the last keep-alive the coordinator took was sent
         self._missing_since: dict[str, float] = {}  # lost members: since when (monotonic)
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -102,7 +109,7 @@ class ElasticCoordinator:
         assignment = self.view.current.assignment
         return {
             "kind": "elastic",
-            "coordinator": str(self.coordination.endpoint),
+            "coordinator": self.coordination.url,
             "connected": self.connected,
             "leader": self.state.leader,
             "assignmentVersion": assignment.version,
@@ -127,30 +134,59 @@ class ElasticCoordinator:
     async def _register(self) -> None:
         """Register this node under a new lease of `session_ttl_s`."""
         ttl = max(1, round(self.project.settings.session_ttl_s))
+        sent = time.monotonic()
         self._lease = await self.coordination.lease(ttl)
         await self.coordination.register(self.me, self._lease)
+        self._held_since = sent
 
     async def _read(self) -> None:
         self.state = await self.coordination.read()
         self._take(self.state)
 
     def _take(self, state: State) -> None:
+        """Route by the state read (and serve as its assignment says: no longer fenced)."""
         if state.assignment is None:
             return
         addresses = dict(self.view.current.addresses)  # a lost member's, until it is moved off
         addresses.update({m.id: m.address for m in state.members.values()})
+        if self.me.id in self.view.current.fenced:
+            log.info("the assignment read again: serving as it says")
         self.view.update(Topology(state.assignment, addresses))
 
     async def _keep_alive(self) -> None:
-        interval = self.project.settings.session_ttl_s / 3
+        """Refresh the lease every third of its TTL; a failed call is tried again at once
+        (on the next member), and the node fences itself once the TTL may have run out."""
+        ttl = self.project.settings.session_ttl_s
         while True:
-            await asyncio.sleep(interval)
-            try:
-                if self._lease is None or await self.coordination.refresh(self._lease) == 0:
-                    await self._rejoin()
-                self._reached()
-            except CoordinatorError as exc:
-                self._unreachable(exc)
+            until_fenced = self._fence_at() - time.monotonic()
+            await asyncio.sleep(until_fenced if 0 < until_fenced < ttl / 3 else ttl / 3)
+            for attempt in range(2):
+                try:
+                    await self._refresh()
+                    self._reached()
+                    break
+                except CoordinatorError as exc:
+                    if time.monotonic() >= self._fence_at():
+                        self._fence("no keep-alive reached the coordinator within the TTL")
+                    if attempt == 1:
+                        self._unreachable(exc)
+
+    async def _refresh(self) -> None:
+        sent = time.monotonic()
+        if self._lease is None or await self.coordination.refresh(self._lease) == 0:
+            await self._rejoin()
+        else:
+            self._held_since = sent
+
+    def _fence_at(self) -> float:
+        return self._held_since + self.project.settings.session_ttl_s
+
+    def _fence(self, why: str) -> None:
+        """Serve as nobody's active until the assignment is read again (`_take`)."""
+        current = self.view.current
+        if self.me.id not in current.fenced:
+            log.warning("%s: serving as nobody's active until the assignment is read", why)
+            self.view.update(current.fence(self.me.id))
 
     def _reached(self) -> None:
         if not self.connected:
@@ -164,9 +200,12 @@ class ElasticCoordinator:
         self.connected = False
 
     async def _rejoin(self) -> None:
-        """The lease expired (the coordinator was away longer than the TTL): register anew."""
+        """The lease expired (the coordinator was away longer than the TTL): register anew,
+        and read the assignment made meanwhile before serving by it."""
+        self._fence("this node's lease expired")
         await self._register()
         log.info("registered again with the coordinator as %s", self.me.id)
+        await self._read()
 
     async def _follow(self) -> None:
         while True:
@@ -249,3 +288,9 @@ def _summary(previous: Assignment | None, nxt: Assignment) -> str:
     moved = placement.moves(previous, nxt)
     warming = sum(len(w) for w in nxt.warming)
     return f"+{len(moved.added)} -{len(moved.removed)} replicas, {warming} warming up"
+
+
+def coordinator_timeout(settings: Settings) -> float:
+    """A coordinator call's deadline: short enough that a keep-alive tried on a second member
+    still arrives within the lease's TTL."""
+    return max(MIN_CALL_S, settings.session_ttl_s / CALLS_PER_TTL)

@@ -108,7 +108,7 @@ def _answer(
     if store is None:
         return answer.fail(Failure.DOES_NOT_EXIST, f"no store {q.store!r} on node {node_id}")
     if q.require_active and not active:
-        return answer.fail(Failure.NOT_ACTIVE, f"{node_id} is a standby of {q.partition}")
+        return answer.fail(Failure.NOT_ACTIVE, _standby(topology, node_id, q.partition))
     with catalog.lease(q.partition) as snapshot:
         if snapshot is None:
             return answer.fail(Failure.NOT_PRESENT, f"{node_id} has no snapshot of {q.partition}")
@@ -314,3 +314,13 @@ def prefix_upper_bound(prefix: str) -> str | None:
     if 0xD800 <= last <= 0xDFFF:  # skip surrogates, which UTF-8 cannot encode
         last = 0xE000
     return stripped[:-1] + chr(last)
+
+
+def _standby(topology: Topology, node_id: str, partition: int) -> str:
+    if node_id in topology.fenced:
+        return (
+            f"{node_id} cannot tell whether it is still the active of {partition}: its "
+            "coordinator session may have expired, so it answers as a standby until it reads "
+            "the assignment again"
+        )
+    return f"{node_id} is a standby of {partition}"
