@@ -149,9 +149,11 @@ class SnapshotCatalog:
                 chains.append(chain[:1])
         return chains
 
-    def install(self, partition: int, chain: list[LocalLayer]) -> Snapshot:
+    def install(self, partition: int, chain: list[LocalLayer]) -> Snapshot | None:
         """Serve a chain of verified files: only its new deltas are read when it extends the
-        current chain. Returns the partition's current snapshot after it."""
+        current chain. Returns the partition's current snapshot after it; None when the
+        partition was handed over (`drop`) while the chain was read: it stays handed over,
+        and what was read is let go (the base it extended may be detached already)."""
         current = self.get(partition)
         known = len(current.layers) if current else 0
         if current is not None and tuple(chain[:known]) == current.layers:
@@ -163,16 +165,17 @@ class SnapshotCatalog:
         with self._lock:
             old = self._current.get(partition)
             stale: Snapshot | None
-            if old is not None and old.order >= snapshot.order:
-                stale = snapshot
+            if old is not current or (old is not None and old.order >= snapshot.order):
+                stale = snapshot  # handed over or replaced meanwhile, or no newer
             else:
                 self._current[partition] = snapshot
                 stale = old
             if stale is not None:
                 stale.retired = True
+            serving = self._current.get(partition)
         if stale is not None:
             self._release_if_unused(stale)
-        return self._current[partition]
+        return serving
 
     def _load(self, partition: int, chain: list[LocalLayer]) -> Snapshot:
         base = self._open_base(partition, chain[0])

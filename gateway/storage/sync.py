@@ -185,6 +185,8 @@ class SnapshotSync:
             for path in fetched:
                 path.unlink(missing_ok=True)
             raise
+        if serving is None:
+            return  # handed over while it was read
         if serving.version != version:  # a compacted chain at the same version changes nothing
             self.switches.installed(partition)
             if version is not None:

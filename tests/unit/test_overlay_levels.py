@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from contracts.manifest import Layer
 from contracts.project import Project, Store, load
 from contracts.snapshot_file import relative_path
 from gateway.model.queries import Get, Range, Windows
@@ -52,6 +53,7 @@ def test_a_chain_installed_delta_by_delta_answers_as_the_log_says(
         shutil.copy(chain.store_root / layer.path, path)
         local.append(LocalLayer(layer.version, layer.kind, path))
         installed = catalog.install(PARTITION, list(local))
+        assert installed is not None
         levels = len(installed.overlay.levels) if installed.overlay else 0
         assert levels == (after + 1 if layer.kind == "delta" else 0)  # the delta alone was read
         check(project, catalog, installed, oracle, chain.positions, paged=True)
@@ -133,3 +135,37 @@ def same(got: list, expected: list) -> None:
     assert len(got) == len(expected), (len(got), len(expected))
     for g, e in zip(got, expected, strict=True):
         assert tuple(g) == pytest.approx(tuple(e)), (g, e)
+
+
+def test_a_partition_handed_over_while_its_delta_is_read_stays_handed_over(
+    project: Project, catalog: SnapshotCatalog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The node hands a partition over (its topology listener, on the event loop) while a
+    sync thread reads the partition's next delta over the snapshot it served: the install
+    must not serve a snapshot over the base the handover detached; given back, the
+    partition answers as the log says."""
+    chain, oracle = WrittenChain(project, tmp_path / "store", PARTITION), Log(project)
+    layers = [chain.next_layer(seed) for seed in range(2)]
+    assert catalog.install(PARTITION, [copied_in(catalog, chain, layers[0])]) is not None
+    extend = catalog._extend
+
+    def handed_over_meanwhile(partition: int, current: Snapshot, local: list) -> Snapshot:
+        catalog.drop(partition)
+        return extend(partition, current, local)
+
+    monkeypatch.setattr(catalog, "_extend", handed_over_meanwhile)
+    delta = copied_in(catalog, chain, layers[1])
+    assert catalog.install(PARTITION, [copied_in(catalog, chain, layers[0]), delta]) is None
+    assert catalog.get(PARTITION) is None
+    monkeypatch.undo()
+    given_back = catalog.install(PARTITION, [copied_in(catalog, chain, layer) for layer in layers])
+    assert given_back is not None
+    check(project, catalog, given_back, oracle, chain.positions)
+
+
+def copied_in(catalog: SnapshotCatalog, chain: WrittenChain, layer: Layer) -> LocalLayer:
+    """A layer the pipeline wrote, downloaded to the node's folder (again, if deleted)."""
+    path = catalog.folder / relative_path(PARTITION, layer.version, layer.kind)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(chain.store_root / layer.path, path)
+    return LocalLayer(layer.version, layer.kind, path)
