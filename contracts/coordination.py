@@ -32,6 +32,7 @@ FORMAT = 1
 SCHEME = "etcd"
 DEFAULT_PORT = 2379
 CONNECT_TIMEOUT_S = 3
+LEASE_NOT_FOUND = "requested lease not found"  # etcd's error for an expired lease
 CALL_TIMEOUT_S = 3.0  # a call's deadline, unless the caller gives one
 
 
@@ -148,14 +149,20 @@ class Coordination:
             await client.connect()
             await client.status()
         except BaseException:
-            await client.close()
+            await self._closed(client)
             raise
         return client
 
     async def close(self) -> None:
         client, self._client = self._client, None
         if client is not None:
-            await client.close()
+            await self._closed(client)
+
+    async def _closed(self, client: Any) -> None:
+        """Close a connection, within the call timeout: aetcd's close waits on its watch
+        stream, which a connection cut off by the network may never end."""
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(client.close(), self.timeout_s)
 
     @contextlib.asynccontextmanager
     async def _session(self) -> AsyncIterator[Any]:
@@ -168,16 +175,13 @@ class Coordination:
             yield client
         except (CoordinatorError, PlacementError):
             raise
-        except Exception as exc:
-            from aetcd.exceptions import ClientError
-
-            if not isinstance(exc, ClientError | OSError | TimeoutError):
-                raise
+        except Exception as exc:  # aetcd's, grpc's (a call on a channel that another call
+            # closed meanwhile raises grpc's UsageError), the OS's: all one failure here
             member = self.members[self._at]
             if self._client is client:  # not already replaced by a concurrent call
                 self._client = None
                 self._at = (self._at + 1) % len(self.members)
-                await client.close()
+                await self._closed(client)
             raise CoordinatorError(f"{member}: {exc or type(exc).__name__}") from exc
 
     def key(self, *parts: str) -> bytes:
@@ -223,9 +227,15 @@ class Coordination:
             return int((await client.lease(ttl_s)).id)
 
     async def refresh(self, lease: int) -> int:
-        """Keep a lease alive; its remaining TTL (0 when it had expired)."""
-        async with self._session() as client:
-            reply = await client.refresh_lease(lease)
+        """Keep a lease alive; its remaining TTL (0 when it had expired: the leader says so
+        with a TTL of 0, a member that forwards the keep-alive with an error)."""
+        try:
+            async with self._session() as client:
+                reply = await client.refresh_lease(lease)
+        except CoordinatorError as exc:
+            if LEASE_NOT_FOUND in str(exc):
+                return 0
+            raise
         return int(reply.TTL) if reply is not None else 0
 
     async def register(self, member: Member, lease: int) -> None:

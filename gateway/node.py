@@ -98,6 +98,8 @@ class GatewayNode:
                 self._lag,
                 self.membership.beliefs,
                 lambda: self.topology.current.version,
+                lambda: self.coordinator.connected,
+                lambda: self.id in self.topology.current.fenced,
             )
         )
         self.pool = ThreadPoolExecutor(settings.query_threads, thread_name_prefix="query")

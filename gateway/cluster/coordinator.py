@@ -42,6 +42,8 @@ CaughtUp = Callable[[Assignment], frozenset[Replica]]  # the warm-ups caught up 
 
 
 class Coordinator(Protocol):
+    connected: bool  # whether the coordinator answered the last call (always, without one)
+
     async def start(self) -> None: ...
 
     async def stop(self) -> None: ...
@@ -51,6 +53,8 @@ class Coordinator(Protocol):
 
 class StaticCoordinator:
     """The project file's nodes and round-robin placement: nothing to start."""
+
+    connected = True
 
     def __init__(self, view: TopologyView) -> None:
         self.view = view
@@ -163,20 +167,29 @@ class ElasticCoordinator:
             for attempt in range(2):
                 try:
                     await self._refresh()
+                    if self.me.id in self.view.current.fenced:
+                        await self._read()  # the lease held: serve by the assignment now
                     self._reached()
                     break
                 except CoordinatorError as exc:
+                    log.info("keep-alive failed: %s", exc)
                     if time.monotonic() >= self._fence_at():
                         self._fence("no keep-alive reached the coordinator within the TTL")
                     if attempt == 1:
                         self._unreachable(exc)
 
     async def _refresh(self) -> None:
+        """Refresh the lease, or register anew if it expired; bounded as a whole, so that
+        nothing the connection does can stop the keep-alives."""
         sent = time.monotonic()
-        if self._lease is None or await self.coordination.refresh(self._lease) == 0:
-            await self._rejoin()
-        else:
-            self._held_since = sent
+        try:
+            async with asyncio.timeout(self.project.settings.session_ttl_s):
+                if self._lease is None or await self.coordination.refresh(self._lease) == 0:
+                    await self._rejoin()
+                else:
+                    self._held_since = sent
+        except TimeoutError as exc:
+            raise CoordinatorError("a keep-alive that did not end within the TTL") from exc
 
     def _fence_at(self) -> float:
         return self._held_since + self.project.settings.session_ttl_s
@@ -275,6 +288,8 @@ class ElasticCoordinator:
         grace = self.project.settings.lost_node_grace_s
         kept = set()
         for node in known - registered:
+            if node not in self._missing_since:
+                log.warning("%s is not registered: its replicas stay for %.1f s", node, grace)
             since = self._missing_since.setdefault(node, now)
             if now - since < grace:
                 kept.add(node)

@@ -33,6 +33,8 @@ class NodeState:
     lag: Callable[[int, dict[str, int]], int | None]
     peers_alive: Callable[[], dict[str, bool]]
     assignment_version: Callable[[], int]
+    coordinator_connected: Callable[[], bool]
+    fenced: Callable[[], bool]
 
 
 class NodeMetrics:
@@ -146,6 +148,17 @@ class _StateCollector(Collector):
             "stategate_assignment_version",
             "the version of the assignment this node routes by (0: the project file's)",
             value=self.state.assignment_version(),
+        )
+        yield GaugeMetricFamily(
+            "stategate_coordinator_connected",
+            "1 while the coordinator answers this node (always 1 without one)",
+            value=int(self.state.coordinator_connected()),
+        )
+        yield GaugeMetricFamily(
+            "stategate_fenced",
+            "1 while this node's coordinator session may have expired: it serves as nobody's "
+            "active until it reads the assignment again",
+            value=int(self.state.fenced()),
         )
         yield CounterMetricFamily(
             "stategate_internal_requests_served",
