@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -26,7 +27,8 @@ from contracts.snapshot_file import parse_file_name, partition_folder
 from spark_pipeline.snapshot import temporary_of
 
 log = logging.getLogger(__name__)
-NOTIFY_TIMEOUT_S = 30.0
+NOTIFY_TIMEOUT = httpx.Timeout(30.0, connect=3.0)  # a sync may download; a connect may not
+NOTIFYING_THREADS = 32  # nodes told at once by the continuous pipeline
 PRUNE_GRACE_S = 60.0  # how long an unnamed layer stays for nodes still downloading it
 # A temporary layer file untouched this long (with its WAL) was left by a writer killed while
 # writing it (SIGKILL skips its cleanup); a live writer touches the WAL as it goes.
@@ -87,6 +89,62 @@ def notify_nodes(project: Project, partitions: set[int]) -> dict[str, str]:
         return {node.id: result for node, result in zip(nodes, results, strict=True)}
 
 
+class Notifier:
+    """Tells the nodes holding changed partitions to sync, in the background and each node
+    on its own: a node that does not answer (down, or cut off by the network, where a call
+    waits out its timeout) holds up only its own notifications, never the other nodes'. A
+    node still busy with one is told once more when it answers, whatever changed meanwhile:
+    a sync reads the whole manifest. How each node's notifications go is logged when it
+    changes (a node down would otherwise log a line per micro-batch)."""
+
+    def __init__(self, project: Project) -> None:
+        self.project = project
+        self._pool = ThreadPoolExecutor(NOTIFYING_THREADS, thread_name_prefix="notify")
+        self._lock = threading.Lock()
+        self._due: set[int] = set()  # partitions published since the last dispatch began
+        self._busy: set[str] = set()  # nodes being told now
+        self._again: set[str] = set()  # nodes to tell again once they answer
+        self._told: dict[str, str] = {}  # node -> how its last notification went
+
+    def tell(self, partitions: set[int]) -> None:
+        with self._lock:
+            idle = not self._due
+            self._due |= partitions
+        if idle:
+            self._pool.submit(self._dispatch)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _dispatch(self) -> None:
+        with self._lock:
+            partitions, self._due = self._due, set()
+        for node in _holders(self.project, partitions):
+            with self._lock:
+                if node.id in self._busy:
+                    self._again.add(node.id)
+                    continue
+                self._busy.add(node.id)
+            self._pool.submit(self._tell, node)
+
+    def _tell(self, node: Node) -> None:
+        while True:
+            self._record(node.id, _notify(node, self.project.cluster.secret))
+            with self._lock:
+                if node.id not in self._again:
+                    self._busy.discard(node.id)
+                    return
+                self._again.discard(node.id)
+
+    def _record(self, node: str, outcome: str) -> None:
+        before = self._told.get(node, "ok")
+        self._told[node] = outcome
+        if outcome != "ok" and before == "ok":
+            log.warning("could not tell %s about new layers: %s", node, outcome)
+        elif outcome == "ok" and before != "ok":
+            log.info("told %s about new layers again", node)
+
+
 def _holders(project: Project, partitions: set[int]) -> list[Node]:
     """The nodes that serve or warm up any of `partitions`: as the project file places them,
     or, with a coordinator, as its current assignment does."""
@@ -119,7 +177,7 @@ async def _read(url: str, name: str) -> State:
 def _client() -> httpx.Client:
     """One client for the process's notifications, shared by its threads: a client per call
     made a TLS context each time (~25 ms of the driver's CPU, three times a micro-batch)."""
-    return httpx.Client(timeout=NOTIFY_TIMEOUT_S)
+    return httpx.Client(timeout=NOTIFY_TIMEOUT)
 
 
 def _notify(node: Node, secret: str) -> str:

@@ -28,7 +28,6 @@ import logging
 import os
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,7 +45,7 @@ from spark_pipeline.job import run, snapshot_dir
 from spark_pipeline.log_source import read_log, task_groups
 from spark_pipeline.plan import plan_run, stores_digest
 from spark_pipeline.progress import log_bad_records, positions
-from spark_pipeline.publish import notify_nodes, prune, sweep_temporaries
+from spark_pipeline.publish import Notifier, notify_nodes, prune, sweep_temporaries
 
 log = logging.getLogger(__name__)
 CRASH_AT = "STATEGATE_CRASH_AT"  # tests: die at this point of a micro-batch (see _crash_point)
@@ -78,12 +77,9 @@ class Follower:
         self._loop: threading.Thread | None = None
         self._failure: BaseException | None = None  # what ended the loop, if not a stop
         self._compactor: threading.Thread | None = None
-        self._notifier = ThreadPoolExecutor(max_workers=1, thread_name_prefix="notify")
-        self._due: set[int] = set()  # partitions published since the last notification began
-        self._due_lock = threading.Lock()
+        self._notifier = Notifier(project)
         self._compacting = threading.Event()  # set while a compaction runs
         self._groups = 1  # the task groups the records come in, fixed when following starts
-        self._told: dict[str, str] = {}  # node -> how the last notification went
         self.freshness = Delays(stages=("read", "written", "published"))
         self.registry = CollectorRegistry()
         self.registry.register(self.freshness)
@@ -155,7 +151,7 @@ class Follower:
             if self._compacting.is_set():
                 self.spark.sparkContext.cancelJobGroup(COMPACTION)
             self._compactor.join(60)
-        self._notifier.shutdown(wait=False, cancel_futures=True)
+        self._notifier.close()
         log.info(
             "stopped after %d micro-batches: %d records, %d layers, %d compactions",
             self.progress.batches,
@@ -289,28 +285,9 @@ class Follower:
 
     def _tell_nodes(self, partitions: set[int]) -> None:
         """Notify the hosting nodes without holding up the micro-batch (they answer once they
-        have installed the new layers); partitions published while a notification is under
-        way are told together in the next."""
-        if not self.notify:
-            return
-        with self._due_lock:
-            idle = not self._due
-            self._due |= partitions
-        if idle:
-            self._notifier.submit(self._notify)
-
-    def _notify(self) -> None:
-        """Tell the nodes of the partitions due; log a node's notifications when they start
-        or stop failing (a node down would otherwise log a line per micro-batch)."""
-        with self._due_lock:
-            partitions, self._due = self._due, set()
-        for node, outcome in notify_nodes(self.project, partitions).items():
-            before = self._told.get(node, "ok")
-            self._told[node] = outcome
-            if outcome != "ok" and before == "ok":
-                log.warning("could not tell %s about new layers: %s", node, outcome)
-            elif outcome == "ok" and before != "ok":
-                log.info("told %s about new layers again", node)
+        have installed the new layers)."""
+        if self.notify:
+            self._notifier.tell(partitions)
 
 
 def catch_up_here(project: Project, notify: bool = True) -> None:
