@@ -115,7 +115,7 @@ class Coordination:
         self.members = endpoints(url)
         self.prefix = f"/stategate/{cluster}/".encode()
         self.timeout_s = timeout_s
-        self._client: Any = None  # aetcd.Client, imported only by processes that coordinate
+        self._client: _Connection | None = None
         self._at = 0  # the member connected to, or the next to try
         self._connecting = asyncio.Lock()
 
@@ -129,7 +129,7 @@ class Coordination:
             for _ in self.members:
                 member = self.members[self._at]
                 try:
-                    self._client = await self._open(member)
+                    self._client = _Connection(await self._open(member))
                     return
                 except Exception as exc:  # noqa: BLE001 - grpc's errors, translated once here
                     failures.append(f"{member} does not answer: {exc}")
@@ -154,41 +154,51 @@ class Coordination:
         return client
 
     async def close(self) -> None:
-        client, self._client = self._client, None
-        if client is not None:
-            await self._closed(client)
+        connection, self._client = self._client, None
+        if connection is not None:
+            await self._dropped(connection)
+
+    async def _dropped(self, connection: _Connection) -> None:
+        connection.gone.set()  # ends the watches on it, whatever aetcd's close does
+        await self._closed(connection.etcd)
 
     async def _closed(self, client: Any) -> None:
-        """Close a connection, within the call timeout: aetcd's close waits on its watch
-        stream, which a connection cut off by the network may never end."""
+        """Close a client, within the call timeout: aetcd's close waits on its watch stream,
+        which a connection cut off by the network may never end."""
         with contextlib.suppress(Exception):
             await asyncio.wait_for(client.close(), self.timeout_s)
 
     @contextlib.asynccontextmanager
-    async def _session(self) -> AsyncIterator[Any]:
-        """The connected client, (re)connecting first; a failure within closes it, so that
-        the next call tries the next member."""
+    async def _session(self) -> AsyncIterator[_Connection]:
+        """The connection, (re)connecting first; a failure within closes it, so that the
+        next call tries the next member."""
         if self._client is None:
             await self.connect()
-        client = self._client
+        connection = self._client
+        assert connection is not None
         try:
-            yield client
+            yield connection
         except (CoordinatorError, PlacementError):
             raise
-        except Exception as exc:  # aetcd's, grpc's (a call on a channel that another call
-            # closed meanwhile raises grpc's UsageError), the OS's: all one failure here
+        except (Exception, asyncio.CancelledError) as exc:  # aetcd's, grpc's, the OS's: one
+            # failure here. A call on a channel another call closed meanwhile raises grpc's
+            # UsageError, or CancelledError: only a cancel of this task itself is one.
+            task = asyncio.current_task()
+            if isinstance(exc, asyncio.CancelledError) and task and task.cancelling():
+                raise
             member = self.members[self._at]
-            if self._client is client:  # not already replaced by a concurrent call
+            if self._client is connection:  # not already replaced by a concurrent call
                 self._client = None
                 self._at = (self._at + 1) % len(self.members)
-                await self._closed(client)
+                await self._dropped(connection)
             raise CoordinatorError(f"{member}: {exc or type(exc).__name__}") from exc
 
     def key(self, *parts: str) -> bytes:
         return self.prefix + "/".join(parts).encode()
 
     async def read(self) -> State:
-        async with self._session() as client:
+        async with self._session() as connection:
+            client = connection.etcd
             found = await client.get_prefix(self.prefix)
         revision = found.header.revision if found.header else 0
         members: dict[str, Member] = {}
@@ -216,22 +226,37 @@ class Coordination:
     async def changes(self, after: int) -> AsyncIterator[None]:
         """Wakes once per change under the prefix after revision `after`; ends when the
         connection is closed (another call failed)."""
-        async with self._session() as client:
-            watch = await client.watch_prefix(self.prefix, start_revision=after + 1)
-            async for _ in watch:
-                yield None
+        async with self._session() as connection:
+            watch = await connection.etcd.watch_prefix(self.prefix, start_revision=after + 1)
+            events = aiter(watch)
+            gone = asyncio.ensure_future(connection.gone.wait())
+            try:
+                while True:
+                    event = asyncio.ensure_future(anext(events))
+                    await asyncio.wait({event, gone}, return_when=asyncio.FIRST_COMPLETED)
+                    if not event.done():
+                        event.cancel()
+                        return
+                    try:
+                        event.result()
+                    except StopAsyncIteration:
+                        return
+                    yield None
+            finally:
+                gone.cancel()
 
     async def lease(self, ttl_s: int) -> int:
         """A new lease's id."""
-        async with self._session() as client:
+        async with self._session() as connection:
+            client = connection.etcd
             return int((await client.lease(ttl_s)).id)
 
     async def refresh(self, lease: int) -> int:
         """Keep a lease alive; its remaining TTL (0 when it had expired: the leader says so
         with a TTL of 0, a member that forwards the keep-alive with an error)."""
         try:
-            async with self._session() as client:
-                reply = await client.refresh_lease(lease)
+            async with self._session() as connection:
+                reply = await connection.etcd.refresh_lease(lease)
         except CoordinatorError as exc:
             if LEASE_NOT_FOUND in str(exc):
                 return 0
@@ -239,13 +264,15 @@ class Coordination:
         return int(reply.TTL) if reply is not None else 0
 
     async def register(self, member: Member, lease: int) -> None:
-        async with self._session() as client:
+        async with self._session() as connection:
+            client = connection.etcd
             await client.put(self.key("members", member.id), member.to_json(), lease=lease)
 
     async def campaign(self, node: str, lease: int) -> bool:
         """Become the leader unless someone is; True when this node leads now."""
         key = self.key("leader")
-        async with self._session() as client:
+        async with self._session() as connection:
+            client = connection.etcd
             won, _ = await client.transaction(
                 compare=[client.transactions.version(key) == 0],
                 success=[client.transactions.put(key, node.encode(), lease=lease)],
@@ -257,7 +284,8 @@ class Coordination:
         """Write the next assignment if the stored one is still the one read (its mod
         revision; 0: none yet). False when another write came first."""
         key = self.key("assignment")
-        async with self._session() as client:
+        async with self._session() as connection:
+            client = connection.etcd
             won, _ = await client.transaction(
                 compare=[client.transactions.mod(key) == over_revision],
                 success=[client.transactions.put(key, assignment.to_json())],
@@ -266,18 +294,28 @@ class Coordination:
         return bool(won)
 
     async def drain(self, node: str) -> None:
-        async with self._session() as client:
+        async with self._session() as connection:
+            client = connection.etcd
             await client.put(self.key("draining", node), b"{}")
 
     async def nudge(self) -> None:
         """Wake the leader to plan now (`stategate cluster rebalance`)."""
-        async with self._session() as client:
+        async with self._session() as connection:
+            client = connection.etcd
             await client.put(self.key("rebalance"), str(now_ms()).encode())
 
     async def undrain(self, node: str) -> None:
-        async with self._session() as client:
+        async with self._session() as connection:
+            client = connection.etcd
             await client.delete(self.key("draining", node))
 
     async def revoke(self, lease: int) -> None:
-        async with self._session() as client:
+        async with self._session() as connection:
+            client = connection.etcd
             await client.revoke_lease(lease)
+
+
+@dataclass
+class _Connection:
+    etcd: Any  # aetcd.Client, imported only by processes that coordinate
+    gone: asyncio.Event = field(default_factory=asyncio.Event)  # set once it is dropped

@@ -36,6 +36,8 @@ from gateway.model.topology import TopologyView
 
 log = logging.getLogger(__name__)
 RETRY_S = 1.0  # wait before reconnecting to a coordinator that failed
+UNEXPECTED = "the coordinator's loop goes on after"  # a loop of its that ends stops the node's
+# part in the cluster for good, without a word
 CALLS_PER_TTL = 4  # a coordinator call's deadline: a quarter of session_ttl_s
 MIN_CALL_S = 0.5
 CaughtUp = Callable[[Assignment], frozenset[Replica]]  # the warm-ups caught up now
@@ -177,6 +179,8 @@ class ElasticCoordinator:
                         self._fence("no keep-alive reached the coordinator within the TTL")
                     if attempt == 1:
                         self._unreachable(exc)
+                except Exception:
+                    log.exception(UNEXPECTED)
 
     async def _refresh(self) -> None:
         """Refresh the lease, or register anew if it expired; bounded as a whole, so that
@@ -229,6 +233,8 @@ class ElasticCoordinator:
                         await self._lead()  # a member came or went, a drain: plan now
             except CoordinatorError as exc:
                 self._unreachable(exc)
+            except Exception:
+                log.exception(UNEXPECTED)
             await asyncio.sleep(RETRY_S)
             with contextlib.suppress(CoordinatorError):
                 await self._read()
@@ -243,9 +249,13 @@ class ElasticCoordinator:
                     await self.coordination.campaign(self.me.id, self._lease)
                     await self._read()
                 if self.state.leader == self.me.id:
-                    await self._lead()
+                    await self._read()  # not only what the watch told: it may lag a split
+                    if self.state.leader == self.me.id:
+                        await self._lead()
             except CoordinatorError as exc:
                 self._unreachable(exc)
+            except Exception:
+                log.exception(UNEXPECTED)
 
     async def _lead(self) -> None:
         state = self.state
