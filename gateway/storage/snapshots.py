@@ -379,7 +379,8 @@ class SnapshotCatalog:
         return snapshot.version if snapshot else 0
 
     def close(self) -> None:
-        self._loader.close()
+        with self._loader_lock:  # a settle may be reading levels
+            self._loader.close()
         self._hub.close()
 
     def _release_if_unused(self, snapshot: Snapshot) -> None:
