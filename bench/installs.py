@@ -122,7 +122,7 @@ def _run(project: Project, catalog: SnapshotCatalog, deltas: int, records: int) 
         started = time.perf_counter()
         snapshot = catalog.install(PARTITION, local)
         measured.install_ms.append((time.perf_counter() - started) * 1000)
-        overlay = snapshot.overlay
+        overlay = snapshot.overlay if snapshot else None
         assert overlay is not None
         started = time.perf_counter()  # the old way: the whole overlay, merged and installed
         merged("whole", overlay.levels, stores, loader).install(hub, stores)
