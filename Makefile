@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 
 CODEGEN := .venv-codegen
 
-.PHONY: setup browser coordinator demo demo-elastic test lint bench schema clients client-python client-typescript
+.PHONY: setup browser coordinator network demo demo-elastic test lint bench schema clients client-python client-typescript
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,12 @@ coordinator:
 	@command -v etcd >/dev/null || (apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server >/dev/null)
 
+# The network-partition tests put each process in a network namespace of its own and cut
+# links with nftables (Debian's nftables, installed as root when missing; README: Tests).
+network:
+	@(command -v nft && command -v ip) >/dev/null || (apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nftables iproute2 >/dev/null)
+
 demo: setup
 	$(PY) -m stategate.cli demo
 
@@ -40,7 +46,7 @@ lint: setup
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy contracts gateway resolvers spark_pipeline stategate bench
 
-test: lint browser coordinator $(CODEGEN)/.installed
+test: lint browser coordinator network $(CODEGEN)/.installed
 	$(PY) -m pytest
 
 bench: setup

@@ -315,6 +315,16 @@ class Coordination:
             await client.revoke_lease(lease)
 
 
+async def read_once(url: str, cluster: str) -> State:
+    """The cluster's state in the coordinator at `url`, over a connection of its own."""
+    coordination = Coordination(url, cluster)
+    await coordination.connect()
+    try:
+        return await coordination.read()
+    finally:
+        await coordination.close()
+
+
 @dataclass
 class _Connection:
     etcd: Any  # aetcd.Client, imported only by processes that coordinate

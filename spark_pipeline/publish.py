@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 
 from contracts.auth import secret_headers
-from contracts.coordination import Coordination, CoordinatorError, State
+from contracts.coordination import CoordinatorError, read_once
 from contracts.manifest import Manifest
 from contracts.project import Node, Project
 from contracts.snapshot_file import parse_file_name, partition_folder
@@ -152,7 +152,7 @@ def _holders(project: Project, partitions: set[int]) -> list[Node]:
     if cluster.coordinator is None:
         return [n for n in cluster.nodes if partitions & set(cluster.hosted_by(n.id))]
     try:
-        state = asyncio.run(_read(cluster.coordinator, cluster.name))
+        state = asyncio.run(read_once(cluster.coordinator, cluster.name))
     except CoordinatorError as exc:
         log.warning("not notifying the nodes: %s", exc)
         return []
@@ -162,15 +162,6 @@ def _holders(project: Project, partitions: set[int]) -> list[Node]:
         for m in state.members.values()
         if assignment is None or partitions & set(assignment.assigned_to(m.id))
     ]
-
-
-async def _read(url: str, name: str) -> State:
-    coordination = Coordination(url, name)
-    await coordination.connect()
-    try:
-        return await coordination.read()
-    finally:
-        await coordination.close()
 
 
 @functools.cache

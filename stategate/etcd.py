@@ -5,19 +5,22 @@ what both wait for in it, an elastic cluster settled."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import subprocess
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
-from contracts.coordination import Coordination, CoordinatorError, State
+from contracts.coordination import CoordinatorError, State, read_once
 from contracts.project import Project
+from stategate.hosts import Network
 from stategate.launcher import free_ports, serving
 
 ETCD = "/usr/bin/etcd"
 READY_S = 20
 MEMBER = "local"  # the etcd member's own name: one member, its own cluster
+CLIENT_PORT, PEER_PORT = 2379, 2380  # an ensemble's, each member on a host of its own
 MISSING = f"{ETCD} is missing: `make coordinator` installs Debian's etcd-server"
 
 
@@ -40,24 +43,8 @@ class Etcd:
     def start(self) -> None:
         client = f"http://127.0.0.1:{self.client_port}"
         peer = f"http://127.0.0.1:{self.peer_port}"
-        self.folder.mkdir(parents=True, exist_ok=True)
-        log = open(self.folder / "etcd.log", "ab")  # noqa: SIM115 - the process holds it
-        self.proc = subprocess.Popen(
-            [ETCD, "--name", MEMBER, "--data-dir", str(self.folder / "data"),
-             "--listen-client-urls", client, "--advertise-client-urls", client,
-             "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-             "--initial-cluster", f"{MEMBER}={peer}"],
-            stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        log.close()
-        deadline = time.monotonic() + READY_S
-        while time.monotonic() < deadline:
-            try:
-                self.read("probe")
-                return
-            except CoordinatorError:
-                time.sleep(0.2)
-        raise RuntimeError(f"etcd did not answer within {READY_S} s")
+        self.proc = _spawn([], self.folder, MEMBER, client, peer, f"{MEMBER}={peer}")
+        _wait_answering(self.url)
 
     def stop(self) -> None:
         if self.proc is not None:
@@ -66,15 +53,91 @@ class Etcd:
             self.proc = None
 
     def read(self, cluster: str) -> State:
-        async def go() -> State:
-            coordination = Coordination(self.url, cluster)
-            await coordination.connect()
-            try:
-                return await coordination.read()
-            finally:
-                await coordination.close()
+        return read(self.url, cluster)
 
-        return asyncio.run(go())
+
+class Ensemble:
+    """etcd with a member on each of the given hosts (stategate/hosts.py), as a production
+    coordinator runs: a majority of them must agree for anything to be written."""
+
+    def __init__(self, folder: Path, network: Network, hosts: Sequence[str]) -> None:
+        if not installed():
+            raise RuntimeError(MISSING)
+        self.folder, self.network, self.hosts = folder, network, list(hosts)
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    @property
+    def url(self) -> str:
+        members = ",".join(f"{self.network.address(h)}:{CLIENT_PORT}" for h in self.hosts)
+        return f"etcd://{members}"
+
+    def start(self) -> None:
+        peers = ",".join(f"{h}={self._peer(h)}" for h in self.hosts)
+        for host in self.hosts:
+            client = f"http://{self.network.address(host)}:{CLIENT_PORT}"
+            on_host = self.network.command(host, [])
+            folder = self.folder / host
+            self.procs[host] = _spawn(on_host, folder, host, client, self._peer(host), peers)
+        _wait_answering(self.url)
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            proc.terminate()
+        for proc in self.procs.values():
+            proc.wait(10)
+        self.procs.clear()
+
+    def leader(self) -> str:
+        """The host whose member leads now (asked of each member until one answers)."""
+        import aetcd
+
+        async def ask(host: str) -> str:
+            client = aetcd.Client(self.network.address(host), CLIENT_PORT, timeout=2)
+            try:
+                status = await client.status()
+                return str(status.leader.name)
+            finally:
+                await client.close()
+
+        for host in self.hosts:
+            with contextlib.suppress(Exception):
+                return asyncio.run(ask(host))
+        raise RuntimeError("no etcd member knows a leader")
+
+    def _peer(self, host: str) -> str:
+        return f"http://{self.network.address(host)}:{PEER_PORT}"
+
+
+def read(url: str, cluster: str) -> State:
+    """The cluster's state in the coordinator at `url`, over a connection of its own."""
+    return asyncio.run(read_once(url, cluster))
+
+
+def _spawn(
+    wrap: list[str], folder: Path, name: str, client: str, peer: str, peers: str
+) -> subprocess.Popen[bytes]:
+    folder.mkdir(parents=True, exist_ok=True)
+    log = open(folder / "etcd.log", "ab")  # noqa: SIM115 - the process holds it
+    proc = subprocess.Popen(
+        [*wrap, ETCD, "--name", name, "--data-dir", str(folder / "data"),
+         "--listen-client-urls", client, "--advertise-client-urls", client,
+         "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+         "--initial-cluster", peers],
+        stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    log.close()
+    return proc
+
+
+def _wait_answering(url: str) -> None:
+    deadline = time.monotonic() + READY_S
+    while time.monotonic() < deadline:
+        try:
+            read(url, "probe")
+            return
+        except CoordinatorError:
+            time.sleep(0.2)
+    raise RuntimeError(f"etcd did not answer within {READY_S} s")
 
 
 def settled(state: State, members: Collection[str], replicas: int) -> bool:

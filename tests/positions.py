@@ -68,13 +68,19 @@ STORES = {
 
 class Client:
     """What one client saw: its last token, the highest offset per partition, and every
-    answer that was not the oracle's at its positions (as text, for the failure message)."""
+    answer that was not the oracle's at its positions (as text, for the failure message).
 
-    def __init__(self, project: Project, log: oracle.Log) -> None:
+    With `partial_ok`, a partial answer is counted (`partial`) rather than a problem, and the
+    partitions it did answer are checked as any others: what a partition cut off from the
+    node asked may cost is an answer without it, never a wrong one."""
+
+    def __init__(self, project: Project, log: oracle.Log, partial_ok: bool = False) -> None:
         self.project, self.log = project, log
+        self.partial_ok = partial_ok
         self.token: str | None = None
         self.seen: dict[int, int] = {}
         self.answers = 0
+        self.partial = 0
         self.problems: list[str] = []
 
     @contextlib.contextmanager
@@ -86,26 +92,41 @@ class Client:
         except Exception as exc:  # noqa: BLE001 - whatever ended it fails the test
             self.problems.append(f"crashed: {exc!r}")
 
-    def check(self, data: dict[str, Any], token: str | None) -> None:
-        """A response of `document`, or a subscription's payload of some of its fields."""
+    def check(self, data: dict[str, Any], token: str | None) -> frozenset[str]:
+        """A response of `document`, or a subscription's payload of some of its fields; the
+        failures of the partitions that failed (none: it was whole)."""
         self.answers += 1
+        failures: set[str] = set()
+        before = dict(self.seen)  # what the token sent with this request promised
         for name, answer in data.items():
-            offsets = self._positions(name, answer["meta"])
+            failures.update(p["failure"] for p in answer["meta"]["partitions"] if p["failure"])
+            offsets = self._positions(name, answer["meta"], before)
             if offsets is not None:
                 self._values(name, answer, offsets)
+        self.partial += bool(failures)
         if token is not None:
             self.token = token
+        return frozenset(failures)
 
-    def _positions(self, name: str, meta: dict[str, Any]) -> dict[int, int] | None:
-        """Each partition's offset, once checked: none failed, none went back."""
+    def _positions(
+        self, name: str, meta: dict[str, Any], before: dict[int, int]
+    ) -> dict[int, int] | None:
+        """Each answered partition's offset, once checked: none went back from what earlier
+        answers showed (the fields of one answer may each come from another replica, each
+        at least as fresh as the token), and none failed (unless partial answers are ok)."""
         failed = [p for p in meta["partitions"] if p["failure"]]
-        if meta["partial"] or failed:
+        if (meta["partial"] or failed) and not self.partial_ok:
             self.problems.append(f"{name}: partial {failed}")
             return None
-        offsets = {p["partition"]: wire.offsets(p["position"])[TOPIC] for p in meta["partitions"]}
+        offsets = {
+            p["partition"]: wire.offsets(p["position"])[TOPIC]
+            for p in meta["partitions"]
+            if not p["failure"]
+        }
         for partition, offset in offsets.items():
-            if offset < self.seen.get(partition, 0):
-                self.problems.append(f"{name}: p{partition} back to {offset} from {self.seen}")
+            if offset < before.get(partition, 0):
+                by = [p["node"] for p in meta["partitions"] if p["partition"] == partition]
+                self.problems.append(f"{name}: p{partition} on {by} back to {offset} from {before}")
             self.seen[partition] = max(offset, self.seen.get(partition, 0))
         return offsets
 
@@ -113,7 +134,10 @@ class Client:
         store = self.project.stores[STORES[name]]
         if "entries" in answer:
             for entry in answer["entries"]:
-                self._keyed(name, entry, offsets[entry["partition"]])
+                if entry["partition"] in offsets:
+                    self._keyed(name, entry, offsets[entry["partition"]])
+        elif "partition" in answer and answer["partition"] not in offsets:
+            return  # one key, of a partition that failed
         elif "windows" in answer:
             rows = self.log.rows(store.name, answer["partition"], offsets[answer["partition"]])
             want = [r for i, r in sorted(rows.items()) if i[0] == answer["key"]]

@@ -1,0 +1,357 @@
+"""A cluster with every process on a host of its own (stategate/hosts.py): a 3-member etcd,
+the snapshot store, the continuous pipeline and three nodes, each configured as it would be on
+separate machines (its address, the secret from the environment, the store's URL, every etcd
+member). The test process is the clients' host and the producer: it appends to the log, reads
+and subscribes through the bridge, and checks every answer against the oracle."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from websockets.exceptions import ConnectionClosed, InvalidHandshake
+
+from contracts import eventlog
+from contracts import project as projects
+from contracts.auth import secret_headers
+from contracts.coordination import State
+from contracts.eventlog import Record
+from stategate.etcd import Ensemble
+from stategate.hosts import Network
+from stategate.launcher import Processes
+from tests import live, oracle, positions
+from tests.nodes import Nodes
+from tests.projects import HOUR_MS, START_MS, produce_test_events, write_project
+
+NODES = ("node1", "node2", "node3")
+ETCD = ("etcd1", "etcd2", "etcd3")
+HOSTS = (*ETCD, "store", "pipeline", *NODES)
+NODE_PORT, STORE_PORT = 8000, 8100
+SECRET_ENV = "STATEGATE_HOSTS_SECRET"
+SECRET = "a-secret-long-enough-for-a-real-network-0123456789"
+# sync_interval_s is long on purpose: the pipeline's notification is how nodes learn of new
+# layers here, so a notification held up by one node shows as staleness on the others.
+SETTINGS = (
+    "health_interval_s = 0.2\nsync_interval_s = 5\nsession_ttl_s = 2\nlost_node_grace_s = 3\n"
+    "internal_timeout_s = 1.0\ntrigger_interval_s = 0.5\nmax_warmups = 6"
+)
+KEYS = [f"C{i:06d}" for i in range(0, 300, 7)] + ["Zoë", "gone", "日本語"]
+WATCHED = dict(zip(NODES, ("C000014", "C000021", "C000042"), strict=True))
+PRODUCE_EVERY_S = 0.05
+READY_S = 120
+
+
+class MultiHost:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.network = Network(HOSTS)  # its addresses now, its namespaces at start()
+        self.processes = Processes(root / "logs")
+        self.etcd = Ensemble(root / "etcd", self.network, ETCD)
+        self.pipeline: subprocess.Popen[bytes] | None = None
+        os.environ[SECRET_ENV] = SECRET
+        self.project = projects.load(self._write_project())
+        self.nodes = Nodes(self.project, root / "logs")
+        self.nodes.processes = self.processes
+        self.log = oracle.Log(self.project)
+        self._stop_producing = threading.Event()
+        self._producer = threading.Thread(target=self._produce)
+
+    def _write_project(self) -> Path:
+        path = write_project(self.root, [NODE_PORT + i for i in range(1, 4)], settings=SETTINGS)
+        text = path.read_text().replace('secret = "test-secret"', f'secret_env = "{SECRET_ENV}"')
+        for i, node in enumerate(NODES, start=1):
+            text = text.replace(f"127.0.0.1:{NODE_PORT + i}", f"{self.address(node)}:{NODE_PORT}")
+        store = f"http://{self.address('store')}:{STORE_PORT}"
+        text = text.replace('store = "snapshots"\n', f'store = "snapshots"\nurl = "{store}"\n')
+        coordinator = f'coordinator = "{self.etcd.url}"\nname = "hosts"\n'
+        path.write_text(text.replace("[cluster]\n", f"[cluster]\n{coordinator}", 1))
+        return path
+
+    def address(self, host: str) -> str:
+        return self.network.address(host)
+
+    def start(self) -> None:
+        """Everything up, the state published and served by every node, the producer on."""
+        self.network.up()
+        self.etcd.start()
+        produce_test_events(self.project, seed=11)
+        store = self.network.command("store", _stategate("store", self.project.path))
+        listen = f"{self.address('store')}:{STORE_PORT}"
+        self.processes.start("store", [*store, "--listen", listen], f"http://{listen}")
+        self._start_pipeline()
+        for node in NODES:
+            self.start_node(node)
+        self.settled(set(NODES))
+        self._producer.start()
+
+    def start_node(self, node: str) -> None:
+        command = self.network.command(node, _stategate("node", self.project.path))
+        self.processes.start(node, [*command, "--node", node], self.nodes.url(node))
+
+    def close(self) -> None:
+        self._stop_producing.set()
+        if self._producer.is_alive():
+            self._producer.join()
+        with contextlib.suppress(Exception):
+            self.network.heal()
+        self.processes.stop_all()
+        if self.pipeline is not None:
+            self.pipeline.terminate()
+            self.pipeline.wait(30)
+        self.etcd.stop()
+        self.nodes.client.close()
+        self.network.down()
+
+    def _start_pipeline(self) -> None:
+        log = self.root / "logs" / "pipeline.log"
+        command = [*_stategate("pipeline", self.project.path), "--follow"]
+        with log.open("ab") as out:
+            self.pipeline = subprocess.Popen(
+                self.network.command("pipeline", command),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
+        deadline = time.monotonic() + READY_S
+        while b"spark_pipeline.stream: following " not in log.read_bytes():
+            if self.pipeline.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the pipeline did not start:\n{log.read_text()[-3000:]}")
+            time.sleep(0.5)
+
+    def state(self) -> State:
+        from stategate.etcd import read
+
+        return read(self.etcd.url, self.project.cluster.name)
+
+    def settled(self, members: set[str], timeout_s: float = 60) -> State:
+        """Until the members serve every partition with its replicas, nothing warming."""
+        from stategate.etcd import serving_settled
+
+        urls = {n: self.nodes.url(n) for n in members}
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with contextlib.suppress(Exception):
+                state = self.state()
+                if serving_settled(state, urls, self.project):
+                    return state
+            if time.monotonic() > deadline:
+                raise AssertionError(f"not settled\n{self.nodes.logs_tail()}")
+            time.sleep(0.2)
+
+    def peer_up(self, node: str, peer: str) -> bool | None:
+        """What `node` believes of `peer` (its stategate_peer_up), None if it does not say."""
+        samples = self.nodes.metrics(node)
+        value = samples.get(("stategate_peer_up", (("peer", peer),)))
+        return None if value is None else value == 1
+
+    def serving_in_view_of(self, viewer: str, node: str) -> list[int]:
+        """The partitions `node` serves in the assignment `viewer` routes by (its /cluster)."""
+        mapped = self.nodes.client.get(f"{self.nodes.url(viewer)}/cluster").json()
+        return [
+            p["partition"]
+            for p in mapped["partitions"]
+            if any(r["node"] == node for r in p["replicas"])
+        ]
+
+    def gauge(self, node: str, name: str) -> float | None:
+        return self.nodes.metrics(node).get((name, ()))
+
+    def ask_actives(self, node: str) -> dict[int, tuple[str, str | None]]:
+        """A requireActive batch of KEYS (every partition) asked of `node`: partition ->
+        (the node that answered, its failure)."""
+        query = (
+            "query($keys: [String!]!) { customerTotalsBatch(keys: $keys, "
+            "consistency: { requireActive: true }) { meta { partitions { partition node "
+            "failure } } } }"
+        )
+        body = self.nodes.gql(node, query, {"keys": KEYS})
+        meta = body["data"]["customerTotalsBatch"]["meta"]
+        return {p["partition"]: (p["node"], p["failure"]) for p in meta["partitions"]}
+
+    def offsets(self, node: str) -> dict[int, int]:
+        """The bookings offset of each partition the node serves now."""
+        partitions = self._status(node)["partitions"]
+        return {int(p): s["offsets"]["bookings"] for p, s in partitions.items()}
+
+    def versions(self, node: str) -> dict[int, int]:
+        """The version of each partition the node serves now."""
+        return {int(p): s["version"] for p, s in self._status(node)["partitions"].items()}
+
+    def _status(self, node: str) -> dict[str, Any]:
+        response = httpx.get(
+            f"{self.nodes.url(node)}/internal/status",
+            headers=secret_headers(self.project.cluster.secret),
+            timeout=5,
+        )
+        body: dict[str, Any] = response.json()
+        return body
+
+    def _produce(self) -> None:
+        rng = random.Random(7)
+        topic = self.project.topics["bookings"]
+        while not self._stop_producing.wait(PRODUCE_EVERY_S):
+            key = f"C{rng.randrange(300):06d}"
+            value = {"trip": "Köln→Zürich", "price": rng.randint(10, 200), "seats": 1}
+            record = Record(key, value, START_MS + rng.randrange(6 * HOUR_MS))
+            eventlog.produce(self.project.log_dir, topic, self.project.cluster.partitions, [record])
+
+
+def _stategate(command: str, config: Path) -> list[str]:
+    return [sys.executable, "-m", "stategate.cli", command, "--config", str(config)]
+
+
+@dataclass
+class Tally:
+    """One client's answers, each with when it came and whether it was whole."""
+
+    # (monotonic, the failures of the partitions that failed: none when it was whole)
+    answers: list[tuple[float, frozenset[str]]] = field(default_factory=list)
+    failed: list[tuple[float, str]] = field(default_factory=list)  # no answer: why
+
+    def between(self, start: float, end: float) -> tuple[int, int, int]:
+        """(answers, partial, failed) in [start, end)."""
+        inside = [bool(failures) for t, failures in self.answers if start <= t < end]
+        failed = sum(1 for t, _ in self.failed if start <= t < end)
+        return len(inside), inside.count(True), failed
+
+    def failures(self, start: float, end: float) -> set[str]:
+        """Why partitions failed in the answers of [start, end)."""
+        return {f for t, failures in self.answers if start <= t < end for f in failures}
+
+    def last_bad(self, after: float) -> float | None:
+        bad = [t for t, failures in self.answers if t >= after and failures]
+        bad += [t for t, _ in self.failed if t >= after]
+        return max(bad, default=None)
+
+
+class Reader(threading.Thread):
+    """A client asking every query kind of one node in a loop, its last token with each."""
+
+    def __init__(self, cluster: MultiHost, node: str) -> None:
+        super().__init__(daemon=True)
+        self.cluster, self.node = cluster, node
+        self.client = positions.Client(cluster.project, cluster.log, partial_ok=True)
+        self.tally = Tally()
+        self.stopping = threading.Event()
+        self.http = httpx.Client(timeout=5)
+
+    def run(self) -> None:
+        with self.client.crashes():
+            self._read()
+
+    def _read(self) -> None:
+        document = positions.document(self.cluster.project)
+        url = f"{self.cluster.nodes.url(self.node)}/graphql"
+        for i in itertools.count():
+            if self.stopping.is_set():
+                return
+            variables = {"key": KEYS[i % len(KEYS)], "keys": KEYS, "token": self.client.token}
+            try:
+                response = self.http.post(url, json={"query": document, "variables": variables})
+            except httpx.HTTPError as exc:
+                self.tally.failed.append((time.monotonic(), type(exc).__name__))
+                time.sleep(0.1)
+                continue
+            body = response.json()
+            if response.status_code != 200 or body.get("errors"):
+                self.tally.failed.append((time.monotonic(), str(body.get("errors"))[:200]))
+                continue
+            failures = self.client.check(body["data"], body["extensions"]["consistencyToken"])
+            self.tally.answers.append((time.monotonic(), failures))
+
+
+class Subscriber(threading.Thread):
+    """A dashboard's subscription to one key's totals on one node; when its connection
+    breaks, it subscribes again with its last token."""
+
+    def __init__(self, cluster: MultiHost, node: str) -> None:
+        super().__init__(daemon=True)
+        self.cluster, self.node, self.key = cluster, node, WATCHED[node]
+        self.client = positions.Client(cluster.project, cluster.log, partial_ok=True)
+        self.tally = Tally()
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        with self.client.crashes():
+            while not self.stopping.is_set():
+                try:
+                    self._follow(live.Socket(self.cluster.nodes.url(self.node), open_timeout=5))
+                except (ConnectionClosed, InvalidHandshake, OSError, TimeoutError) as exc:
+                    self.tally.failed.append((time.monotonic(), type(exc).__name__))
+                    time.sleep(0.2)
+
+    def _follow(self, socket: live.Socket) -> None:
+        try:
+            document = positions.subscription(self.cluster.project)
+            socket.subscribe("s", document, {"key": self.key, "token": self.client.token})
+            while not self.stopping.is_set():
+                try:
+                    payload = socket.next_of("s", timeout=0.5)
+                except TimeoutError:
+                    continue
+                if payload.get("errors"):
+                    self.tally.failed.append((time.monotonic(), str(payload["errors"])[:200]))
+                    continue
+                token = payload["data"]["lookup"]["meta"]["consistencyToken"]
+                failures = self.client.check(payload["data"], token)
+                self.tally.answers.append((time.monotonic(), failures))
+        finally:
+            socket.close()
+
+
+class Clients:
+    """A reader and a subscriber on every node, throughout."""
+
+    def __init__(self, cluster: MultiHost) -> None:
+        self.readers = {n: Reader(cluster, n) for n in NODES}
+        self.subscribers = {n: Subscriber(cluster, n) for n in NODES}
+
+    @property
+    def all(self) -> list[Reader | Subscriber]:
+        return [*self.readers.values(), *self.subscribers.values()]
+
+    def start(self) -> None:
+        for client in self.all:
+            client.start()
+
+    def stop(self) -> None:
+        for client in self.all:
+            client.stopping.set()
+        for client in self.all:
+            client.join(30)
+
+    def wrong(self) -> list[str]:
+        return [f"{type(c).__name__} of {c.node}: {p}" for c in self.all for p in c.client.problems]
+
+
+def wait_for(done: Callable[[], Any], what: str, timeout_s: float) -> float:
+    """Seconds until `done()` is true (errors count as not yet); fails after `timeout_s`."""
+    start = time.monotonic()
+    while True:
+        with contextlib.suppress(Exception):
+            if done():
+                return time.monotonic() - start
+        if time.monotonic() - start > timeout_s:
+            raise AssertionError(f"not within {timeout_s} s: {what}")
+        time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def running(root: Path) -> Iterator[MultiHost]:
+    cluster = MultiHost(root)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.close()
