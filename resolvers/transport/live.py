@@ -33,7 +33,7 @@ from strawberry.types import ExecutionResult
 
 from contracts.access import Principal
 from contracts.errors import GatewayError
-from contracts.positions import Position, encode_token
+from contracts.positions import Position, encode_token, merge
 from gateway.node import GatewayNode
 from resolvers.execution import client_errors, results
 from resolvers.execution.operations import Operations, Prepared, Refused
@@ -120,7 +120,7 @@ class Cohort:
     reads: frozenset[int] | None = None  # partitions read last time; None: all of them
     unanswered: frozenset[int] = frozenset()  # those of them that failed
     latest: Update | None = None
-    position: Position = field(default_factory=dict)  # of the latest update
+    position: Position = field(default_factory=dict)  # the highest of every update sent
     revision: int = 0
     evaluated: asyncio.Event = field(default_factory=asyncio.Event)
     failed: list[dict[str, Any]] | None = None
@@ -150,8 +150,8 @@ class Cohort:
             "revision": self.revision,
         }
         self.latest = Update.of(self.revision, serialized, extensions)
-        self.position = position
-        return self.latest
+        self.position = merge([self.position, position])  # a partition that failed this time
+        return self.latest  # keeps the offset sent before: later updates may not go below it
 
 
 def _behind(position: Position, sent: Position) -> bool:
