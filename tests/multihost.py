@@ -27,6 +27,7 @@ from contracts import project as projects
 from contracts.auth import secret_headers
 from contracts.coordination import State
 from contracts.eventlog import Record
+from contracts.partitioner import partition_for
 from stategate.etcd import Ensemble
 from stategate.hosts import Network
 from stategate.launcher import Processes
@@ -178,6 +179,24 @@ class MultiHost:
         body = self.nodes.gql(node, query, {"keys": KEYS})
         meta = body["data"]["customerTotalsBatch"]["meta"]
         return {p["partition"]: (p["node"], p["failure"]) for p in meta["partitions"]}
+
+    def ask_past(self, node: str, partition: int, offset: int) -> tuple[str, str | None]:
+        """A lookup of a key of `partition` asked of `node` with a position bound of
+        `offset`: (the node that answered, its failure)."""
+        keys = (f"C{i:06d}" for i in itertools.count())
+        key = next(k for k in keys if self.partition_of(k) == partition)
+        query = (
+            "query($key: String!, $p: Int!, $o: Long!) { customerTotals(key: $key, consistency: "
+            '{ position: [{ topic: "bookings", partition: $p, offset: $o }] }) { meta { '
+            "partitions { node failure } } } }"
+        )
+        body = self.nodes.gql(node, query, {"key": key, "p": partition, "o": str(offset)})
+        (answer,) = body["data"]["customerTotals"]["meta"]["partitions"]
+        return answer["node"], answer["failure"]
+
+    def partition_of(self, key: str) -> int:
+        topic = self.project.topics["bookings"]
+        return partition_for(key, topic.key_type, self.project.cluster.partitions)
 
     def offsets(self, node: str) -> dict[int, int]:
         """The bookings offset of each partition the node serves now."""

@@ -300,6 +300,9 @@ def test_a_node_cut_off_from_the_pipeline_and_the_store_serves_its_last_version(
     slack = len(cluster.versions("node1"))  # one version per partition: a batch installing
     assert during <= before + slack, f"node1 fell behind while node3 was cut off: {during}"
     assert cluster.offsets(node) == frozen  # nothing new reached it
+    for partition, offset in frozen.items():  # a bound past what it has: elsewhere, or refused
+        by, failure = cluster.ask_past(node, partition, offset + 1)
+        assert by != node or failure == "NOT_UP_TO_BOUND", (partition, by, failure)
     healed = time.monotonic()
     cluster.network.heal()
     seen = wait_for(
