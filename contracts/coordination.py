@@ -198,8 +198,7 @@ class Coordination:
 
     async def read(self) -> State:
         async with self._session() as connection:
-            client = connection.etcd
-            found = await client.get_prefix(self.prefix)
+            found = await connection.etcd.get_prefix(self.prefix)
         revision = found.header.revision if found.header else 0
         members: dict[str, Member] = {}
         draining: set[str] = set()
@@ -248,8 +247,7 @@ class Coordination:
     async def lease(self, ttl_s: int) -> int:
         """A new lease's id."""
         async with self._session() as connection:
-            client = connection.etcd
-            return int((await client.lease(ttl_s)).id)
+            return int((await connection.etcd.lease(ttl_s)).id)
 
     async def refresh(self, lease: int) -> int:
         """Keep a lease alive; its remaining TTL (0 when it had expired: the leader says so
@@ -265,8 +263,8 @@ class Coordination:
 
     async def register(self, member: Member, lease: int) -> None:
         async with self._session() as connection:
-            client = connection.etcd
-            await client.put(self.key("members", member.id), member.to_json(), lease=lease)
+            etcd = connection.etcd
+            await etcd.put(self.key("members", member.id), member.to_json(), lease=lease)
 
     async def campaign(self, node: str, lease: int) -> bool:
         """Become the leader unless someone is; True when this node leads now."""
@@ -295,24 +293,20 @@ class Coordination:
 
     async def drain(self, node: str) -> None:
         async with self._session() as connection:
-            client = connection.etcd
-            await client.put(self.key("draining", node), b"{}")
+            await connection.etcd.put(self.key("draining", node), b"{}")
 
     async def nudge(self) -> None:
         """Wake the leader to plan now (`stategate cluster rebalance`)."""
         async with self._session() as connection:
-            client = connection.etcd
-            await client.put(self.key("rebalance"), str(now_ms()).encode())
+            await connection.etcd.put(self.key("rebalance"), str(now_ms()).encode())
 
     async def undrain(self, node: str) -> None:
         async with self._session() as connection:
-            client = connection.etcd
-            await client.delete(self.key("draining", node))
+            await connection.etcd.delete(self.key("draining", node))
 
     async def revoke(self, lease: int) -> None:
         async with self._session() as connection:
-            client = connection.etcd
-            await client.revoke_lease(lease)
+            await connection.etcd.revoke_lease(lease)
 
 
 async def read_once(url: str, cluster: str) -> State:
