@@ -204,7 +204,7 @@ class GatewayNode:
         await self.peers.aclose()
         self.pool.shutdown(wait=True)
         self.lanes.close()
-        self.catalog.close()
+        await asyncio.to_thread(self.catalog.close)  # waits for a sync thread still at work
 
     async def execute_local(self, subqueries: list[SubQuery]) -> list[Answer]:
         """Answer sub-queries from this node's snapshots: what memory answers at once (lookups,

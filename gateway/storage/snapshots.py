@@ -42,6 +42,7 @@ from gateway.storage.layers import (
 from gateway.storage.lookup_table import LookupTable
 
 log = logging.getLogger(__name__)
+CLOSE_WAIT_S = 30.0  # the longest a stopping node waits for an install under way
 
 
 class SnapshotError(Exception):
@@ -115,6 +116,8 @@ class SnapshotCatalog:
         self._current: dict[int, Snapshot] = {}
         self._local = threading.local()
         self._serial = itertools.count(1)
+        self._working = 0  # installs and settles under way in sync threads
+        self._idle = threading.Condition()
 
     def open_existing(self, partitions: list[int]) -> None:
         """Serve the newest chain of each hosted partition already on disk that opens."""
@@ -154,6 +157,10 @@ class SnapshotCatalog:
         current chain. Returns the partition's current snapshot after it; None when the
         partition was handed over (`drop`) while the chain was read: it stays handed over,
         and what was read is let go (the base it extended may be detached already)."""
+        with self._work():
+            return self._install(partition, chain)
+
+    def _install(self, partition: int, chain: list[LocalLayer]) -> Snapshot | None:
         current = self.get(partition)
         known = len(current.layers) if current else 0
         if current is not None and tuple(chain[:known]) == current.layers:
@@ -242,6 +249,10 @@ class SnapshotCatalog:
         large as the level below them (layers.to_merge), off the install's path: the merged
         snapshot serves the same version, and replaces the current one only if no install
         came in meanwhile."""
+        with self._work():
+            self._settle()
+
+    def _settle(self) -> None:
         for partition, snapshot in self.current().items():
             overlay = snapshot.overlay
             count = to_merge(overlay.levels) if overlay else 0
@@ -379,9 +390,23 @@ class SnapshotCatalog:
         return snapshot.version if snapshot else 0
 
     def close(self) -> None:
-        with self._loader_lock:  # a settle may be reading levels
-            self._loader.close()
+        """Close both connections once the installs and settles under way have ended: a
+        stopping node cancels its sync task, but not the thread that task was waiting on."""
+        with self._idle:
+            self._idle.wait_for(lambda: self._working == 0, timeout=CLOSE_WAIT_S)
+        self._loader.close()
         self._hub.close()
+
+    @contextmanager
+    def _work(self) -> Iterator[None]:
+        with self._idle:
+            self._working += 1
+        try:
+            yield
+        finally:
+            with self._idle:
+                self._working -= 1
+                self._idle.notify_all()
 
     def _release_if_unused(self, snapshot: Snapshot) -> None:
         with self._lock:
