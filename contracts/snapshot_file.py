@@ -1,27 +1,30 @@
-"""The snapshot files: a partition's state is a chain of layers, one DuckDB file each, every
-file holding every store.
+"""The snapshot files: a partition's state is a chain of layers, one file each, every file
+holding every store.
 
-- a **base** holds the whole state at its version;
+- a **base** holds the whole state at its version: a DuckDB file;
 - a **delta** holds, for the keys changed since the version below it, their full new rows (a
-  deleted table key as a row with `_deleted` true). Reading a chain: the newest layer holding a
-  key wins, and a deleted key is absent. A delta's version is the one below it plus one.
+  deleted table key as a row with `_deleted` true): an Arrow IPC file (contracts/delta_file.py).
+  Reading a chain: the newest layer holding a key wins, and a deleted key is absent. A delta's
+  version is the one below it plus one.
 
 A compaction folds a chain into a new base *at the same version* (the state is the same), so
 a base and a delta may share a version number but never a path.
 
-Tables (identifiers quoted):
+A base's tables (identifiers quoted):
 - one per store, named by the store: `key` (VARCHAR | INTEGER | BIGINT), for a window store
   `window_start BIGINT` (epoch ms), then Store.stored_columns in order (an avg is kept as its
   sum and count, so that versions merge); rows ordered by key (, window_start) so zone maps
-  prune lookups. Deleted table keys are absent from a base; a delta's table stores add
-  `_deleted BOOLEAN` after the other columns.
+  prune lookups. Deleted table keys are absent.
 - `_position(topic VARCHAR, partition INTEGER, "offset" BIGINT)`: per topic, the next offset
   to read in this partition.
 - `_snapshot(partition INTEGER, version BIGINT, created_ms BIGINT, format INTEGER,
-  kind VARCHAR)`: one row; kind is "base" or "delta".
+  kind VARCHAR)`: one row; kind is "base".
+A delta holds the same per store, with `_deleted` after the other columns, and the same
+header in its schema's metadata.
 
 A layer lives at the same relative path in the snapshot store and on every node that hosts
-it, `p<partition>/v<version>.<kind>.duckdb`, and a path is never reused.
+it, `p<partition>/v<version>.base.duckdb` or `p<partition>/v<version>.delta.arrow`, and a
+path is never reused.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from typing import Literal
 from contracts.project import FieldType, Store
 
 Kind = Literal["base", "delta"]
-FORMAT = 2
+FORMAT = 3  # 3: deltas are Arrow IPC files
 POSITION_TABLE = "_position"
 DELETED = "_deleted"
 SNAPSHOT_TABLE = "_snapshot"
@@ -43,7 +46,8 @@ DUCK_TYPES: dict[FieldType, str] = {
     "double": "DOUBLE",
     "boolean": "BOOLEAN",
 }
-_FILE = re.compile(r"^v(\d+)\.(base|delta)\.duckdb$")
+_FILE = re.compile(r"^v(\d+)\.(?:(base)\.duckdb|(delta)\.arrow)$")
+SUFFIX: dict[Kind, str] = {"base": "duckdb", "delta": "arrow"}
 
 
 class FormatError(ValueError):
@@ -52,7 +56,7 @@ class FormatError(ValueError):
 
 def relative_path(partition: int, version: int, kind: Kind) -> str:
     """Where one layer lives, relative to the store folder or a node's snapshot folder."""
-    return f"{partition_folder(partition)}/v{version:06d}.{kind}.duckdb"
+    return f"{partition_folder(partition)}/v{version:06d}.{kind}.{SUFFIX[kind]}"
 
 
 def partition_folder(partition: int) -> str:
@@ -64,7 +68,7 @@ def parse_file_name(file_name: str) -> tuple[int, Kind] | None:
     match = _FILE.match(file_name)
     if match is None:
         return None
-    kind: Kind = "base" if match.group(2) == "base" else "delta"
+    kind: Kind = "base" if match.group(2) else "delta"
     return int(match.group(1)), kind
 
 

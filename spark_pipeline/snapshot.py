@@ -3,10 +3,12 @@
 build_layer runs inside the Spark task that holds the partition's new records. It computes
 every store's delta from them (spark_pipeline/stores.py), reads the layers below the new one,
 and writes either
-- a delta: the changed keys' full new rows (a table's deleted keys as `_deleted` rows): an
-  aggregate's or a window's current rows, read from the base and the rows the worker keeps
-  warm for the chain (spark_pipeline/warm.py), combined with the new records; or
-- a base: the whole state, which is how a chain is started, rebuilt or compacted.
+- a delta (an Arrow IPC file, contracts/delta_file.py): the changed keys' full new rows (a
+  table's deleted keys as `_deleted` rows): an aggregate's or a window's current rows, read
+  from the base and the rows the worker keeps warm for the chain (spark_pipeline/warm.py),
+  combined with the new records; or
+- a base (a DuckDB file): the whole state, which is how a chain is started, rebuilt or
+  compacted.
 The new file is published by rename and never touches the layers below it.
 """
 
@@ -24,6 +26,8 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
+from contracts.delta_file import DeltaHeader, read_delta, write_delta
+from contracts.delta_file import schema as delta_schema
 from contracts.durable import fsync_dir
 from contracts.eventlog import now_ms
 from contracts.freshness import AppendTimes
@@ -49,13 +53,10 @@ from spark_pipeline.warm import Warm, chain_of, fold, keep, warm_up
 # Small row groups: a point lookup or a short scan reads one 8k-row group, not all 122,880
 # rows of DuckDB's default (2-3x faster lookups for ~20% more bytes; bench/README.md).
 ROW_GROUP_SIZE = 8192
-# A delta holds a few hundred rows: with DuckDB's 256 KiB blocks its file would weigh ~1.8 MB
-# whatever it holds; 16 KiB blocks make it ~130 KB.
-DELTA_BLOCK_SIZE = 16384
 # What a task does with a topic's bad records before anything is written (batch.py).
 OnBad = Callable[[Topic, list[BadRow]], None]
 # A layer is written to `.<layer file>.<uuid>.tmp` (DuckDB adds `<that>.wal`), then renamed.
-_TEMPORARY = re.compile(r"^\.v\d+\.(base|delta)\.duckdb\.[0-9a-f]{32}\.tmp(\.wal)?$")
+_TEMPORARY = re.compile(r"^\.v\d+\.(base\.duckdb|delta\.arrow)\.[0-9a-f]{32}\.tmp(\.wal)?$")
 _DUCKDB_CONFIG: dict[str, str | bool | int | float | list[str]] = {
     "threads": 1,
     "memory_limit": "512MB",
@@ -142,38 +143,82 @@ def _write(
     """`records`: topic -> the new records (offset, timestamp, key as text, value). Returns
     the rows written per store, and the warm rows of the chain the new layer tops
     (spark_pipeline/warm.py)."""
-    rows = {}
     with _connection() as con:
         deltas = _stage(con, task, records, on_bad)
-        options = f"ROW_GROUP_SIZE {ROW_GROUP_SIZE}"
-        warm = None
         if task.kind == "delta":
-            options += f", BLOCK_SIZE {DELTA_BLOCK_SIZE}"
-            warm = warm_up(con, task.store_root, task.partition, task.below, task.stores)
-        con.execute(f"ATTACH {literal(str(path))} AS snap ({options})")
-        con.execute("USE snap")
-        below = []
-        for i, layer in enumerate(task.below if warm is None else task.below[:1]):
-            alias = f"below{i}"
-            con.execute(
-                f"ATTACH {literal(str(Path(task.store_root) / layer.path))} AS {alias} (READ_ONLY)"
-            )
-            below.append((alias, layer.kind))
+            return _write_delta(con, path, task, deltas, created_ms)
+        return _write_base(con, path, task, deltas, created_ms), {}
+
+
+def _write_delta(
+    con: duckdb.DuckDBPyConnection,
+    path: Path,
+    task: LayerTask,
+    deltas: dict[str, str],
+    created_ms: int,
+) -> tuple[dict[str, int], dict[str, pa.Table]]:
+    """A delta file (contracts/delta_file.py): each store's changed keys, their current rows
+    read from the base and the chain's warm rows."""
+    warm = warm_up(con, task.store_root, task.partition, task.below, task.stores)
+    base = literal(str(Path(task.store_root) / task.below[0].path))
+    con.execute(f"ATTACH {base} AS below0 (READ_ONLY)")
+    frames = {}
+    try:
         for number, store in enumerate(task.stores):
-            delta = f"(FROM {deltas[store.name]})"
-            sources = [(f"{a}.{quoted(store.name)}", _marks_deletes(store, k)) for a, k in below]
-            kept = None if warm is None else warm.rows.get(store.name)
+            sources = [(f"below0.{quoted(store.name)}", False)]
+            kept = warm.rows.get(store.name)
             if kept is not None:
                 con.register(f"warm_{number}", kept)
                 sources.append((f"warm_{number}", False))
-            con.execute(_create_sql(store, task.kind))
-            if task.kind == "base":
-                inserted = con.execute(_base_sql(store, sources, delta)).fetchone()
-            else:
-                inserted = con.execute(_delta_sql(store, sources, delta)).fetchone()
+            try:
+                sql = _delta_sql(store, sources, f"(FROM {deltas[store.name]})")
+                frames[store.name] = con.sql(sql).to_arrow_table().cast(delta_schema(store))
+            finally:
+                if kept is not None:
+                    con.unregister(f"warm_{number}")
+    finally:
+        con.execute("DETACH below0")
+    header = DeltaHeader(task.partition, task.version, created_ms, dict(task.positions))
+    write_delta(path, header, frames)
+    rows = {name: frame.num_rows for name, frame in frames.items()}
+    return rows, fold(con, warm.rows, [frames], task.stores)
+
+
+def _write_base(
+    con: duckdb.DuckDBPyConnection,
+    path: Path,
+    task: LayerTask,
+    deltas: dict[str, str],
+    created_ms: int,
+) -> dict[str, int]:
+    """A base file: the layers below (none: from scratch) and the new records, whole."""
+    rows = {}
+    con.execute(f"ATTACH {literal(str(path))} AS snap (ROW_GROUP_SIZE {ROW_GROUP_SIZE})")
+    con.execute("USE snap")
+    attached, registered = [], []
+    try:
+        below: list[dict[str, tuple[str, bool]]] = []  # per layer: store -> (relation, marks)
+        for i, layer in enumerate(task.below):
+            layer_path = Path(task.store_root) / layer.path
+            if layer.kind == "base":
+                con.execute(f"ATTACH {literal(str(layer_path))} AS below{i} (READ_ONLY)")
+                attached.append(f"below{i}")
+                below.append({s.name: (f"below{i}.{quoted(s.name)}", False) for s in task.stores})
+                continue
+            _, frames = read_delta(layer_path)
+            relations = {}
+            for number, store in enumerate(task.stores):
+                con.register(f"below{i}_{number}", frames[store.name])
+                registered.append(f"below{i}_{number}")
+                relations[store.name] = (f"below{i}_{number}", True)
+            below.append(relations)
+        for store in task.stores:
+            sources = [layer[store.name] for layer in below]
+            con.execute(_create_sql(store))
+            inserted = con.execute(
+                _base_sql(store, sources, f"(FROM {deltas[store.name]})")
+            ).fetchone()
             rows[store.name] = int(inserted[0]) if inserted else 0
-            if kept is not None:
-                con.unregister(f"warm_{number}")
         con.execute(
             f'CREATE TABLE {POSITION_TABLE} (topic VARCHAR, "partition" INTEGER, "offset" BIGINT)'
         )
@@ -190,12 +235,14 @@ def _write(
             [task.partition, task.version, created_ms, FORMAT, task.kind],
         )
         con.execute("CHECKPOINT")
-        warm_rows = {} if warm is None else fold(con, warm.rows, ["snap"], task.stores)
+    finally:
         con.execute("USE memory")
-        for alias, _ in below:
+        for name in registered:
+            con.unregister(name)
+        for alias in attached:
             con.execute(f"DETACH {alias}")
         con.execute("DETACH snap")
-    return rows, warm_rows
+    return rows
 
 
 def _stage(
@@ -244,14 +291,9 @@ def _connection() -> Iterator[duckdb.DuckDBPyConnection]:
     _CACHED.append(con)
 
 
-def _create_sql(store: Store, kind: Kind) -> str:
-    typed = {**columns(store), **({DELETED: "BOOLEAN"} if _marks_deletes(store, kind) else {})}
-    listed = ", ".join(f"{quoted(name)} {duck}" for name, duck in typed.items())
+def _create_sql(store: Store) -> str:
+    listed = ", ".join(f"{quoted(name)} {duck}" for name, duck in columns(store).items())
     return f"CREATE TABLE {quoted(store.name)} ({listed})"
-
-
-def _marks_deletes(store: Store, kind: Kind) -> bool:
-    return store.kind == "table" and kind == "delta"
 
 
 def _no_records() -> pa.Table:
@@ -313,15 +355,14 @@ def _base_sql(store: Store, below: Sources, delta: str) -> str:
 
 
 def _delta_sql(store: Store, below: Sources, delta: str) -> str:
-    """The INSERT that writes the changed keys' full new rows."""
+    """The SELECT of the changed keys' full new rows, `_deleted` last, sorted by key."""
     names = ", ".join(quoted(n) for n in columns(store))
     keys = ", ".join(quoted(k) for k in key_columns(store))
-    target = quoted(store.name)
     if store.kind == "table":
-        return f"INSERT INTO {target} SELECT {names}, {DELETED} FROM {delta} ORDER BY {keys}"
+        return f"SELECT {names}, {DELETED} FROM {delta} ORDER BY {keys}"
     current = _current(store, below, "d")
     return (
-        f"INSERT INTO {target} WITH d AS {delta} SELECT {keys}, {_combined(store)} FROM ("
+        f"WITH d AS {delta} SELECT {keys}, {_combined(store)}, false AS {DELETED} FROM ("
         f"SELECT {names} FROM {current} UNION ALL SELECT {names} FROM d) "
         f"GROUP BY {keys} ORDER BY {keys}"
     )

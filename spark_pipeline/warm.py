@@ -3,7 +3,7 @@ new delta stays flat as the chain grows.
 
 A delta of an aggregate or window store holds the changed keys' full rows: the new records
 combined with each key's current row, which is the newest row among every layer below.
-Reading every layer costs a little more with each delta (an ATTACH, a scan and a UNION
+Reading every layer costs a little more with each delta (a read, a scan and a UNION
 branch each: along 48 deltas, bench.installs measured 159 ms a delta in the first half and
 258 ms in the second; 117 and 136 ms this way). A worker instead keeps, per partition, the
 newest row of each key its chain's deltas hold (`Warm`), and a new delta reads the base and
@@ -24,9 +24,10 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
+from contracts.delta_file import read_delta
 from contracts.manifest import Layer
 from contracts.project import Store
-from contracts.snapshot_file import columns, key_columns, literal, newest_rows, quoted
+from contracts.snapshot_file import columns, key_columns, newest_rows, quoted
 
 Chain = tuple[tuple[str, str], ...]  # each layer's (path, sha256), base first
 
@@ -78,52 +79,47 @@ def warm_up(
     missing = below[len(warm.chain) :]
     if not missing or not any(kept_for(store) for store in stores):
         return Warm(chain, warm.rows)
-    attached: list[str] = []
-    try:
-        for number, layer in enumerate(missing):
-            path = literal(str(Path(store_root) / layer.path))
-            con.execute(f"ATTACH {path} AS warm{number} (READ_ONLY)")
-            attached.append(f"warm{number}")
-        return Warm(chain, fold(con, warm.rows, attached, stores))
-    finally:
-        for alias in attached:
-            con.execute(f"DETACH {alias}")
+    read = [read_delta(Path(store_root) / layer.path)[1] for layer in missing]
+    return Warm(chain, fold(con, warm.rows, read, stores))
 
 
 def fold(
     con: duckdb.DuckDBPyConnection,
     rows: dict[str, pa.Table],
-    aliases: list[str],
+    deltas: list[dict[str, pa.Table]],
     stores: tuple[Store, ...],
 ) -> dict[str, pa.Table]:
-    """Warm `rows` with the deltas attached as `aliases` (oldest first) on top: the newest
-    row of each key among the deltas, and the kept rows of the other keys (a hash anti-join:
-    no sort of what was kept)."""
+    """Warm `rows` with `deltas` (each a delta's tables by store, oldest first) on top: the
+    newest row of each key among the deltas, and the kept rows of the other keys (a hash
+    anti-join: no sort of what was kept)."""
     rows = dict(rows)
     for store in stores:
         if not kept_for(store):
             continue
         names = ", ".join(quoted(n) for n in columns(store))
         keys = key_columns(store)
+        views = {f"warm_delta{number}": frames[store.name] for number, frames in enumerate(deltas)}
         branches = [
-            f"SELECT {names}, {number} AS _layer FROM {alias}.{quoted(store.name)}"
-            for number, alias in enumerate(aliases)
+            f"SELECT {names}, {number} AS _layer FROM {view}" for number, view in enumerate(views)
         ]
         newer = newest_rows(branches, keys) if len(branches) > 1 else branches[0]
         older = rows.get(store.name)
         if older is None:
-            rows[store.name] = con.sql(f"SELECT {names} FROM ({newer})").to_arrow_table()
-            continue
-        same = " AND ".join(f"n.{quoted(k)} = o.{quoted(k)}" for k in keys)
-        con.register("warm_older", older)
-        try:
+            sql = f"SELECT {names} FROM ({newer})"
+        else:
+            views["warm_older"] = older
+            same = " AND ".join(f"n.{quoted(k)} = o.{quoted(k)}" for k in keys)
             sql = (
                 f"WITH n AS ({newer}) SELECT {names} FROM warm_older AS o "
                 f"WHERE NOT EXISTS (SELECT 1 FROM n WHERE {same}) UNION ALL SELECT {names} FROM n"
             )
+        for view, table in views.items():
+            con.register(view, table)
+        try:
             rows[store.name] = con.sql(sql).to_arrow_table()
         finally:
-            con.unregister("warm_older")
+            for view in views:
+                con.unregister(view)
     return rows
 
 

@@ -105,7 +105,7 @@ def test_each_node_holds_exactly_its_partitions_pulled_over_http(remote) -> None
     replica_map = cluster.project.cluster.replica_map
     for node in cluster.project.cluster.nodes:
         folder = node.data_dir / "snapshots"
-        files = sorted(str(p.relative_to(folder)) for p in folder.glob("p*/v*.duckdb"))
+        files = sorted(str(p.relative_to(folder)) for p in folder.glob("p*/v*"))
         hosted = [p for p, ids in replica_map.items() if node.id in ids]
         assert files == [relative_path(p, 1, "base") for p in hosted]
     expected = sorted(

@@ -311,7 +311,7 @@ def test_a_lost_node_and_a_hung_one_are_replaced_and_serving_outlives_the_coordi
 
 
 def layer_files(elastic: Elastic, node_id: str) -> list[Path]:
-    return sorted(elastic.project.cluster.node(node_id).data_dir.rglob("*.duckdb"))
+    return sorted(elastic.project.cluster.node(node_id).data_dir.rglob("v[0-9]*"))
 
 
 def wait_until(done: Callable[[], bool], what: str, timeout_s: float = 10) -> None:

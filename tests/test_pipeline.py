@@ -25,7 +25,7 @@ from spark_pipeline.job import run
 from spark_pipeline.plan import LogBehindError, plan_run
 from spark_pipeline.publish import notify_nodes, prune
 from tests import progress
-from tests.chains import chain_state
+from tests.chains import chain_state, opened
 from tests.oracle import expected_positions, expected_store
 from tests.projects import produce_test_events, write_project
 
@@ -200,8 +200,8 @@ def test_prune_removes_unnamed_layers_once_nodes_had_time_to_fetch_them(tmp_path
     prune(tmp_path, read_manifest(tmp_path), grace_s=60)
     assert sorted(p.name for p in folder.iterdir()) == [
         "v000004.base.duckdb",
-        "v000005.delta.duckdb",
-        "v000006.delta.duckdb",
+        "v000005.delta.arrow",
+        "v000006.delta.arrow",
     ]
 
 
@@ -248,20 +248,15 @@ def _assert_published_state_is_the_oracles(project: Project, manifest: dict) -> 
         assert entry["layers"][-1]["position"] == positions[p]
         for layer in entry["layers"]:
             assert layer["path"] == snapshot_path(p, layer["version"], layer["kind"])
-            with duckdb.connect(str(store_dir / layer["path"]), read_only=True) as con:
+            with opened(store_dir / layer["path"]) as con:
                 for name in project.stores:
-                    deleted = (
-                        [("_deleted", "BOOLEAN")] if _marks_deletes(project, name, layer) else []
-                    )
+                    # a delta's every store, true for a deleted table key
+                    deleted = [("_deleted", "BOOLEAN")] if layer["kind"] == "delta" else []
                     assert _schema(con, name) == _expected_schema(project, name) + deleted
         state = chain_state(project, store_dir, entry, p)
         for name, store in project.stores.items():
             _assert_rows_equal(state[name], expected[name][p], f"{name} p{p}")
             assert store.kind == "table" or state[name], f"{name} p{p} is empty: weak test data"
-
-
-def _marks_deletes(project: Project, name: str, layer: dict) -> bool:
-    return project.store(name).kind == "table" and layer["kind"] == "delta"
 
 
 def _schema(con: duckdb.DuckDBPyConnection, table: str) -> list[tuple[str, str]]:
@@ -304,7 +299,7 @@ def _manifest(project: Project) -> dict:
 def _digests(project: Project) -> dict[str, str]:
     return {
         str(p.relative_to(_store(project))): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(_store(project).glob("p*/v*.duckdb"))
+        for p in sorted(_store(project).glob("p*/v*"))
     }
 
 

@@ -113,8 +113,8 @@ def test_nodes_switch_to_new_versions_under_load(cluster: Served, spark: SparkSe
         folders = sorted((node.data_dir / "snapshots").glob("p*"))
         assert folders
         for folder in folders:
-            names = sorted(p.name for p in folder.glob("*.duckdb"))
-            assert names == ["v000001.base.duckdb", "v000002.delta.duckdb"], (folder, names)
+            names = sorted(p.name for p in folder.glob("v*"))
+            assert names == ["v000001.base.duckdb", "v000002.delta.arrow"], (folder, names)
 
 
 def test_a_token_from_a_node_that_just_switched_is_served_by_every_node(
@@ -245,7 +245,7 @@ def test_nodes_switch_to_a_compacted_base_under_load(cluster: Served, spark: Spa
         for folder in sorted((node.data_dir / "snapshots").glob("p*")):
             partition = int(folder.name[1:])
             if partition in chains:
-                names = sorted(p.name for p in folder.glob("*.duckdb"))
+                names = sorted(p.name for p in folder.glob("v*"))
                 assert names == [f"v{chains[partition].version:06d}.base.duckdb"], (folder, names)
 
 

@@ -21,6 +21,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from contracts.delta_file import DeltaFileError, conforms, read_delta
 from contracts.partitioner import Key
 from contracts.project import Store
 from contracts.snapshot_file import (
@@ -30,11 +31,9 @@ from contracts.snapshot_file import (
     Kind,
     check_format,
     key_columns,
-    literal,
     newest_rows,
     quoted,
 )
-from contracts.snapshot_file import columns as stored_columns
 from gateway.model.queries import Prefix, Range, Row, Select, Totals
 from gateway.storage import ordered, scans, summing
 from gateway.storage.lookup_table import Changed, LookupTable
@@ -97,26 +96,34 @@ class Level:
     def rows(self) -> int:
         return sum(frame.num_rows for frame in self.frames.values())
 
-    def install(self, hub: duckdb.DuckDBPyConnection, stores: list[Store]) -> None:
-        """Copy the frames into the hub database `alias` and index the keyed stores."""
-        cursor = hub.cursor()
-        cursor.execute(f"ATTACH ':memory:' AS {self.alias}")
+    def index(self, stores: list[Store], connection: duckdb.DuckDBPyConnection) -> None:
+        """Count the deleted rows and index the keyed stores, through `connection` (the
+        catalog's loader: not the hub, which serves reads)."""
         for store in stores:
             frame = self.frames[store.name]
             self.deleted[store.name] = int(pc.sum(frame.column(DELETED)).as_py() or 0)
-            cursor.register("incoming", frame)
+            if store.kind == "window":
+                continue
+            connection.register("incoming", frame)
+            try:
+                select = ", ".join(columns(store))  # rows as queries return them
+                rows = connection.sql(f"SELECT {select}, {DELETED} FROM incoming").to_arrow_table()
+            finally:
+                connection.unregister("incoming")
+            table = LookupTable.from_arrow(rows, store.key_type != "string")
+            if table is not None:
+                self.tables[store.name] = table
+
+    def install(self, hub: duckdb.DuckDBPyConnection, stores: list[Store]) -> None:
+        """Copy the frames into the hub database `alias`, where SQL reads find them."""
+        cursor = hub.cursor()
+        cursor.execute(f"ATTACH ':memory:' AS {self.alias}")
+        for store in stores:
+            cursor.register("incoming", self.frames[store.name])
             try:
                 cursor.execute(f'CREATE TABLE {self.alias}."{store.name}" AS FROM incoming')
             finally:
                 cursor.unregister("incoming")
-            if store.kind != "window":
-                select = ", ".join(columns(store))  # rows as queries return them
-                rows = cursor.sql(
-                    f'SELECT {select}, {DELETED} FROM {self.alias}."{store.name}"'
-                ).to_arrow_table()
-                table = LookupTable.from_arrow(rows, store.key_type != "string")
-                if table is not None:
-                    self.tables[store.name] = table
 
 
 def read_deltas(
@@ -126,27 +133,38 @@ def read_deltas(
     stores: list[Store],
     connection: duckdb.DuckDBPyConnection,
 ) -> tuple[LayerHeader, Level]:
-    """The newest delta's header, and a level of `deltas` merged (newest wins), read through
-    `connection` (a DuckDB instance of its own, not the hub); not installed yet."""
+    """The newest delta's header, and a level of `deltas` merged (newest wins, by
+    `connection`: a DuckDB instance of its own, not the hub); not installed yet."""
     header: LayerHeader | None = None
     read: list[dict[str, pa.Table]] = []
     for layer in deltas:
-        try:
-            connection.execute(f"ATTACH {literal(str(layer.path))} AS delta (READ_ONLY)")
-        except duckdb.Error as exc:
-            raise LayerError(f"cannot open {layer.path.name}: {exc}") from exc
-        try:
-            header = read_header(connection, "delta", partition, layer)
-            read.append({store.name: _delta_rows(connection, store) for store in stores})
-        except duckdb.Error as exc:
-            raise LayerError(f"{layer.path.name}: {exc}") from exc
-        finally:
-            connection.execute("DETACH delta")
+        header, frames = _read_delta(partition, layer, stores)
+        read.append(frames)
     if header is None:
         raise LayerError("a level needs at least one delta")
     if len(read) == 1:
         return header, Level(alias, read[0])
     return header, merged(alias, [Level("", frames) for frames in read], stores, connection)
+
+
+def _read_delta(
+    partition: int, layer: LocalLayer, stores: list[Store]
+) -> tuple[LayerHeader, dict[str, pa.Table]]:
+    """A delta file's header and its stores' rows (as stored: sorted by key, `_deleted`
+    last), checked to be the layer expected."""
+    try:
+        header, frames = read_delta(layer.path)
+    except DeltaFileError as exc:
+        raise LayerError(f"cannot open {layer.path.name}: {exc}") from exc
+    found = (header.partition, header.version, header.kind)
+    if found != (partition, layer.version, layer.kind):
+        raise LayerError(f"{layer.path.name}: its header says {found}")
+    wrong = [s.name for s in stores if s.name not in frames or not conforms(frames[s.name], s)]
+    if wrong:
+        raise LayerError(f"{layer.path.name}: stores {wrong} are missing or of another shape")
+    return LayerHeader(header.positions, header.created_ms), {
+        s.name: frames[s.name] for s in stores
+    }
 
 
 def merged(
@@ -168,14 +186,6 @@ def merged(
             for i in range(len(levels)):
                 connection.unregister(f"level{i}")
     return Level(alias, frames)
-
-
-def _delta_rows(connection: duckdb.DuckDBPyConnection, store: Store) -> pa.Table:
-    """The attached delta's rows of a store (as stored, `_deleted` last), sorted by key."""
-    deleted = DELETED if store.kind == "table" else f"false AS {DELETED}"
-    select = f"SELECT {', '.join(quoted(c) for c in stored_columns(store))}, {deleted}"
-    keys = ", ".join(quoted(k) for k in key_columns(store))
-    return connection.sql(f'{select} FROM delta."{store.name}" ORDER BY {keys}').to_arrow_table()
 
 
 def to_merge(levels: Sequence[Level]) -> int:

@@ -215,6 +215,7 @@ class SnapshotCatalog:
                     header, level = read_deltas(
                         alias, deltas, partition, self._stores, self._loader
                     )
+                    level.index(self._stores, self._loader)
                 level.install(self._hub, self._stores)
             except (LayerError, FormatError, duckdb.Error) as exc:
                 self._detach(alias)
@@ -263,6 +264,7 @@ class SnapshotCatalog:
             try:
                 with self._loader_lock:
                     level = merged(alias, merging, self._stores, self._loader)
+                    level.index(self._stores, self._loader)
                 level.install(self._hub, self._stores)
             except duckdb.Error as exc:
                 self._detach(alias)

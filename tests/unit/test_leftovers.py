@@ -30,18 +30,22 @@ def leftover(
 
 
 def layout(store: Path) -> dict[str, list[Path]]:
-    kept_wal_fresh = leftover(store, 0, "v000004.delta.duckdb", OLD)
+    kept_wal_fresh = leftover(store, 0, "v000004.base.duckdb", OLD)
     os.utime(kept_wal_fresh[1])  # the WAL still grows: a writer is at work
     other = store / "p000" / "notes.txt"
     other.write_text("not ours")
     os.utime(other, (OLD, OLD))
     return {
         "gone": [
-            *leftover(store, 0, "v000003.delta.duckdb", OLD),
+            *leftover(store, 0, "v000003.delta.arrow", OLD, wal=False),
             *leftover(store, 1, "v000001.base.duckdb", OLD, wal=False),
             *leftover(store, 7, "v000002.base.duckdb", OLD),  # a partition never published
         ],
-        "kept": [*leftover(store, 2, "v000009.delta.duckdb", None), *kept_wal_fresh, other],
+        "kept": [
+            *leftover(store, 2, "v000009.delta.arrow", None, wal=False),
+            *kept_wal_fresh,
+            other,
+        ],
     }
 
 
