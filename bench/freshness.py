@@ -326,11 +326,7 @@ def measure(
             result.batch_records_p50 = statistics.median(r for r, _ in batches)
             result.batch_seconds_p50 = round(statistics.median(s for _, s in batches), 3)
     finally:
-        follow.terminate()
-        try:
-            follow.wait(60)
-        except subprocess.TimeoutExpired:
-            follow.kill()
+        stop_pipeline(follow)
         nodes.processes_.stop_all()
     return result
 
@@ -346,6 +342,15 @@ def start_pipeline(project: Project, log: Path, nice: int = 0) -> subprocess.Pop
             stderr=subprocess.STDOUT,
             preexec_fn=(lambda: os.nice(nice)) if nice else None,
         )
+
+
+def stop_pipeline(follow: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL past a minute."""
+    follow.terminate()
+    try:
+        follow.wait(60)
+    except subprocess.TimeoutExpired:
+        follow.kill()
 
 
 def wait_following(follow: subprocess.Popen[bytes], log: Path, timeout_s: float = 300) -> None:
