@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -47,7 +48,7 @@ class FollowCost:
     rate: int
     seconds: float
     node_cores: dict[str, float] = field(default_factory=dict)  # CPU seconds per second
-    pipeline_cores: float = 0.0  # the driver, its JVM and its Python workers
+    pipeline_cores: dict[str, float] = field(default_factory=dict)  # driver, java, worker
     deltas: int = 0  # published over the window, every partition
     node_ms_per_delta: dict[str, float] = field(default_factory=dict)  # CPU per delta installed
     load: list[float] = field(default_factory=list)
@@ -56,17 +57,25 @@ class FollowCost:
         return dataclasses.asdict(self)
 
 
-def cpu_seconds(process: psutil.Process, tree: bool = False) -> float:
-    """User and system CPU of a process (and, with `tree`, of its living descendants)."""
-    processes = [process, *(process.children(recursive=True) if tree else [])]
-    total = 0.0
-    for p in processes:
+def cpu_seconds(process: psutil.Process) -> float:
+    times = process.cpu_times()
+    return float(times.user + times.system)
+
+
+def tree_cpu_seconds(process: psutil.Process) -> dict[str, float]:
+    """User and system CPU of a process and its living descendants, by executable name
+    (the pipeline's driver is `python`, Spark's JVM `java`, its Python workers `python`
+    too, told apart as `worker`)."""
+    found: dict[str, float] = {}
+    for p in [process, *process.children(recursive=True)]:
         try:
-            times = p.cpu_times()
+            name = "driver" if p.pid == process.pid else p.name()
+            used = cpu_seconds(p)
         except psutil.NoSuchProcess:
             continue
-        total += times.user + times.system
-    return total
+        name = "worker" if name.startswith("python") else name
+        found[name] = found.get(name, 0.0) + used
+    return found
 
 
 def versions(project: Project) -> dict[int, int]:
@@ -74,7 +83,9 @@ def versions(project: Project) -> dict[int, int]:
     return {p: entry.version for p, entry in manifest.partitions.items()}
 
 
-def measure(workload: Workload, rate: int, seconds: float, logs: Path) -> FollowCost:
+def measure(
+    workload: Workload, rate: int, seconds: float, logs: Path, profile: bool = False
+) -> FollowCost:
     project = copy_workload(workload)
     result = FollowCost(workload.name, rate, seconds)
     nodes = NodeProcesses.gateway(project, logs / f"follow-{workload.name}")
@@ -87,20 +98,32 @@ def measure(workload: Workload, rate: int, seconds: float, logs: Path) -> Follow
         wait_following(follow, pipeline_log)
         producer = Producer(project, workload.customers, rate, seconds)
         producer.start()
+        begun = time.monotonic()
         time.sleep(min(5.0, seconds / 4))  # the first micro-batches past the start
         pipeline = psutil.Process(follow.pid)
         before = {n: cpu_seconds(nodes.process(n)) for n in nodes.ids}
-        pipeline_before, versions_before = cpu_seconds(pipeline, tree=True), versions(project)
+        pipeline_before, versions_before = tree_cpu_seconds(pipeline), versions(project)
         result.load.append(os.getloadavg()[0])
         started = time.monotonic()
+        if profile:
+            window = seconds - (time.monotonic() - begun) - 1
+            targets = {"node1": nodes.process("node1").pid, "pipeline": follow.pid}
+            profiles = [
+                _profile(pid, window, logs / f"follow-{name}.txt") for name, pid in targets.items()
+            ]
         producer.join()
+        for spy in profiles if profile else []:
+            spy.wait()
         elapsed = time.monotonic() - started
         after = {n: cpu_seconds(nodes.process(n)) for n in nodes.ids}
-        pipeline_after, versions_after = cpu_seconds(pipeline, tree=True), versions(project)
+        pipeline_after, versions_after = tree_cpu_seconds(pipeline), versions(project)
         result.load.append(os.getloadavg()[0])
         grown = {p: v - versions_before.get(p, v) for p, v in versions_after.items()}
         result.deltas = sum(grown.values())
-        result.pipeline_cores = round((pipeline_after - pipeline_before) / elapsed, 3)
+        result.pipeline_cores = {
+            name: round((used - pipeline_before.get(name, 0.0)) / elapsed, 3)
+            for name, used in pipeline_after.items()
+        }
         for node in nodes.ids:
             used = after[node] - before[node]
             result.node_cores[node] = round(used / elapsed, 3)
@@ -114,17 +137,38 @@ def measure(workload: Workload, rate: int, seconds: float, logs: Path) -> Follow
     return result
 
 
+def _profile(pid: int, seconds: float, out: Path) -> subprocess.Popen[bytes]:
+    """py-spy's samples of a process for `seconds`, as collapsed stacks in `out`."""
+    command = [
+        str(Path(sys.executable).with_name("py-spy")),
+        "record",
+        "-p",
+        str(pid),
+        "-d",
+        str(int(seconds)),
+        "-r",
+        "100",
+    ]
+    command += ["-f", "raw", "-o", str(out)]
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workload", default="main", choices=NAMES)
     parser.add_argument("--rate", type=int, default=20, help="events per second")
     parser.add_argument("--seconds", type=float, default=30)
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="py-spy node1 and the pipeline: .bench/logs/follow-*.txt",
+    )
     args = parser.parse_args(argv)
     workload = Workload.built(args.workload)
     if workload is None:
         print(f"build the {args.workload} workload first: python -m bench.run", file=sys.stderr)
         return 2
-    result = measure(workload, args.rate, args.seconds, BENCH_DIR / "logs")
+    result = measure(workload, args.rate, args.seconds, BENCH_DIR / "logs", args.profile)
     print(orjson.dumps(result.as_dict(), option=orjson.OPT_INDENT_2).decode())
     return 0
 

@@ -115,7 +115,7 @@ def _run(project: Project, catalog: SnapshotCatalog, deltas: int, records: int) 
     customers = 1_000_000
     measured = Installs(deltas, records)
     stores = list(project.stores.values())
-    loader, hub = duckdb.connect(), duckdb.connect()  # the old way's, apart from the node's
+    hub = duckdb.connect()  # the old way's, apart from the node's
     for _ in range(deltas):
         chain.append(_next_delta(project, chain, rng, fares, customers, records, measured))
         local = [_local(project, catalog, layer) for layer in chain]
@@ -125,11 +125,11 @@ def _run(project: Project, catalog: SnapshotCatalog, deltas: int, records: int) 
         overlay = snapshot.overlay if snapshot else None
         assert overlay is not None
         started = time.perf_counter()  # the old way: the whole overlay, merged and installed
-        whole = merged("whole", overlay.levels, stores, loader)
-        whole.index(stores, loader)
+        whole = merged("whole", overlay.levels, stores)
+        whole.index(stores)
         whole.install(hub, stores)
         measured.whole_ms.append((time.perf_counter() - started) * 1000)
-        hub.execute("DETACH whole")
+        whole.drop(hub)
         started = time.perf_counter()
         catalog.settle()
         measured.settle_ms.append((time.perf_counter() - started) * 1000)

@@ -14,10 +14,13 @@ and `positions` (JSON: topic -> the next offset to read in the partition).
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from contracts.project import Store
 from contracts.snapshot_file import DELETED, FORMAT, Kind, check_format, columns
@@ -30,6 +33,7 @@ ARROW_TYPES: dict[str, pa.DataType] = {
     "DOUBLE": pa.float64(),
     "BOOLEAN": pa.bool_(),
 }
+_LAYER = "_layer"  # which of the tables merged a row comes from (newer: higher)
 _OUTER = pa.schema([("store", pa.string()), ("rows", pa.binary())])
 
 
@@ -116,3 +120,26 @@ def _header(metadata: dict[bytes, bytes], what: str) -> DeltaHeader:
 def conforms(frame: pa.Table, store: Store) -> bool:
     """Whether a delta's table of `store` has the store's columns and types."""
     return bool(frame.schema.remove_metadata().equals(schema(store)))
+
+
+def newest(tables: Sequence[pa.Table], keys: list[str]) -> pa.Table:
+    """The chain's reading rule (snapshot_file.newest_rows) on delta tables of one store,
+    oldest first: the newest row of each key, sorted by key."""
+    if len(tables) == 1:
+        return tables[0]
+    layer = pa.chunked_array(
+        [pa.array(np.full(t.num_rows, i, dtype=np.int32)) for i, t in enumerate(tables)],
+        pa.int32(),
+    )
+    combined = pa.concat_tables(tables).append_column(_LAYER, layer)
+    by = [*((k, "ascending") for k in keys), (_LAYER, "descending")]
+    ordered = combined.take(pc.sort_indices(combined, sort_keys=by)).drop_columns([_LAYER])
+    rows = ordered.num_rows
+    if rows < 2:
+        return ordered
+    repeated = np.ones(rows - 1, dtype=bool)  # row i + 1 has row i's key
+    for key in keys:
+        column = ordered.column(key)
+        same = pc.fill_null(pc.equal(column.slice(1), column.slice(0, rows - 1)), False)
+        repeated &= same.to_numpy(zero_copy_only=False)
+    return ordered.filter(np.concatenate([[True], ~repeated]))

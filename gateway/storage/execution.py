@@ -200,7 +200,7 @@ def _changed(
     their keys."""
     where, args, order, limit = predicate
     n = None if limit is None else limit + overlay.deleted(store.name)
-    tables = overlay.tables(store)
+    tables = overlay.tables(cursor, store)
     if len(tables) == 1:
         return _fetch(cursor, tables[0], f"{cols}, {DELETED}", where, args, order, n)
     page = "" if n is None else f" ORDER BY {order} LIMIT {int(n)}"
@@ -224,7 +224,7 @@ def _changed(
 def _by_value(
     cursor: duckdb.DuckDBPyConnection, snapshot: Snapshot, store: Store, query: Select | Totals
 ) -> list[Row]:
-    overlay = None if snapshot.overlay is None else snapshot.overlay.table(store)
+    overlay = None if snapshot.overlay is None else snapshot.overlay.table(cursor, store)
     rows = by_value.source(store, f'{snapshot.base.alias}."{store.name}"', overlay)
     if isinstance(query, Select):
         sql, args = by_value.select(store, rows, query)

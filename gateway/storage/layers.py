@@ -7,12 +7,13 @@ level of its own, so installing it costs what the delta holds, not what the chai
 `settle` later merges the newest levels once they hold as many rows as the one below them
 (a binary counter: at most log2 of the chain's deltas levels, each row merged that many
 times). A lookup reads the levels newest first and the base for the keys none holds
-(LayeredTable); SQL reads find each level's rows in an in-memory database of the hub, named
-by its `alias` (gateway/storage/execution.py merges them with the base's).
+(LayeredTable); SQL reads find each level's rows in tables of the hub named by its `alias`
+(gateway/storage/execution.py merges them with the base's).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +22,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from contracts.delta_file import DeltaFileError, conforms, read_delta
+from contracts.delta_file import DeltaFileError, conforms, newest, read_delta
 from contracts.partitioner import Key
 from contracts.project import Store
 from contracts.snapshot_file import (
@@ -37,8 +38,9 @@ from contracts.snapshot_file import (
 from gateway.model.queries import Prefix, Range, Row, Select, Totals
 from gateway.storage import ordered, scans, summing
 from gateway.storage.lookup_table import Changed, LookupTable
-from gateway.storage.row_select import columns
+from gateway.storage.row_select import served
 
+LEVELS = "memory.main"  # where the hub keeps the levels' tables: its own database
 MAX_LEVELS = 3  # a scan asks each level (~1.5 ms each): more would cost reads what installs save
 
 
@@ -84,46 +86,64 @@ def read_header(
 @dataclass(eq=False)
 class Level:
     """The merged rows of consecutive deltas, per store sorted by key (`_deleted` last), in
-    memory and, once installed, in the hub database `alias`."""
+    memory, indexed for lookups, and copied into the hub as tables named by `alias` where
+    SQL reads them: at install for the stores SQL always reads (windows, keys too wide to
+    index), on the first SQL read for the others, which lookups, scans and ordered pages
+    serve from memory (a copy at every delta was a third of a following node's CPU)."""
 
     alias: str
     frames: dict[str, pa.Table]
     tables: dict[str, LookupTable] = field(default_factory=dict)  # keyed stores' lookups
     deleted: dict[str, int] = field(default_factory=dict)  # store -> its `_deleted` rows
     users: int = 0  # snapshots that read it (counted by the catalog)
+    _copied: set[str] = field(default_factory=set)  # stores in the hub database
+    _copying: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def rows(self) -> int:
         return sum(frame.num_rows for frame in self.frames.values())
 
-    def index(self, stores: list[Store], connection: duckdb.DuckDBPyConnection) -> None:
-        """Count the deleted rows and index the keyed stores, through `connection` (the
-        catalog's loader: not the hub, which serves reads)."""
+    def index(self, stores: list[Store]) -> None:
+        """Count the deleted rows and index the keyed stores."""
         for store in stores:
             frame = self.frames[store.name]
             self.deleted[store.name] = int(pc.sum(frame.column(DELETED)).as_py() or 0)
             if store.kind == "window":
                 continue
-            connection.register("incoming", frame)
-            try:
-                select = ", ".join(columns(store))  # rows as queries return them
-                rows = connection.sql(f"SELECT {select}, {DELETED} FROM incoming").to_arrow_table()
-            finally:
-                connection.unregister("incoming")
+            rows = served(store, frame)  # rows as queries return them
             table = LookupTable.from_arrow(rows, store.key_type != "string")
             if table is not None:
                 self.tables[store.name] = table
 
     def install(self, hub: duckdb.DuckDBPyConnection, stores: list[Store]) -> None:
-        """Copy the frames into the hub database `alias`, where SQL reads find them."""
+        """Copy the stores no lookup table serves into the hub."""
         cursor = hub.cursor()
-        cursor.execute(f"ATTACH ':memory:' AS {self.alias}")
         for store in stores:
-            cursor.register("incoming", self.frames[store.name])
-            try:
-                cursor.execute(f'CREATE TABLE {self.alias}."{store.name}" AS FROM incoming')
-            finally:
-                cursor.unregister("incoming")
+            if store.name not in self.tables:
+                self.copy(cursor, store.name)
+
+    def relation(self, store: str) -> str:
+        """The store's table in the hub: the hub's own in-memory database holds every level's
+        (an ATTACH and a DETACH per level cost more than the copy)."""
+        return f"{LEVELS}.{quoted(f'{self.alias}.{store}')}"
+
+    def copy(self, cursor: duckdb.DuckDBPyConnection, store: str) -> None:
+        """Make sure the store's rows are in the hub (through a cursor on it)."""
+        if store in self._copied or store not in self.frames:
+            return
+        with self._copying:
+            if store in self._copied:
+                return
+            cursor.from_arrow(self.frames[store]).create(self.relation(store))
+            self._copied.add(store)
+
+    def drop(self, hub: duckdb.DuckDBPyConnection) -> None:
+        """Drop the level's tables from the hub (a level no snapshot reads any more)."""
+        with self._copying:
+            cursor = hub.cursor()
+            for store in self._copied:
+                cursor.execute(f"DROP TABLE IF EXISTS {self.relation(store)}")
+            self._copied.clear()
 
 
 def read_deltas(
@@ -131,10 +151,9 @@ def read_deltas(
     deltas: Sequence[LocalLayer],
     partition: int,
     stores: list[Store],
-    connection: duckdb.DuckDBPyConnection,
 ) -> tuple[LayerHeader, Level]:
-    """The newest delta's header, and a level of `deltas` merged (newest wins, by
-    `connection`: a DuckDB instance of its own, not the hub); not installed yet."""
+    """The newest delta's header, and a level of `deltas` merged (newest wins); not indexed
+    nor installed yet."""
     header: LayerHeader | None = None
     read: list[dict[str, pa.Table]] = []
     for layer in deltas:
@@ -144,7 +163,7 @@ def read_deltas(
         raise LayerError("a level needs at least one delta")
     if len(read) == 1:
         return header, Level(alias, read[0])
-    return header, merged(alias, [Level("", frames) for frames in read], stores, connection)
+    return header, merged(alias, [Level("", frames) for frames in read], stores)
 
 
 def _read_delta(
@@ -167,24 +186,12 @@ def _read_delta(
     }
 
 
-def merged(
-    alias: str, levels: Sequence[Level], stores: list[Store], connection: duckdb.DuckDBPyConnection
-) -> Level:
+def merged(alias: str, levels: Sequence[Level], stores: list[Store]) -> Level:
     """One level of `levels` (oldest first; the newest row of each key wins), sorted by key."""
-    frames = {}
-    for store in stores:
-        keys = key_columns(store)
-        branches = []
-        for i, level in enumerate(levels):
-            connection.register(f"level{i}", level.frames[store.name])
-            branches.append(f"SELECT *, {i} AS _layer FROM level{i}")
-        order = ", ".join(quoted(k) for k in keys)
-        try:
-            sql = f"{newest_rows(branches, keys)} ORDER BY {order}"
-            frames[store.name] = connection.sql(sql).to_arrow_table()
-        finally:
-            for i in range(len(levels)):
-                connection.unregister(f"level{i}")
+    frames = {
+        store.name: newest([level.frames[store.name] for level in levels], key_columns(store))
+        for store in stores
+    }
     return Level(alias, frames)
 
 
@@ -212,14 +219,17 @@ class Overlay:
         """Rows marked deleted in the store's levels, together (a bound on the overlay's)."""
         return sum(level.deleted.get(store, 0) for level in self.levels)
 
-    def tables(self, store: Store) -> list[str]:
-        """The store's table in each level's hub database, oldest first."""
-        return [f'{level.alias}."{store.name}"' for level in self.levels]
+    def tables(self, cursor: duckdb.DuckDBPyConnection, store: Store) -> list[str]:
+        """The store's table in each level's hub database, oldest first (copied there
+        through `cursor`, a cursor on the hub, if not yet)."""
+        for level in self.levels:
+            level.copy(cursor, store.name)
+        return [level.relation(store.name) for level in self.levels]
 
-    def table(self, store: Store) -> str:
+    def table(self, cursor: duckdb.DuckDBPyConnection, store: Store) -> str:
         """The store's rows in the overlay (the newest of each key, `_deleted` last), as a
         table of the hub SQL can read."""
-        tables = self.tables(store)
+        tables = self.tables(cursor, store)
         if len(tables) == 1:
             return tables[0]
         branches = [f"SELECT *, {i} AS _layer FROM {t}" for i, t in enumerate(tables)]

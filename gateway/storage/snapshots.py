@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
 
 from contracts.clock import now_ms
 from contracts.project import Store
@@ -32,6 +33,7 @@ from gateway.storage.layers import (
     LayeredTable,
     LayerError,
     LayerHeader,
+    Level,
     LocalLayer,
     Overlay,
     merged,
@@ -107,10 +109,6 @@ class SnapshotCatalog:
         self.folder.mkdir(parents=True, exist_ok=True)
         self._stores = stores
         self._hub = duckdb.connect(":memory:", config={"threads": threads, "memory_limit": memory})
-        # reads delta files (small) on their way into overlays; kept open: connecting costs
-        # ~50 ms, more than reading a delta
-        self._loader = duckdb.connect(":memory:", config={"threads": 1, "memory_limit": memory})
-        self._loader_lock = threading.Lock()
         self._memory = memory
         self._lock = threading.Lock()
         self._current: dict[int, Snapshot] = {}
@@ -209,22 +207,24 @@ class SnapshotCatalog:
         `previous`: only the deltas are read."""
         overlay = previous
         if deltas:
-            alias = self._alias(partition)
+            header, level = self._read(partition, deltas)
             try:
-                with self._loader_lock:
-                    header, level = read_deltas(
-                        alias, deltas, partition, self._stores, self._loader
-                    )
-                    level.index(self._stores, self._loader)
+                level.index(self._stores)
                 level.install(self._hub, self._stores)
-            except (LayerError, FormatError, duckdb.Error) as exc:
-                self._detach(alias)
+            except (duckdb.Error, pa.ArrowException) as exc:
+                level.drop(self._hub)
                 raise SnapshotError(f"partition {partition}: {exc}") from exc
             overlay = Overlay(header, (*(previous.levels if previous else ()), level))
         snapshot = self._snapshot(partition, base, overlay, tuple(chain))
         with self._lock:
             base.files.update(layer.path for layer in deltas)
         return snapshot
+
+    def _read(self, partition: int, deltas: list[LocalLayer]) -> tuple[LayerHeader, Level]:
+        try:
+            return read_deltas(self._alias(partition), deltas, partition, self._stores)
+        except (LayerError, FormatError, pa.ArrowException) as exc:
+            raise SnapshotError(f"partition {partition}: {exc}") from exc
 
     def _snapshot(
         self,
@@ -259,15 +259,14 @@ class SnapshotCatalog:
             count = to_merge(overlay.levels) if overlay else 0
             if overlay is None or count < 2:
                 continue
-            alias = self._alias(partition)
             kept, merging = overlay.levels[:-count], overlay.levels[-count:]
+            level = Level(self._alias(partition), {})
             try:
-                with self._loader_lock:
-                    level = merged(alias, merging, self._stores, self._loader)
-                    level.index(self._stores, self._loader)
+                level = merged(level.alias, merging, self._stores)
+                level.index(self._stores)
                 level.install(self._hub, self._stores)
-            except duckdb.Error as exc:
-                self._detach(alias)
+            except (duckdb.Error, pa.ArrowException) as exc:
+                level.drop(self._hub)
                 log.warning("partition %s: levels not merged: %s", partition, exc)
                 continue
             settled = self._snapshot(
@@ -283,7 +282,7 @@ class SnapshotCatalog:
             self._release_if_unused(stale)
 
     def _alias(self, partition: int) -> str:
-        """A new name for a level's database in the hub."""
+        """A new name for a level's tables in the hub."""
         return f"o{partition}_{next(self._serial)}"
 
     def _open_base(self, partition: int, layer: LocalLayer) -> Base:
@@ -392,11 +391,10 @@ class SnapshotCatalog:
         return snapshot.version if snapshot else 0
 
     def close(self) -> None:
-        """Close both connections once the installs and settles under way have ended: a
+        """Close the hub once the installs and settles under way have ended: a
         stopping node cancels its sync task, but not the thread that task was waiting on."""
         with self._idle:
             self._idle.wait_for(lambda: self._working == 0, timeout=CLOSE_WAIT_S)
-        self._loader.close()
         self._hub.close()
 
     @contextmanager
@@ -422,9 +420,9 @@ class SnapshotCatalog:
             for level in snapshot.overlay.levels if snapshot.overlay else ():
                 level.users -= 1
                 if level.users == 0:
-                    unused.append(level.alias)
-        for alias in unused:  # levels are shared by the snapshots of one chain
-            self._detach(alias)
+                    unused.append(level)
+        for level in unused:  # levels are shared by the snapshots of one chain
+            level.drop(self._hub)
         if base_done:
             self._close_base(base)
 

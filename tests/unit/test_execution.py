@@ -131,7 +131,7 @@ def insert(
 def fill(
     rng: random.Random, cursor: duckdb.DuckDBPyConnection, store: Store, n: int, levels: int
 ) -> list[Row]:
-    """A base of n random rows in `snap`, and `levels` levels above it in `ov0`, `ov1`...,
+    """A base of n random rows in `snap`, and `levels` levels above it as `ov0`, `ov1`...,
     each changing about a third of the rows, deleting a tenth (a table's) and adding new
     ones, the newer over the older. The rows a reader of the chain must see."""
     base = random_rows(rng, store, n)
@@ -154,7 +154,7 @@ def fill(
             else:
                 state[key] = row
         typed = {**stored_columns(store), "_deleted": "BOOLEAN"}
-        insert(cursor, f'ov{level}."{store.name}"', typed, list(overlay.values()))
+        insert(cursor, Level(f"ov{level}", {}).relation(store.name), typed, list(overlay.values()))
     return [expected_row(store, state[key]) for key in sorted(state)]
 
 
@@ -169,8 +169,6 @@ def fx(
     connection = duckdb.connect(":memory:", config={"threads": 1})
     connection.execute("ATTACH ':memory:' AS snap")
     levels = LEVELS[request.param]
-    for level in range(levels):
-        connection.execute(f"ATTACH ':memory:' AS ov{level}")
     rng = random.Random(31)
     rows = {
         name: fill(rng, connection, project.stores[name], 260, levels)
@@ -193,8 +191,12 @@ def fx(
 def deleted_rows(
     connection: duckdb.DuckDBPyConnection, alias: str, stores: Iterable[str]
 ) -> dict[str, int]:
-    sql = 'SELECT count(*) FROM {}."{}" WHERE _deleted'
-    return {name: connection.execute(sql.format(alias, name)).fetchall()[0][0] for name in stores}
+    level = Level(alias, {})
+    sql = "SELECT count(*) FROM {} WHERE _deleted"
+    return {
+        name: connection.execute(sql.format(level.relation(name))).fetchall()[0][0]
+        for name in stores
+    }
 
 
 def test_the_fixture_stores_cover_the_kinds_and_key_types_under_test(fx: Fixture) -> None:
@@ -472,7 +474,7 @@ def in_memory(fx: Fixture, store: Store) -> LayeredTable:
     assert base is not None
     levels = []
     for level in fx.snapshot.overlay.levels if fx.snapshot.overlay else ():
-        select = f'SELECT {", ".join(columns(store))}, _deleted FROM {level.alias}."{store.name}"'
+        select = f"SELECT {', '.join(columns(store))}, _deleted FROM {level.relation(store.name)}"
         frame = fx.cursor.sql(select).to_arrow_table()
         table = LookupTable.from_arrow(frame, store.key_type != "string")
         assert table is not None and table.rows > 0
