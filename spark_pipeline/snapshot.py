@@ -48,7 +48,7 @@ from contracts.snapshot_file import (
 )
 from spark_pipeline.checks import REASON, BadRow, bad_rows, checked_sql
 from spark_pipeline.stores import delta_sql, records_view
-from spark_pipeline.warm import Warm, chain_of, fold, keep, warm_up
+from spark_pipeline.warm import Warm, chain_of, fold, keep, kept_for, warm_up
 
 # Small row groups: a point lookup or a short scan reads one 8k-row group, not all 122,880
 # rows of DuckDB's default (2-3x faster lookups for ~20% more bytes; bench/README.md).
@@ -154,17 +154,20 @@ def _write_delta(
     con: duckdb.DuckDBPyConnection,
     path: Path,
     task: LayerTask,
-    deltas: dict[str, str],
+    deltas: dict[str, str | None],
     created_ms: int,
 ) -> tuple[dict[str, int], dict[str, pa.Table]]:
     """A delta file (contracts/delta_file.py): each store's changed keys, their current rows
     read from the base and the chain's warm rows."""
     warm = warm_up(con, task.store_root, task.partition, task.below, task.stores)
-    base = literal(str(Path(task.store_root) / task.below[0].path))
-    con.execute(f"ATTACH {base} AS below0 (READ_ONLY)")
-    frames = {}
+    frames = {s.name: delta_schema(s).empty_table() for s in task.stores if not deltas[s.name]}
+    changing = [(n, s) for n, s in enumerate(task.stores) if s.name not in frames]
+    reads_base = any(kept_for(store) for _, store in changing)
+    if reads_base:
+        base = literal(str(Path(task.store_root) / task.below[0].path))
+        con.execute(f"ATTACH {base} AS below0 (READ_ONLY)")
     try:
-        for number, store in enumerate(task.stores):
+        for number, store in changing:
             sources = [(f"below0.{quoted(store.name)}", False)]
             kept = warm.rows.get(store.name)
             if kept is not None:
@@ -177,7 +180,9 @@ def _write_delta(
                 if kept is not None:
                     con.unregister(f"warm_{number}")
     finally:
-        con.execute("DETACH below0")
+        if reads_base:
+            con.execute("DETACH below0")
+    frames = {store.name: frames[store.name] for store in task.stores}
     header = DeltaHeader(task.partition, task.version, created_ms, dict(task.positions))
     write_delta(path, header, frames)
     rows = {name: frame.num_rows for name, frame in frames.items()}
@@ -188,7 +193,7 @@ def _write_base(
     con: duckdb.DuckDBPyConnection,
     path: Path,
     task: LayerTask,
-    deltas: dict[str, str],
+    deltas: dict[str, str | None],
     created_ms: int,
 ) -> dict[str, int]:
     """A base file: the layers below (none: from scratch) and the new records, whole."""
@@ -250,12 +255,15 @@ def _stage(
     task: LayerTask,
     records: dict[str, pa.Table],
     on_bad: OnBad | None,
-) -> dict[str, str]:
+) -> dict[str, str | None]:
     """Each topic's records checked and typed once (spark_pipeline/checks.py), the bad ones
     handed to `on_bad`; then each store's delta of the good ones, computed once into a table
-    of the in-memory database (the layer's SQL reads it several times); store name -> table."""
+    of the in-memory database (the layer's SQL reads it several times); store name -> table,
+    None for a delta's store whose topic has no new records."""
     views = {}
     for number, topic in enumerate(task.topics):
+        if task.kind == "delta" and not len(records.get(topic.name, ())):
+            continue  # no store of the topic changes: no statement for it
         views[topic.name] = records_view(number)
         con.register(f"arrow_{number}", records.get(topic.name, _no_records()))
         checked = f"memory.main.checked_{number}"
@@ -267,8 +275,11 @@ def _stage(
             f"CREATE OR REPLACE TEMP VIEW {views[topic.name]} AS "
             f"SELECT * FROM {checked} WHERE {REASON} IS NULL"
         )
-    tables = {}
+    tables: dict[str, str | None] = {}
     for number, store in enumerate(task.stores):
+        if store.topic.name not in views:
+            tables[store.name] = None
+            continue
         tables[store.name] = f"memory.main.delta_{number}"
         sql = delta_sql(store, views[store.topic.name])
         con.execute(f"CREATE OR REPLACE TABLE {tables[store.name]} AS {sql}")

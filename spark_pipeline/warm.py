@@ -94,8 +94,8 @@ def fold(
     anti-join: no sort of what was kept)."""
     rows = dict(rows)
     for store in stores:
-        if not kept_for(store):
-            continue
+        if not kept_for(store) or not any(len(frames[store.name]) for frames in deltas):
+            continue  # absent rows: no delta of the chain changed the store
         names = ", ".join(quoted(n) for n in columns(store))
         keys = key_columns(store)
         views = {f"warm_delta{number}": frames[store.name] for number, frames in enumerate(deltas)}

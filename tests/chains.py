@@ -102,9 +102,10 @@ class WrittenChain:
         self.layers: list[Layer] = []
         self.positions = {topic: 0 for topic in project.topics}
 
-    def next_layer(self, seed: int) -> Layer:
-        produce_test_events(self.project, seed, n_bookings=300, n_trains=100)
-        records = {name: self._records(name) for name in self.project.topics}
+    def next_layer(self, seed: int, n_bookings: int = 300, n_trains: int = 100) -> Layer:
+        produce_test_events(self.project, seed, n_bookings=n_bookings, n_trains=n_trains)
+        read = {name: self._records(name) for name in self.project.topics}
+        records = {name: table for name, table in read.items() if table is not None}
         for name, table in records.items():
             self.positions[name] += len(table)
         task = LayerTask(
@@ -121,10 +122,13 @@ class WrittenChain:
         self.layers.append(layer)
         return layer
 
-    def _records(self, topic: str) -> pa.Table:
-        """The partition's records past the chain's position, as a pipeline task gets them."""
+    def _records(self, topic: str) -> pa.Table | None:
+        """The partition's records past the chain's position, as a pipeline task gets them
+        (None: no segment holds any)."""
         start = self.positions[topic]
         paths = eventlog.segments_from(self.project.log_dir, topic, self.partition, start)
+        if not paths:
+            return None
         table = pa.concat_tables([pq.read_table(p) for p in paths])
         table = table.filter(pc.greater_equal(table.column("offset"), start))
         key = table.column("key").cast(pa.string())

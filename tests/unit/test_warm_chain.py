@@ -1,7 +1,8 @@
 """The pipeline's warm chains (spark_pipeline/warm.py): a delta built from the base and the
 warm rows a worker kept holds the same state as one built from every layer, whether the
 worker kept the chain, lost it, kept it a few layers behind, or kept one that was never
-published; after every delta, the chain read the plain way equals the oracle."""
+published, and whether a topic had new records or none; after every delta, the chain read
+the plain way equals the oracle."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from tests.projects import write_project
 PARTITION = 2
 ROUNDS = 6  # the first makes the base; each other a delta
 BEHIND_FROM, BEHIND_TO = 2, 5  # "behind": the warm chain of round 2 comes back at round 5
+# rounds where a topic has no new records: its stores' deltas are empty, and not computed
+QUIET = {2: {"n_trains": 0}, 3: {"n_bookings": 0}, 4: {"n_trains": 0}}
 
 
 @pytest.fixture
@@ -47,7 +50,7 @@ def test_a_delta_holds_the_oracles_state_whatever_the_worker_kept(
             assert now is not None
             wrong = {name: rows.slice(0, len(rows) // 2) for name, rows in now.rows.items()}
             warm.keep(root, PARTITION, warm.Warm((*now.chain, ("p/v9.delta", "0" * 64)), wrong))
-        chain.next_layer(round_)
+        chain.next_layer(round_, **QUIET.get(round_, {}))
         state = chain_state(project, chain.store_root, chain.entry, PARTITION)
         for store in project.stores.values():
             expected = oracle.rows(store.name, PARTITION, chain.positions[store.topic.name])
