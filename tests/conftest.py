@@ -1,5 +1,8 @@
 """Two tiers: tests/unit/ runs in seconds without Spark or processes (`pytest -m "not e2e"`);
-every other test runs real Spark and real nodes, and is marked e2e here."""
+every other test runs real Spark and real nodes, and is marked e2e here.
+
+The suite runs on two xdist workers, a module at a time on one worker (its fixtures are
+module-scoped): an e2e test waits on its processes about half of the time."""
 
 from __future__ import annotations
 
@@ -9,12 +12,20 @@ from pathlib import Path
 import pytest
 
 UNIT = Path(__file__).resolve().parent / "unit"
+# The longest modules (2-3 min each, measured) start first, so both workers end together.
+LONGEST_FIRST = ("test_partitions", "test_readme", "test_elastic", "test_follow", "test_stop")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if UNIT not in item.path.parents:
             item.add_marker(pytest.mark.e2e)
+    items.sort(key=start_rank)  # stable: each module's tests keep their order
+
+
+def start_rank(item: pytest.Item) -> int:
+    name = item.path.stem
+    return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
 
 
 @pytest.fixture(scope="session")
