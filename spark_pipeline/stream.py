@@ -46,6 +46,7 @@ from spark_pipeline.log_source import read_log, task_groups
 from spark_pipeline.plan import plan_run, stores_digest
 from spark_pipeline.progress import log_bad_records, positions
 from spark_pipeline.publish import Notifier, notify_nodes, prune, sweep_temporaries
+from spark_pipeline.session import LazySpark
 
 log = logging.getLogger(__name__)
 CRASH_AT = "STATEGATE_CRASH_AT"  # tests: die at this point of a micro-batch (see _crash_point)
@@ -67,9 +68,11 @@ class Progress:
 
 
 class Follower:
-    def __init__(self, project: Project, spark: SparkSession, notify: bool = True) -> None:
+    def __init__(
+        self, project: Project, spark: SparkSession | LazySpark, notify: bool = True
+    ) -> None:
         self.project = project
-        self.spark = spark
+        self._spark = spark if isinstance(spark, LazySpark) else LazySpark.of(spark)
         self.notify = notify
         self.store_dir = snapshot_dir(project)
         self.progress = Progress()
@@ -79,7 +82,8 @@ class Follower:
         self._compactor: threading.Thread | None = None
         self._notifier = Notifier(project)
         self._compacting = threading.Event()  # set while a compaction runs
-        self._groups = 1  # the task groups the records come in, fixed when following starts
+        self._groups = 0  # the task groups the executors' records come in, once Spark runs
+        self._workers = os.cpu_count() or 1  # threads that build a batch in the driver
         self.freshness = Delays(stages=("read", "written", "published"))
         self.registry = CollectorRegistry()
         self.registry.register(self.freshness)
@@ -98,11 +102,10 @@ class Follower:
             sweep_temporaries(self.store_dir)
         if not extendable(self.project, read_manifest(self.store_dir)):
             log.info("catching up with a one-shot run first (new snapshots or new stores)")
-            run(self.project, self.spark, notify=self.notify, stopping=self.stopping)
+            run(self.project, self._spark.get(), notify=self.notify, stopping=self.stopping)
         if self.stopping.is_set():
             return
         manifest = read_manifest(self.store_dir)
-        self._groups = task_groups(self.spark, self.project.cluster.partitions)
         self._loop = threading.Thread(target=self._follow, name="follow", daemon=True)
         self._loop.start()
         self._compactor = threading.Thread(target=self._compact_forever, daemon=True)
@@ -145,11 +148,12 @@ class Follower:
                     "at the next start",
                     grace_s,
                 )
-                self.spark.sparkContext.cancelJobGroup(BATCHES)
+                if (spark := self._spark.started) is not None:
+                    spark.sparkContext.cancelJobGroup(BATCHES)
                 self._loop.join(60)
         if self._compactor is not None:
-            if self._compacting.is_set():
-                self.spark.sparkContext.cancelJobGroup(COMPACTION)
+            if self._compacting.is_set() and (spark := self._spark.started) is not None:
+                spark.sparkContext.cancelJobGroup(COMPACTION)
             self._compactor.join(60)
         self._notifier.close()
         log.info(
@@ -162,7 +166,6 @@ class Follower:
 
     def _follow(self) -> None:
         """The loop: a micro-batch, then the rest of `trigger_interval_s`, until the stop."""
-        self.spark.sparkContext.setJobGroup(BATCHES, "micro-batches", interruptOnCancel=True)
         interval = self.project.settings.trigger_interval_s
         try:
             while not self.stopping.is_set():
@@ -193,15 +196,19 @@ class Follower:
                     self.store_dir,
                     manifest,
                     plan.ends,
-                    self._groups,
+                    self._workers,
                     commit=self._commit_one,
                 )
             else:
+                spark = self._spark.get()
+                spark.sparkContext.setJobGroup(BATCHES, "micro-batches", interruptOnCancel=True)
+                if not self._groups:  # fixed once: the source's groups must not move
+                    self._groups = task_groups(spark, self.project.cluster.partitions)
                 plan = plan.capped(settings.max_records_per_batch)
-                records = read_log(self.spark, self.project, plan, self._groups)
+                records = read_log(spark, self.project, plan, self._groups)
                 published = publish(
                     self.project,
-                    self.spark,
+                    spark,
                     self.store_dir,
                     manifest,
                     records,
@@ -257,7 +264,6 @@ class Follower:
 
     def _compact_forever(self) -> None:
         """Fold one due chain at a time, beside the micro-batches."""
-        self.spark.sparkContext.setJobGroup(COMPACTION, "compaction", interruptOnCancel=True)
         while not self.stopping.wait(self.project.settings.trigger_interval_s):
             try:
                 self._compact_one()
@@ -271,9 +277,11 @@ class Follower:
         if not due:
             return
         chains = {due[0]: manifest.partitions[due[0]]}
+        spark = self._spark.get()
+        spark.sparkContext.setJobGroup(COMPACTION, "compaction", interruptOnCancel=True)
         self._compacting.set()
         try:
-            bases = compaction.compact(self.project, self.spark, self.store_dir, chains)
+            bases = compaction.compact(self.project, spark, self.store_dir, chains)
         finally:
             self._compacting.clear()
         with locked(self.store_dir):

@@ -11,7 +11,7 @@ import json
 import logging
 import signal
 import sys
-import time
+import threading
 from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
@@ -232,9 +232,11 @@ def run_pipeline(project: Project, args: argparse.Namespace) -> int:
     """One run, or --follow until SIGTERM or SIGINT; either way a stop publishes nothing
     half-done (the manifest names layers only once they are all written), stops Spark and
     its JVM, and ends the process by the signal (stategate/stopping.py)."""
+    from pyspark.sql import SparkSession
+
     from spark_pipeline.dead_letter import BadRecordError
     from spark_pipeline.job import run
-    from spark_pipeline.session import json_logging, spark_session, stop_spark
+    from spark_pipeline.session import LazySpark, json_logging
 
     logs.configure("pipeline", project.settings)
     stop = stopping.StopRequest().install()
@@ -248,25 +250,28 @@ def run_pipeline(project: Project, args: argparse.Namespace) -> int:
             return 1
         if stop.requested:
             stop.exit()
-    started = time.monotonic()
-    log.info("starting Spark")
+
+    def started(session: SparkSession, seconds: float) -> None:
+        context = session.sparkContext
+        log.info(
+            "Spark %s started in %.1f s (master %s, %d task slots)",
+            session.version,
+            seconds,
+            context.master,
+            context.defaultParallelism,
+        )
+        if threading.current_thread() is threading.main_thread():
+            stop.install()  # again: PySpark's context takes SIGINT for itself there
+
+    # --follow builds its small batches here: Spark starts when a batch needs the executors
     as_json = project.settings.log_format == "json"
-    spark = spark_session(args.master, json_logging() if as_json else None)
-    stop.install()  # again: PySpark's context takes SIGINT for itself
-    context = spark.sparkContext
-    log.info(
-        "Spark %s started in %.1f s (master %s, %d task slots)",
-        spark.version,
-        time.monotonic() - started,
-        context.master,
-        context.defaultParallelism,
-    )
+    spark = LazySpark(args.master, json_logging() if as_json else None, started=started)
     status = 0
     try:
         if args.follow:
             follow(project, spark, stop, notify=not args.no_notify, metrics=args.metrics)
         elif not stop.requested:
-            report = run(project, spark, notify=not args.no_notify, stopping=stop.event)
+            report = run(project, spark.get(), notify=not args.no_notify, stopping=stop.event)
             print(report.to_json().decode(), flush=True)
     except BadRecordError as exc:  # settings.bad_records = "fail": nothing was published
         log.error("stopped: %s", exc)
@@ -280,9 +285,11 @@ def run_pipeline(project: Project, args: argparse.Namespace) -> int:
             type(exc).__name__,
         )
     finally:
-        stop_spark(spark)
+        ran = spark.started is not None
+        spark.close()
     if stop.requested:
-        log.info("Spark stopped")
+        if ran:
+            log.info("Spark stopped")
         stop.exit()
     return status
 
