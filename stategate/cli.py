@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from contracts import eventlog, records
 from contracts import project as projects
@@ -23,6 +24,9 @@ from contracts.project import Project
 from contracts.settings import Settings, shown, table
 from stategate import cluster as cluster_commands
 from stategate import demo, exposure, logs, stopping
+
+if TYPE_CHECKING:
+    from spark_pipeline.session import LazySpark
 
 Command = Callable[[Project, argparse.Namespace], int]
 log = logging.getLogger("stategate")
@@ -296,7 +300,7 @@ def run_pipeline(project: Project, args: argparse.Namespace) -> int:
 
 def follow(
     project: Project,
-    spark: object,
+    spark: LazySpark,
     stop: stopping.StopRequest,
     notify: bool,
     metrics: str | None = None,
@@ -304,7 +308,7 @@ def follow(
     """Run the continuous pipeline until the stop, then stop it cleanly."""
     from spark_pipeline.stream import Follower
 
-    follower = Follower(project, spark, notify=notify)  # type: ignore[arg-type]
+    follower = Follower(project, spark, notify=notify)
     if metrics is not None:
         follower.serve_metrics(metrics)
     stop.on_stop(follower.request_stop)

@@ -116,11 +116,15 @@ class Level:
                 self.tables[store.name] = table
 
     def install(self, hub: duckdb.DuckDBPyConnection, stores: list[Store]) -> None:
-        """Copy the stores no lookup table serves into the hub."""
+        """Copy the stores no lookup table serves into the hub; on a failure, none stays."""
         cursor = hub.cursor()
-        for store in stores:
-            if store.name not in self.tables:
-                self.copy(cursor, store.name)
+        try:
+            for store in stores:
+                if store.name not in self.tables:
+                    self.copy(cursor, store.name)
+        except duckdb.Error:
+            self.drop(hub)
+            raise
 
     def relation(self, store: str) -> str:
         """The store's table in the hub: the hub's own in-memory database holds every level's

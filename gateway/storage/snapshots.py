@@ -212,7 +212,6 @@ class SnapshotCatalog:
                 level.index(self._stores)
                 level.install(self._hub, self._stores)
             except (duckdb.Error, pa.ArrowException) as exc:
-                level.drop(self._hub)
                 raise SnapshotError(f"partition {partition}: {exc}") from exc
             overlay = Overlay(header, (*(previous.levels if previous else ()), level))
         snapshot = self._snapshot(partition, base, overlay, tuple(chain))
@@ -260,13 +259,11 @@ class SnapshotCatalog:
             if overlay is None or count < 2:
                 continue
             kept, merging = overlay.levels[:-count], overlay.levels[-count:]
-            level = Level(self._alias(partition), {})
             try:
-                level = merged(level.alias, merging, self._stores)
+                level = merged(self._alias(partition), merging, self._stores)
                 level.index(self._stores)
                 level.install(self._hub, self._stores)
             except (duckdb.Error, pa.ArrowException) as exc:
-                level.drop(self._hub)
                 log.warning("partition %s: levels not merged: %s", partition, exc)
                 continue
             settled = self._snapshot(
