@@ -155,22 +155,25 @@ def publish_here(
     ends: Ends,
     workers: int,
     commit: Callable[[Published], None] | None = None,
+    rebuild: bool = False,
+    compact: bool = False,
 ) -> Published:
     """The same publication as `publish`, built in this process for the records between
-    the published positions and `ends`, a partition per thread of `workers` (DuckDB works
-    outside the GIL): no Spark stage, whose fixed cost (~0.7 s for a stage with no work, more
-    on a busy machine) exceeds a small micro-batch's work. With `commit`, each partition's
-    layer is handed to it as soon as it is written, in a publication of its own over the
-    ones before (a partition's state depends on its own records only): one done early is
-    visible without waiting for the batch's last. Returns the whole batch's publication."""
-    batch = Batch(project, str(store_dir), manifest, rebuild=False, compact=False, groups=1)
+    the published positions (offset 0 to `rebuild`) and `ends`, a partition per thread of
+    `workers` (DuckDB works outside the GIL): no Spark stage, whose fixed cost (~0.7 s for a
+    stage with no work, more on a busy machine) exceeds a small batch's work. With `commit`,
+    each partition's layer is handed to it as soon as it is written, in a publication of
+    its own over the ones before (a partition's state depends on its own records only): one
+    done early is visible without waiting for the batch's last. With `compact`, a due chain
+    is folded into its new layer, as `publish` does. Returns the whole batch's publication."""
+    batch = Batch(project, str(store_dir), manifest, rebuild, compact, groups=1)
 
     def build(partition: int) -> list[dict[str, Any]]:
-        read_ms = now_ms()
+        read_ms, published = now_ms(), batch.published(partition)
         ranges = tuple(
-            (partition, topic, start, by_partition[partition])
+            (partition, topic, published[topic], by_partition[partition])
             for topic, by_partition in sorted(ends.items())
-            if by_partition[partition] > (start := manifest.published(partition, topic))
+            if by_partition[partition] > published[topic]
         )
         table = pa.Table.from_batches(read_slice(project.log_dir, Slice(0, ranges)), RECORDS)
         return [

@@ -27,13 +27,35 @@ def due(project: Project, manifest: Manifest) -> list[int]:
     return sorted(ready, key=lambda p: -len(entries[p].layers))
 
 
+def small(project: Project, chains: dict[int, PartitionEntry]) -> bool:
+    """Whether the chains hold few enough records (at most `driver_batch_records`, every
+    topic's from offset 0) to be folded in the driver, where it costs less than a Spark
+    stage, and less than Spark's start when the pipeline has not needed it yet."""
+    records = sum(sum(entry.position.values()) for entry in chains.values())
+    return records <= project.settings.driver_batch_records
+
+
 def compact(
     project: Project, spark: SparkSession, store_dir: Path, chains: dict[int, PartitionEntry]
 ) -> dict[int, Layer]:
-    """Write a base folding each chain; returns partition -> the new base (not published)."""
+    """Write a base folding each chain, a Spark task each; returns partition -> the new base
+    (not published)."""
     if not chains:
         return {}
-    tasks = [
+    tasks = _tasks(project, store_dir, chains)
+    folded = spark.sparkContext.parallelize(tasks, len(tasks)).map(lambda t: build_layer(t, {}))
+    return dict(folded.collect())
+
+
+def compact_here(
+    project: Project, store_dir: Path, chains: dict[int, PartitionEntry]
+) -> dict[int, Layer]:
+    """The same bases as `compact`, written in this process (small chains)."""
+    return dict(build_layer(task, {}) for task in _tasks(project, store_dir, chains))
+
+
+def _tasks(project: Project, store_dir: Path, chains: dict[int, PartitionEntry]) -> list[LayerTask]:
+    return [
         LayerTask(
             partition=partition,
             version=entry.version,
@@ -47,8 +69,6 @@ def compact(
         )
         for partition, entry in sorted(chains.items())
     ]
-    folded = spark.sparkContext.parallelize(tasks, len(tasks)).map(lambda t: build_layer(t, {}))
-    return dict(folded.collect())
 
 
 def rebase(

@@ -3,6 +3,10 @@ them as one new layer per changed partition (spark_pipeline/batch.py), tell the 
 
     spark-submit spark_pipeline/job.py --config path/to/stategate.toml
 
+A run of at most `driver_batch_records` new records is built in the driver, as a small
+micro-batch is, and Spark is not started for it (its start costs 15-25 CPU-s); a larger one
+(a first build or rebuild of a big log, a catch-up after a long stop) runs on the executors.
+
 The continuous pipeline (spark_pipeline/stream.py) publishes the same way, micro-batch by
 micro-batch.
 """
@@ -12,6 +16,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import logging
+import os
 import sys
 import threading
 import time
@@ -30,16 +35,23 @@ import orjson  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
 
 from contracts.durable import locked  # noqa: E402
-from contracts.manifest import Layer, PartitionEntry, read_manifest, write_manifest  # noqa: E402
+from contracts.manifest import (  # noqa: E402
+    Layer,
+    Manifest,
+    PartitionEntry,
+    read_manifest,
+    write_manifest,
+)
 from contracts.project import Project, load  # noqa: E402
-from spark_pipeline.batch import Published, publish  # noqa: E402
+from spark_pipeline.batch import Published, publish, publish_here  # noqa: E402
 from spark_pipeline.log_source import read_log, task_groups  # noqa: E402
 from spark_pipeline.plan import RunPlan, plan_run  # noqa: E402
 from spark_pipeline.progress import log_bad_records, positions, size, stage_progress  # noqa: E402
 from spark_pipeline.publish import notify_nodes, prune, sweep_temporaries  # noqa: E402
-from spark_pipeline.session import cancelled_on, spark_session  # noqa: E402
+from spark_pipeline.session import LazySpark, cancelled_on, spark_session  # noqa: E402
 
 log = logging.getLogger(__name__)
+_THREADS = os.cpu_count() or 1  # a run in the driver builds a partition per thread
 
 
 class StopRequested(RuntimeError):
@@ -74,7 +86,7 @@ class RunReport:
 
 def run(
     project: Project,
-    spark: SparkSession,
+    spark: SparkSession | LazySpark,
     notify: bool = True,
     stopping: threading.Event | None = None,
 ) -> RunReport:
@@ -85,6 +97,7 @@ def run(
     started = time.monotonic()
     store_dir = snapshot_dir(project)
     topics = {s.topic.name for s in project.stores.values()}
+    stopping = stopping or threading.Event()
     with locked(store_dir):
         _sweep(store_dir)
         manifest = read_manifest(store_dir)
@@ -93,21 +106,23 @@ def run(
         _log_plan(project, plan, report.records)
         published = Published(manifest)
         if plan.changed:
-            stopping = stopping or threading.Event()
             building = time.monotonic()
-            log.info(
-                "building %d layers: each Spark task reads the records of its partitions and "
-                "writes their layers",
-                len(plan.changed),
-            )
-            with stage_progress(spark, "building layers"), cancelled_on(stopping, spark):
-                _unless(stopping)
-                groups = task_groups(spark, project.cluster.partitions)
-                records = read_log(spark, project, plan, groups)
-                _unless(stopping)
-                published = publish(
-                    project, spark, store_dir, manifest, records, groups, plan.rebuild
+            _unless(stopping)
+            if report.records <= project.settings.driver_batch_records:
+                log.info("building %d layers in the driver", len(plan.changed))
+                published = publish_here(
+                    project,
+                    store_dir,
+                    manifest,
+                    plan.ends,
+                    _THREADS,
+                    rebuild=plan.rebuild,
+                    compact=True,
                 )
+                _unless(stopping)
+            else:
+                lazy = spark if isinstance(spark, LazySpark) else LazySpark.of(spark)
+                published = _publish_on_executors(project, lazy.get(), manifest, plan, stopping)
             _log_layers(published, time.monotonic() - building)
             log_bad_records(published.bad, store_dir)
             report.bad_records = published.bad
@@ -135,6 +150,28 @@ def run(
         len(published.layers),
     )
     return report
+
+
+def _publish_on_executors(
+    project: Project,
+    spark: SparkSession,
+    manifest: Manifest,
+    plan: RunPlan,
+    stopping: threading.Event,
+) -> Published:
+    """The run's layers, built by Spark's tasks; the caller holds the store's lock."""
+    store_dir = snapshot_dir(project)
+    log.info(
+        "building %d layers: each Spark task reads the records of its partitions and "
+        "writes their layers",
+        len(plan.changed),
+    )
+    with stage_progress(spark, "building layers"), cancelled_on(stopping, spark):
+        _unless(stopping)
+        groups = task_groups(spark, project.cluster.partitions)
+        records = read_log(spark, project, plan, groups)
+        _unless(stopping)
+        return publish(project, spark, store_dir, manifest, records, groups, plan.rebuild)
 
 
 def _sweep(store_dir: Path) -> None:

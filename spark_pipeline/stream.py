@@ -45,7 +45,7 @@ from spark_pipeline.job import run, snapshot_dir
 from spark_pipeline.log_source import read_log, task_groups
 from spark_pipeline.plan import plan_run, stores_digest
 from spark_pipeline.progress import log_bad_records, positions
-from spark_pipeline.publish import Notifier, notify_nodes, prune, sweep_temporaries
+from spark_pipeline.publish import Notifier, prune, sweep_temporaries
 from spark_pipeline.session import LazySpark
 
 log = logging.getLogger(__name__)
@@ -102,7 +102,7 @@ class Follower:
             sweep_temporaries(self.store_dir)
         if not extendable(self.project, read_manifest(self.store_dir)):
             log.info("catching up with a one-shot run first (new snapshots or new stores)")
-            run(self.project, self._spark.get(), notify=self.notify, stopping=self.stopping)
+            run(self.project, self._spark, notify=self.notify, stopping=self.stopping)
         if self.stopping.is_set():
             return
         manifest = read_manifest(self.store_dir)
@@ -277,13 +277,16 @@ class Follower:
         if not due:
             return
         chains = {due[0]: manifest.partitions[due[0]]}
-        spark = self._spark.get()
-        spark.sparkContext.setJobGroup(COMPACTION, "compaction", interruptOnCancel=True)
-        self._compacting.set()
-        try:
-            bases = compaction.compact(self.project, spark, self.store_dir, chains)
-        finally:
-            self._compacting.clear()
+        if compaction.small(self.project, chains):
+            bases = compaction.compact_here(self.project, self.store_dir, chains)
+        else:
+            spark = self._spark.get()
+            spark.sparkContext.setJobGroup(COMPACTION, "compaction", interruptOnCancel=True)
+            self._compacting.set()
+            try:
+                bases = compaction.compact(self.project, spark, self.store_dir, chains)
+            finally:
+                self._compacting.clear()
         with locked(self.store_dir):
             rebased = compaction.rebase(read_manifest(self.store_dir), chains, bases)
             write_manifest(self.store_dir, rebased)
@@ -296,37 +299,6 @@ class Follower:
         have installed the new layers)."""
         if self.notify:
             self._notifier.tell(partitions)
-
-
-def catch_up_here(project: Project, notify: bool = True) -> None:
-    """Publish the records appended since the last publication, in this process, before
-    Spark starts (its start costs 15-25 s): a restart after a crash serves the state as of
-    the crash within seconds. Nothing to do when a partition was never published, the store
-    declarations are new (a rebuild) or more than driver_batch_records are behind (the
-    executors' work)."""
-    store_dir = snapshot_dir(project)
-    with locked(store_dir):
-        manifest = read_manifest(store_dir)
-        if not extendable(project, manifest):
-            return
-        plan = plan_run(project, manifest)
-        behind = plan.records(set(project.topics))
-        if behind == 0 or behind > project.settings.driver_batch_records:
-            return
-        started = time.monotonic()
-        published = publish_here(project, store_dir, manifest, plan.ends, os.cpu_count() or 1)
-        _commit(store_dir, published)
-        prune(store_dir, published.manifest)
-    log.info(
-        "caught up before Spark's start: %s records, partitions %s in %.3f s (driver); "
-        "positions %s",
-        published.records,
-        sorted(published.layers),
-        time.monotonic() - started,
-        positions({p: layer.position for p, layer in published.layers.items()}) or "-",
-    )
-    if notify and published.layers:
-        notify_nodes(project, set(published.layers))
 
 
 def extendable(project: Project, manifest: Manifest) -> bool:

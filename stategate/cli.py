@@ -244,16 +244,6 @@ def run_pipeline(project: Project, args: argparse.Namespace) -> int:
 
     logs.configure("pipeline", project.settings)
     stop = stopping.StopRequest().install()
-    if args.follow:
-        from spark_pipeline.stream import catch_up_here
-
-        try:
-            catch_up_here(project, notify=not args.no_notify)
-        except BadRecordError as exc:  # settings.bad_records = "fail": nothing was published
-            log.error("stopped: %s", exc)
-            return 1
-        if stop.requested:
-            stop.exit()
 
     def started(session: SparkSession, seconds: float) -> None:
         context = session.sparkContext
@@ -267,7 +257,7 @@ def run_pipeline(project: Project, args: argparse.Namespace) -> int:
         if threading.current_thread() is threading.main_thread():
             stop.install()  # again: PySpark's context takes SIGINT for itself there
 
-    # --follow builds its small batches here: Spark starts when a batch needs the executors
+    # small batches and runs are built here: Spark starts when one needs the executors
     as_json = project.settings.log_format == "json"
     spark = LazySpark(args.master, json_logging() if as_json else None, started=started)
     status = 0
@@ -275,7 +265,7 @@ def run_pipeline(project: Project, args: argparse.Namespace) -> int:
         if args.follow:
             follow(project, spark, stop, notify=not args.no_notify, metrics=args.metrics)
         elif not stop.requested:
-            report = run(project, spark.get(), notify=not args.no_notify, stopping=stop.event)
+            report = run(project, spark, notify=not args.no_notify, stopping=stop.event)
             print(report.to_json().decode(), flush=True)
     except BadRecordError as exc:  # settings.bad_records = "fail": nothing was published
         log.error("stopped: %s", exc)

@@ -131,7 +131,10 @@ def serve(
     start: bool = True,
     settings: str = "",
 ) -> Served:
-    """A 3-node cluster on loopback serving a freshly built small project."""
+    """A 3-node cluster on loopback serving a freshly built small project. Its runs go to
+    Spark's executors, as a big one's would (a small one is built in the driver): the
+    clusters most query tests read are built by Spark's tasks."""
+    settings = f"driver_batch_records = 0\n{settings}"
     path = write_project(root, free_ports(3), snapshot_url=snapshot_url, settings=settings)
     project = projects.load(path)
     produce_test_events(project, seed=seed)
