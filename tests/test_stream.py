@@ -9,6 +9,7 @@ import dataclasses
 import time
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
@@ -35,17 +36,42 @@ def manifest_of(project: Project) -> dict:
 
 def wait_caught_up(project: Project, timeout_s: float = CAUGHT_UP_S) -> dict:
     """The manifest once every partition's top layer is at the log's end."""
+    return watch_caught_up(project, timeout_s)[0]
+
+
+@dataclass(frozen=True)
+class Seen:
+    """A layer as the first manifest naming it showed it."""
+
+    partition: int
+    layer: dict
+    below: dict[str, int] | None  # the position of the layer under it then (none: a base)
+    fresh: bool  # among its chain's newest FRESH_LAYERS then: it counts its appends
+
+
+def watch_caught_up(
+    project: Project, timeout_s: float = CAUGHT_UP_S
+) -> tuple[dict, dict[str, Seen]]:
+    """The manifest once every partition's top layer is at the log's end, and every layer
+    the manifests named meanwhile (a compaction may fold a delta before the end), by path."""
     expected = expected_positions(project)
     deadline = time.monotonic() + timeout_s
+    seen: dict[str, Seen] = {}
     while True:
         manifest = manifest_of(project)
+        for p, entry in manifest.get("partitions", {}).items():
+            layers, below = entry["layers"], None
+            for layer in layers:
+                fresh = layer["version"] > layers[-1]["version"] - FRESH_LAYERS
+                seen.setdefault(layer["path"], Seen(int(p), layer, below, fresh))
+                below = layer["position"]
         tops = {
             int(p): e["layers"][-1]["position"] for p, e in manifest.get("partitions", {}).items()
         }
         if tops == expected:
-            return manifest
+            return manifest, seen
         assert time.monotonic() < deadline, f"not caught up: {tops} vs {expected}"
-        time.sleep(0.2)
+        time.sleep(0.1)
 
 
 def assert_state_is_the_oracles(project: Project, manifest: dict) -> None:
@@ -102,10 +128,9 @@ def test_micro_batches_publish_what_the_oracle_computes(follower: Follower) -> N
             n_trains=60,
             start_ms=START_MS + (round_ + 1) * HOUR_MS,
         )
-        manifest = wait_caught_up(project)
+        manifest, seen = watch_caught_up(project)
         assert_state_is_the_oracles(project, manifest)
-    kinds = [layer["kind"] for e in manifest["partitions"].values() for layer in e["layers"]]
-    assert "delta" in kinds
+        assert any(one.layer["kind"] == "delta" for one in seen.values()), "deltas, not bases"
     assert follower.progress.batches >= 3 and follower.progress.records > 0
 
 
@@ -115,29 +140,32 @@ def test_every_layer_counts_its_new_records_by_append_time(follower: Follower) -
     than those appends; the pipeline's histogram counts every record it published once per
     stage."""
     project = follower.project
-    manifest = wait_caught_up(project)
+    wait_caught_up(project)
+    later = START_MS + 4 * HOUR_MS
+    produce_test_events(project, seed=40, n_bookings=90, n_trains=30, start_ms=later)
+    manifest, seen = watch_caught_up(project)
     stamps = {
         (topic, p): [r["append_ms"] for r in eventlog.read(project.log_dir, topic, p)]
         for topic in project.topics
         for p in range(project.cluster.partitions)
     }
-    checked = 0
-    for p, entry in manifest["partitions"].items():
-        below = dict.fromkeys(project.topics, 0)
+    for entry in manifest["partitions"].values():
         top = entry["layers"][-1]["version"]
         for layer in entry["layers"]:
-            at = layer["position"]
-            state = [s for t in project.topics for s in stamps[(t, int(p))][: at[t]]]
-            assert layer["newest_append_ms"] == max(state)
             if layer["version"] <= top - FRESH_LAYERS:  # older: the manifest stays small
                 assert layer["appended"] == []
-            elif layer["read_ms"] is not None:  # written from records, not folded from a chain
-                new = [s for t in project.topics for s in stamps[(t, int(p))][below[t] : at[t]]]
-                assert dict(layer["appended"]) == dict(Counter(new))
-                stages = [layer["read_ms"], layer["created_ms"], layer["published_ms"]]
-                assert max(new) <= stages[0] and stages == sorted(stages), layer
-                checked += 1
-            below = at
+    checked = 0
+    for one in seen.values():
+        layer, at = one.layer, one.layer["position"]
+        below = one.below or dict.fromkeys(project.topics, 0)
+        state = [s for t in project.topics for s in stamps[(t, one.partition)][: at[t]]]
+        assert layer["newest_append_ms"] == max(state)
+        if one.fresh and layer["read_ms"] is not None:  # written from records, not folded
+            new = [s for t in project.topics for s in stamps[(t, one.partition)][below[t] : at[t]]]
+            assert dict(layer["appended"]) == dict(Counter(new))
+            stages = [layer["read_ms"], layer["created_ms"], layer["published_ms"]]
+            assert max(new) <= stages[0] and stages == sorted(stages), layer
+            checked += 1
     assert checked > 0
     deadline = time.monotonic() + 10  # the last batch counts just after its manifest
     while (counts := published_counts(follower)) != dict.fromkeys(
