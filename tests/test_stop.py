@@ -8,6 +8,7 @@ pipeline's stop is tested with its crash recovery (tests/test_follow.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import subprocess
@@ -44,7 +45,7 @@ def stop(proc: subprocess.Popen[bytes], within_s: float) -> float:
     try:
         returncode = proc.wait(within_s)
     except subprocess.TimeoutExpired:
-        proc.kill()
+        kill_tree(proc)
         raise AssertionError(f"still running {within_s} s after SIGTERM") from None
     left = max(0.1, within_s - (time.monotonic() - started))
     _, alive = psutil.wait_procs(children, timeout=left)
@@ -54,6 +55,18 @@ def stop(proc: subprocess.Popen[bytes], within_s: float) -> float:
     assert not alive, f"left behind: {[(p.pid, p.name()) for p in alive]}"
     assert returncode == -signal.SIGTERM
     return time.monotonic() - started
+
+
+def kill_tree(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL `proc` and every process it started (a failed test leaves none behind)."""
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(psutil.NoSuchProcess):
+        for child in psutil.Process(proc.pid).children(recursive=True):
+            with contextlib.suppress(psutil.NoSuchProcess):
+                child.kill()
+    proc.kill()
+    proc.wait()
 
 
 def running(process: psutil.Process) -> bool:
@@ -135,8 +148,11 @@ def test_a_pipeline_run_stopped_while_building_publishes_nothing(
     command += ["--config", str(project.path), "--no-notify"]
     with open(log, "wb") as out:
         proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
-    wait_for(b"building 9 layers", log, proc, START_S)
-    stop(proc, SPARK_STOP_S)
+    try:
+        wait_for(b"building 9 layers", log, proc, START_S)
+        stop(proc, SPARK_STOP_S)
+    finally:
+        kill_tree(proc)
     text = log.read_text()
     assert "SIGTERM: stopping" in text and "stopped before publishing" in text, text[-3000:]
     assert not (Path(project.snapshot_store) / "manifest.json").exists()
@@ -181,6 +197,5 @@ def test_the_demo_stops_every_process_it_started(tmp_path: Path, when: str) -> N
             assert names.count("java") == 1 and len(names) >= 5, names  # + pipeline, 3 nodes
         stop(proc, SPARK_STOP_S)
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        kill_tree(proc)
     assert "Traceback" not in log.read_text(), log.read_text()[-3000:]
