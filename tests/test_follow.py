@@ -28,6 +28,10 @@ from tests.test_stream import assert_state_is_the_oracles, manifest_of, wait_cau
 
 CRASHED = 86  # the exit code of stream._crash_point
 START_S = 120
+# Spark's start and a first build on a standalone cluster's executors: six JVMs on the same 2
+# cores as the other worker's tests (58 s for the driver's start alone, then 60 s more for
+# its executors, seen on a fresh clone)
+CLUSTER_START_S = 300
 
 
 def free_port() -> int:
@@ -63,8 +67,8 @@ class Follow:
         with open(log, "ab") as out:
             self.proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
 
-    def wait_following(self) -> None:
-        deadline = time.monotonic() + START_S
+    def wait_following(self, timeout_s: float = START_S) -> None:
+        deadline = time.monotonic() + timeout_s
         while b"following" not in self.log.read_bytes():
             assert self.proc.poll() is None, self.tail()
             assert time.monotonic() < deadline, self.tail()
@@ -203,7 +207,7 @@ def test_the_continuous_pipeline_runs_on_a_standalone_cluster(
     produce_round(project, 0)
     follow = Follow(project, tmp_path / "follow.log", master=spark_cluster.url)
     try:
-        follow.wait_following()
+        follow.wait_following(CLUSTER_START_S)
         assert_state_is_the_oracles(project, wait_caught_up(project))
         produce_round(project, 1)
         manifest = wait_caught_up(project)
