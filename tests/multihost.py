@@ -208,7 +208,7 @@ class MultiHost:
         return {int(p): s["version"] for p, s in self._status(node)["partitions"].items()}
 
     def _status(self, node: str) -> dict[str, Any]:
-        response = httpx.get(
+        response = self.nodes.client.get(
             f"{self.nodes.url(node)}/internal/status",
             headers=secret_headers(self.project.cluster.secret),
             timeout=5,

@@ -33,7 +33,7 @@ from stategate import etcd as coordinator
 from stategate import logs, stopping
 from stategate.demo import elastic
 from stategate.etcd import Etcd
-from stategate.launcher import Processes
+from stategate.launcher import Processes, probes
 
 HERE = Path(__file__).resolve().parent
 PROJECT_TEMPLATE = HERE / "stategate.toml"
@@ -235,10 +235,10 @@ def _wait_warm(project: Project, timeout_s: float) -> None:
     """Until the pipeline has published twice since the nodes started: its first micro-batch
     pays for starting its Python workers, the check measures the steady state."""
     url = f"{project.cluster.nodes[0].url}/ready"
-    first = httpx.get(url, timeout=30).json()["versions"]
+    first = probes().get(url, timeout=30).json()["versions"]
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        versions = httpx.get(url, timeout=30).json()["versions"]
+        versions = probes().get(url, timeout=30).json()["versions"]
         if any(versions[p] >= first[p] + 2 for p in first):
             return
         time.sleep(0.2)
