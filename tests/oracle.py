@@ -48,7 +48,7 @@ def _records(
 
 def _segment(path: Path) -> list[dict]:
     """A segment's records, values decoded (a bad record's value, not JSON, as its text)."""
-    rows = pq.read_table(path).to_pylist()
+    rows = pq.ParquetFile(path).read().to_pylist()  # read_table: 3x the CPU of a small file
     for row in rows:
         row["value"] = None if row["value"] is None else _decoded(row["value"])
     return rows
