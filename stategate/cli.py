@@ -150,6 +150,10 @@ def _parser() -> argparse.ArgumentParser:
 def run_node(project: Project, args: argparse.Namespace) -> int:
     import uvicorn
 
+    from gateway.runtime.process import refuse_unused_modules
+
+    refuse_unused_modules()
+
     from stategate.app import create_app
     from stategate.deadlines import header_deadline
 

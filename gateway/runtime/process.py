@@ -1,5 +1,9 @@
-"""Process-wide tuning of a serving node's Python, applied once by the process's entry when
-the node has started (stategate/app.py), never by a library call.
+"""Process-wide tuning of a serving node's Python, applied once by the process's entry
+(stategate/cli.py, stategate/app.py), never by a library call.
+
+- pyarrow imports pandas, when it can, at its first conversion from numpy or Python values,
+  to check for pandas' types. A node uses neither pandas' API nor its types: refused, it saves
+  0.25 s of CPU at every start and 40 MiB of memory.
 
 - What start-up built (the schema, the snapshots' tables and indexes) lives as long as the
   process: frozen out of every collection (gc.freeze).
@@ -12,13 +16,37 @@ the node has started (stategate/app.py), never by a library call.
 from __future__ import annotations
 
 import gc
+import sys
+from importlib.abc import MetaPathFinder
+from importlib.machinery import ModuleSpec
 
 from gateway.runtime.lanes import share_the_gil
 
 GC_YOUNG_THRESHOLD = 20_000
 
 
+UNUSED_MODULES = frozenset({"pandas"})
+
+
+class _Refused(MetaPathFinder):
+    """Refuses to import `names`: a library that merely prefers them goes on without."""
+
+    def __init__(self, names: frozenset[str]) -> None:
+        self.names = names
+
+    def find_spec(self, fullname: str, path: object, target: object = None) -> ModuleSpec | None:
+        if fullname in self.names:
+            raise ImportError(f"a serving node does not import {fullname}")
+        return None
+
+
+def refuse_unused_modules() -> None:
+    """Before the node is built: nothing has imported them yet."""
+    sys.meta_path.insert(0, _Refused(UNUSED_MODULES))
+
+
 def tune_for_serving() -> None:
+    """Once the node has started."""
     gc.freeze()
     gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
     share_the_gil()
