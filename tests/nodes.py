@@ -11,12 +11,12 @@ from typing import Any
 import httpx
 import psutil
 from prometheus_client.parser import text_string_to_metric_families
-from pyspark.sql import SparkSession
 
 from contracts import project as projects
 from contracts.auth import secret_headers
 from contracts.project import Project
 from spark_pipeline import job
+from spark_pipeline.session import LazySpark
 from stategate.launcher import Processes, free_ports, wait_serving
 from tests.projects import produce_test_events, write_project
 
@@ -125,16 +125,15 @@ class Served:
 
 def serve(
     root: Path,
-    spark: SparkSession,
+    spark: LazySpark,
     seed: int = 1,
     snapshot_url: str | None = None,
     start: bool = True,
     settings: str = "",
 ) -> Served:
-    """A 3-node cluster on loopback serving a freshly built small project. Its runs go to
-    Spark's executors, as a big one's would (a small one is built in the driver): the
-    clusters most query tests read are built by Spark's tasks."""
-    settings = f"driver_batch_records = 0\n{settings}"
+    """A 3-node cluster on loopback serving a freshly built small project (built in the
+    driver, as the pipeline builds a run this small; tests/test_pipeline.py builds on
+    Spark's executors)."""
     path = write_project(root, free_ports(3), snapshot_url=snapshot_url, settings=settings)
     project = projects.load(path)
     produce_test_events(project, seed=seed)

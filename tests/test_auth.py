@@ -23,11 +23,11 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
-from pyspark.sql import SparkSession
 from websockets.sync.client import connect
 
 from contracts import project as projects
 from contracts.partitioner import partition_for
+from spark_pipeline.session import LazySpark
 from stategate.launcher import free_ports
 from tests import oracle
 from tests.live import PROTOCOL, Socket, closed_code
@@ -80,7 +80,7 @@ def bearer(value: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def cluster(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+def cluster(spark: LazySpark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     root = tmp_path_factory.mktemp("auth")
     served = serve(root, spark, seed=5, start=False, settings="introspection = false")
     with served.project.path.open("a") as file:

@@ -17,13 +17,13 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from pyspark.sql import SparkSession
 
 from contracts import eventlog
 from contracts.partitioner import partition_for
 from contracts.project import Project, load
 from spark_pipeline import job
 from spark_pipeline.dead_letter import BadRecordError, dead_letter_path
+from spark_pipeline.session import LazySpark
 from spark_pipeline.stream import Follower
 from tests import progress
 from tests.chains import chain_state
@@ -110,7 +110,7 @@ def dead_letters(project: Project) -> dict[tuple[str, int, int], dict[str, Any]]
 
 
 @pytest.fixture(scope="module")
-def skipped(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def skipped(spark: LazySpark, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     project = load(write_project(tmp_path_factory.mktemp("skip"), [18301], PARTITIONS, 1))
     produce_test_events(project, seed=5, n_bookings=300, n_trains=100)
     bad = write_raw(project)
@@ -149,7 +149,7 @@ def test_skip_counts_bad_records_by_topic_and_reason(skipped: dict[str, Any]) ->
 
 
 def test_skip_writes_each_bad_record_to_the_dead_letter_file_once(
-    skipped: dict[str, Any], spark: SparkSession
+    skipped: dict[str, Any], spark: LazySpark
 ) -> None:
     project, bad = skipped["project"], skipped["bad"]
     letters = dead_letters(project)
@@ -179,7 +179,7 @@ def test_skip_writes_each_bad_record_to_the_dead_letter_file_once(
 
 
 def test_fail_stops_the_run_naming_the_record_and_publishes_nothing(
-    spark: SparkSession, tmp_path: Path
+    spark: LazySpark, tmp_path: Path
 ) -> None:
     path = write_project(tmp_path, [18302], PARTITIONS, 1, settings='bad_records = "fail"')
     project = load(path)
@@ -199,7 +199,7 @@ def test_fail_stops_the_run_naming_the_record_and_publishes_nothing(
 
 
 def test_fail_stops_a_restart_before_spark_naming_the_record(
-    spark: SparkSession, tmp_path: Path
+    spark: LazySpark, tmp_path: Path
 ) -> None:
     """`stategate pipeline --follow` restarted over a bad record publishes nothing in its
     catch-up before Spark starts: it names the record and exits 1, without a traceback."""
@@ -224,7 +224,7 @@ def test_fail_stops_a_restart_before_spark_naming_the_record(
 
 
 def test_the_follower_skips_bad_records_micro_batch_by_micro_batch(
-    spark: SparkSession, tmp_path: Path
+    spark: LazySpark, tmp_path: Path
 ) -> None:
     project = load(write_project(tmp_path, [18303], PARTITIONS, 1))
     fast = dataclasses.replace(project.settings, trigger_interval_s=0.3)

@@ -30,13 +30,13 @@ from typing import Any
 
 import httpx
 import pytest
-from pyspark.sql import SparkSession
 
 from contracts import eventlog
 from contracts import project as projects
 from contracts.partitioner import partition_for
 from contracts.project import Project
 from spark_pipeline import job
+from spark_pipeline.session import LazySpark
 from stategate import demo
 from stategate.demo import bookings
 from tests import oracle
@@ -53,7 +53,7 @@ NPM_TIMEOUT_S = 300  # one npm step at most (npm ci downloads ~300 packages on a
 
 
 @pytest.fixture(scope="module")
-def cluster(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nodes]:
+def cluster(spark: LazySpark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nodes]:
     """Three nodes serving the demo's project (the schema the clients are generated from),
     allowing only the operations of clients/operations.graphql: the clients' own file is the
     registry, so every call below also proves the allow-list lets a generated client through."""
@@ -345,7 +345,7 @@ def test_the_typescript_types_check_and_the_example_answers(cluster: Nodes) -> N
 
 
 def test_the_python_client_subscription_pushes_a_new_booking(
-    client: ModuleType, cluster: Nodes, spark: SparkSession
+    client: ModuleType, cluster: Nodes, spark: LazySpark
 ) -> None:
     project = cluster.project
     key = sorted(totals_of(project))[3]

@@ -14,11 +14,11 @@ from urllib.parse import quote
 
 import pytest
 from playwright.sync_api import Page, sync_playwright
-from pyspark.sql import SparkSession
 
 from contracts import eventlog
 from contracts.project import Project
 from spark_pipeline import job
+from spark_pipeline.session import LazySpark
 from stategate import demo
 from stategate.demo import bookings
 from tests import oracle
@@ -41,7 +41,7 @@ VISIBLE_WITHIN_MS = 2000
 
 
 @pytest.fixture(scope="module")
-def cluster(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nodes]:
+def cluster(spark: LazySpark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nodes]:
     if shutil.which(CHROMIUM) is None:
         pytest.fail(f"{CHROMIUM} is missing: `make test` installs Debian's chromium package")
     project = demo_project(tmp_path_factory.mktemp("dashboard"))
@@ -109,7 +109,7 @@ def local_page(origin: str, path: str) -> Iterator[Page]:
 
 
 def test_the_dashboard_is_local_and_its_leaderboard_moves(
-    cluster: Nodes, spark: SparkSession, tmp_path: Path
+    cluster: Nodes, spark: LazySpark, tmp_path: Path
 ) -> None:
     project = cluster.project
     with local_page(cluster.url(cluster.ids[1]), "/pages/") as page:
@@ -151,7 +151,7 @@ def response_pane(page: Page) -> str:
 
 
 def test_the_playground_is_local_and_its_subscription_shows_a_produced_booking(
-    cluster: Nodes, spark: SparkSession
+    cluster: Nodes, spark: LazySpark
 ) -> None:
     """GraphiQL from the node's own assets: a subscription run from the editor shows the
     oracle's count, then the count after a booking produced during the test."""

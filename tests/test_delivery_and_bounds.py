@@ -15,7 +15,6 @@ from typing import Any
 import httpx
 import orjson
 import pytest
-from pyspark.sql import SparkSession
 
 from contracts.auth import SECRET_HEADER
 from contracts.positions import decode_token, encode_token
@@ -28,6 +27,7 @@ from gateway.storage.switches import Switches
 from gateway.storage.sync import SnapshotSync
 from gateway.wire.peers import PeerClient, pooled
 from spark_pipeline import job
+from spark_pipeline.session import LazySpark
 from stategate.launcher import Processes, free_ports, store_command
 from tests import oracle, wire
 from tests.nodes import Served, serve
@@ -64,7 +64,7 @@ class Store:
 
 @pytest.fixture(scope="module")
 def remote(
-    spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
+    spark: LazySpark, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[Served, Store]]:
     port = free_ports(1)[0]
     cluster = serve(
@@ -140,7 +140,7 @@ def test_the_store_refuses_calls_without_the_secret(remote) -> None:
     assert reply.status_code == 404
 
 
-def test_bounds_tokens_require_active_and_max_lag(remote, spark: SparkSession) -> None:
+def test_bounds_tokens_require_active_and_max_lag(remote, spark: LazySpark) -> None:
     cluster, store = remote
     before = scan(cluster, "node1")
     cluster.nodes.kill("node3")

@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from pyspark.sql import SparkSession
 from websockets.exceptions import ConnectionClosed
 
 from contracts import eventlog
@@ -22,6 +21,7 @@ from contracts import project as projects
 from contracts.coordination import State
 from contracts.eventlog import Record
 from spark_pipeline import job
+from spark_pipeline.session import LazySpark
 from spark_pipeline.stream import Follower
 from stategate.etcd import serving_settled
 from stategate.launcher import free_ports
@@ -44,7 +44,7 @@ class Elastic:
     """etcd, a project of 5 nodes on it, its log and published state; with `follow`, the
     continuous pipeline publishing (and telling the nodes) as a producer appends."""
 
-    def __init__(self, root: Path, spark: SparkSession, follow: bool = False) -> None:
+    def __init__(self, root: Path, spark: LazySpark, follow: bool = False) -> None:
         self.etcd = Etcd(root)
         self.etcd.start()
         path = write_project(root, free_ports(5), settings=SETTINGS)
@@ -137,7 +137,7 @@ class Elastic:
 
 
 @pytest.fixture
-def elastic(spark: SparkSession, tmp_path: Path) -> Iterator[Elastic]:
+def elastic(spark: LazySpark, tmp_path: Path) -> Iterator[Elastic]:
     cluster = Elastic(tmp_path, spark)
     yield cluster
     cluster.close()
@@ -217,7 +217,7 @@ class Subscriber(threading.Thread):
 
 
 def test_the_cluster_scales_3_5_2_while_every_query_kind_is_read_and_subscribed(
-    spark: SparkSession, tmp_path: Path
+    spark: LazySpark, tmp_path: Path
 ) -> None:
     """The continuous pipeline publishes and a producer appends throughout; every answer is
     the oracle's at its stated positions, no client's positions go back, and every
@@ -272,7 +272,7 @@ def test_the_cluster_scales_3_5_2_while_every_query_kind_is_read_and_subscribed(
 
 
 def test_a_lost_node_and_a_hung_one_are_replaced_and_serving_outlives_the_coordinator(
-    elastic: Elastic, spark: SparkSession
+    elastic: Elastic, spark: LazySpark
 ) -> None:
     five = {"node1", "node2", "node3", "node4", "node5"}
     elastic.start(*sorted(five))

@@ -9,9 +9,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from pyspark.sql import SparkSession
 
 from contracts.partitioner import partition_for
+from spark_pipeline.session import LazySpark
 from tests import oracle, wire
 from tests.nodes import Served, metric, serve
 
@@ -29,7 +29,7 @@ QUERY = """query($keys: [String!]!) {
 
 
 @pytest.fixture(scope="module")
-def cluster(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+def cluster(spark: LazySpark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     served = serve(tmp_path_factory.mktemp("failover"), spark, seed=2)
     yield served
     served.nodes.stop_all()

@@ -11,9 +11,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from pyspark.sql import SparkSession
 
 from contracts.partitioner import partition_for
+from spark_pipeline.session import LazySpark
 from tests import oracle, wire
 from tests.live import Socket
 from tests.nodes import Served, serve
@@ -34,7 +34,7 @@ QUERY = """query($keys: [String!]!) {
 
 
 @pytest.fixture(scope="module")
-def cluster(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+def cluster(spark: LazySpark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     served = serve(tmp_path_factory.mktemp("faults"), spark, seed=3, settings=SETTINGS, start=False)
     served.nodes.start_all()  # and each has polled the others
     yield served

@@ -34,7 +34,6 @@ from graphql import (
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from hypothesis_graphql import Mode, from_schema, nodes
-from pyspark.sql import SparkSession
 
 from contracts.auth import secret_headers
 from contracts.project import Project
@@ -43,6 +42,7 @@ from gateway.model.limits import SCAN_LOOKAHEAD
 from gateway.model.queries import Get, Prefix, Range, SubQuery, Windows, WindowsOfKey
 from gateway.wire.protocol import decode_answers, decode_request, encode_request
 from resolvers.schema.build import build_schema
+from spark_pipeline.session import LazySpark
 from tests import oracle
 from tests.nodes import Served, serve
 
@@ -163,7 +163,7 @@ def report(problems: dict[str, str]) -> str:
 
 
 @pytest.fixture(scope="module")
-def cluster(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+def cluster(spark: LazySpark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     served = serve(tmp_path_factory.mktemp("fuzz"), spark, settings=LIMITS)
     yield served
     served.nodes.stop_all()

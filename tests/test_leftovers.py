@@ -5,17 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pyspark.sql import SparkSession
-
 from contracts.project import load
 from spark_pipeline import job
+from spark_pipeline.session import LazySpark
 from tests.projects import produce_test_events, write_project
 from tests.unit.test_leftovers import layout
 
 
-def test_a_start_removes_the_leftovers_of_a_killed_writer(
-    spark: SparkSession, tmp_path: Path
-) -> None:
+def test_a_start_removes_the_leftovers_of_a_killed_writer(spark: LazySpark, tmp_path: Path) -> None:
     project = load(write_project(tmp_path, [18401], 3, 1))
     produce_test_events(project, seed=9, n_bookings=60, n_trains=20)
     files = layout(Path(project.snapshot_store))

@@ -13,9 +13,9 @@ from typing import Any
 
 import httpx
 import pytest
-from pyspark.sql import SparkSession
 
 from resolvers.schema.costs import PAGE_ROW_WEIGHT
+from spark_pipeline.session import LazySpark
 from tests import oracle, wire
 from tests.nodes import Served, metric, serve
 
@@ -29,7 +29,7 @@ JSON = {"content-type": "application/json"}
 
 
 @pytest.fixture(scope="module")
-def cluster(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+def cluster(spark: LazySpark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     served = serve(tmp_path_factory.mktemp("limits"), spark, seed=5, settings=SETTINGS)
     yield served
     served.nodes.stop_all()

@@ -11,13 +11,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from pyspark.sql import SparkSession
 
 from contracts import eventlog
 from contracts import project as projects
 from contracts.eventlog import Record
 from contracts.partitioner import partition_for
 from spark_pipeline import job
+from spark_pipeline.session import LazySpark
 from stategate.launcher import free_ports
 from tests import oracle, wire
 from tests.live import Socket
@@ -71,7 +71,7 @@ TOTALS = "accountTotals(key: $k) { key partition record { key updates total larg
 
 
 @pytest.fixture(scope="module")
-def cluster(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nodes]:
+def cluster(spark: LazySpark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nodes]:
     root = tmp_path_factory.mktemp("longs")
     path = root / "stategate.toml"
     path.write_text(PROJECT.format(ports=free_ports(2)))

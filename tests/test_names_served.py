@@ -10,6 +10,7 @@ from contracts import eventlog
 from contracts import project as projects
 from contracts.eventlog import Record
 from spark_pipeline import job
+from spark_pipeline.session import LazySpark
 from stategate.launcher import free_ports, wait_serving
 from tests import wire
 from tests.nodes import Nodes
@@ -53,14 +54,14 @@ aggregates = {{ WindowStart = "min(from)", type = "count" }}
 KEYS = ["a", "b", "c", "from", "None"]
 
 
-def test_keyword_names_are_built_and_served(spark: object, tmp_path: Path) -> None:
+def test_keyword_names_are_built_and_served(spark: LazySpark, tmp_path: Path) -> None:
     path = tmp_path / "stategate.toml"
     path.write_text(PROJECT.format(port=free_ports(1)[0]))
     project = projects.load(path)
     values = [{"from": i, "class": f"c{i}", "None": i % 2 == 0} for i in range(20)]
     records = [Record(KEYS[i % 5], v, START_MS + i * HOUR_MS // 4) for i, v in enumerate(values)]
     eventlog.produce(project.log_dir, project.topics["t"], project.cluster.partitions, records)
-    job.run(project, spark, notify=False)  # type: ignore[arg-type]
+    job.run(project, spark, notify=False)
     nodes = Nodes(project, tmp_path)
     try:
         nodes.start("n1")

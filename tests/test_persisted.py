@@ -16,9 +16,9 @@ from typing import Any
 
 import httpx
 import pytest
-from pyspark.sql import SparkSession
 
 from contracts import project as projects
+from spark_pipeline.session import LazySpark
 from stategate.launcher import free_ports, node_command
 from tests import oracle, wire
 from tests.live import Socket
@@ -63,7 +63,7 @@ def apq(hash: str) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def apq_cluster(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+def apq_cluster(spark: LazySpark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     """A cluster with an operations file, no allow-list, and a small store of hashes."""
     root = tmp_path_factory.mktemp("apq")
     (root / "ops.graphql").write_text(OPERATIONS)

@@ -13,7 +13,6 @@ from pathlib import Path
 import duckdb
 import orjson
 import pytest
-from pyspark.sql import SparkSession
 
 from contracts import eventlog
 from contracts.manifest import Layer, Manifest, PartitionEntry, read_manifest, write_manifest
@@ -24,6 +23,7 @@ from spark_pipeline.compaction import compact, rebase
 from spark_pipeline.job import run
 from spark_pipeline.plan import LogBehindError, plan_run
 from spark_pipeline.publish import notify_nodes, prune
+from spark_pipeline.session import LazySpark
 from tests import progress
 from tests.chains import chain_state, opened
 from tests.oracle import expected_positions, expected_store
@@ -41,24 +41,27 @@ DUCK_TYPES = {  # the snapshot format's column types
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Project:
+    """Its runs go to Spark's executors, as a big log's would (this small one would be built
+    in the driver, as the clusters the query tests read are)."""
     root = tmp_path_factory.mktemp("pipeline")
-    return load(write_project(root, ports=[18101, 18102, 18103]))
+    settings = "driver_batch_records = 0"
+    return load(write_project(root, ports=[18101, 18102, 18103], settings=settings))
 
 
 @pytest.fixture(scope="module")
-def first(project: Project, spark: SparkSession) -> dict:
+def first(project: Project, spark: LazySpark) -> dict:
     produce_test_events(project, seed=1)
     return _run_logged(project, spark)
 
 
 @pytest.fixture(scope="module")
-def second(project: Project, spark: SparkSession, first: dict) -> dict:
+def second(project: Project, spark: LazySpark, first: dict) -> dict:
     produce_test_events(project, seed=2, n_bookings=300, n_trains=0, only={1, 4})
     produce_test_events(project, seed=3, n_bookings=0, n_trains=120, only={4, 7})
     return _run_logged(project, spark)
 
 
-def _run_logged(project: Project, spark: SparkSession) -> dict:
+def _run_logged(project: Project, spark: LazySpark) -> dict:
     """A run, what it logged, and the log's end offsets it read up to (from the segments)."""
     ends = {
         p: {t: eventlog.end_offset(project.log_dir, t, p) for t in project.topics}
@@ -154,7 +157,7 @@ def test_second_run_adds_a_delta_to_the_partitions_with_new_records_only(
 
 
 def test_a_run_without_new_records_changes_nothing(
-    project: Project, spark: SparkSession, second: dict
+    project: Project, spark: LazySpark, second: dict
 ):
     manifest_bytes = (_store(project) / "manifest.json").read_bytes()
     report = run(project, spark, notify=False)
@@ -304,12 +307,12 @@ def _digests(project: Project) -> dict[str, str]:
 
 
 def test_compaction_folds_a_chain_into_a_base_at_the_same_version(
-    project: Project, spark: SparkSession, second: dict
+    project: Project, spark: LazySpark, second: dict
 ):
     store_dir = _store(project)
     manifest = read_manifest(store_dir)
     chains = {p: manifest.partitions[p] for p in CHANGED}
-    bases = compact(project, spark, store_dir, chains)
+    bases = compact(project, spark.get(), store_dir, chains)
     write_manifest(store_dir, rebase(manifest, chains, bases))
     after = _manifest(project)["partitions"]
     for p in CHANGED:
@@ -336,7 +339,7 @@ def test_rebase_keeps_the_deltas_published_while_a_compaction_ran() -> None:
 
 
 def test_a_run_folds_a_chain_due_for_compaction_into_its_new_layer(
-    project: Project, spark: SparkSession, second: dict
+    project: Project, spark: LazySpark, second: dict
 ):
     produce_test_events(project, seed=4, n_bookings=200, n_trains=0, only={2})
     produce_test_events(project, seed=5, n_bookings=100, n_trains=0, only={2})

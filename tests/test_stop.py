@@ -19,12 +19,12 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
-from pyspark.sql import SparkSession
 
 from contracts import eventlog
 from contracts import project as projects
 from contracts.project import Project
 from spark_pipeline import job
+from spark_pipeline.session import LazySpark
 from stategate import demo
 from stategate.launcher import Processes, free_ports, store_command
 from tests.live import Socket, closed_code
@@ -137,7 +137,7 @@ def test_the_producer_stopped_while_reading_appends_nothing(project: Project) ->
 
 
 def test_a_pipeline_run_stopped_while_building_publishes_nothing(
-    tmp_path: Path, spark: SparkSession
+    tmp_path: Path, spark: LazySpark
 ) -> None:
     # On the executors, as a big run is built: a small one, built in the driver, ends first.
     path = write_project(tmp_path, free_ports(3), settings="driver_batch_records = 0")

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import orjson
 import pytest
-from pyspark.sql import SparkSession
 
 from contracts import eventlog
 from contracts.durable import locked
 from contracts.manifest import FRESH_LAYERS
 from contracts.project import Project, load
+from spark_pipeline.session import LazySpark
 from spark_pipeline.stream import Follower
 from tests import progress
 from tests.chains import chain_state
@@ -101,7 +101,7 @@ def stream_log() -> Iterator[list[str]]:
 
 @pytest.fixture(scope="module")
 def follower(
-    spark: SparkSession, tmp_path_factory: pytest.TempPathFactory, stream_log: list[str]
+    spark: LazySpark, tmp_path_factory: pytest.TempPathFactory, stream_log: list[str]
 ) -> Iterator[Follower]:
     root = tmp_path_factory.mktemp("stream")
     project = load(write_project(root, ports=[18201, 18202, 18203]))

@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from pyspark.sql import SparkSession
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
@@ -21,6 +20,7 @@ from contracts import eventlog
 from contracts.eventlog import Record
 from contracts.partitioner import partition_for
 from spark_pipeline import job
+from spark_pipeline.session import LazySpark
 from tests import oracle, wire
 from tests.live import Socket, Unread, closed_code
 from tests.nodes import Served, serve
@@ -43,7 +43,7 @@ QUIET_S = 2.0  # no message for this long after the nodes switched: none is comi
 
 
 @pytest.fixture(scope="module")
-def cluster(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+def cluster(spark: LazySpark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     served = serve(tmp_path_factory.mktemp("live"), spark, seed=11, settings=SETTINGS)
     yield served
     served.nodes.stop_all()
@@ -87,7 +87,7 @@ def book(cluster: Served, keys: list[str], seed: int) -> None:
     eventlog.produce(cluster.project.log_dir, topic, cluster.project.cluster.partitions, records)
 
 
-def publish(cluster: Served, spark: SparkSession) -> None:
+def publish(cluster: Served, spark: LazySpark) -> None:
     job.run(cluster.project, spark)
 
 
@@ -109,7 +109,7 @@ def assert_forward(before: dict[str, int], after: dict[str, int]) -> None:
 
 
 def test_every_node_pushes_exactly_the_changes_a_subscription_reads(
-    cluster: Served, spark: SparkSession
+    cluster: Served, spark: LazySpark
 ) -> None:
     watched = customers_in(cluster, 2)  # partitions 0 and 1
     keys = [watched[0], watched[1], "nobody-at-all"]
@@ -150,7 +150,7 @@ def live_status(cluster: Served, node_id: str) -> dict[str, int]:
     return status
 
 
-def test_identical_subscriptions_are_evaluated_once(cluster: Served, spark: SparkSession) -> None:
+def test_identical_subscriptions_are_evaluated_once(cluster: Served, spark: LazySpark) -> None:
     key = customers_in(cluster, 3)[2]
     node_id = cluster.nodes.ids[0]
     sockets = [Socket(cluster.nodes.url(node_id)) for _ in range(2)]
@@ -195,7 +195,7 @@ PAGE = """subscription Page($to: DateTime!) {
 
 
 def test_a_client_that_stops_reading_costs_one_pending_update(
-    cluster: Served, spark: SparkSession
+    cluster: Served, spark: LazySpark
 ) -> None:
     """Forty subscriptions of large pages on a connection that stops reading: the node
     keeps the latest update of each and says how many it skipped; its memory stays flat."""

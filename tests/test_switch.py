@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pyspark.sql import SparkSession
 
 from contracts import eventlog
 from contracts.clock import now_ms
@@ -20,6 +19,7 @@ from contracts.partitioner import partition_for
 from contracts.positions import decode_token
 from spark_pipeline import compaction, job
 from spark_pipeline.publish import notify_nodes
+from spark_pipeline.session import LazySpark
 from tests import oracle, wire
 from tests.nodes import Samples, Served, metric, serve
 from tests.projects import produce_test_events
@@ -41,7 +41,7 @@ BOUNDED = """query($c: ConsistencyInput) {
 
 
 @pytest.fixture(scope="module")
-def cluster(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+def cluster(spark: LazySpark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     served = serve(tmp_path_factory.mktemp("switch"), spark, seed=5)
     yield served
     served.nodes.stop_all()
@@ -59,7 +59,7 @@ def as_rows(records: list[dict[str, Any]]) -> list[tuple]:
     ]
 
 
-def test_nodes_switch_to_new_versions_under_load(cluster: Served, spark: SparkSession) -> None:
+def test_nodes_switch_to_new_versions_under_load(cluster: Served, spark: LazySpark) -> None:
     expected = {1: by_partition(cluster)}
     seen: list[dict[str, Any]] = []
     problems: list[str] = []
@@ -118,7 +118,7 @@ def test_nodes_switch_to_new_versions_under_load(cluster: Served, spark: SparkSe
 
 
 def test_a_token_from_a_node_that_just_switched_is_served_by_every_node(
-    cluster: Served, spark: SparkSession
+    cluster: Served, spark: LazySpark
 ) -> None:
     """What a node knows of its peers' positions is up to a poll old. A token minted the
     moment node1 switched, sent to the other nodes before they polled node1, is still served
@@ -160,7 +160,7 @@ FRESHNESS = """{
 
 
 def test_nodes_count_installed_records_by_delay_and_answer_how_old_they_are(
-    cluster: Served, spark: SparkSession
+    cluster: Served, spark: LazySpark
 ) -> None:
     """Every record a new version brings is counted once per stage in each hosting node's
     freshness histogram, each stage no sooner than the one before; and an answer's meta
@@ -206,7 +206,7 @@ def test_nodes_count_installed_records_by_delay_and_answer_how_old_they_are(
         assert started - max(newest) <= age <= now_ms() - max(newest)
 
 
-def test_nodes_switch_to_a_compacted_base_under_load(cluster: Served, spark: SparkSession) -> None:
+def test_nodes_switch_to_a_compacted_base_under_load(cluster: Served, spark: LazySpark) -> None:
     """A compaction folds each chain into a base at the same version: the nodes switch to it
     while clients query, every answer stays the oracle's, and the deltas' files go away."""
     store_dir = Path(cluster.project.snapshot_store)
@@ -232,7 +232,7 @@ def test_nodes_switch_to_a_compacted_base_under_load(cluster: Served, spark: Spa
         manifest = read_manifest(store_dir)
         chains = {p: e for p, e in manifest.partitions.items() if len(e.layers) > 1}
         assert chains, "the earlier runs left chains with deltas"
-        bases = compaction.compact(cluster.project, spark, store_dir, chains)
+        bases = compaction.compact(cluster.project, spark.get(), store_dir, chains)
         write_manifest(store_dir, compaction.rebase(manifest, chains, bases))
         notified = notify_nodes(cluster.project, set(bases))
     finally:
@@ -262,7 +262,7 @@ def wait_for_manifest_versions(cluster: Served, manifest: Manifest, timeout_s: f
             time.sleep(0.05)
 
 
-def test_value_ordered_pages_go_on_across_a_switch(cluster: Served, spark: SparkSession) -> None:
+def test_value_ordered_pages_go_on_across_a_switch(cluster: Served, spark: LazySpark) -> None:
     """Pages of latestBooking by price (indexed: answered from memory) and by seats (not:
     SQL), begun before a switch and followed after it with their cursors, from every node:
     the first page is the old version's, the rest exactly the new version's rows past the

@@ -21,6 +21,7 @@ from contracts.partitioner import partition_for
 from contracts.project import Project
 from gateway.model import cursors
 from spark_pipeline import job
+from spark_pipeline.session import LazySpark
 from stategate.launcher import free_ports
 from tests import oracle, wire
 from tests.nodes import Nodes
@@ -51,11 +52,11 @@ WINDOWS = ["hourlyRevenue", "delaysHopping"]
 
 
 @pytest.fixture(scope="module")
-def cluster(spark: object, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nodes]:
+def cluster(spark: LazySpark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nodes]:
     root = tmp_path_factory.mktemp("values")
     project = projects.load(write_project(root, free_ports(2), PARTITIONS, replicas=1))
     write_raw(project)
-    job.run(project, spark, notify=False)  # type: ignore[arg-type]
+    job.run(project, spark, notify=False)
     nodes = Nodes(project, root)
     nodes.start_all()
     yield nodes
