@@ -277,6 +277,11 @@ class Settings:
     def peer_pool_expiry_s(self) -> float:
         return self.keep_alive_s / 3
 
+    def in_driver(self, records: int) -> bool:
+        """Whether work over this many log records is done in the pipeline's driver (a run, a
+        micro-batch, a compaction), not on Spark's executors."""
+        return records <= self.driver_batch_records
+
     @classmethod
     def parse(cls, raw: object) -> Settings:
         if not isinstance(raw, dict):

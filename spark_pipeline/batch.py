@@ -18,6 +18,7 @@ a leftover of a run that crashed there), and nothing is visible until the manife
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -43,6 +44,8 @@ from spark_pipeline.checks import BadRow
 from spark_pipeline.log_source import RECORDS, Slice, ddl, members, read_slice
 from spark_pipeline.plan import stores_digest
 from spark_pipeline.snapshot import LayerTask, build_layer
+
+DRIVER_THREADS = os.cpu_count() or 1  # a batch in the driver builds a partition per thread
 
 # What each task returns: its layer as JSON, how many records it read, the rows it wrote per
 # store (JSON), how long it took, the bad records it left out per topic and reason (JSON).
@@ -153,14 +156,13 @@ def publish_here(
     store_dir: Path,
     manifest: Manifest,
     ends: Ends,
-    workers: int,
     commit: Callable[[Published], None] | None = None,
     rebuild: bool = False,
     compact: bool = False,
 ) -> Published:
     """The same publication as `publish`, built in this process for the records between
     the published positions (offset 0 to `rebuild`) and `ends`, a partition per thread of
-    `workers` (DuckDB works outside the GIL): no Spark stage, whose fixed cost (~0.7 s for a
+    DRIVER_THREADS (DuckDB works outside the GIL): no Spark stage, whose fixed cost (~0.7 s for a
     stage with no work, more on a busy machine) exceeds a small batch's work. With `commit`,
     each partition's layer is handed to it as soon as it is written, in a publication of
     its own over the ones before (a partition's state depends on its own records only): one
@@ -182,7 +184,7 @@ def publish_here(
             for row in built.to_pylist()
         ]
 
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="build") as pool:
+    with ThreadPoolExecutor(DRIVER_THREADS, thread_name_prefix="build") as pool:
         building = [pool.submit(build, p) for p in range(project.cluster.partitions)]
         whole = Published(manifest, built_in="driver")
         for future in as_completed(building):

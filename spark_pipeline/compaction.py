@@ -32,7 +32,7 @@ def small(project: Project, chains: dict[int, PartitionEntry]) -> bool:
     topic's from offset 0) to be folded in the driver, where it costs less than a Spark
     stage, and less than Spark's start when the pipeline has not needed it yet."""
     records = sum(sum(entry.position.values()) for entry in chains.values())
-    return records <= project.settings.driver_batch_records
+    return project.settings.in_driver(records)
 
 
 def compact(

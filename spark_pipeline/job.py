@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import logging
-import os
 import sys
 import threading
 import time
@@ -51,7 +50,6 @@ from spark_pipeline.publish import notify_nodes, prune, sweep_temporaries  # noq
 from spark_pipeline.session import LazySpark, cancelled_on, spark_session  # noqa: E402
 
 log = logging.getLogger(__name__)
-_THREADS = os.cpu_count() or 1  # a run in the driver builds a partition per thread
 
 
 class StopRequested(RuntimeError):
@@ -108,21 +106,22 @@ def run(
         if plan.changed:
             building = time.monotonic()
             _unless(stopping)
-            if report.records <= project.settings.driver_batch_records:
+            if project.settings.in_driver(report.records):
                 log.info("building %d layers in the driver", len(plan.changed))
                 published = publish_here(
                     project,
                     store_dir,
                     manifest,
                     plan.ends,
-                    _THREADS,
                     rebuild=plan.rebuild,
                     compact=True,
                 )
                 _unless(stopping)
             else:
                 lazy = spark if isinstance(spark, LazySpark) else LazySpark.of(spark)
-                published = _publish_on_executors(project, lazy.get(), manifest, plan, stopping)
+                published = _publish_on_executors(
+                    project, store_dir, lazy.get(), manifest, plan, stopping
+                )
             _log_layers(published, time.monotonic() - building)
             log_bad_records(published.bad, store_dir)
             report.bad_records = published.bad
@@ -154,13 +153,13 @@ def run(
 
 def _publish_on_executors(
     project: Project,
+    store_dir: Path,
     spark: SparkSession,
     manifest: Manifest,
     plan: RunPlan,
     stopping: threading.Event,
 ) -> Published:
     """The run's layers, built by Spark's tasks; the caller holds the store's lock."""
-    store_dir = snapshot_dir(project)
     log.info(
         "building %d layers: each Spark task reads the records of its partitions and "
         "writes their layers",

@@ -83,7 +83,6 @@ class Follower:
         self._notifier = Notifier(project)
         self._compacting = threading.Event()  # set while a compaction runs
         self._groups = 0  # the task groups the executors' records come in, once Spark runs
-        self._workers = os.cpu_count() or 1  # threads that build a batch in the driver
         self.freshness = Delays(stages=("read", "written", "published"))
         self.registry = CollectorRegistry()
         self.registry.register(self.freshness)
@@ -190,13 +189,12 @@ class Follower:
             behind = plan.records(set(self.project.topics))
             if behind == 0:
                 return
-            if behind <= settings.driver_batch_records:
+            if settings.in_driver(behind):
                 published = publish_here(
                     self.project,
                     self.store_dir,
                     manifest,
                     plan.ends,
-                    self._workers,
                     commit=self._commit_one,
                 )
             else:

@@ -39,7 +39,7 @@ def test_each_partition_is_committed_alone_as_its_layer_is_written(project: Proj
         )
         before, earlier = read_manifest(store), len(committed)
         plan = plan_run(project, before)
-        whole = publish_here(project, store, before, plan.ends, 2, commit)
+        whole = publish_here(project, store, before, plan.ends, commit)
         commits = committed[earlier:]
         assert sorted(p for c in commits for p in c.layers) == list(range(PARTITIONS))
         assert all(len(c.layers) == 1 for c in commits), "one partition a commit"
