@@ -86,7 +86,7 @@ def measure(workload: Workload, deltas: int, records: int) -> Installs:
     with tempfile.TemporaryDirectory(prefix="stategate-installs-") as folder:
         root = Path(folder)
         project = _copy(workload, root)
-        catalog = SnapshotCatalog(root / "node", list(project.stores.values()), 1, "1GB")
+        catalog = SnapshotCatalog(root / "node", project, 1, "1GB")
         try:
             return _run(project, catalog, deltas, records)
         finally:

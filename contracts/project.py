@@ -26,12 +26,14 @@ from contracts.settings import Settings, SettingsError
 
 FieldType = Literal["string", "int", "long", "double", "boolean"]
 StoreKind = Literal["table", "aggregate", "window"]
+Scope = Literal["partitioned", "global"]
 AggFunc = Literal["count", "sum", "min", "max", "avg"]
 
 FIELD_TYPES: tuple[FieldType, ...] = ("string", "int", "long", "double", "boolean")
 KEY_TYPES: tuple[KeyType, ...] = ("string", "int", "long")
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
 _AGG = re.compile(r"^(count)(?:\(\))?$|^(sum|min|max|avg)\((\w+)\)$")
+_JOIN = re.compile(r"^([A-Za-z][A-Za-z0-9]*)\(([A-Za-z][A-Za-z0-9]*)\)$")  # store(field)
 _DURATION = re.compile(r"^(\d+)(ms|s|m|h|d)$")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 RESERVED_COLUMNS = ("key", "window_start")  # a snapshot's own columns
@@ -43,9 +45,9 @@ TABLES = ("log", "snapshots", "pages", "cluster", "topics", "stores", "settings"
 CLUSTER = ("partitions", "replicas", "secret", "secret_env", "nodes", "coordinator", "name")
 CLUSTER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 STORE_ENTRIES: dict[str, tuple[str, ...]] = {
-    "table": ("name", "kind", "topic", "index"),
-    "aggregate": ("name", "kind", "topic", "aggregates", "index"),
-    "window": ("name", "kind", "topic", "aggregates", "size", "advance"),
+    "table": ("name", "kind", "topic", "index", "global", "joins"),
+    "aggregate": ("name", "kind", "topic", "aggregates", "index", "global", "joins"),
+    "window": ("name", "kind", "topic", "aggregates", "size", "advance", "global", "joins"),
 }
 # Each array of tables: what one entry is called, the entry that names it, its entries.
 ENTRIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
@@ -91,6 +93,16 @@ class Aggregate:
 
 
 @dataclass(frozen=True)
+class Join:
+    """A record's field `name`: the record of the global store `store` whose key is the
+    value of this record's `field` (its key, or a column)."""
+
+    name: str
+    store: str
+    field: str
+
+
+@dataclass(frozen=True)
 class Store:
     name: str
     kind: StoreKind
@@ -99,6 +111,12 @@ class Store:
     window_size_ms: int = 0
     window_advance_ms: int = 0
     index: tuple[str, ...] = ()  # columns kept sorted in memory, to order by cheaply
+    scope: Scope = "partitioned"  # global: every node holds every partition of it
+    joins: tuple[Join, ...] = ()
+
+    @property
+    def is_global(self) -> bool:
+        return self.scope == "global"
 
     @property
     def key_type(self) -> KeyType:
@@ -194,6 +212,14 @@ class Project:
     def store(self, name: str) -> Store:
         return self.stores[name]
 
+    @cached_property
+    def global_stores(self) -> tuple[Store, ...]:
+        return tuple(s for s in self.stores.values() if s.is_global)
+
+    @cached_property
+    def partitioned_stores(self) -> tuple[Store, ...]:
+        return tuple(s for s in self.stores.values() if not s.is_global)
+
     @property
     def operations_file(self) -> Path | None:
         """settings.operations, resolved against the project file's folder; None when unset."""
@@ -223,6 +249,8 @@ def parse(raw: dict[str, Any], path: Path, *, secret: bool = True) -> Project:
     stores = _declared([_store(entry, topics) for entry in _entries(top, "stores")], "store")
     if not stores:
         raise ConfigError("declare at least one [[stores]] entry")
+    for store in stores.values():
+        _check_joins(store, stores)
     names.check(stores.values())
     log = Table(top.get("log", dict, {}), "[log]", ("dir",))
     snapshots = Table(top.get("snapshots", dict, {}), "[snapshots]", ("store", "url"))
@@ -310,26 +338,55 @@ def _store(table: Table, topics: dict[str, Topic]) -> Store:
     topic = topics.get(table.get("topic", str))
     if topic is None:
         raise ConfigError(f"store {name!r}: unknown topic {table.raw['topic']!r}")
+    scope: Scope = "global" if table.get("global", bool, False) else "partitioned"
+    joins = tuple(_join(n, spec, name) for n, spec in table.strings("joins", {}).items())
+    store = Store(name=name, kind=kind, topic=topic, scope=scope, joins=joins)  # type: ignore[arg-type]
     if kind == "table":
-        return _indexed(Store(name=name, kind="table", topic=topic), table)
+        return _indexed(store, table)
     specs = table.strings("aggregates")
     aggregates = tuple(_aggregate(n, spec, topic, name) for n, spec in specs.items())
     _unique([a.name for a in aggregates], f"store {name!r} aggregate")
     if kind == "aggregate":
-        store = Store(name=name, kind="aggregate", topic=topic, aggregates=aggregates)
-        return _indexed(store, table)
+        return _indexed(replace(store, aggregates=aggregates), table)
     size = _duration(table.get("size", str), name)
     advance = _duration(table.get("advance", str, table.get("size", str)), name)
     if advance > size or size % advance:
         raise ConfigError(f"store {name!r}: advance must divide the window size")
-    return Store(
-        name=name,
-        kind="window",
-        topic=topic,
-        aggregates=aggregates,
-        window_size_ms=size,
-        window_advance_ms=advance,
-    )
+    return replace(store, aggregates=aggregates, window_size_ms=size, window_advance_ms=advance)
+
+
+def _join(name: str, spec: str, store: str) -> Join:
+    _check_column(name, f"store {store!r} join")
+    match = _JOIN.match(spec.strip())
+    if not match:
+        raise ConfigError(
+            f"store {store!r} join {name!r}: {spec!r} is not store(field), e.g. timetable(trip)"
+        )
+    return Join(name=name, store=match.group(1), field=match.group(2))
+
+
+def _check_joins(store: Store, stores: dict[str, Store]) -> None:
+    """A join names a global keyed store, by a field of the key's type: the key, or a
+    column."""
+    own = {"key": store.key_type, **store.columns}
+    _unique([*store.columns, *(j.name for j in store.joins)], f"store {store.name!r} field")
+    for join in store.joins:
+        where = f"store {store.name!r} join {join.name!r}"
+        target = stores.get(join.store)
+        if target is None:
+            raise ConfigError(f"{where}: unknown store {join.store!r}")
+        if not target.is_global or target.kind == "window":
+            raise ConfigError(
+                f"{where}: {join.store!r} must be a global table or aggregate store "
+                f"(declare it with global = true)"
+            )
+        if join.field not in own:
+            raise ConfigError(f"{where}: {store.name!r} has no field {join.field!r}")
+        if own[join.field] != target.key_type:
+            raise ConfigError(
+                f"{where}: {join.field!r} is {own[join.field]} but {join.store!r} is keyed "
+                f"by {target.key_type}"
+            )
 
 
 def _indexed(store: Store, table: Table) -> Store:

@@ -28,6 +28,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from contracts import chains
 from contracts.auth import SECRET_HEADER, is_authentic
 from contracts.errors import GatewayError, error_document
 from gateway.auth import Unauthenticated, Who
@@ -173,8 +174,12 @@ async def ready(request: Request) -> Response:
     hosted = node.topology.current.hosted_by(node.id)
     serving = node.catalog.current()
     missing = [p for p in hosted if p not in serving]
-    if missing:
-        message = f"{node.id} has no snapshot yet of partitions {missing}"
+    unglobal = [chains.partition(node.project, c) for c in chains.global_chains(node.project)
+                if c not in serving]  # fmt: skip
+    if missing or unglobal:
+        message = f"{node.id} has no snapshot yet of partitions {missing}" + (
+            f" (of the global stores: {unglobal})" if unglobal else ""
+        )
         return error_response(503, "NOT_READY", message)
     versions = {str(p): serving[p].version for p in hosted}
     return JSONResponse({"node": node.id, "ready": True, "versions": versions})

@@ -57,7 +57,7 @@ class GatewayNode:
         settings = project.settings
         self.catalog = SnapshotCatalog(
             self.config.data_dir / "snapshots",
-            list(project.stores.values()),
+            project,
             threads=settings.duckdb_threads,
             memory=settings.duckdb_memory_limit,
         )
@@ -182,8 +182,7 @@ class GatewayNode:
         await self.coordinator.start()
         self.membership.follow(self.topology)
         self.topology.listen(self._moved)  # the first assignment is delivered just below
-        assigned = self.topology.current.assigned_to(self.id)
-        await asyncio.to_thread(self.catalog.open_existing, assigned)
+        await asyncio.to_thread(self.catalog.open_existing, self.sync.held())
         try:
             await self.sync.run_once()
         except StoreUnreachable as exc:

@@ -266,11 +266,12 @@ class RequestQueries:
         position = merging.merged_position(outcome.parts)
         token = merge([outcome.work.consistency.bound, position])  # tokens only move forward
         self.tokens.append(token)
+        everywhere = outcome.work.store.is_global  # no node is a standby of a global store
         partitions = [
             PartitionOutcome(
                 partition=q.partition,
                 node=a.node or None,
-                active=bool(a.node) and self.topology.active(q.partition) == a.node,
+                active=bool(a.node) and (everywhere or self.topology.active(q.partition) == a.node),
                 version=a.version or None,
                 offsets=a.offsets,
                 failure=a.failure,

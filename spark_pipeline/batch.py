@@ -33,6 +33,7 @@ import pyarrow.compute as pc
 from pyspark import TaskContext
 from pyspark.sql import DataFrame, SparkSession
 
+from contracts import chains
 from contracts.eventlog import APPEND_MS, now_ms
 from contracts.freshness import AppendTimes, counted, newest
 from contracts.manifest import Layer, Manifest, PartitionEntry, parse_layer
@@ -208,16 +209,20 @@ def _published(batch: Batch, built: list[dict[str, Any]], built_in: str) -> Publ
     }
     if not layers:
         return Published(manifest, built_in=built_in)
-    chains = dict(manifest.partitions)
+    entries = dict(manifest.partitions)
     count, stamp = 0, now_ms()
     layers = {p: replace(layer, published_ms=stamp) for p, layer in layers.items()}
-    for partition, layer in layers.items():
-        below = () if layer.kind == "base" else chains[partition].layers
-        old = batch.published(partition)
-        count += sum(layer.position[t] - old[t] for t in project.topics)
-        chains[partition] = PartitionEntry((*below, layer))
-    log_end = {t: {p: e.position.get(t, 0) for p, e in chains.items()} for t in project.topics}
-    next_manifest = Manifest(chains, log_end, stores_digest(project), stamp)
+    for chain, layer in layers.items():
+        below = () if layer.kind == "base" else entries[chain].layers
+        if not chains.is_global(project, chain):
+            old = batch.published(chain)
+            count += sum(layer.position[t] - old[t] for t in project.topics)
+        entries[chain] = PartitionEntry((*below, layer))
+    log_end = {
+        t: {p: e.position.get(t, 0) for p, e in entries.items() if not chains.is_global(project, p)}
+        for t in project.topics
+    }
+    next_manifest = Manifest(entries, log_end, stores_digest(project), stamp)
     return Published(next_manifest, layers, count, tasks, built_in)
 
 
@@ -253,39 +258,14 @@ def _build(batch: Batch, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Recor
 def _build_partition(
     batch: Batch, partition: int, group: pa.Table, read_ms: int
 ) -> Iterator[pa.RecordBatch]:
-    """The new layer of one partition, if it needs one."""
+    """The new layers of one partition, if it needs them: of its chain, and of its global
+    stores' chain (contracts/chains.py), from the same records at the same positions."""
     started = time.monotonic()
     records, appended = _fresh(batch, partition, group)
-    chains = batch.manifest.partitions
-    entry = None if batch.rebuild else chains.get(partition)
-    if entry is not None and not any(len(t) for t in records.values()):
-        return
-    kind: Kind = "delta"
-    if entry is None or (batch.compact and due_for_compaction(entry, batch.project.settings)):
-        kind = "base"
     positions = batch.published(partition)
     for topic, table in records.items():
         if len(table):
             positions[topic] = int(pc.max(table.column("offset")).as_py()) + 1
-    version = (
-        batch.manifest.partitions[partition].version
-        if partition in batch.manifest.partitions
-        else 0
-    ) + 1
-    task = LayerTask(
-        partition=partition,
-        version=version,
-        kind=kind,
-        store_root=batch.store_root,
-        below=() if entry is None else entry.layers,
-        positions=positions,
-        topics=tuple(batch.project.topics.values()),
-        stores=tuple(batch.project.stores.values()),
-        appended=appended,
-        newest_append_ms=newest(appended, entry.top.newest_append_ms if entry else None),
-        read_ms=read_ms,
-    )
-    rows: dict[str, int] = {}
     bad: dict[str, Counter[str]] = {}
 
     def on_bad(topic: Topic, found: list[BadRow]) -> None:
@@ -294,18 +274,52 @@ def _build_partition(
             policy, root, topic, partition, found, bad.setdefault(topic.name, Counter())
         )
 
-    _, layer = build_layer(task, records, rows, on_bad)
-    yield pa.RecordBatch.from_pydict(
-        {
-            "partition": [partition],
-            "layer": [orjson.dumps(vars(layer)).decode()],
-            "records": [sum(len(table) for table in records.values())],
-            "rows": [orjson.dumps(rows).decode()],
-            "seconds": [time.monotonic() - started],
-            "bad": [orjson.dumps(bad).decode()],
-        },
-        schema=_BUILT,
-    )
+    ids = chains.of_partition(batch.project, partition)
+    present = [c for c in ids if c in batch.manifest.partitions]
+    if not batch.rebuild and present and present != ids:
+        raise GapError(
+            f"partition {partition} has chains {present} of {ids}: the snapshot store was "
+            f"changed by hand; delete it to rebuild"
+        )
+    for chain in ids:
+        own = chain == partition  # the records and their bad ones count once, here
+        entry = None if batch.rebuild else batch.manifest.partitions.get(chain)
+        if entry is not None and not any(len(t) for t in records.values()):
+            return
+        if entry is not None and entry.position != batch.published(partition):
+            raise GapError(
+                f"chain {chain} is at {entry.position}, partition {partition} at "
+                f"{batch.published(partition)}: the snapshot store was changed by hand"
+            )
+        kind: Kind = "delta"
+        if entry is None or (batch.compact and due_for_compaction(entry, batch.project.settings)):
+            kind = "base"
+        task = LayerTask(
+            partition=chain,
+            version=(entry.version if entry else 0) + 1,
+            kind=kind,
+            store_root=batch.store_root,
+            below=() if entry is None else entry.layers,
+            positions=positions,
+            topics=tuple(batch.project.topics.values()),
+            stores=chains.stores(batch.project, chain),
+            appended=appended,
+            newest_append_ms=newest(appended, entry.top.newest_append_ms if entry else None),
+            read_ms=read_ms,
+        )
+        rows: dict[str, int] = {}
+        _, layer = build_layer(task, records, rows, on_bad if own else None)
+        yield pa.RecordBatch.from_pydict(
+            {
+                "partition": [chain],
+                "layer": [orjson.dumps(vars(layer)).decode()],
+                "records": [sum(len(table) for table in records.values()) if own else 0],
+                "rows": [orjson.dumps(rows).decode()],
+                "seconds": [time.monotonic() - started],
+                "bad": [orjson.dumps(bad if own else {}).decode()],
+            },
+            schema=_BUILT,
+        )
 
 
 def _fresh(

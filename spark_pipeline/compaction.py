@@ -13,6 +13,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from contracts.chains import stores as stores_of
 from contracts.eventlog import now_ms
 from contracts.manifest import Layer, Manifest, PartitionEntry
 from contracts.project import Project
@@ -64,7 +65,7 @@ def _tasks(project: Project, store_dir: Path, chains: dict[int, PartitionEntry])
             below=entry.layers,
             positions=dict(entry.position),
             topics=tuple(project.topics.values()),
-            stores=tuple(project.stores.values()),
+            stores=stores_of(project, partition),
             newest_append_ms=entry.top.newest_append_ms,
         )
         for partition, entry in sorted(chains.items())

@@ -11,7 +11,7 @@ import orjson
 
 from contracts import eventlog
 from contracts.manifest import Manifest
-from contracts.project import Project
+from contracts.project import Project, Store
 
 OffsetRange = tuple[int, int]  # [start, end)
 
@@ -81,6 +81,16 @@ def stores_digest(project: Project) -> str:
     """Fingerprint of what the snapshots hold; a change means old state cannot be extended."""
     shape = {
         "partitions": project.cluster.partitions,
-        "stores": [dataclasses.asdict(s) for s in project.stores.values()],
+        "stores": [_shape(s) for s in project.stores.values()],
     }
     return hashlib.sha256(orjson.dumps(shape, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def _shape(store: Store) -> dict[str, object]:
+    """What of a store's declaration its snapshots depend on: not its joins (resolved at
+    query time), and its scope only when global (a digest from before scopes still holds)."""
+    shape = dataclasses.asdict(store)
+    del shape["joins"]
+    if not store.is_global:
+        del shape["scope"]
+    return shape

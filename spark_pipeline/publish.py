@@ -19,6 +19,7 @@ from pathlib import Path
 
 import httpx
 
+from contracts import chains
 from contracts.auth import secret_headers
 from contracts.coordination import CoordinatorError, read_once
 from contracts.manifest import Manifest
@@ -145,12 +146,15 @@ class Notifier:
             log.info("told %s about new layers again", node)
 
 
-def _holders(project: Project, partitions: set[int]) -> list[Node]:
-    """The nodes that serve or warm up any of `partitions`: as the project file places them,
-    or, with a coordinator, as its current assignment does."""
+def _holders(project: Project, changed: set[int]) -> list[Node]:
+    """The nodes that hold any of the `changed` chains: every node for a global one, else
+    those serving or warming up its partition, as the project file places them or, with a
+    coordinator, as its current assignment does."""
     cluster = project.cluster
+    everyone = any(chains.is_global(project, chain) for chain in changed)
+    partitions = {chains.partition(project, chain) for chain in changed}
     if cluster.coordinator is None:
-        return [n for n in cluster.nodes if partitions & set(cluster.hosted_by(n.id))]
+        return [n for n in cluster.nodes if everyone or partitions & set(cluster.hosted_by(n.id))]
     try:
         state = asyncio.run(read_once(cluster.coordinator, cluster.name))
     except CoordinatorError as exc:
@@ -160,7 +164,7 @@ def _holders(project: Project, partitions: set[int]) -> list[Node]:
     return [
         Node(m.id, m.address, Path())
         for m in state.members.values()
-        if assignment is None or partitions & set(assignment.assigned_to(m.id))
+        if everyone or assignment is None or partitions & set(assignment.assigned_to(m.id))
     ]
 
 

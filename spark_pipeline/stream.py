@@ -34,6 +34,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, start_http_server
 from pyspark.sql import SparkSession
 
+from contracts import chains
 from contracts.durable import locked
 from contracts.freshness import Delays
 from contracts.manifest import Manifest, read_manifest, write_manifest
@@ -302,7 +303,7 @@ class Follower:
 def extendable(project: Project, manifest: Manifest) -> bool:
     """Whether new records extend the published chains: every partition was published, by
     the current store declarations."""
-    complete = len(manifest.partitions) == project.cluster.partitions
+    complete = len(manifest.partitions) == chains.count(project)
     return complete and manifest.stores_digest == stores_digest(project)
 
 

@@ -12,6 +12,7 @@ import time
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
+from contracts import chains
 from contracts.coordination import CoordinatorError, State, read_once
 from contracts.project import Project
 from stategate.hosts import Network
@@ -161,5 +162,8 @@ def serving_settled(state: State, urls: Mapping[str, str], project: Project) -> 
     return (
         a is not None
         and settled(state, urls, project.cluster.replicas)
-        and all(serving(project, url) >= set(a.hosted_by(n)) for n, url in urls.items())
+        and all(
+            serving(project, url) >= set(chains.held(project, a.hosted_by(n)))
+            for n, url in urls.items()
+        )
     )

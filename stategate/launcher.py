@@ -16,6 +16,7 @@ from typing import IO
 
 import httpx
 
+from contracts import chains
 from contracts.auth import secret_headers
 from contracts.project import Project
 
@@ -143,14 +144,15 @@ def wait_healthy(
 
 
 def wait_serving(project: Project, node_ids: list[str], timeout_s: float = 60) -> None:
-    """Wait until every node serves every partition it hosts, then one membership poll, so
-    that each has seen its peers' positions."""
+    """Wait until every node serves every partition it hosts and every global one, then one
+    membership poll, so that each has seen its peers' positions."""
     deadline = time.monotonic() + timeout_s
     pending = set(node_ids)
     while pending and time.monotonic() < deadline:
         for node_id in sorted(pending):
             url = project.cluster.node(node_id).url
-            if serving(project, url) >= set(project.cluster.hosted_by(node_id)):
+            held = chains.held(project, project.cluster.hosted_by(node_id))
+            if serving(project, url) >= set(held):
                 pending.discard(node_id)
         time.sleep(0.2)
     if pending:

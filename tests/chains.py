@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from contracts import eventlog
+from contracts import chains, eventlog
 from contracts.manifest import Layer
 from contracts.project import Project, Store
 from gateway.storage.row_select import columns
@@ -26,10 +26,12 @@ from tests.projects import produce_test_events
 SNAPSHOT_FORMAT = 3
 
 
-def chain_state(project: Project, store_dir: Path, entry: dict, partition: int) -> dict[str, list]:
-    """store -> its rows (as the snapshot stores them, sorted by key); checks each layer's
-    checksum, size, version, kind and the chain's top position on the way."""
-    state: dict[str, dict[tuple, tuple]] = {name: {} for name in project.stores}
+def chain_state(project: Project, store_dir: Path, entry: dict, chain: int) -> dict[str, list]:
+    """store -> its rows (as the snapshot stores them, sorted by key), of each store the
+    chain holds (contracts/chains.py); checks each layer's checksum, size, version, kind and
+    the chain's top position on the way."""
+    held = chains.stores(project, chain)
+    state: dict[str, dict[tuple, tuple]] = {store.name: {} for store in held}
     layers = entry["layers"]
     assert layers[0]["kind"] == "base" and all(x["kind"] == "delta" for x in layers[1:])
     for number, layer in enumerate(layers):
@@ -37,13 +39,13 @@ def chain_state(project: Project, store_dir: Path, entry: dict, partition: int) 
         assert layer["version"] == layers[0]["version"] + number
         assert layer["size"] == path.stat().st_size
         assert layer["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
-        header = (partition, layer["version"], layer["created_ms"], SNAPSHOT_FORMAT, layer["kind"])
+        header = (chain, layer["version"], layer["created_ms"], SNAPSHOT_FORMAT, layer["kind"])
         with opened(path) as con:
             assert con.execute("SELECT * FROM _snapshot").fetchall() == [header]
             positions = con.execute('SELECT topic, "offset" FROM _position').fetchall()
             assert dict(positions) == layer["position"]
-            for name, store in project.stores.items():
-                _apply(con, store, layer["kind"], state[name])
+            for store in held:
+                _apply(con, store, layer["kind"], state[store.name])
     return {name: [rows[k] for k in sorted(rows)] for name, rows in state.items()}
 
 
@@ -95,10 +97,12 @@ def _apply(con: duckdb.DuckDBPyConnection, store: Store, kind: str, rows: dict) 
 
 class WrittenChain:
     """The pipeline's side without Spark: rounds of test events appended to the log, each
-    written as one layer of a partition by the pipeline's writer (spark_pipeline/snapshot.py)."""
+    written as one layer of a partition's chain (of its partitioned or of its global stores)
+    by the pipeline's writer (spark_pipeline/snapshot.py)."""
 
-    def __init__(self, project: Project, store_root: Path, partition: int) -> None:
-        self.project, self.store_root, self.partition = project, store_root, partition
+    def __init__(self, project: Project, store_root: Path, chain: int) -> None:
+        self.project, self.store_root, self.chain = project, store_root, chain
+        self.partition = chains.partition(project, chain)
         self.layers: list[Layer] = []
         self.positions = {topic: 0 for topic in project.topics}
 
@@ -109,14 +113,14 @@ class WrittenChain:
         for name, table in records.items():
             self.positions[name] += len(table)
         task = LayerTask(
-            partition=self.partition,
+            partition=self.chain,
             version=len(self.layers) + 1,
             kind="delta" if self.layers else "base",
             store_root=str(self.store_root),
             below=tuple(self.layers),
             positions=dict(self.positions),
             topics=tuple(self.project.topics.values()),
-            stores=tuple(self.project.stores.values()),
+            stores=chains.stores(self.project, self.chain),
         )
         _, layer = build_layer(task, records)
         self.layers.append(layer)

@@ -27,11 +27,31 @@ name = "trains"
 key = "int"
 value = { delay = "int", station = "string", cancelled = "boolean" }
 
+[[topics]]
+name = "trips"
+key = "string"
+value = { route = "string", fare = "double", departs = "long" }
+
 [[stores]]
 name = "latestBooking"
 kind = "table"
 topic = "bookings"
 index = ["price", "trip"]
+joins = { journey = "timetable(trip)" }
+
+[[stores]]
+name = "timetable"
+kind = "table"
+topic = "trips"
+global = true
+index = ["fare"]
+
+[[stores]]
+name = "tripTotals"
+kind = "aggregate"
+topic = "trips"
+global = true
+aggregates = { changes = "count", lowestFare = "min(fare)" }
 
 [[stores]]
 name = "customerTotals"
@@ -116,6 +136,7 @@ def produce_test_events(
     seed: int,
     n_bookings: int = 2500,
     n_trains: int = 800,
+    n_trips: int = 120,
     start_ms: int = START_MS,
     only: set[int] | None = None,
 ) -> dict[str, int]:
@@ -126,8 +147,9 @@ def produce_test_events(
     bookings = [_booking(rng, start_ms) for _ in range(n_bookings)]
     bookings += _deleted_then_reset(start_ms + 2 * HOUR_MS)
     trains = [_train(rng, start_ms) for _ in range(n_trains)]
+    trips = [_trip(rng, start_ms) for _ in range(n_trips)]
     counts = {}
-    for name, records in (("bookings", bookings), ("trains", trains)):
+    for name, records in (("bookings", bookings), ("trains", trains), ("trips", trips)):
         topic = project.topics[name]
         partitions = project.cluster.partitions
         kept = [
@@ -182,6 +204,21 @@ def _train(rng: random.Random, start_ms: int) -> Record:
         "delay": rng.randint(0, 30) if rng.random() < 0.9 else rng.choice([None, -2, 90]),
         "station": rng.choice(STATIONS),
         "cancelled": rng.choice([True, False, None]),
+    }
+    return Record(key, value, _timestamp(rng, start_ms))
+
+
+def _trip(rng: random.Random, start_ms: int) -> Record:
+    """A timetable entry of a route the bookings name, set, changed or deleted; no route
+    to Zürich has one, so the bookings of those find none."""
+    origin, destination = rng.choice(STATIONS), rng.choice(STATIONS[:-1])
+    key = f"{origin}→{destination}"
+    if rng.random() < 0.1:
+        return Record(key, None, _timestamp(rng, start_ms))
+    value = {
+        "route": f"{origin} to {destination}",
+        "fare": round(rng.uniform(19.0, 149.0), 2),
+        "departs": start_ms + rng.randrange(48) * HOUR_MS // 2,
     }
     return Record(key, value, _timestamp(rng, start_ms))
 

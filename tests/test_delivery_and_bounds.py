@@ -322,7 +322,7 @@ def test_a_damaged_version_waits_for_a_backoff_before_it_is_fetched_again(
     path = store / entries[str(damaged)]["layers"][-1]["path"]
     intact = path.read_bytes()
     path.write_bytes(intact[: len(intact) // 2])
-    catalog = SnapshotCatalog(tmp_path / "node1", list(project.stores.values()), 1, "256MB")
+    catalog = SnapshotCatalog(tmp_path / "node1", project, 1, "256MB")
 
     async def steps(sync: SnapshotSync) -> None:
         assert set(await sync.run_once()) == set(hosted) - {damaged}
@@ -361,7 +361,7 @@ def test_a_partition_that_comes_back_reuses_its_layers_and_stale_ones_go(
     stale = folder / relative_path(other, 99, "delta")
     stale.write_bytes(b"a layer of a chain the manifest moved past")
     (store / entries[str(back)]["layers"][0]["path"]).unlink()  # only the node's copy is left
-    catalog = SnapshotCatalog(folder, list(project.stores.values()), 1, "256MB")
+    catalog = SnapshotCatalog(folder, project, 1, "256MB")
 
     async def steps(sync: SnapshotSync) -> None:
         assert set(await sync.run_once()) == set(hosted)
@@ -384,7 +384,7 @@ def test_a_node_starts_on_the_newest_file_that_opens(served: Served, tmp_path: P
     shutil.copyfile(Path(served.project.snapshot_store) / entry["path"], older)
     broken = folder / relative_path(partition, entry["version"] + 1, "base")
     broken.write_bytes(b"not a duckdb file" * 100)
-    catalog = SnapshotCatalog(folder, list(served.project.stores.values()), 1, "256MB")
+    catalog = SnapshotCatalog(folder, served.project, 1, "256MB")
     try:
         catalog.open_existing([partition])
         assert catalog.version(partition) == entry["version"]

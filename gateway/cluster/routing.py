@@ -5,6 +5,9 @@ request per node, all nodes in parallel. A partition whose replica failed (node 
 NOT_PRESENT during a move, NOT_UP_TO_BOUND...) moves to the next replica in the next round.
 Internal requests are answered locally by the receiving node and never forwarded again.
 
+A global store's partitions are on every node: this node answers them, and the other live
+nodes are asked only when it cannot (it has not installed one yet, or is behind a bound).
+
 Replica order: this node first when it hosts the partition and is as fresh as the active
 (no hop at all), then the active, then the standbys; replicas known to be behind the
 request's bound go after those, and a replica that is really behind answers NOT_UP_TO_BOUND.
@@ -140,6 +143,9 @@ class Router:
         this node knows of a peer is up to one poll old, and only the replica itself can
         refuse. Replicas down for a fast failure come last; hung ones are not asked.
         """
+        if self._global(q):  # every node holds it: this one first, then any other
+            others = [n for n in self.topology.current.nodes() if n != self.node_id]
+            return [self.node_id, *(n for n in others if self.membership.alive(n))]
         ids = list(self.topology.current.replicas(q.partition))
         if not ids:
             return []
@@ -152,6 +158,10 @@ class Router:
         alive = [n for n in ids if self.membership.alive(n)]
         down = [n for n in ids if n not in alive and self.membership.cheap_to_ask(n)]
         return sorted(alive, key=lambda n: not self._may_satisfy(n, q)) + down
+
+    def _global(self, q: SubQuery) -> bool:
+        store = self.project.stores.get(q.store)
+        return store is not None and store.is_global
 
     def _next_replica(self, q: SubQuery, tried: set[str]) -> str | None:
         return next((n for n in self.replicas(q) if n not in tried), None)

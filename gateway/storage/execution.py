@@ -12,6 +12,7 @@ from typing import Any
 
 import duckdb
 
+from contracts import chains
 from contracts.clock import now_ms
 from contracts.errors import Failure
 from contracts.positions import satisfies
@@ -79,13 +80,13 @@ def in_memory(catalog: SnapshotCatalog, project: Project, q: SubQuery) -> bool:
     run on the event loop (microseconds, no thread hop): a lookup, a page by key, or a page
     ordered by an indexed column whose filter numpy tests whole (a walk bounded by
     ordered.WALK_LIMIT)."""
-    snapshot = catalog.get(q.partition)
+    store = project.stores.get(q.store)
+    snapshot = None if store is None else catalog.get(chains.of(project, store, q.partition))
     table = None if snapshot is None else snapshot.tables.get(q.store)
     if table is None:
         return False
     if isinstance(q.query, Get | Range | Prefix):
         return True  # a scan memory cannot answer falls to SQL off the event loop
-    store = project.stores.get(q.store)
     return (
         isinstance(q.query, Select)
         and store is not None
@@ -102,14 +103,15 @@ def _answer(
     q: SubQuery,
     memory_only: bool = False,
 ) -> Answer:
-    active = topology.active(q.partition) == node_id
-    answer = Answer(id=q.id, node=node_id, active=active)
     store = project.stores.get(q.store)
+    # every node holds all of a global store: none is a standby for it
+    active = topology.active(q.partition) == node_id or (store is not None and store.is_global)
+    answer = Answer(id=q.id, node=node_id, active=active)
     if store is None:
         return answer.fail(Failure.DOES_NOT_EXIST, f"no store {q.store!r} on node {node_id}")
     if q.require_active and not active:
         return answer.fail(Failure.NOT_ACTIVE, _standby(topology, node_id, q.partition))
-    with catalog.lease(q.partition) as snapshot:
+    with catalog.lease(chains.of(project, store, q.partition)) as snapshot:
         if snapshot is None:
             return answer.fail(Failure.NOT_PRESENT, f"{node_id} has no snapshot of {q.partition}")
         answer.version, answer.offsets = snapshot.version, snapshot.offsets

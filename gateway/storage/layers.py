@@ -103,7 +103,7 @@ class Level:
     def rows(self) -> int:
         return sum(frame.num_rows for frame in self.frames.values())
 
-    def index(self, stores: list[Store]) -> None:
+    def index(self, stores: Sequence[Store]) -> None:
         """Count the deleted rows and index the keyed stores."""
         for store in stores:
             frame = self.frames[store.name]
@@ -115,7 +115,7 @@ class Level:
             if table is not None:
                 self.tables[store.name] = table
 
-    def install(self, hub: duckdb.DuckDBPyConnection, stores: list[Store]) -> None:
+    def install(self, hub: duckdb.DuckDBPyConnection, stores: Sequence[Store]) -> None:
         """Copy the stores no lookup table serves into the hub; on a failure, none stays."""
         cursor = hub.cursor()
         try:
@@ -154,7 +154,7 @@ def read_deltas(
     alias: str,
     deltas: Sequence[LocalLayer],
     partition: int,
-    stores: list[Store],
+    stores: Sequence[Store],
 ) -> tuple[LayerHeader, Level]:
     """The newest delta's header, and a level of `deltas` merged (newest wins); not indexed
     nor installed yet."""
@@ -171,7 +171,7 @@ def read_deltas(
 
 
 def _read_delta(
-    partition: int, layer: LocalLayer, stores: list[Store]
+    partition: int, layer: LocalLayer, stores: Sequence[Store]
 ) -> tuple[LayerHeader, dict[str, pa.Table]]:
     """A delta file's header and its stores' rows (as stored: sorted by key, `_deleted`
     last), checked to be the layer expected."""
@@ -190,7 +190,7 @@ def _read_delta(
     }
 
 
-def merged(alias: str, levels: Sequence[Level], stores: list[Store]) -> Level:
+def merged(alias: str, levels: Sequence[Level], stores: Sequence[Store]) -> Level:
     """One level of `levels` (oldest first; the newest row of each key wins), sorted by key."""
     frames = {
         store.name: newest([level.frames[store.name] for level in levels], key_columns(store))

@@ -10,6 +10,9 @@ query leases the partition's current snapshot; installing a new one switches the
 once and retires the old one, which is released when its last lease ends; a level goes with
 the last snapshot that reads it, and a base with the last snapshot over it. A query in
 flight therefore always finishes on the version it started with.
+
+Partitions here are chains (contracts/chains.py): a partition's own id for its partitioned
+stores, another for its global stores.
 """
 
 from __future__ import annotations
@@ -26,8 +29,9 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
+from contracts import chains
 from contracts.clock import now_ms
-from contracts.project import Store
+from contracts.project import Project, Store
 from contracts.snapshot_file import FormatError, literal, parse_file_name, partition_folder
 from gateway.storage.layers import (
     LayeredTable,
@@ -104,10 +108,10 @@ class Snapshot:
 
 
 class SnapshotCatalog:
-    def __init__(self, folder: Path, stores: list[Store], threads: int, memory: str) -> None:
+    def __init__(self, folder: Path, project: Project, threads: int, memory: str) -> None:
         self.folder = folder
         self.folder.mkdir(parents=True, exist_ok=True)
-        self._stores = stores
+        self._project = project
         self._hub = duckdb.connect(":memory:", config={"threads": threads, "memory_limit": memory})
         self._memory = memory
         self._lock = threading.Lock()
@@ -209,8 +213,8 @@ class SnapshotCatalog:
         if deltas:
             header, level = self._read(partition, deltas)
             try:
-                level.index(self._stores)
-                level.install(self._hub, self._stores)
+                level.index(self._stores(partition))
+                level.install(self._hub, self._stores(partition))
             except (duckdb.Error, pa.ArrowException) as exc:
                 raise SnapshotError(f"partition {partition}: {exc}") from exc
             overlay = Overlay(header, (*(previous.levels if previous else ()), level))
@@ -221,7 +225,7 @@ class SnapshotCatalog:
 
     def _read(self, partition: int, deltas: list[LocalLayer]) -> tuple[LayerHeader, Level]:
         try:
-            return read_deltas(self._alias(partition), deltas, partition, self._stores)
+            return read_deltas(self._alias(partition), deltas, partition, self._stores(partition))
         except (LayerError, FormatError, pa.ArrowException) as exc:
             raise SnapshotError(f"partition {partition}: {exc}") from exc
 
@@ -260,9 +264,10 @@ class SnapshotCatalog:
                 continue
             kept, merging = overlay.levels[:-count], overlay.levels[-count:]
             try:
-                level = merged(self._alias(partition), merging, self._stores)
-                level.index(self._stores)
-                level.install(self._hub, self._stores)
+                stores = self._stores(partition)
+                level = merged(self._alias(partition), merging, stores)
+                level.index(stores)
+                level.install(self._hub, stores)
             except (duckdb.Error, pa.ArrowException) as exc:
                 log.warning("partition %s: levels not merged: %s", partition, exc)
                 continue
@@ -292,8 +297,8 @@ class SnapshotCatalog:
             raise SnapshotError(f"cannot open {layer.path.name}: {exc}") from exc
         try:
             header = read_header(cursor, alias, partition, layer)
-            self._check_stores(cursor, alias)
-            tables, rows = self._load_tables(layer.path)
+            self._check_stores(cursor, alias, partition)
+            tables, rows = self._load_tables(layer.path, partition)
         except (duckdb.Error, SnapshotError, LayerError, FormatError) as exc:
             self._detach(alias)
             raise SnapshotError(
@@ -301,18 +306,21 @@ class SnapshotCatalog:
             ) from exc
         return Base(layer, alias, header, tables, rows, files={layer.path})
 
-    def _check_stores(self, cursor: duckdb.DuckDBPyConnection, alias: str) -> None:
+    def _stores(self, chain: int) -> tuple[Store, ...]:
+        return chains.stores(self._project, chain)
+
+    def _check_stores(self, cursor: duckdb.DuckDBPyConnection, alias: str, chain: int) -> None:
         tables = {
             r[0]
             for r in cursor.execute(
                 "SELECT table_name FROM duckdb_tables() WHERE database_name = ?", [alias]
             ).fetchall()
         }
-        missing = [s.name for s in self._stores if s.name not in tables]
+        missing = [s.name for s in self._stores(chain) if s.name not in tables]
         if missing:
             raise SnapshotError(f"stores {missing} are missing")
 
-    def _load_tables(self, path: Path) -> tuple[dict[str, LookupTable], dict[str, int]]:
+    def _load_tables(self, path: Path, chain: int) -> tuple[dict[str, LookupTable], dict[str, int]]:
         """The keyed stores of a file, read by a DuckDB instance of their own (closed after),
         so that the hub's buffer pool does not keep every row of them; and every store's
         row count."""
@@ -323,7 +331,7 @@ class SnapshotCatalog:
         }
         with duckdb.connect(":memory:", config=config) as connection:
             connection.execute(f"ATTACH {literal(str(path))} AS snapshot (READ_ONLY)")
-            for store in self._stores:
+            for store in self._stores(chain):
                 if store.kind == "window":
                     sql = f'SELECT count(*) FROM snapshot."{store.name}"'
                     ((rows[store.name],),) = connection.execute(sql).fetchall()

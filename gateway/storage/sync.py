@@ -1,4 +1,5 @@
-"""Delivery: a node pulls the snapshots of the partitions it hosts from the snapshot store.
+"""Delivery: a node pulls the snapshots of the partitions it hosts, and of every partition
+of the global stores (contracts/chains.py), from the snapshot store.
 
 The store is a directory (local or shared file system) or an http(s) URL served by
 `stategate store`, authenticated with the cluster secret. A file is downloaded under a
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from contracts import chains
 from contracts.clock import now_ms
 from contracts.freshness import Delays
 from contracts.manifest import FILE_NAME, Layer, Manifest, PartitionEntry
@@ -84,7 +86,7 @@ class SnapshotSync:
         async with self._lock:
             self.manifest = await self._read_manifest()
             installed: dict[int, int] = {}
-            for partition in self.topology.current.assigned_to(self.node_id):
+            for partition in self.held():
                 entry = self.manifest.partitions.get(partition)
                 if entry is None or not self._is_newer(partition, entry):
                     continue
@@ -106,17 +108,22 @@ class SnapshotSync:
             await asyncio.to_thread(self._sweep)
             return installed
 
+    def held(self) -> list[int]:
+        """The chains this node holds (contracts/chains.py): its partitions', and every
+        global one."""
+        return chains.held(self.project, self.topology.current.assigned_to(self.node_id))
+
     def hand_over(self, partition: int) -> None:
         """Stop serving a partition this node no longer holds; its files go once the queries
         under way let go of it."""
         if self.catalog.drop(partition):
             log.info("partition %s handed over", partition)
-            self.switches.dropped(partition)
+            self.switches.dropped(chains.partition(self.project, partition))
 
     def _let_go_of_unassigned(self) -> None:
         """Hand over what an install finished after the assignment took it away (the
         download began while this node still held the partition)."""
-        held = set(self.topology.current.assigned_to(self.node_id))
+        held = set(self.held())
         for partition in sorted(set(self.catalog.current()) - held):
             self.hand_over(partition)
 
@@ -188,7 +195,7 @@ class SnapshotSync:
         if serving is None:
             return  # handed over while it was read
         if serving.version != version:  # a compacted chain at the same version changes nothing
-            self.switches.installed(partition)
+            self.switches.installed(chains.partition(self.project, partition))
             if version is not None:
                 self._count_fresh(entry, version)
 
@@ -208,7 +215,7 @@ class SnapshotSync:
         manifest still names: a partition that comes back (a node restarted after its
         replicas moved) reuses them instead of fetching them again."""
         served = set(self.catalog.current())
-        for partition in range(self.project.cluster.partitions):
+        for partition in range(chains.count(self.project)):
             folder = self.catalog.folder / partition_folder(partition)
             if partition in served or not folder.is_dir():
                 continue

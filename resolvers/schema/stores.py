@@ -234,6 +234,8 @@ def _record_type(store: Store) -> type:
     for i, (column, ftype) in enumerate(store.columns.items()):
         fields[column] = (PY[ftype] | None, itemgetter(offset + i))
     description = f"A record of the {store.kind} store {store.name} (topic {store.topic.name})."
+    if store.is_global:
+        description += " The store is global: every node holds all of it and answers alone."
     return view(names.types(store)["record"], fields, description)
 
 

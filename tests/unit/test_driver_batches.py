@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from contracts import chains
 from contracts.manifest import read_manifest, write_manifest
 from contracts.project import Project, load
 from spark_pipeline.batch import Published, publish_here
@@ -41,16 +42,18 @@ def test_each_partition_is_committed_alone_as_its_layer_is_written(project: Proj
         plan = plan_run(project, before)
         whole = publish_here(project, store, before, plan.ends, commit)
         commits = committed[earlier:]
-        assert sorted(p for c in commits for p in c.layers) == list(range(PARTITIONS))
-        assert all(len(c.layers) == 1 for c in commits), "one partition a commit"
+        assert sorted(p for c in commits for p in c.layers) == list(range(chains.count(project)))
+        assert all(len(c.layers) == 2 for c in commits), "one partition's two chains a commit"
         seen = dict(before.partitions)
         for one in commits:
-            (partition,) = one.layers
+            partition, global_chain = sorted(one.layers)
+            assert global_chain == chains.global_chain(project, partition)
             assert one.manifest.partitions == {
                 **seen,
-                partition: one.manifest.partitions[partition],
+                **{chain: one.manifest.partitions[chain] for chain in one.layers},
             }
-            assert one.manifest.partitions[partition].top == one.layers[partition]
+            for chain in one.layers:
+                assert one.manifest.partitions[chain].top == one.layers[chain]
             seen = dict(one.manifest.partitions)
         assert whole.manifest == commits[-1].manifest
         assert whole.layers == {p: layer for c in commits for p, layer in c.layers.items()}
@@ -62,11 +65,14 @@ def assert_state_is_the_oracles(project: Project) -> None:
     store = Path(project.snapshot_store)
     manifest = read_manifest(store)
     positions = expected_positions(project)
-    for partition, entry in manifest.partitions.items():
+    assert project.global_stores, "the test project has both kinds of chain"
+    for chain, entry in manifest.partitions.items():
+        partition = chains.partition(project, chain)
         assert entry.position == positions[partition]
         layers = {"layers": [vars(layer) for layer in entry.layers]}
-        state = chain_state(project, store, layers, partition)
-        for name in project.stores:
+        state = chain_state(project, store, layers, chain)
+        assert set(state) == {s.name for s in chains.stores(project, chain)}
+        for name in state:
             expected = [tuple(row) for row in expected_store(project, name)[partition]]
             assert len(state[name]) == len(expected), name
             for got, want in zip(state[name], expected, strict=True):

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from contracts import chains
 from contracts.manifest import Layer
 from contracts.project import Project, Store, load
 from contracts.snapshot_file import relative_path
@@ -24,6 +25,7 @@ from tests.projects import write_project
 
 PARTITIONS = 3
 PARTITION = 1
+CHAINS = {"partitioned": PARTITION, "global": PARTITIONS + PARTITION}  # contracts/chains.py
 ROUNDS = 9  # the first makes the base; each other a delta of its own
 EVERYTHING = (-(2**62), 2**62)
 
@@ -33,32 +35,38 @@ def project(tmp_path: Path) -> Project:
     return load(write_project(tmp_path, [1, 2, 3], partitions=PARTITIONS))
 
 
+@pytest.fixture(params=sorted(CHAINS))
+def chain_id(request: pytest.FixtureRequest) -> int:
+    """The partition's chain of its partitioned stores, or of its global ones."""
+    return CHAINS[request.param]
+
+
 @pytest.fixture
 def catalog(project: Project, tmp_path: Path) -> Iterator[SnapshotCatalog]:
-    catalog = SnapshotCatalog(tmp_path / "node", list(project.stores.values()), 1, "256MB")
+    catalog = SnapshotCatalog(tmp_path / "node", project, 1, "256MB")
     yield catalog
     catalog.close()
 
 
 def test_a_chain_installed_delta_by_delta_answers_as_the_log_says(
-    project: Project, catalog: SnapshotCatalog, tmp_path: Path
+    project: Project, catalog: SnapshotCatalog, tmp_path: Path, chain_id: int
 ) -> None:
-    chain, oracle = WrittenChain(project, tmp_path / "store", PARTITION), Log(project)
+    chain, oracle = WrittenChain(project, tmp_path / "store", chain_id), Log(project)
     local: list[LocalLayer] = []
     merges = after = 0
     for seed in range(ROUNDS):
         layer = chain.next_layer(seed)
-        path = catalog.folder / relative_path(PARTITION, layer.version, layer.kind)
+        path = catalog.folder / relative_path(chain_id, layer.version, layer.kind)
         path.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(chain.store_root / layer.path, path)
         local.append(LocalLayer(layer.version, layer.kind, path))
-        installed = catalog.install(PARTITION, list(local))
+        installed = catalog.install(chain_id, list(local))
         assert installed is not None
         levels = len(installed.overlay.levels) if installed.overlay else 0
         assert levels == (after + 1 if layer.kind == "delta" else 0)  # the delta alone was read
         check(project, catalog, installed, oracle, chain.positions, paged=True)
         catalog.settle()
-        settled = catalog.get(PARTITION)
+        settled = catalog.get(chain_id)
         assert settled is not None and settled.version == layer.version
         after = len(settled.overlay.levels) if settled.overlay else 0
         assert after <= MAX_LEVELS
@@ -79,7 +87,7 @@ def check(
 ) -> None:
     """Every store read whole, key by key and (`paged`) in pages equals the oracle."""
     assert snapshot.offsets == positions
-    for store in project.stores.values():
+    for store in chains.stores(project, snapshot.partition):
         expected = sorted(oracle.rows(store.name, PARTITION, positions[store.topic.name]).values())
         assert expected, store.name
         if store.kind == "window":
@@ -138,15 +146,19 @@ def same(got: list, expected: list) -> None:
 
 
 def test_a_partition_handed_over_while_its_delta_is_read_stays_handed_over(
-    project: Project, catalog: SnapshotCatalog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    project: Project,
+    catalog: SnapshotCatalog,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    chain_id: int,
 ) -> None:
     """The node hands a partition over (its topology listener, on the event loop) while a
     sync thread reads the partition's next delta over the snapshot it served: the install
     must not serve a snapshot over the base the handover detached; given back, the
     partition answers as the log says."""
-    chain, oracle = WrittenChain(project, tmp_path / "store", PARTITION), Log(project)
+    chain, oracle = WrittenChain(project, tmp_path / "store", chain_id), Log(project)
     layers = [chain.next_layer(seed) for seed in range(2)]
-    assert catalog.install(PARTITION, [copied_in(catalog, chain, layers[0])]) is not None
+    assert catalog.install(chain_id, [copied_in(catalog, chain, layers[0])]) is not None
     extend = catalog._extend
 
     def handed_over_meanwhile(partition: int, current: Snapshot, local: list) -> Snapshot:
@@ -155,17 +167,17 @@ def test_a_partition_handed_over_while_its_delta_is_read_stays_handed_over(
 
     monkeypatch.setattr(catalog, "_extend", handed_over_meanwhile)
     delta = copied_in(catalog, chain, layers[1])
-    assert catalog.install(PARTITION, [copied_in(catalog, chain, layers[0]), delta]) is None
-    assert catalog.get(PARTITION) is None
+    assert catalog.install(chain_id, [copied_in(catalog, chain, layers[0]), delta]) is None
+    assert catalog.get(chain_id) is None
     monkeypatch.undo()
-    given_back = catalog.install(PARTITION, [copied_in(catalog, chain, layer) for layer in layers])
+    given_back = catalog.install(chain_id, [copied_in(catalog, chain, layer) for layer in layers])
     assert given_back is not None
     check(project, catalog, given_back, oracle, chain.positions)
 
 
 def copied_in(catalog: SnapshotCatalog, chain: WrittenChain, layer: Layer) -> LocalLayer:
     """A layer the pipeline wrote, downloaded to the node's folder (again, if deleted)."""
-    path = catalog.folder / relative_path(PARTITION, layer.version, layer.kind)
+    path = catalog.folder / relative_path(chain.chain, layer.version, layer.kind)
     path.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy(chain.store_root / layer.path, path)
     return LocalLayer(layer.version, layer.kind, path)

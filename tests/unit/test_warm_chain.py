@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from contracts import chains
 from contracts.project import Project, load
 from spark_pipeline import warm
 from tests.chains import WrittenChain, chain_state
@@ -28,37 +29,40 @@ def project(tmp_path: Path) -> Project:
     return load(write_project(tmp_path, [1, 2, 3], partitions=3))
 
 
+@pytest.mark.parametrize("side", ["partitioned", "global"])
 @pytest.mark.parametrize("kept", ["kept", "lost", "behind", "unpublished"])
 def test_a_delta_holds_the_oracles_state_whatever_the_worker_kept(
-    project: Project, tmp_path: Path, kept: str
+    project: Project, tmp_path: Path, kept: str, side: str
 ) -> None:
     warm.forget()
-    chain, oracle = WrittenChain(project, tmp_path / "store", PARTITION), Log(project)
+    chain_id = PARTITION if side == "partitioned" else chains.global_chain(project, PARTITION)
+    chain, oracle = WrittenChain(project, tmp_path / "store", chain_id), Log(project)
+    stores = chains.stores(project, chain_id)
     root, saved = str(chain.store_root), None
     for round_ in range(ROUNDS):
         if kept == "lost":
             warm.forget()
         elif kept == "behind" and round_ == BEHIND_FROM:
-            saved = warm.kept(root, PARTITION)
+            saved = warm.kept(root, chain_id)
         elif kept == "behind" and round_ == BEHIND_TO:
             assert saved is not None
-            warm.keep(root, PARTITION, saved)
+            warm.keep(root, chain_id, saved)
         elif kept == "unpublished" and chain.layers:
             # a worker that wrote a layer on top which no manifest named (a crashed batch),
             # with rows that are not the chain's
-            now = warm.kept(root, PARTITION)
+            now = warm.kept(root, chain_id)
             assert now is not None
             wrong = {name: rows.slice(0, len(rows) // 2) for name, rows in now.rows.items()}
-            warm.keep(root, PARTITION, warm.Warm((*now.chain, ("p/v9.delta", "0" * 64)), wrong))
+            warm.keep(root, chain_id, warm.Warm((*now.chain, ("p/v9.delta", "0" * 64)), wrong))
         chain.next_layer(round_, **QUIET.get(round_, {}))
-        state = chain_state(project, chain.store_root, chain.entry, PARTITION)
-        for store in project.stores.values():
+        state = chain_state(project, chain.store_root, chain.entry, chain_id)
+        for store in stores:
             expected = oracle.rows(store.name, PARTITION, chain.positions[store.topic.name])
             same(state[store.name], [expected[k] for k in sorted(expected)], store.name)
-    last = warm.kept(root, PARTITION)
+    last = warm.kept(root, chain_id)
     assert last is not None and last.chain == warm.chain_of(tuple(chain.layers))
     assert {name for name, rows in last.rows.items() if len(rows)} == {
-        s.name for s in project.stores.values() if s.kind != "table"
+        s.name for s in stores if s.kind != "table"
     }
 
 
