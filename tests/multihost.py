@@ -200,12 +200,16 @@ class MultiHost:
 
     def offsets(self, node: str) -> dict[int, int]:
         """The bookings offset of each partition the node serves now."""
-        partitions = self._status(node)["partitions"]
-        return {int(p): s["offsets"]["bookings"] for p, s in partitions.items()}
+        return {p: s["offsets"]["bookings"] for p, s in self._partitions(node).items()}
 
     def versions(self, node: str) -> dict[int, int]:
         """The version of each partition the node serves now."""
-        return {int(p): s["version"] for p, s in self._status(node)["partitions"].items()}
+        return {p: s["version"] for p, s in self._partitions(node).items()}
+
+    def _partitions(self, node: str) -> dict[int, Any]:
+        """The partitions' chains the node serves, not the global stores' (contracts/chains.py)."""
+        chains = self._status(node)["partitions"].items()
+        return {int(p): s for p, s in chains if int(p) < self.project.cluster.partitions}
 
     def _status(self, node: str) -> dict[str, Any]:
         response = self.nodes.client.get(
