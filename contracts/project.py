@@ -368,6 +368,11 @@ def _join(name: str, spec: str, store: str) -> Join:
 def _check_joins(store: Store, stores: dict[str, Store]) -> None:
     """A join names a global keyed store, by a field of the key's type: the key, or a
     column."""
+    if store.is_global and store.joins:
+        raise ConfigError(
+            f"store {store.name!r}: a global store declares no joins (the records a join "
+            f"reads are not joined in turn)"
+        )
     own = {"key": store.key_type, **store.columns}
     _unique([*store.columns, *(j.name for j in store.joins)], f"store {store.name!r} field")
     for join in store.joins:

@@ -129,6 +129,13 @@ class Settings:
     )
     duckdb_threads: int = _setting(2, "threads of a node's DuckDB instance", 1)
     duckdb_memory_limit: str = _setting("1GB", "DuckDB's memory limit on a node")
+    max_global_mb: float = _setting(
+        1024.0,
+        "the most a node holds of the global stores, every partition's layers together; "
+        "a node refuses versions past it (its sync errors and /ready say by how much) and "
+        "keeps serving the ones it has",
+        0,
+    )
     document_cache_size: int = _setting(
         256, "parsed and validated GraphQL documents a node keeps", 0
     )

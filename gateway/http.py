@@ -180,7 +180,8 @@ async def ready(request: Request) -> Response:
         message = f"{node.id} has no snapshot yet of partitions {missing}" + (
             f" (of the global stores: {unglobal})" if unglobal else ""
         )
-        return error_response(503, "NOT_READY", message)
+        errors = sorted(set(node.sync.errors.values()))
+        return error_response(503, "NOT_READY", "; ".join([message, *errors]))
     versions = {str(p): serving[p].version for p in hosted}
     return JSONResponse({"node": node.id, "ready": True, "versions": versions})
 

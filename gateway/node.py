@@ -8,6 +8,7 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from contracts import chains
 from contracts.clock import now_ms
 from contracts.coordination import Coordination, Member
 from contracts.placement import Assignment, Replica
@@ -100,6 +101,7 @@ class GatewayNode:
                 lambda: self.topology.current.version,
                 lambda: self.coordinator.connected,
                 lambda: self.id in self.topology.current.fenced,
+                self._global_footprint,
             )
         )
         self.pool = ThreadPoolExecutor(settings.query_threads, thread_name_prefix="query")
@@ -266,6 +268,10 @@ class GatewayNode:
         known = [self._local_offsets(partition)]
         known += [self.membership.offsets(peer, partition) for peer in self.membership.peers]
         return [offsets for offsets in known if offsets is not None]
+
+    def _global_footprint(self) -> tuple[int, dict[str, int]]:
+        held = self.catalog.footprint(chains.global_chains(self.project))
+        return held.disk, held.memory
 
     def _local_state(self, partition: int) -> PartitionState | None:
         s = self.catalog.get(partition)

@@ -10,8 +10,10 @@ position its consistency token stands for.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from contracts.errors import Failure, GatewayError, bad_input
 from contracts.partitioner import Key
@@ -24,12 +26,14 @@ from gateway.model.filters import Filter, Sort, depth, field_index, with_tie_bre
 from gateway.model.limits import SCAN_LOOKAHEAD
 from gateway.model.merging import FieldTotals
 from gateway.model.queries import (
+    Answer,
     Get,
     Prefix,
     Range,
     Row,
     Scan,
     Select,
+    SubQuery,
     Totals,
     Windows,
     WindowsOfKey,
@@ -52,6 +56,7 @@ class Demand:
 
 @dataclass(frozen=True, slots=True)
 class PartitionOutcome:
+    store: str  # the result's own store, or one it joins
     partition: int
     node: str | None  # None when no replica was reached
     active: bool
@@ -117,6 +122,7 @@ class RequestQueries:
     topology: Topology  # as the request began: who is a partition's active
     load: Load
     tokens: list[Position] = field(default_factory=list)  # one per result
+    selected: frozenset[str] = frozenset()  # every field the request's document names
     partitions: set[int] = field(default_factory=set)  # every partition read
     failed: set[int] = field(default_factory=set)  # those that could not answer
 
@@ -128,7 +134,10 @@ class RequestQueries:
         limits.check_keys(len(keys), self.project.settings)
         outcome = await self._load(store, Get(tuple(keys)), (), demand)
         entries = await offload(_entries, keys, outcome, items=len(keys))
-        return Lookup(entries, self._meta(outcome))
+        extend, joined = await self._joined(store, [e.row for e in entries], demand)
+        if joined:
+            entries = [replace(e, row=extend(e.row)) if e.row else e for e in entries]
+        return Lookup(entries, self._meta(outcome, joined))
 
     async def windows_of_key(
         self, store: Store, key: Key, from_ms: int, to_ms: int, demand: Demand | None
@@ -136,7 +145,10 @@ class RequestQueries:
         self._check_window_range(store, from_ms, to_ms, limit=True)
         outcome = await self._load(store, WindowsOfKey(key, from_ms, to_ms), (), demand)
         ((q, answer),) = outcome.parts
-        return KeyWindows(key, q.partition, answer.rows or [], answer.failure, self._meta(outcome))
+        rows = answer.rows or []
+        extend, joined = await self._joined(store, rows, demand)
+        rows = [extend(row) for row in rows] if joined else rows
+        return KeyWindows(key, q.partition, rows, answer.failure, self._meta(outcome, joined))
 
     async def range(
         self,
@@ -207,7 +219,9 @@ class RequestQueries:
         if rows:
             values = [rows[-1][field_index(store, sort.field)] for sort in sorts]
             end = cursors.encode_ordered(store.name, sorts, values)
-        return Page(rows, more, end, self._meta(outcome))
+        extend, joined = await self._joined(store, rows, demand)
+        rows = [extend(row) for row in rows] if joined else rows
+        return Page(rows, more, end, self._meta(outcome, joined))
 
     async def totals(
         self,
@@ -239,7 +253,9 @@ class RequestQueries:
         end = None
         if rows:
             end = cursors.encode(store.name, rows[-1][:2] if windowed else rows[-1][:1])
-        return Page(rows, more, end, self._meta(outcome))
+        extend, joined = await self._joined(store, rows, demand)
+        rows = [extend(row) for row in rows] if joined else rows
+        return Page(rows, more, end, self._meta(outcome, joined))
 
     def _check_filter(
         self, store: Store, where: Filter | None, window: tuple[int, int] | None
@@ -262,25 +278,59 @@ class RequestQueries:
         self.failed.update(q.partition for q, a in outcome.parts if a.failure is not None)
         return outcome
 
-    def _meta(self, outcome: Outcome) -> Meta:
-        position = merging.merged_position(outcome.parts)
+    async def _joined(
+        self, store: Store, rows: Iterable[Row | None], demand: Demand | None
+    ) -> tuple[Callable[[Row], Row], list[Outcome]]:
+        """What a row of `rows` becomes with one more value per join of the store
+        (Store.joins, in order): the joined record, or None when there is none or the
+        request does not select the join; and the outcomes the joined records were read
+        from (none: rows stay as they are)."""
+        joins = [(n, j) for n, j in enumerate(store.joins) if j.name in self.selected]
+        wanted = []
+        for number, join in joins:
+            index = field_index(store, join.field)
+            keys = [k for k in dict.fromkeys(r[index] for r in rows if r) if k is not None]
+            if keys:
+                target = self.project.stores[join.store]
+                wanted.append((number, index, self._load(target, Get(tuple(keys)), (), demand)))
+        if not wanted:
+            return _unchanged, []
+        outcomes = list(await asyncio.gather(*(load for _, _, load in wanted)))
+        width = len(store.joins)
+
+        def extend(row: Row) -> Row:
+            more: list[Any] = [None] * width
+            for (number, index, _), joined in zip(wanted, outcomes, strict=True):
+                more[number] = _joined_row(joined, row[index])
+            return [*row, *more]
+
+        return extend, outcomes
+
+    def _meta(self, outcome: Outcome, joined: Sequence[Outcome] = ()) -> Meta:
+        """A result's meta: how each partition of its store answered, then each partition
+        of the stores it joins; the position and token over all of them."""
+        parts = [*outcome.parts, *(part for one in joined for part in one.parts)]
+        position = merging.merged_position(parts)
         token = merge([outcome.work.consistency.bound, position])  # tokens only move forward
         self.tokens.append(token)
-        everywhere = outcome.work.store.is_global  # no node is a standby of a global store
-        partitions = [
-            PartitionOutcome(
-                partition=q.partition,
-                node=a.node or None,
-                active=bool(a.node) and (everywhere or self.topology.active(q.partition) == a.node),
-                version=a.version or None,
-                offsets=a.offsets,
-                failure=a.failure,
-                message=a.message,
-                appended_ms=a.appended_ms,
-            )
-            for q, a in outcome.parts
-        ]
+        partitions = [self._outcome(one.work.store, q, a) for one in (outcome, *joined)
+                      for q, a in one.parts]  # fmt: skip
         return Meta(partitions, position, token)
+
+    def _outcome(self, store: Store, q: SubQuery, a: Answer) -> PartitionOutcome:
+        # no node is a standby of a global store
+        active = store.is_global or self.topology.active(q.partition) == a.node
+        return PartitionOutcome(
+            store=store.name,
+            partition=q.partition,
+            node=a.node or None,
+            active=bool(a.node) and active,
+            version=a.version or None,
+            offsets=a.offsets,
+            failure=a.failure,
+            message=a.message,
+            appended_ms=a.appended_ms,
+        )
 
     def _after(self, store: Store, after: str | None, first: int) -> list[Key] | None:
         limits.check_page_size(first, self.project.settings)
@@ -326,6 +376,18 @@ class RequestQueries:
             if value is not None and value < 0:
                 raise bad_input(f"{name} must not be negative, got {value}")
         return Consistency(bound, demand.require_active, demand.max_lag, demand.max_age_ms)
+
+
+def _unchanged(row: Row) -> Row:
+    return row
+
+
+def _joined_row(outcome: Outcome, key: Key | None) -> Row | None:
+    """The joined store's row of `key`, None when it has none or its partition failed."""
+    if key is None:
+        return None
+    _, answer = outcome.part_of(key)
+    return answer.row_of(key) if answer.ok else None
 
 
 def _entries(keys: list[Key], outcome: Outcome) -> list[Entry]:

@@ -34,6 +34,11 @@ def expected_store(
     return rows
 
 
+def records(project: Project, topic: str) -> list[dict]:
+    """Every record of a topic, of every partition, values decoded."""
+    return [r for p in range(project.cluster.partitions) for r in _records(project, topic, p, ())]
+
+
 def _records(
     project: Project, topic: str, partition: int, bad: Collection[tuple[str, int, int]]
 ) -> list[dict]:

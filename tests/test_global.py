@@ -4,13 +4,16 @@ positions it was read at; all of it against the oracle computed from the raw log
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from contracts import chains
 from contracts.partitioner import partition_for
+from stategate.launcher import wait_healthy
 from tests import oracle, wire
+from tests.nodes import metric, serve
 from tests.wire import as_row, selection
 
 NODES = ["node1", "node2", "node3"]
@@ -86,3 +89,105 @@ def test_every_node_holds_every_global_chain_and_only_its_own_partitions(served)
         assert held == own | set(chains.global_chains(project))
         ready = served.nodes.client.get(f"{served.nodes.url(node)}/ready").json()
         assert ready["ready"] and set(ready["versions"]) == {str(p) for p in own}
+
+
+def referenced(served) -> tuple[set[str], set[str]]:
+    """The trips the log deletes (set, then a tombstone last) and those it never sets."""
+    log = oracle.records(served.project, "trips")
+    latest = {r["key"]: r["value"] for r in sorted(log, key=lambda r: r["offset"])}
+    deleted = {key for key, value in latest.items() if value is None}
+    bookings = expected_rows(served, "latestBooking").values()
+    never = {row[1] for row in bookings if row[1] is not None} - set(latest)
+    return deleted, never
+
+
+@pytest.mark.parametrize("node", NODES)
+def test_every_booking_joins_its_trip_as_the_log_says(served, node: str) -> None:
+    bookings, trips = expected_rows(served, "latestBooking"), expected_rows(served, "timetable")
+    store, timetable = served.project.stores["latestBooking"], served.project.stores["timetable"]
+    deleted, never = referenced(served)
+    trips_of = {row[1] for row in bookings.values()}
+    assert trips_of & deleted and trips_of & never and None in trips_of, "the data covers them"
+    query = (
+        f"query($keys: [String!]!) {{ latestBookingBatch(keys: $keys) {{ entries {{ key "
+        f"record {{ {selection(store)} journey {{ {selection(timetable)} }} }} }} "
+        f"meta {{ partitionsAsked partitions {{ store partition node role failure "
+        f"position {{ topic offset }} }} }} }} }}"
+    )
+    body = served.nodes.gql(node, query, {"keys": list(bookings)})
+    assert not body.get("errors"), body["errors"]
+    result = body["data"]["latestBookingBatch"]
+    for entry in result["entries"]:
+        record = entry["record"]
+        assert as_row(store, record) == pytest.approx(bookings[entry["key"]])
+        trip = trips.get(record["trip"])
+        journey = record["journey"]
+        assert (None if journey is None else as_row(timetable, journey)) == pytest.approx(trip)
+    joined = [p for p in result["meta"]["partitions"] if p["store"] == "timetable"]
+    asked = {partition_for(t, "string", 9) for t in trips_of if t is not None}
+    assert sorted(p["partition"] for p in joined) == sorted(asked)
+    check_partitions(served, {"partitions": joined}, node)
+    own = [p for p in result["meta"]["partitions"] if p["store"] == "latestBooking"]
+    assert result["meta"]["partitionsAsked"] == len(own) + len(joined)
+
+
+@pytest.mark.parametrize("node", NODES)
+def test_a_page_joins_its_records_and_a_request_without_the_join_reads_no_trip(
+    served, node: str
+) -> None:
+    bookings, trips = expected_rows(served, "latestBooking"), expected_rows(served, "timetable")
+    top = sorted(
+        (row for row in bookings.values() if row[2] is not None), key=lambda r: (-r[2], r[0])
+    )[:25]
+    page = (
+        "latestBookingList(orderBy: [PRICE_DESC], first: 25) { records { key trip %s } "
+        "meta { partitions { store } } }"
+    )
+    body = served.nodes.gql(node, "{ %s }" % (page % "journey { key fare }"))
+    assert not body.get("errors"), body["errors"]
+    records = body["data"]["latestBookingList"]["records"]
+    assert [r["key"] for r in records] == [row[0] for row in top]
+    for record in records:
+        trip = trips.get(record["trip"])
+        expected = None if trip is None else {"key": trip[0], "fare": pytest.approx(trip[2])}
+        assert record["journey"] == expected
+    plain = served.nodes.gql(node, "{ %s }" % (page % ""))
+    assert len(plain["extensions"]["routing"]["rounds"]) == 1
+    meta = plain["data"]["latestBookingList"]["meta"]
+    assert {p["store"] for p in meta["partitions"]} == {"latestBooking"}
+
+
+def test_every_node_reports_what_it_holds_of_the_global_stores(served) -> None:
+    for node in NODES:
+        samples = served.nodes.metrics(node)
+        assert metric(samples, "stategate_global_layers_bytes") > 0
+        for name in GLOBAL:
+            assert metric(samples, "stategate_global_store_memory_bytes", store=name) > 0
+
+
+def test_global_stores_past_max_global_mb_are_refused_and_the_rest_serves(
+    spark, tmp_path: Path
+) -> None:
+    cluster = serve(tmp_path, spark, settings="max_global_mb = 0.001", start=False)
+    try:
+        cluster.nodes.start("node1")
+        url = cluster.nodes.url("node1")
+        wait_healthy(url)
+        ready = cluster.nodes.client.get(f"{url}/ready")
+        assert ready.status_code == 503
+        message = ready.json()["error"]["message"]
+        assert "of the global stores: [0, 1, 2, 3, 4, 5, 6, 7, 8]" in message
+        assert "over max_global_mb (0.001): not installed" in message
+        own = cluster.project.cluster.hosted_by("node1")
+        assert {int(p) for p in cluster.nodes.status("node1")["partitions"]} == set(own)
+        assert all(
+            "max_global_mb" in e for e in cluster.nodes.status("node1")["sync_errors"].values()
+        )
+        key = next(k for k in expected_rows(cluster, "latestBooking")
+                   if partition_for(k, "string", 9) in own)  # fmt: skip
+        data = cluster.nodes.data("node1", f'{{ latestBooking(key: "{key}") {{ failure }} }}')
+        assert data["latestBooking"]["failure"] is None
+        body = cluster.nodes.gql("node1", '{ timetable(key: "Berlin→Hamburg") { failure } }')
+        assert body["data"]["timetable"]["failure"] in ("NOT_PRESENT", "NODE_UNAVAILABLE")
+    finally:
+        cluster.nodes.stop_all()

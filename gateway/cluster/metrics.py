@@ -35,6 +35,7 @@ class NodeState:
     assignment_version: Callable[[], int]
     coordinator_connected: Callable[[], bool]
     fenced: Callable[[], bool]
+    global_stores: Callable[[], tuple[int, dict[str, int]]]  # layer bytes, store -> in memory
 
 
 class NodeMetrics:
@@ -165,6 +166,23 @@ class _StateCollector(Collector):
             "internal query requests this node answered for its peers",
             value=status.internal_requests,
         )
+        yield from _global_stores(*self.state.global_stores())
+
+
+def _global_stores(disk: int, memory: dict[str, int]) -> Iterator[Metric]:
+    yield GaugeMetricFamily(
+        "stategate_global_layers_bytes",
+        "bytes of the global stores' layer files this node holds (max_global_mb bounds them)",
+        value=disk,
+    )
+    held = GaugeMetricFamily(
+        "stategate_global_store_memory_bytes",
+        "bytes of a global store's rows this node keeps in memory, every partition's",
+        labels=["store"],
+    )
+    for store, size in sorted(memory.items()):
+        held.add_metric([store], size)
+    yield held
 
 
 def _live(live: LiveCounts) -> Iterator[Metric]:

@@ -254,6 +254,11 @@ class LayeredTable:
         self.levels = levels  # oldest first
         self._changed: Changed | None = None  # the overlay as by-value reads use it, once
 
+    @property
+    def nbytes(self) -> int:
+        """The memory its rows take: the base's and every level's."""
+        return self.base.nbytes + sum(level.nbytes for level in self.levels)
+
     def select(self, store: Store, query: Select) -> list[Row] | None:
         """An ordered page from memory, or None when SQL must answer (storage/ordered.py)."""
         return ordered.select(store, self.base, self.changed(), query)

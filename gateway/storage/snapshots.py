@@ -17,11 +17,12 @@ stores, another for its global stores.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -105,6 +106,12 @@ class Snapshot:
         """Which of two snapshots of a partition is newer: the version, then the base's (a
         compaction makes a newer base at the same version)."""
         return self.version, self.layers[0].version
+
+
+@dataclass
+class Footprint:
+    disk: int = 0  # bytes of the layer files
+    memory: dict[str, int] = field(default_factory=dict)  # store -> bytes of its rows
 
 
 class SnapshotCatalog:
@@ -384,6 +391,21 @@ class SnapshotCatalog:
     def current(self) -> dict[int, Snapshot]:
         with self._lock:
             return dict(self._current)
+
+    def footprint(self, chains: Iterable[int]) -> Footprint:
+        """What this node holds of `chains`: their layer files' bytes, and each store's rows
+        in memory."""
+        found = Footprint()
+        for chain in chains:
+            snapshot = self.get(chain)
+            if snapshot is None:
+                continue
+            for layer in snapshot.layers:
+                with contextlib.suppress(OSError):  # released meanwhile
+                    found.disk += layer.path.stat().st_size
+            for name, table in snapshot.tables.items():
+                found.memory[name] = found.memory.get(name, 0) + table.nbytes
+        return found
 
     def store_rows(self, store: str, partitions: int) -> int:
         """A store's rows in all `partitions`, estimated from the bases this node serves (0

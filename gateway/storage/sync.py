@@ -37,6 +37,7 @@ from gateway.wire.peers import PeerClient
 
 log = logging.getLogger(__name__)
 _CHUNK = 1 << 20
+MIB = 1 << 20
 
 
 class DeliveryError(Exception):
@@ -86,9 +87,13 @@ class SnapshotSync:
         async with self._lock:
             self.manifest = await self._read_manifest()
             installed: dict[int, int] = {}
+            too_large = self._global_excess()
             for partition in self.held():
                 entry = self.manifest.partitions.get(partition)
                 if entry is None or not self._is_newer(partition, entry):
+                    continue
+                if too_large and chains.is_global(self.project, partition):
+                    self.errors[partition] = too_large
                     continue
                 refusal = self._refused.get(partition)
                 if refusal is not None and refusal.sha256 != entry.top.sha256:
@@ -107,6 +112,23 @@ class SnapshotSync:
             await asyncio.to_thread(self.catalog.settle)  # after the installs are served
             await asyncio.to_thread(self._sweep)
             return installed
+
+    def _global_excess(self) -> str | None:
+        """Why the manifest's global chains may not be held here, if they may not: together
+        they are larger than max_global_mb."""
+        limit = self.project.settings.max_global_mb
+        size = sum(
+            layer.size
+            for chain in chains.global_chains(self.project)
+            if (entry := self.manifest.partitions.get(chain)) is not None
+            for layer in entry.layers
+        )
+        if size <= limit * MIB:
+            return None
+        return (
+            f"the global stores' layers take {size / MIB:.1f} MiB, over max_global_mb "
+            f"({limit}): not installed"
+        )
 
     def held(self) -> list[int]:
         """The chains this node holds (contracts/chains.py): its partitions', and every

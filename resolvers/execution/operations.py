@@ -22,6 +22,7 @@ import graphql
 import strawberry
 from graphql import (
     DocumentNode,
+    FieldNode,
     GraphQLError,
     NamedTypeNode,
     NameNode,
@@ -59,6 +60,7 @@ class Prepared:
     cost: int  # what max_request_cost is held against
     values: int  # of it, the values the response may hold: what bulk_request_cost weighs
     executor: Executor
+    fields: frozenset[str]  # every field name the document holds: the joins it may select
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,7 @@ class _Picked:
     operation: OperationDefinitionNode | None
     shape: Shape | GraphQLError | None
     document: DocumentNode
+    fields: frozenset[str] = frozenset()
 
 
 class Operations:
@@ -130,7 +133,8 @@ class Operations:
         self.persisted.remember(source)
         executor = self._executors((query, name))
         operation = picked.operation.operation
-        return Prepared(query, name, operation, picked.document, cost.total, cost.values, executor)
+        document, fields = picked.document, picked.fields
+        return Prepared(query, name, operation, document, cost.total, cost.values, executor, fields)
 
     def kind(self, query: str, name: str | None) -> OperationType | None:
         """The kind of the operation the request names, when the document has it."""
@@ -146,6 +150,7 @@ class Operations:
         deadline = self.settings.request_timeout_s
         bulk = prepared.values > self.settings.bulk_request_cost
         try:
+            context.queries.selected = prepared.fields  # the joins its results carry
             async with asyncio.timeout(deadline):
                 with context.node.lanes.enter(bulk):
                     return await prepared.executor.run(context, variables)
@@ -202,7 +207,7 @@ class Operations:
             measured = error
         if operation.operation is OperationType.SUBSCRIPTION:
             document = _as_query(document, operation)
-        return _Picked(operation, measured, document)
+        return _Picked(operation, measured, document, _field_names(document))
 
     def _executor(self, key: tuple[str, str | None]) -> Executor:
         """The compiled plan of a validated operation when it has one; graphql-core's
@@ -232,6 +237,18 @@ def _as_query(document: DocumentNode, operation: OperationDefinitionNode) -> Doc
         definitions=tuple(query if d is operation else d for d in document.definitions)
     )
     return cast(DocumentNode, graphql.visit(rewritten, _OnQuery()))  # fragments' conditions
+
+
+def _field_names(document: DocumentNode) -> frozenset[str]:
+    """The names of every field the document selects, in any operation or fragment."""
+    names: set[str] = set()
+
+    class Names(Visitor):
+        def enter_field(self, node: FieldNode, *_: Any) -> None:
+            names.add(node.name.value)
+
+    graphql.visit(document, Names())
+    return frozenset(names)
 
 
 class _OnQuery(Visitor):

@@ -12,7 +12,7 @@ from contracts import names
 from contracts.project import Project
 from resolvers.schema import cluster
 from resolvers.schema.scalars import SCALARS
-from resolvers.schema.stores import store_fields
+from resolvers.schema.stores import record_types, store_fields
 
 SUBSCRIPTION_DESCRIPTION = (
     "Every query field, pushed over graphql-transport-ws on /graphql: the first result at "
@@ -26,8 +26,9 @@ def build_schema(project: Project) -> strawberry.Schema:
         strawberry.field(cluster.stores, name=names.STORES, description="The declared stores."),
         strawberry.field(cluster.cluster, name=names.CLUSTER, description="The partition map."),
     ]
+    records = record_types(project.stores.values())
     for store in project.stores.values():
-        fields.extend(store_fields(store, project.settings))
+        fields.extend(store_fields(store, project.settings, records[store.name]))
     query = create_type("Query", fields)
     # The same fields: a subscription runs as the query it mirrors (resolvers/transport/live.py).
     subscription = create_type(

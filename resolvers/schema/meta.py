@@ -36,6 +36,9 @@ class TopicOffset:
 
 @strawberry.type(description="How one partition answered.")
 class PartitionResult:
+    store: str = strawberry.field(
+        description="The store it answered for: the field's own, or one its records join."
+    )
     partition: int
     node: str | None
     role: ReplicaRole | None
@@ -120,6 +123,7 @@ def result_meta(meta: Meta) -> ResultMeta:
         newest_record_age_ms=Long(max(0, now_ms() - max(appended))) if appended else None,
         partitions=[
             PartitionResult(
+                store=p.store,
                 partition=p.partition,
                 node=p.node,
                 role=None

@@ -12,6 +12,7 @@ resolver carries, mypy checks the code. The work itself is the query service's
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from operator import attrgetter, itemgetter
 from typing import Annotated, Any
@@ -40,16 +41,25 @@ from resolvers.schema.views import (
 )
 
 
-def store_fields(store: Store, settings: Settings) -> list[StrawberryField]:
+def record_types(stores: Iterable[Store]) -> dict[str, type]:
+    """Each store's record type (a view of one row), made once: a join's field has the
+    joined store's type. Joins name global stores, which declare none themselves."""
+    made: dict[str, type] = {}
+    for store in sorted(stores, key=lambda s: bool(s.joins)):
+        made[store.name] = _record_type(store, made)
+    return made
+
+
+def store_fields(store: Store, settings: Settings, Record: type) -> list[StrawberryField]:
     if store.kind == "window":
-        return _window_fields(store, settings)
-    return _keyed_fields(store, settings)
+        return _window_fields(store, settings, Record)
+    return _keyed_fields(store, settings, Record)
 
 
-def _keyed_fields(store: Store, settings: Settings) -> list[StrawberryField]:
+def _keyed_fields(store: Store, settings: Settings, Record: type) -> list[StrawberryField]:
     page_size = settings.default_page_size
     named, types = names.root_fields(store), names.types(store)
-    Record, K = _record_type(store), PY[store.key_type]
+    K = PY[store.key_type]
     first = itemgetter(0)  # the one entry of a one-key lookup
     Lookup = view(
         types["lookup"],
@@ -155,10 +165,10 @@ def _keyed_fields(store: Store, settings: Settings) -> list[StrawberryField]:
     return [*fields, *value_fields(store, settings, Page)]
 
 
-def _window_fields(store: Store, settings: Settings) -> list[StrawberryField]:
+def _window_fields(store: Store, settings: Settings, Record: type) -> list[StrawberryField]:
     page_size = settings.default_page_size
     named, types = names.root_fields(store), names.types(store)
-    Record, K = _record_type(store), PY[store.key_type]
+    K = PY[store.key_type]
     Windows = view(
         types["windows"],
         {
@@ -222,8 +232,10 @@ def _window_fields(store: Store, settings: Settings) -> list[StrawberryField]:
     ]
 
 
-def _record_type(store: Store) -> type:
-    """A record: a view of one row (key, [window start,] then Store.columns)."""
+def _record_type(store: Store, records: dict[str, type]) -> type:
+    """A record: a view of one row (key, [window start,] then Store.columns, then each
+    join's record: gateway/service.py adds them to the rows of a request that selects
+    them)."""
     fields: dict[str, tuple[Any, Read]] = {names.KEY: (PY[store.key_type], itemgetter(0))}
     offset = 1
     if store.kind == "window":
@@ -233,9 +245,18 @@ def _record_type(store: Store) -> type:
         offset = 2
     for i, (column, ftype) in enumerate(store.columns.items()):
         fields[column] = (PY[ftype] | None, itemgetter(offset + i))
+    offset += len(store.columns)
+    for i, join in enumerate(store.joins):
+        fields[join.name] = (records[join.store] | None, itemgetter(offset + i))
     description = f"A record of the {store.kind} store {store.name} (topic {store.topic.name})."
     if store.is_global:
         description += " The store is global: every node holds all of it and answers alone."
+    for join in store.joins:
+        description += (
+            f" {join.name}: the {join.store} record whose key is this record's {join.field} "
+            f"(null when it has none), as of the positions meta.partitions states for "
+            f"{join.store}."
+        )
     return view(names.types(store)["record"], fields, description)
 
 

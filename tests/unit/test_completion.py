@@ -133,7 +133,10 @@ class Data:
         row: list[Any] = [self.key(store)]
         if store.kind == "window":
             row.append(self.rng.randrange(0, 4_102_444_800_000, 1000))
-        return row + [self.value(kind) for kind in store.columns.values()]
+        row += [self.value(kind) for kind in store.columns.values()]
+        # as the service adds them: the joined record of each join, or None
+        stores = self.project.stores
+        return row + [self.maybe(self.row(stores[join.store])) for join in store.joins]
 
     def offsets(self) -> dict[str, int]:
         topics = self.rng.sample(sorted(self.project.topics), self.rng.randrange(0, 3))
@@ -145,6 +148,7 @@ class Data:
     def meta(self) -> Meta:
         partitions = [
             PartitionOutcome(
+                store=self.rng.choice(["latestBooking", "timetable"]),
                 partition=self.rng.randrange(9),
                 node=self.maybe("node1"),
                 active=self.rng.random() < 0.5,

@@ -90,6 +90,58 @@ def test_names_clash_ignoring_case(tmp_path: Path) -> None:
         load(write(tmp_path, nodes))
 
 
+JOINED = (
+    BASE
+    + """
+[[topics]]
+name = "fares"
+key = "string"
+value = { fare = "double", zone = "int" }
+[[stores]]
+name = "fareTable"
+kind = "table"
+topic = "fares"
+global = true
+[[stores]]
+name = "latest"
+kind = "table"
+topic = "t"
+joins = { JOIN }
+"""
+)
+
+
+def test_a_join_reads_a_global_store_by_a_field_of_its_key_type(tmp_path: Path) -> None:
+    project = load(write(tmp_path, JOINED.replace("JOIN", 'fare = "fareTable(key)"')))
+    (join,) = project.stores["latest"].joins
+    assert (join.name, join.store, join.field) == ("fare", "fareTable", "key")
+    assert project.global_stores == (project.stores["fareTable"],)
+
+
+@pytest.mark.parametrize(
+    ("join", "message"),
+    [
+        ('fare = "fareTable"', "is not store(field)"),
+        ('fare = "nothing(key)"', "unknown store 'nothing'"),
+        ('fare = "totals(key)"', "'totals' must be a global table or aggregate store"),
+        ('fare = "fareTable(price)"', "'price' is double but 'fareTable' is keyed by string"),
+        ('fare = "fareTable(nothing)"', "'latest' has no field 'nothing'"),
+        ('price = "fareTable(key)"', "store 'latest' field 'price' is declared twice"),
+    ],
+)
+def test_a_join_that_cannot_be_read_is_refused(tmp_path: Path, join: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load(write(tmp_path, JOINED.replace("JOIN", join)))
+
+
+def test_a_global_store_declares_no_joins(tmp_path: Path) -> None:
+    text = JOINED.replace("JOIN", 'fare = "fareTable(key)"').replace(
+        "global = true", 'global = true\njoins = { again = "fareTable(key)" }'
+    )
+    with pytest.raises(ConfigError, match="a global store declares no joins"):
+        load(write(tmp_path, text))
+
+
 def test_window_durations(tmp_path: Path) -> None:
     window = BASE.replace(
         'kind = "aggregate"', 'kind = "window"\nsize = "{size}"\nadvance = "{advance}"'
@@ -129,6 +181,7 @@ RICH: dict[str, Any] = {
             "kind": "aggregate",
             "topic": "bookings",
             "aggregates": {"n": "count", "revenue": "sum(price)"},
+            "joins": {"fare": "fares(key)"},
         },
         {
             "name": "hourly",
@@ -138,6 +191,7 @@ RICH: dict[str, Any] = {
             "advance": "30m",
             "aggregates": {"mean": "avg(price)"},
         },
+        {"name": "fares", "kind": "table", "topic": "bookings", "global": True},
     ],
     "settings": {"default_page_size": 10, "internal_timeout_s": 1.5, "cors_origins": ["*"]},
 }
@@ -154,13 +208,16 @@ REQUIRED: dict[Path_, str] = {
     **{("topics", i, "name"): f"[[topics]] entry {i + 1}: name is missing" for i in (0, 1)},
     ("topics", 0, "value"): "no field 'price' in the topic",
     ("topics", 0, "value", "price"): "no field 'price' in the topic",
-    **{("stores", i, key): f"{key} is missing" for i in (0, 1, 2)
+    **{("stores", i, key): f"{key} is missing" for i in (0, 1, 2, 3)
        for key in ("name", "kind", "topic")},
+    ("stores", 3): "store 'totals' join 'fare': unknown store 'fares'",
+    ("stores", 3, "name"): "[[stores]] entry 4: name is missing",
+    ("stores", 3, "global"): "'fares' must be a global table or aggregate store",
     ("stores", 1, "aggregates"): "store 'totals': aggregates is missing",
     ("stores", 2, "aggregates"): "store 'hourly': aggregates is missing",
     ("stores", 2, "size"): "store 'hourly': size is missing",
 }  # fmt: skip
-MAPS = {"value", "aggregates"}  # tables whose keys are declared names, not entries
+MAPS = {"value", "aggregates", "joins"}  # tables whose keys are declared names, not entries
 
 
 def as_toml(value: Any) -> str:
