@@ -3,9 +3,12 @@
 A partition's state is a chain of layers (contracts/snapshot_file.py). Partition p of the
 partitioned stores is chain p, held by the nodes placement gives p to. When the project
 declares global stores, partition p of those is chain `partitions + p`, held by every node:
-a global store's lookups never leave the node. Both chains of a partition are written by the
-same task at the same positions, published by the same manifest, and compacted alike, so an
-answer from either states the partition's positions. The manifest, the snapshot store and a
+a global store's lookups never leave the node.
+
+A chain carries the positions of the topics its stores read (`topics`): it gets a layer
+when one of them has new records, and its answers state where it is in them and nothing
+else. A topic both kinds of store read is in both chains of its partitions, which the same
+task extends at once, so their positions in it agree. The manifest, the snapshot store and a
 node's folders name chains by id; placement, routing and answers name partitions.
 """
 
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from contracts.manifest import Manifest
 from contracts.project import Project, Store
 
 
@@ -63,3 +67,25 @@ def held(project: Project, assigned: Iterable[int]) -> list[int]:
     """The chains a node holds: those of the partitions placement gives it, and every
     global one."""
     return sorted({*assigned, *global_chains(project)})
+
+
+def topics(project: Project, chain: int) -> tuple[str, ...]:
+    """The topics whose positions a chain carries: those its stores read. A partition's own
+    chain also carries every topic no global store reads, so that each topic's position is
+    kept in some chain, whether a store reads it or not."""
+    read_globally = {s.topic.name for s in project.global_stores}
+    if is_global(project, chain):
+        return tuple(t for t in project.topics if t in read_globally)
+    read_here = {s.topic.name for s in project.partitioned_stores}
+    return tuple(t for t in project.topics if t in read_here or t not in read_globally)
+
+
+def position(project: Project, manifest: Manifest, partition: int) -> dict[str, int]:
+    """How far a partition's records are published, per topic: from the chain carrying it
+    (0 before any is)."""
+    found = dict.fromkeys(project.topics, 0)
+    for chain in of_partition(project, partition):
+        entry = manifest.partitions.get(chain)
+        if entry is not None:
+            found.update(entry.position)
+    return found

@@ -96,11 +96,6 @@ class Manifest:
     stores_digest: str | None = None
     updated_ms: int = 0
 
-    def published(self, partition: int, topic: str) -> int:
-        """The next offset of `topic` to read in `partition`: 0 when nothing is published."""
-        entry = self.partitions.get(partition)
-        return entry.position.get(topic, 0) if entry else 0
-
     def to_json(self) -> bytes:
         body = {
             "format": FORMAT,

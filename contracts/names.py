@@ -5,9 +5,9 @@ A table or aggregate store `s` generates the root fields s, sBatch, sRange and, 
 keys, sPrefix, and the types S, SLookup, SEntry, SBatch and SPage; a window store the root
 fields s and sAll, and the types S, SWindows and SPage; every store sList and sAggregate, and
 the types SFilter, SOrderBy, SAggregate, SSums, SAverages and SExtremes. A record (type S)
-has the fields key, [windowStart, windowEnd,] then the store's columns; SOrderBy has KEY_ASC,
-KEY_DESC, [WINDOW_START_ASC, WINDOW_START_DESC,] and per column its name in constant case
-with _ASC and _DESC (averagePrice: AVERAGE_PRICE_DESC).
+has the fields key, [windowStart, windowEnd,] then the store's columns, then its joins;
+SOrderBy has KEY_ASC, KEY_DESC, [WINDOW_START_ASC, WINDOW_START_DESC,] and per column its
+name in constant case with _ASC and _DESC (averagePrice: AVERAGE_PRICE_DESC).
 Declared names are letters and digits, so none can be one of GraphQL's reserved `__` names,
 and a Python keyword (`from`, `class`) is a field name like any other.
 """
@@ -141,7 +141,7 @@ def check(stores: Iterable[Store]) -> None:
     for store in stores:
         _claim(store, "field", root_fields(store).values(), fields)
         _claim(store, "type", types(store).values(), named)
-        for column in store.columns:
+        for column in (*store.columns, *(join.name for join in store.joins)):
             if column in own_fields(store):
                 raise ConfigError(
                     f"store {store.name!r}: its column {column!r} clashes with the field "

@@ -338,12 +338,13 @@ class GatewayNode:
         )
 
     def _lag(self, partition: int, offsets: dict[str, int]) -> int | None:
+        """Offsets behind the log end in the topics the replica's chain carries."""
         lags = []
-        for topic in self.project.topics:
+        for topic, offset in offsets.items():
             end = self.log_end(topic, partition)
             if end is None:
                 return None
-            lags.append(max(0, end - offsets.get(topic, 0)))
+            lags.append(max(0, end - offset))
         return sum(lags)
 
 

@@ -35,7 +35,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from contracts import chains
 from contracts.eventlog import APPEND_MS, now_ms
-from contracts.freshness import AppendTimes, counted, newest
+from contracts.freshness import counted, newest
 from contracts.manifest import Layer, Manifest, PartitionEntry, parse_layer
 from contracts.project import Project, Topic
 from contracts.settings import Settings
@@ -121,10 +121,9 @@ class Batch:
 
     def published(self, partition: int) -> dict[str, int]:
         """Where the partition's new records start, per topic (0 everywhere to rebuild)."""
-        return {
-            t: 0 if self.rebuild else self.manifest.published(partition, t)
-            for t in self.project.topics
-        }
+        if self.rebuild:
+            return dict.fromkeys(self.project.topics, 0)
+        return chains.position(self.project, self.manifest, partition)
 
 
 def publish(
@@ -210,19 +209,25 @@ def _published(batch: Batch, built: list[dict[str, Any]], built_in: str) -> Publ
     if not layers:
         return Published(manifest, built_in=built_in)
     entries = dict(manifest.partitions)
-    count, stamp = 0, now_ms()
+    stamp = now_ms()
     layers = {p: replace(layer, published_ms=stamp) for p, layer in layers.items()}
     for chain, layer in layers.items():
         below = () if layer.kind == "base" else entries[chain].layers
-        if not chains.is_global(project, chain):
-            old = batch.published(chain)
-            count += sum(layer.position[t] - old[t] for t in project.topics)
         entries[chain] = PartitionEntry((*below, layer))
-    log_end = {
-        t: {p: e.position.get(t, 0) for p, e in entries.items() if not chains.is_global(project, p)}
-        for t in project.topics
-    }
-    next_manifest = Manifest(entries, log_end, stores_digest(project), stamp)
+    published = Manifest(entries, {}, stores_digest(project), stamp)
+    partitions = [
+        p
+        for p in range(project.cluster.partitions)
+        if any(chain in entries for chain in chains.of_partition(project, p))
+    ]
+    ends = {p: chains.position(project, published, p) for p in partitions}
+    count = sum(
+        end - batch.published(p)[t]
+        for p in {chains.partition(project, chain) for chain in layers}
+        for t, end in ends[p].items()
+    )
+    log_end = {t: {p: ends[p][t] for p in partitions} for t in project.topics}
+    next_manifest = replace(published, log_end=log_end)
     return Published(next_manifest, layers, count, tasks, built_in)
 
 
@@ -258,22 +263,14 @@ def _build(batch: Batch, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Recor
 def _build_partition(
     batch: Batch, partition: int, group: pa.Table, read_ms: int
 ) -> Iterator[pa.RecordBatch]:
-    """The new layers of one partition, if it needs them: of its chain, and of its global
-    stores' chain (contracts/chains.py), from the same records at the same positions."""
+    """The new layers of one partition: of each of its chains (contracts/chains.py) whose
+    topics have new records, or that has none yet."""
     started = time.monotonic()
     records, appended = _fresh(batch, partition, group)
     positions = batch.published(partition)
     for topic, table in records.items():
         if len(table):
             positions[topic] = int(pc.max(table.column("offset")).as_py()) + 1
-    bad: dict[str, Counter[str]] = {}
-
-    def on_bad(topic: Topic, found: list[BadRow]) -> None:
-        policy, root = batch.project.settings.bad_records, Path(batch.store_root)
-        dead_letter.handle(
-            policy, root, topic, partition, found, bad.setdefault(topic.name, Counter())
-        )
-
     ids = chains.of_partition(batch.project, partition)
     present = [c for c in ids if c in batch.manifest.partitions]
     if not batch.rebuild and present and present != ids:
@@ -281,58 +278,78 @@ def _build_partition(
             f"partition {partition} has chains {present} of {ids}: the snapshot store was "
             f"changed by hand; delete it to rebuild"
         )
+    bad = _BadRecords(batch, partition)
     for chain in ids:
-        own = chain == partition  # the records and their bad ones count once, here
+        topics = chains.topics(batch.project, chain)
         entry = None if batch.rebuild else batch.manifest.partitions.get(chain)
-        if entry is not None and not any(len(t) for t in records.values()):
-            return
-        if entry is not None and entry.position != batch.published(partition):
-            raise GapError(
-                f"chain {chain} is at {entry.position}, partition {partition} at "
-                f"{batch.published(partition)}: the snapshot store was changed by hand"
-            )
+        if entry is not None and not any(len(records.get(t, ())) for t in topics):
+            continue
         kind: Kind = "delta"
         if entry is None or (batch.compact and due_for_compaction(entry, batch.project.settings)):
             kind = "base"
+        read = [appended[t] for t in topics if t in appended]
+        times = counted(pa.chunked_array(read, pa.int64()))
         task = LayerTask(
             partition=chain,
             version=(entry.version if entry else 0) + 1,
             kind=kind,
             store_root=batch.store_root,
             below=() if entry is None else entry.layers,
-            positions=positions,
-            topics=tuple(batch.project.topics.values()),
+            positions={t: positions[t] for t in topics},
+            topics=tuple(batch.project.topics[t] for t in topics),
             stores=chains.stores(batch.project, chain),
-            appended=appended,
-            newest_append_ms=newest(appended, entry.top.newest_append_ms if entry else None),
+            appended=times,
+            newest_append_ms=newest(times, entry.top.newest_append_ms if entry else None),
             read_ms=read_ms,
         )
         rows: dict[str, int] = {}
-        _, layer = build_layer(task, records, rows, on_bad if own else None)
+        _, layer = build_layer(task, records, rows, bad.handle)
         yield pa.RecordBatch.from_pydict(
             {
                 "partition": [chain],
                 "layer": [orjson.dumps(vars(layer)).decode()],
-                "records": [sum(len(table) for table in records.values()) if own else 0],
+                "records": [sum(len(records.get(t, ())) for t in topics)],
                 "rows": [orjson.dumps(rows).decode()],
                 "seconds": [time.monotonic() - started],
-                "bad": [orjson.dumps(bad if own else {}).decode()],
+                "bad": [orjson.dumps(bad.counted(topics)).decode()],
             },
             schema=_BUILT,
         )
 
 
+class _BadRecords:
+    """A partition's bad records, handled once per topic (the policy of
+    settings.bad_records) however many of its chains read the topic."""
+
+    def __init__(self, batch: Batch, partition: int) -> None:
+        self.batch, self.partition = batch, partition
+        self.handled: set[str] = set()
+        self.counts: dict[str, Counter[str]] = {}  # those not reported yet
+
+    def handle(self, topic: Topic, found: list[BadRow]) -> None:
+        if topic.name in self.handled:
+            return
+        self.handled.add(topic.name)
+        policy, root = self.batch.project.settings.bad_records, Path(self.batch.store_root)
+        counts = self.counts[topic.name] = Counter()
+        dead_letter.handle(policy, root, topic, self.partition, found, counts)
+
+    def counted(self, topics: tuple[str, ...]) -> BadCounts:
+        """Those of `topics` not reported yet (a chain's row of _BUILT reports them)."""
+        return {t: dict(self.counts.pop(t)) for t in topics if t in self.counts}
+
+
 def _fresh(
     batch: Batch, partition: int, group: pa.Table
-) -> tuple[dict[str, pa.Table], AppendTimes]:
+) -> tuple[dict[str, pa.Table], dict[str, pa.ChunkedArray]]:
     """topic -> the partition's records (of its group's) at or past the published position,
-    and those records counted by append time. A topic whose records start past it would lose
-    the ones between: GapError."""
+    and topic -> their append times. A topic whose records start past it would lose the
+    ones between: GapError."""
     published = batch.published(partition)
     table = group.filter(pc.equal(group.column("partition"), partition))
     if table.num_rows == 0:
-        return {}, ()
-    fresh, appended = {}, []
+        return {}, {}
+    fresh, appended = {}, {}
     for topic, start in published.items():
         rows = table.filter(pc.equal(table.column("topic"), topic))
         rows = rows.filter(pc.greater_equal(rows.column("offset"), start))
@@ -343,5 +360,5 @@ def _fresh(
                 f"the records come from another log or checkpoint"
             )
         fresh[topic] = rows.select(["offset", "timestamp", "key", "value"])
-        appended.append(rows.column(APPEND_MS))
-    return fresh, counted(pa.chunked_array(appended, pa.int64()))
+        appended[topic] = rows.column(APPEND_MS)
+    return fresh, appended

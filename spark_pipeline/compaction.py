@@ -14,6 +14,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from contracts.chains import stores as stores_of
+from contracts.chains import topics as topics_of
 from contracts.eventlog import now_ms
 from contracts.manifest import Layer, Manifest, PartitionEntry
 from contracts.project import Project
@@ -64,7 +65,7 @@ def _tasks(project: Project, store_dir: Path, chains: dict[int, PartitionEntry])
             store_root=str(store_dir),
             below=entry.layers,
             positions=dict(entry.position),
-            topics=tuple(project.topics.values()),
+            topics=tuple(project.topics[t] for t in topics_of(project, partition)),
             stores=stores_of(project, partition),
             newest_append_ms=entry.top.newest_append_ms,
         )

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from contracts import eventlog
+from contracts import chains, eventlog
 from contracts.manifest import Manifest
 from contracts.project import Project, Store
 
@@ -56,11 +56,12 @@ def plan_run(project: Project, manifest: Manifest) -> RunPlan:
     published = manifest.partitions
     rebuild = bool(published) and manifest.stores_digest != stores_digest(project)
     ranges: dict[str, dict[int, OffsetRange]] = {}
+    starts = {p: chains.position(project, manifest, p) for p in range(project.cluster.partitions)}
     for topic in project.topics:
         ranges[topic] = {}
         for partition in range(project.cluster.partitions):
             entry = published.get(partition)
-            start = 0 if rebuild else manifest.published(partition, topic)
+            start = 0 if rebuild else starts[partition][topic]
             end = eventlog.end_offset(project.log_dir, topic, partition)
             if end < start:
                 raise LogBehindError(

@@ -115,9 +115,7 @@ class Follower:
             "following %s every %s s; published positions %s",
             self.project.log_dir,
             self.project.settings.trigger_interval_s,
-            positions(
-                {p: {t: manifest.published(p, t) for t in self.project.topics} for p in partitions}
-            ),
+            positions({p: chains.position(self.project, manifest, p) for p in partitions}),
         )
 
     def wait(self) -> None:

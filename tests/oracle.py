@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from contracts import eventlog
+from contracts import chains, eventlog
 from contracts.project import Aggregate, FieldType, Project, Store
 
 Row = tuple  # (key, [window_start,] *Store.columns)
@@ -96,6 +96,15 @@ def expected_positions(project: Project) -> dict[int, dict[str, int]]:
     return {
         p: {topic: _end(project, topic, p) for topic in project.topics}
         for p in range(project.cluster.partitions)
+    }
+
+
+def expected_chain_positions(project: Project) -> dict[int, dict[str, int]]:
+    """chain -> its topics (contracts/chains.py) -> the offset after the last record."""
+    ends = expected_positions(project)
+    return {
+        chain: {t: ends[chains.partition(project, chain)][t] for t in chains.topics(project, chain)}
+        for chain in range(chains.count(project))
     }
 
 

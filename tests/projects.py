@@ -54,6 +54,12 @@ global = true
 aggregates = { changes = "count", lowestFare = "min(fare)" }
 
 [[stores]]
+name = "departures"
+kind = "aggregate"
+topic = "trips"
+aggregates = { changes = "count", latest = "max(departs)" }
+
+[[stores]]
 name = "customerTotals"
 kind = "aggregate"
 topic = "bookings"

@@ -75,6 +75,15 @@ def newest_append(project: Project) -> int:
     )
 
 
+def timetable_entry(project: Project, trip: str) -> str:
+    """A trip's timetable record as the dashboard shows it, from the oracle; "–" for none."""
+    rows = {r[0]: r for part in oracle.expected_store(project, "timetable").values() for r in part}
+    if trip not in rows:
+        return "–"
+    _, minutes, fare, operator = rows[trip]
+    return f"{operator} · {minutes // 60} h {minutes % 60:02d} · {fare:.2f}"
+
+
 def book(project: Project, key: str, value: dict[str, object]) -> None:
     """Produce one booking now, as a producer would."""
     record = eventlog.Record(key, value, eventlog.now_ms())
@@ -142,6 +151,8 @@ def test_the_dashboard_is_local_and_its_leaderboard_moves(
             "document.querySelector('#latest [data-field=price]').textContent.includes('99999')",
             timeout=VISIBLE_WITHIN_MS,
         )
+        journey = page.inner_text("#latest [data-field=journey]")
+        assert journey == timetable_entry(project, "Berlin→Hamburg"), "the booking's trip, joined"
         page.screenshot(path=str(tmp_path / "dashboard.png"), full_page=True)
     print(f"the new leader showed {seen_after * 1000:.0f} ms after the pipeline published")
 

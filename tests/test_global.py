@@ -33,10 +33,15 @@ def answered_alone(body: dict[str, Any], node: str) -> None:
 
 
 def check_partitions(served, meta: dict[str, Any], node: str) -> None:
-    positions = oracle.expected_positions(served.project)
+    positions = oracle.expected_chain_positions(served.project)
     for part in meta["partitions"]:
         assert part["node"] == node and part["role"] == "ACTIVE" and part["failure"] is None
-        assert wire.offsets(part["position"]) == positions[part["partition"]]
+        chain = chains.global_chain(served.project, part["partition"])
+        assert (
+            wire.offsets(part["position"])
+            == positions[chain]
+            == {"trips": pytest.approx(positions[chain]["trips"])}
+        )
 
 
 @pytest.mark.parametrize("node", NODES)

@@ -14,6 +14,7 @@ from collections import defaultdict
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
+from contracts import chains
 from contracts.partitioner import Key, partition_for, partitions_for
 from contracts.positions import Position, restrict
 from contracts.project import Store
@@ -141,8 +142,13 @@ class RequestBatch:
         return [(p, query) for p in work.partitions]
 
     def _bound(self, work: Work, partition: int) -> dict[str, int]:
-        """The caller's bound for this partition, raised to `log end - max lag` if asked."""
-        bound = restrict(work.consistency.bound, partition)
+        """The caller's bound for this partition, in the topics the store's chain carries
+        (contracts/chains.py: its state depends on no other), raised to `log end - max lag`
+        if asked."""
+        project = self.router.project
+        carried = chains.topics(project, chains.of(project, work.store, partition))
+        bound = {t: o for t, o in restrict(work.consistency.bound, partition).items()
+                 if t in carried}  # fmt: skip
         max_lag = work.consistency.max_lag
         if max_lag is not None:
             topic = work.store.topic.name

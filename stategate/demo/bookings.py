@@ -1,9 +1,12 @@
-"""Demo data: a week of a railway operator's bookings on the topic "bookings".
+"""Demo data: a week of a railway operator's bookings on the topic "bookings", and its
+timetable on the topic "trips".
 
 Keys are customer ids ("C000123"); a few customers book a lot (Zipf-like popularity), most
 rarely. Values are {"trip": "Berlin→Hamburg", "price": 9.90-249.00, "seats": 1-4}; about 1%
 of the records are tombstones (a customer deleted). Timestamps increase over the 7 days
-before `end_ms`.
+before `end_ms`. The timetable holds every trip between two stations, keyed by the trip:
+{"minutes", "fare", "operator"}; a few trips are withdrawn (a tombstone), so the bookings of
+those join no timetable record.
 """
 
 from __future__ import annotations
@@ -22,6 +25,10 @@ from contracts.partitioner import partition_for
 from contracts.project import Project, Topic
 
 TOPIC = "bookings"
+TRIPS = "trips"
+WITHDRAWN_RATE = 0.02  # trips taken out of the timetable
+OPERATORS = ("ICE", "IC", "RE", "FlixTrain")
+LIVE_RETIMING_RATE = 0.02  # the chance that a live tick changes one trip's fare
 CHUNK = 50_000
 WEEK_MS = 7 * 86_400_000
 TOMBSTONE_RATE = 0.01
@@ -66,6 +73,8 @@ def _generate(
     rng.shuffle(by_rank)
     cum_weights = list(itertools.accumulate((r + ZIPF_OFFSET) ** -1.1 for r in range(customers)))
     fares = _fares(rng)
+    if TRIPS in project.topics:  # its own generator: the bookings stay as they were
+        _timetable(project, fares, random.Random(rng.random()), start)
     keys: dict[int, tuple[str, int]] = {}  # customer -> (key, partition): keys repeat a lot
     counts: Counter[int] = Counter()
     # Every customer books at least once (when there are enough events), the rest is skewed.
@@ -104,6 +113,26 @@ def _fares(rng: random.Random) -> list[tuple[str, float]]:
     """Every trip between two stations with its usual price."""
     trips = [f"{a}→{b}" for a in STATIONS for b in STATIONS if a != b]
     return [(trip, rng.uniform(12.0, 180.0)) for trip in trips]
+
+
+def _timetable(
+    project: Project, fares: list[tuple[str, float]], rng: random.Random, at_ms: int
+) -> None:
+    """Every trip's timetable record, a few withdrawn right after."""
+    entries = [Record(trip, _entry(rng, fare), at_ms) for trip, fare in fares]
+    withdrawn = [
+        Record(trip, None, at_ms + 1) for trip, _ in fares if rng.random() < WITHDRAWN_RATE
+    ]
+    topic = project.topics[TRIPS]
+    eventlog.produce(project.log_dir, topic, project.cluster.partitions, entries + withdrawn)
+
+
+def _entry(rng: random.Random, fare: float) -> dict[str, object]:
+    return {
+        "minutes": rng.randrange(45, 480, 5),
+        "fare": round(fare, 2),
+        "operator": rng.choice(OPERATORS),
+    }
 
 
 def _values(
@@ -161,3 +190,13 @@ class LiveBookings:
             ]
             eventlog.produce(self.project.log_dir, topic, self.project.cluster.partitions, records)
             self.appended += size
+            if TRIPS in self.project.topics and self._rng.random() < LIVE_RETIMING_RATE:
+                self._retime(now)
+
+    def _retime(self, now: int) -> None:
+        """A new fare for one trip: the timetable, a global store, changes live too."""
+        trip, fare = self._rng.choice(self._fares)
+        fare *= 0.8 + 0.4 * self._rng.random()
+        record = Record(trip, _entry(self._rng, fare), now)
+        topic = self.project.topics[TRIPS]
+        eventlog.produce(self.project.log_dir, topic, self.project.cluster.partitions, [record])

@@ -18,7 +18,7 @@ const HOURLY = `subscription Hourly($key: String!, $from: DateTime!, $to: DateTi
   hourlyRevenue(key: $key, from: $from, to: $to) { key failure windows { windowStart windowEnd bookings revenue } }
 }`;
 const LATEST = `subscription Latest($key: String!) {
-  latestBooking(key: $key) { key failure record { trip price seats } }
+  latestBooking(key: $key) { key failure record { trip price seats journey { minutes fare operator } } }
 }`;
 
 // ---- small helpers ---------------------------------------------------------------------------
@@ -249,12 +249,20 @@ function renderHourly(result, range) {
   if (result.failure) setErrors("hourlyRevenue", [`${result.key}: ${result.failure}`]);
 }
 
+/** The timetable record a booking joins (a global store): "ICE · 2 h 35 · €64.20". */
+function journey(entry) {
+  if (!entry) return "–";
+  const time = `${Math.floor(entry.minutes / 60)} h ${String(entry.minutes % 60).padStart(2, "0")}`;
+  return `${entry.operator} · ${time} · ${money(entry.fare)}`;
+}
+
 function renderLatest(result) {
   const box = $("#latest");
   const rec = result?.record;
   $('[data-field="trip"]', box).textContent = rec?.trip ?? "–";
   $('[data-field="price"]', box).textContent = money(rec?.price);
   $('[data-field="seats"]', box).textContent = rec?.seats ?? "–";
+  $('[data-field="journey"]', box).textContent = journey(rec?.journey);
   box.classList.remove("flash");
   void box.offsetWidth; // restart the animation
   box.classList.add("flash");
