@@ -32,12 +32,18 @@ class Floor:
         # the bench's state is built in one run: every chain is a base alone
         if any(len(entry.layers) > 1 for entry in manifest.partitions.values()):
             raise RuntimeError(f"{store_dir}: chains with deltas; rebuild the bench state")
-        self.files = {p: store_dir / entry.base.path for p, entry in manifest.partitions.items()}
+        bases = {c: store_dir / entry.base.path for c, entry in manifest.partitions.items()}
+        # chain p holds partition p's partitioned stores, chain partitions + p its global
+        # ones (contracts/chains.py): attached as p<p> and g<p>
+        self.files = {c: path for c, path in bases.items() if c < partitions}
+        self.global_files = {c - partitions: path for c, path in bases.items() if c >= partitions}
         if sorted(self.files) != list(range(partitions)):
             raise RuntimeError(f"{store_dir}: manifest lists partitions {sorted(self.files)}")
         self.con = duckdb.connect(":memory:", config={"threads": threads, "memory_limit": "1GB"})
         for p, path in sorted(self.files.items()):
             self.con.execute(f"ATTACH '{path}' AS p{p} (READ_ONLY)")
+        for p, path in sorted(self.global_files.items()):
+            self.con.execute(f"ATTACH '{path}' AS g{p} (READ_ONLY)")
 
     def close(self) -> None:
         self.con.close()

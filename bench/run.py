@@ -31,7 +31,17 @@ from urllib.parse import quote
 
 import orjson
 
-from bench import by_value, freshness, installs, queries, recovery, report, subscriptions, versus
+from bench import (
+    by_value,
+    freshness,
+    installs,
+    joins,
+    queries,
+    recovery,
+    report,
+    subscriptions,
+    versus,
+)
 from bench.driver import (
     Stats,
     batch_operation,
@@ -126,6 +136,7 @@ class Results:
     installs: installs.Installs | None = None
     live: subscriptions.Live | None = None
     by_value: list[str] = field(default_factory=list)  # bench/by_value.py's table
+    joins: list[str] = field(default_factory=list)  # bench/joins.py's table
     comparisons: list[report.Comparison] = field(default_factory=list)
 
     def find(self, rows: list[Stats], name: str) -> Stats | None:
@@ -151,6 +162,7 @@ class Results:
             "installs": None if self.installs is None else self.installs.as_dict(),
             "subscriptions": self.live.as_dict() if self.live else None,
             "by_value": self.by_value,
+            "joins": self.joins,
             "comparisons": [c.as_dict() for c in self.comparisons],
         }
 
@@ -894,6 +906,10 @@ def main(argv: list[str] | None = None) -> int:
             results.by_value = by_value.run(main_w, args.duration)
             results.by_value.append(by_value.leaderboard_line(main_w, by_value.ROUNDS))
             log("\n".join(results.by_value))
+
+        log("joins: 1000 bookings with their trips, against two requests ...")
+        results.joins = joins.run(main_w, args.duration)
+        log("\n".join(results.joins))
 
         log(f"memory: small workload {small_w.root.name} ...")
         measure_small(small_w, logs, results, stack)

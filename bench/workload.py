@@ -111,7 +111,7 @@ class Workload:
             manifest = read_manifest(self.root / "snapshots")
         except FormatError:  # written by an older version: rebuild
             return False
-        return len(manifest.partitions) == PARTITIONS
+        return all(p in manifest.partitions for p in range(PARTITIONS))
 
     def write_project(
         self, ports: list[int] | None = None, file: str = PROJECT_FILE, cluster: str = ""
