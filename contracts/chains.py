@@ -80,6 +80,16 @@ def topics(project: Project, chain: int) -> tuple[str, ...]:
     return tuple(t for t in project.topics if t in read_here or t not in read_globally)
 
 
+def counted(project: Project, chain: int) -> tuple[str, ...]:
+    """The topics whose new records a chain's layers count by append time (freshness): its
+    topics but those its partition's own chain carries too, so that a record is counted
+    once however many chains read it."""
+    own = topics(project, partition(project, chain))
+    if not is_global(project, chain):
+        return own
+    return tuple(t for t in topics(project, chain) if t not in own)
+
+
 def position(project: Project, manifest: Manifest, partition: int) -> dict[str, int]:
     """How far a partition's records are published, per topic: from the chain carrying it
     (0 before any is)."""

@@ -36,6 +36,7 @@ TYPES = (
     "FailureReason",
     "FloatFilter",
     "IntFilter",
+    "Join",
     "Long",
     "LongFilter",
     "NodeInfo",

@@ -35,7 +35,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from contracts import chains
 from contracts.eventlog import APPEND_MS, now_ms
-from contracts.freshness import counted, newest
+from contracts.freshness import AppendTimes, counted, newest
 from contracts.manifest import Layer, Manifest, PartitionEntry, parse_layer
 from contracts.project import Project, Topic
 from contracts.settings import Settings
@@ -287,8 +287,10 @@ def _build_partition(
         kind: Kind = "delta"
         if entry is None or (batch.compact and due_for_compaction(entry, batch.project.settings)):
             kind = "base"
-        read = [appended[t] for t in topics if t in appended]
-        times = counted(pa.chunked_array(read, pa.int64()))
+        times = _by_append(appended, chains.counted(batch.project, chain))
+        newest_ms = newest(
+            _by_append(appended, topics), entry.top.newest_append_ms if entry else None
+        )
         task = LayerTask(
             partition=chain,
             version=(entry.version if entry else 0) + 1,
@@ -299,7 +301,7 @@ def _build_partition(
             topics=tuple(batch.project.topics[t] for t in topics),
             stores=chains.stores(batch.project, chain),
             appended=times,
-            newest_append_ms=newest(times, entry.top.newest_append_ms if entry else None),
+            newest_append_ms=newest_ms,
             read_ms=read_ms,
         )
         rows: dict[str, int] = {}
@@ -315,6 +317,11 @@ def _build_partition(
             },
             schema=_BUILT,
         )
+
+
+def _by_append(appended: dict[str, pa.ChunkedArray], topics: tuple[str, ...]) -> AppendTimes:
+    """The new records of `topics` counted by append time."""
+    return counted(pa.chunked_array([appended[t] for t in topics if t in appended], pa.int64()))
 
 
 class _BadRecords:

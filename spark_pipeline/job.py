@@ -33,6 +33,7 @@ if _CHECKOUT:
 import orjson  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
 
+from contracts import chains  # noqa: E402
 from contracts.durable import locked  # noqa: E402
 from contracts.manifest import (  # noqa: E402
     Layer,
@@ -122,7 +123,7 @@ def run(
                 published = _publish_on_executors(
                     project, store_dir, lazy.get(), manifest, plan, stopping
                 )
-            _log_layers(published, time.monotonic() - building)
+            _log_layers(project, published, time.monotonic() - building)
             log_bad_records(published.bad, store_dir)
             report.bad_records = published.bad
         if published.layers:
@@ -204,13 +205,15 @@ def _log_plan(project: Project, plan: RunPlan, records: int) -> None:
         log.info("partition %d: %s", partition, ", ".join(ranges))
 
 
-def _log_layers(published: Published, seconds: float) -> None:
-    """One line per partition's new layer, then the stage's total."""
-    for partition, layer in sorted(published.layers.items()):
-        task = published.tasks[partition]
+def _log_layers(project: Project, published: Published, seconds: float) -> None:
+    """One line per chain's new layer, then the stage's total."""
+    for chain, layer in sorted(published.layers.items()):
+        task = published.tasks[chain]
+        partition = chains.partition(project, chain)
         log.info(
-            "partition %d: wrote v%d %s, %d records, %s in %.1f s; rows %s; positions %s",
+            "partition %d%s: wrote v%d %s, %d records, %s in %.1f s; rows %s; positions %s",
             partition,
+            "'s global stores" if chains.is_global(project, chain) else "",
             layer.version,
             layer.kind,
             task.records,

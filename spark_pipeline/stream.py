@@ -226,13 +226,14 @@ class Follower:
             self._tell_nodes(set(published.layers))
 
     def _report(self, batch_id: int, published: Published, seconds: float) -> None:
-        """One line per micro-batch: its records, the partitions it changed, how long it
-        took, and where those partitions are now."""
+        """One line per micro-batch: its records, the partitions whose chains it changed, how
+        long it took, and where those partitions are now."""
         progress = self.progress
         progress.batches += 1
         progress.records += published.records
         progress.layers += len(published.layers)
-        changed = sorted(published.layers)
+        project = self.project
+        changed = sorted({chains.partition(project, chain) for chain in published.layers})
         bad = published.bad
         for topic, reasons in bad.items():
             total = progress.bad_records.setdefault(topic, {})
@@ -253,7 +254,7 @@ class Follower:
             changed,
             seconds,
             published.built_in,
-            positions({p: layer.position for p, layer in published.layers.items()}) or "-",
+            positions({p: chains.position(project, published.manifest, p) for p in changed}) or "-",
             progress.records,
             progress.layers,
         )

@@ -19,9 +19,10 @@ from pathlib import Path
 import pyspark
 import pytest
 
+from contracts import chains
 from contracts.project import Project, load
 from spark_pipeline.stream import CRASH_AT
-from tests.oracle import expected_positions
+from tests.oracle import expected_chain_positions
 from tests.projects import HOUR_MS, START_MS, produce_test_events, write_project
 from tests.test_stop import SPARK_STOP_S, stop
 from tests.test_stream import assert_state_is_the_oracles, manifest_of, wait_caught_up
@@ -96,6 +97,7 @@ def produce_round(project: Project, round_: int) -> None:
 
 
 def published_positions(project: Project) -> dict[int, dict[str, int]]:
+    """chain -> where its top layer stands (contracts/chains.py)."""
     entries = manifest_of(project)["partitions"]
     return {int(p): e["layers"][-1]["position"] for p, e in entries.items()}
 
@@ -108,7 +110,7 @@ def test_a_driver_killed_mid_batch_loses_and_doubles_nothing(tmp_path: Path) -> 
     first = Follow(project, tmp_path / "follow.log", crash_at="layers-written")
     first.wait_following()
     before = published_positions(project)
-    assert before == expected_positions(project), "the first start catches up"
+    assert before == expected_chain_positions(project), "the first start catches up"
     produce_round(project, 1)
     assert first.wait_exit() == CRASHED, first.tail()
     assert published_positions(project) == before, "nothing of the batch was published"
@@ -118,9 +120,10 @@ def test_a_driver_killed_mid_batch_loses_and_doubles_nothing(tmp_path: Path) -> 
     # first: that partition is published whole, the others not at all.
     second = Follow(project, tmp_path / "follow.log", crash_at="manifest-written")
     assert second.wait_exit() == CRASHED, second.tail()
-    after, expected = published_positions(project), expected_positions(project)
-    moved = [p for p in after if after[p] != before[p]]
-    assert len(moved) == 1 and after[moved[0]] == expected[moved[0]], (before, after)
+    after, expected = published_positions(project), expected_chain_positions(project)
+    moved = [c for c in after if after[c] != before[c]]
+    assert len({chains.partition(project, c) for c in moved}) == 1, (before, after)
+    assert all(after[c] == expected[c] for c in moved), (before, after)
 
     # Restarted again: nothing to catch up, nothing published twice; new records flow;
     # SIGTERM stops the pipeline cleanly.

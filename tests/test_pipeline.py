@@ -14,7 +14,7 @@ import duckdb
 import orjson
 import pytest
 
-from contracts import eventlog
+from contracts import chains, eventlog
 from contracts.manifest import Layer, Manifest, PartitionEntry, read_manifest, write_manifest
 from contracts.project import Project, load
 from contracts.snapshot_file import Kind
@@ -26,7 +26,7 @@ from spark_pipeline.publish import notify_nodes, prune
 from spark_pipeline.session import LazySpark
 from tests import progress
 from tests.chains import chain_state, opened
-from tests.oracle import expected_positions, expected_store
+from tests.oracle import expected_chain_positions, expected_positions, expected_store
 from tests.projects import produce_test_events, write_project
 
 CHANGED = {1, 4, 7}
@@ -79,7 +79,7 @@ def _run_logged(project: Project, spark: LazySpark) -> dict:
 
 
 def test_first_run_builds_every_partition_as_the_oracle_says(project: Project, first: dict):
-    assert first["report"].versions == {p: (None, 1) for p in range(project.cluster.partitions)}
+    assert first["report"].versions == {c: (None, 1) for c in range(chains.count(project))}
     _assert_published_state_is_the_oracles(project, first["manifest"])
 
 
@@ -104,8 +104,13 @@ def test_a_run_logs_each_partitions_offsets_records_and_layer(
         total, count = sum(records.values()), len(changed)
         read = f"reading the log {project.log_dir}: {total} new records, {count} of 9 partitions"
         assert any(line.startswith(read) for line in lines), lines
-        assert any(line.startswith(f"built {count} layers from {total} records") for line in lines)
-        done_line = f": {total} records, {count} new layers"
+        built = len(done["report"].layers)  # the partitions' chains (contracts/chains.py)
+        assert (
+            built > count
+            and {chains.partition(project, c) for c in done["report"].layers} == changed
+        )
+        assert any(line.startswith(f"built {built} layers from {total} records") for line in lines)
+        done_line = f": {total} records, {built} new layers"
         assert any(line.startswith("run done in") and line.endswith(done_line) for line in lines)
         starts = ends
     # the first run's layers are bases, each with its partition's whole state: as the oracle
@@ -113,7 +118,7 @@ def test_a_run_logs_each_partitions_offsets_records_and_layer(
     state = {name: expected_store(project, name) for name in project.stores}
     bases = {p: layer for p, layer in progress.written(first["lines"]).items() if p not in CHANGED}
     assert {layer[1] for layer in bases.values()} == {"base"}
-    rows = {p: {n: len(state[n][p]) for n in project.stores} for p in bases}
+    rows = {p: {s.name: len(state[s.name][p]) for s in chains.stores(project, p)} for p in bases}
     assert {p: layer[3] for p, layer in bases.items()} == rows
 
 
@@ -241,23 +246,28 @@ def test_notify_posts_to_the_nodes_hosting_changed_partitions(tmp_path: Path):
 
 def _assert_published_state_is_the_oracles(project: Project, manifest: dict) -> None:
     store_dir = _store(project)
-    positions = expected_positions(project)
+    positions, tops = expected_positions(project), expected_chain_positions(project)
     expected = {name: expected_store(project, name) for name in project.stores}
     assert manifest["log_end"] == {
         t: {str(p): positions[p][t] for p in positions} for t in project.topics
     }
-    for p in range(project.cluster.partitions):
-        entry = manifest["partitions"][str(p)]
-        assert entry["layers"][-1]["position"] == positions[p]
+    assert len(manifest["partitions"]) == chains.count(project)
+    for chain in range(chains.count(project)):
+        entry, p = manifest["partitions"][str(chain)], chains.partition(project, chain)
+        assert entry["layers"][-1]["position"] == tops[chain]
+        held = chains.stores(project, chain)
         for layer in entry["layers"]:
-            assert layer["path"] == snapshot_path(p, layer["version"], layer["kind"])
+            assert layer["path"] == snapshot_path(chain, layer["version"], layer["kind"])
             with opened(store_dir / layer["path"]) as con:
-                for name in project.stores:
+                for store in held:
                     # a delta's every store, true for a deleted table key
                     deleted = [("_deleted", "BOOLEAN")] if layer["kind"] == "delta" else []
-                    assert _schema(con, name) == _expected_schema(project, name) + deleted
-        state = chain_state(project, store_dir, entry, p)
-        for name, store in project.stores.items():
+                    expected_schema = _expected_schema(project, store.name) + deleted
+                    assert _schema(con, store.name) == expected_schema
+        state = chain_state(project, store_dir, entry, chain)
+        assert set(state) == {store.name for store in held}
+        for store in held:
+            name = store.name
             _assert_rows_equal(state[name], expected[name][p], f"{name} p{p}")
             assert store.kind == "table" or state[name], f"{name} p{p} is empty: weak test data"
 
@@ -341,13 +351,13 @@ def test_rebase_keeps_the_deltas_published_while_a_compaction_ran() -> None:
 def test_a_run_folds_a_chain_due_for_compaction_into_its_new_layer(
     project: Project, spark: LazySpark, second: dict
 ):
-    produce_test_events(project, seed=4, n_bookings=200, n_trains=0, only={2})
-    produce_test_events(project, seed=5, n_bookings=100, n_trains=0, only={2})
+    produce_test_events(project, seed=4, n_bookings=200, n_trains=0, n_trips=0, only={2})
+    produce_test_events(project, seed=5, n_bookings=100, n_trains=0, n_trips=0, only={2})
     eager = dataclasses.replace(
         project, settings=dataclasses.replace(project.settings, compact_after_deltas=1)
     )
     assert run(eager, spark, notify=False).layers == {2: "delta"}  # [v1 base, v2 delta]
-    produce_test_events(project, seed=6, n_bookings=100, n_trains=30, only={2})
+    produce_test_events(project, seed=6, n_bookings=100, n_trains=30, n_trips=0, only={2})
     report = run(eager, spark, notify=False)
     assert report.layers == {2: "base"}  # [v1, v2] is due: v3 folds it
     (base,) = _manifest(project)["partitions"]["2"]["layers"]

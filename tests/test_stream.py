@@ -15,7 +15,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from contracts import eventlog
+from contracts import chains, eventlog
 from contracts.durable import locked
 from contracts.manifest import FRESH_LAYERS
 from contracts.project import Project, load
@@ -23,7 +23,7 @@ from spark_pipeline.session import LazySpark
 from spark_pipeline.stream import Follower
 from tests import progress
 from tests.chains import chain_state
-from tests.oracle import expected_positions, expected_store
+from tests.oracle import expected_chain_positions, expected_positions, expected_store
 from tests.projects import HOUR_MS, START_MS, produce_test_events, write_project
 
 CAUGHT_UP_S = 90
@@ -43,7 +43,7 @@ def wait_caught_up(project: Project, timeout_s: float = CAUGHT_UP_S) -> dict:
 class Seen:
     """A layer as the first manifest naming it showed it."""
 
-    partition: int
+    chain: int
     layer: dict
     below: dict[str, int] | None  # the position of the layer under it then (none: a base)
     fresh: bool  # among its chain's newest FRESH_LAYERS then: it counts its appends
@@ -52,9 +52,9 @@ class Seen:
 def watch_caught_up(
     project: Project, timeout_s: float = CAUGHT_UP_S
 ) -> tuple[dict, dict[str, Seen]]:
-    """The manifest once every partition's top layer is at the log's end, and every layer
-    the manifests named meanwhile (a compaction may fold a delta before the end), by path."""
-    expected = expected_positions(project)
+    """The manifest once every chain's top layer is at the log's end, and every layer the
+    manifests named meanwhile (a compaction may fold a delta before the end), by path."""
+    expected = expected_chain_positions(project)
     deadline = time.monotonic() + timeout_s
     seen: dict[str, Seen] = {}
     while True:
@@ -76,10 +76,12 @@ def watch_caught_up(
 
 def assert_state_is_the_oracles(project: Project, manifest: dict) -> None:
     expected = {name: expected_store(project, name) for name in project.stores}
+    assert len(manifest["partitions"]) == chains.count(project)
     for p, entry in manifest["partitions"].items():
         state = chain_state(project, Path(project.snapshot_store), entry, int(p))
-        for name in project.stores:
-            assert_rows_close(state[name], [tuple(r) for r in expected[name][int(p)]], name)
+        partition = chains.partition(project, int(p))
+        for name in state:
+            assert_rows_close(state[name], [tuple(r) for r in expected[name][partition]], name)
 
 
 def assert_rows_close(actual: list, expected: list, where: str) -> None:
@@ -158,13 +160,15 @@ def test_every_layer_counts_its_new_records_by_append_time(follower: Follower) -
     for one in seen.values():
         layer, at = one.layer, one.layer["position"]
         below = one.below or dict.fromkeys(project.topics, 0)
-        state = [s for t in project.topics for s in stamps[(t, one.partition)][: at[t]]]
+        partition = chains.partition(project, one.chain)
+        state = [s for t in at for s in stamps[(t, partition)][: at[t]]]
         assert layer["newest_append_ms"] == max(state)
         if one.fresh and layer["read_ms"] is not None:  # written from records, not folded
-            new = [s for t in project.topics for s in stamps[(t, one.partition)][below[t] : at[t]]]
+            counted = chains.counted(project, one.chain)
+            new = [s for t in counted for s in stamps[(t, partition)][below[t] : at[t]]]
             assert dict(layer["appended"]) == dict(Counter(new))
             stages = [layer["read_ms"], layer["created_ms"], layer["published_ms"]]
-            assert max(new) <= stages[0] and stages == sorted(stages), layer
+            assert max(new, default=stages[0]) <= stages[0] and stages == sorted(stages), layer
             checked += 1
     assert checked > 0
     deadline = time.monotonic() + 10  # the last batch counts just after its manifest

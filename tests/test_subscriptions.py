@@ -145,6 +145,55 @@ def test_every_node_pushes_exactly_the_changes_a_subscription_reads(
             socket.close()
 
 
+JOURNEY = """subscription Journey($key: String!) {
+  latestBooking(key: $key) { record { trip journey { fare } } }
+}"""
+
+
+def journey_of(cluster: Served, key: str) -> dict[str, Any] | None:
+    """The booking's journey as the oracle joins it: its trip's timetable fare, or None."""
+    project = cluster.project
+    (booking,) = [r for part in oracle.expected_store(project, "latestBooking").values()
+                  for r in part if r[0] == key]  # fmt: skip
+    trips = {r[0]: r for part in oracle.expected_store(project, "timetable").values() for r in part}
+    trip = trips.get(booking[1])
+    return None if trip is None else {"fare": trip[2]}
+
+
+def test_a_subscription_pushes_when_the_record_it_joins_changes(
+    cluster: Served, spark: LazySpark
+) -> None:
+    """A booking joins its trip in the global timetable: a new fare for the trip, then its
+    deletion, reach every node's subscriber, each the oracle's join."""
+    project = cluster.project
+    trips = {r[0] for part in oracle.expected_store(project, "timetable").values() for r in part}
+    key, trip = next(
+        (r[0], r[1])
+        for part in oracle.expected_store(project, "latestBooking").values()
+        for r in part
+        if r[1] in trips
+    )
+    topic = project.topics["trips"]
+    sockets = {n: Socket(cluster.nodes.url(n)) for n in cluster.nodes.ids}
+    try:
+        for socket in sockets.values():
+            socket.subscribe("journey", JOURNEY, {"key": key})
+            first = socket.next_of("journey")["data"]["latestBooking"]["record"]
+            assert first == {"trip": trip, "journey": journey_of(cluster, key)}
+        for value in ({"route": "retimed", "fare": 1234.5, "departs": START_MS}, None):
+            record = Record(trip, value, START_MS)
+            eventlog.produce(project.log_dir, topic, project.cluster.partitions, [record])
+            publish(cluster, spark)
+            expected = journey_of(cluster, key)
+            assert expected == (None if value is None else {"fare": 1234.5})
+            for node_id, socket in sockets.items():
+                pushed = socket.next_of("journey", timeout=15)["data"]["latestBooking"]
+                assert pushed["record"]["journey"] == expected, node_id
+    finally:
+        for socket in sockets.values():
+            socket.close()
+
+
 def live_status(cluster: Served, node_id: str) -> dict[str, int]:
     status: dict[str, int] = cluster.nodes.status(node_id)["live"]
     return status

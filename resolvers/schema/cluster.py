@@ -34,6 +34,17 @@ class StoreInfo:
     window_size_ms: Long | None
     window_advance_ms: Long | None
     columns: list[Column]
+    is_global: bool = strawberry.field(
+        name="global", description="Every node holds all of it and answers it alone."
+    )
+    joins: list[Join]
+
+
+@strawberry.type(description="A field of a store's records holding the record of a global store.")
+class Join:
+    name: str
+    store: str = strawberry.field(description="The global store joined.")
+    field: str = strawberry.field(description="The field whose value is its key.")
 
 
 @strawberry.type
@@ -93,6 +104,8 @@ def stores(info: strawberry.Info[Context, None]) -> list[StoreInfo] | None:
             window_size_ms=Long(s.window_size_ms) if s.window_size_ms else None,
             window_advance_ms=Long(s.window_advance_ms) if s.window_advance_ms else None,
             columns=[Column(name=n, type=t) for n, t in s.columns.items()],
+            is_global=s.is_global,
+            joins=[Join(name=j.name, store=j.store, field=j.field) for j in s.joins],
         )
         for s in info.context.node.project.stores.values()
     ]
