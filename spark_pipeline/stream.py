@@ -254,7 +254,7 @@ class Follower:
             changed,
             seconds,
             published.built_in,
-            positions({p: chains.position(project, published.manifest, p) for p in changed}) or "-",
+            positions(_moved(project, published)) or "-",
             progress.records,
             progress.layers,
         )
@@ -297,6 +297,14 @@ class Follower:
         have installed the new layers)."""
         if self.notify:
             self._notifier.tell(partitions)
+
+
+def _moved(project: Project, published: Published) -> dict[int, dict[str, int]]:
+    """partition -> where its new layers stand, in the topics of the chains they extend."""
+    moved: dict[int, dict[str, int]] = {}
+    for chain, layer in published.layers.items():
+        moved.setdefault(chains.partition(project, chain), {}).update(layer.position)
+    return moved
 
 
 def extendable(project: Project, manifest: Manifest) -> bool:

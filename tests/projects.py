@@ -100,6 +100,7 @@ aggregates = { reports = "count", totalDelay = "sum(delay)" }
 SPECIAL_CUSTOMERS = ("", "Z", "Zo", "Zoë", "Zoë Müller", "日本語", "🚆 fast", "C0001", "a'b\"c")
 SPECIAL_TRAINS = (0, -1, -7, -(2**31), 2**31 - 1)
 STATIONS = ("Berlin", "Hamburg", "München", "Köln", "Zürich")
+TRAINS = ("", " (night)", " (sleeper)")  # the timetable's kinds of train on a route
 
 
 def write_project(
@@ -215,10 +216,11 @@ def _train(rng: random.Random, start_ms: int) -> Record:
 
 
 def _trip(rng: random.Random, start_ms: int) -> Record:
-    """A timetable entry of a route the bookings name, set, changed or deleted; no route
-    to Zürich has one, so the bookings of those find none."""
+    """A timetable entry, set, changed or deleted, of a route the bookings name or of its
+    night or sleeper train (which no booking names, but which put trips in every
+    partition); no route to Zürich has one, so the bookings of those find none."""
     origin, destination = rng.choice(STATIONS), rng.choice(STATIONS[:-1])
-    key = f"{origin}→{destination}"
+    key = f"{origin}→{destination}{rng.choice(TRAINS)}"
     if rng.random() < 0.1:
         return Record(key, None, _timestamp(rng, start_ms))
     value = {

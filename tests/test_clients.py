@@ -140,8 +140,9 @@ def assert_rows(got: list[dict[str, Any]], expected: list[dict[str, Any]]) -> No
 
 
 def assert_meta(project: Project, meta: Any, partitions: list[int]) -> None:
-    """Every partition answered, at the log's end (each offset an int read from its string)."""
-    ends = oracle.expected_positions(project)
+    """Every partition answered, at the log's end in its chain's topics (each offset an int
+    read from its string)."""
+    ends = oracle.expected_chain_positions(project)  # of partitioned stores: chain p
     assert not meta.partial and meta.partitions_failed == 0
     assert sorted(p.partition for p in meta.partitions) == sorted(partitions)
     for part in meta.partitions:
@@ -231,7 +232,7 @@ async def every_operation(client: ModuleType, cluster: Nodes, node: str) -> None
         assert stores["hourlyRevenue"].window_size_ms == 3_600_000
         assert stores["customerTotals"].window_size_ms is None
         assert state.cluster.node == node and state.cluster.partitions_count == partitions
-        ends = oracle.expected_positions(project)
+        ends = oracle.expected_chain_positions(project)  # a replica's: its partition's chain
         for part in state.cluster.partitions:
             replicas = project.cluster.replica_map[part.partition]
             assert [r.node for r in part.replicas] == list(replicas)

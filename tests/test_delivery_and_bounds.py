@@ -16,6 +16,7 @@ import httpx
 import orjson
 import pytest
 
+from contracts import chains
 from contracts.auth import SECRET_HEADER
 from contracts.positions import decode_token, encode_token
 from contracts.project import Project
@@ -107,7 +108,8 @@ def test_each_node_holds_exactly_its_partitions_pulled_over_http(remote) -> None
         folder = node.data_dir / "snapshots"
         files = sorted(str(p.relative_to(folder)) for p in folder.glob("p*/v*"))
         hosted = [p for p, ids in replica_map.items() if node.id in ids]
-        assert files == [relative_path(p, 1, "base") for p in hosted]
+        held = chains.held(cluster.project, hosted)  # and every global chain
+        assert files == [relative_path(p, 1, "base") for p in held]
     expected = sorted(
         r for rows in oracle.expected_store(cluster.project, "trainDelays").values() for r in rows
     )
@@ -324,8 +326,10 @@ def test_a_damaged_version_waits_for_a_backoff_before_it_is_fetched_again(
     path.write_bytes(intact[: len(intact) // 2])
     catalog = SnapshotCatalog(tmp_path / "node1", project, 1, "256MB")
 
+    held = set(chains.held(project, hosted))
+
     async def steps(sync: SnapshotSync) -> None:
-        assert set(await sync.run_once()) == set(hosted) - {damaged}
+        assert set(await sync.run_once()) == held - {damaged}
         assert "checksum mismatch" in sync.errors[damaged]
         assert sync.errors[damaged].endswith("(attempt 1, next in 2 s)")
         assert await sync.run_once() == {}
@@ -364,7 +368,7 @@ def test_a_partition_that_comes_back_reuses_its_layers_and_stale_ones_go(
     catalog = SnapshotCatalog(folder, project, 1, "256MB")
 
     async def steps(sync: SnapshotSync) -> None:
-        assert set(await sync.run_once()) == set(hosted)
+        assert set(await sync.run_once()) == set(chains.held(project, hosted))
 
     synced(project, catalog, steps)
     assert left[back].exists() and left[other].exists()
