@@ -71,19 +71,25 @@ def partition_for(key: Key, key_type: KeyType, num_partitions: int) -> int:
 
 def partitions_for(keys: Sequence[Key], key_type: KeyType, num_partitions: int) -> list[int]:
     """partition_for of many keys: murmur2 vectorized over the keys of each byte length
-    (a thousand keys cost about 0.1 ms instead of 2), memoized one by one for a few."""
+    (a thousand keys cost about 0.1 ms instead of 2), memoized one by one for a few, and
+    for the few of a length (keys of many lengths, as "Köln→Bonn" and its like are, cost
+    a vectorized pass per length otherwise)."""
     if len(keys) < _VECTOR_FROM:
         return [partition_for(key, key_type, num_partitions) for key in keys]
     data = [serialize_key(key, key_type) for key in keys]
-    hashes = np.empty(len(data), dtype=np.uint64)
+    found = np.empty(len(data), dtype=np.int64)
     by_length: dict[int, list[int]] = {}
     for i, raw in enumerate(data):
         by_length.setdefault(len(raw), []).append(i)
     for length, indices in by_length.items():
+        if len(indices) < _VECTOR_FROM:
+            found[indices] = [partition_for(keys[i], key_type, num_partitions) for i in indices]
+            continue
         joined = b"".join(data[i] for i in indices)
         rows = np.frombuffer(joined, dtype=np.uint8).reshape(len(indices), length)
-        hashes[indices] = _murmur2_rows(rows, length)
-    return ((hashes & 0x7FFFFFFF) % num_partitions).astype(np.int64).tolist()  # type: ignore[no-any-return]
+        found[indices] = (_murmur2_rows(rows, length) & 0x7FFFFFFF) % num_partitions
+    partitions: list[int] = found.tolist()
+    return partitions
 
 
 def _murmur2_rows(rows: np.ndarray, length: int) -> np.ndarray:

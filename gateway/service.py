@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from contracts.errors import Failure, GatewayError, bad_input
@@ -136,7 +136,8 @@ class RequestQueries:
         entries = await offload(_entries, keys, outcome, items=len(keys))
         extend, joined = await self._joined(store, [e.row for e in entries], demand)
         if joined:
-            entries = [replace(e, row=extend(e.row)) if e.row else e for e in entries]
+            entries = [Entry(e.key, e.partition, extend(e.row), e.failure) if e.row else e
+                       for e in entries]  # fmt: skip
         return Lookup(entries, self._meta(outcome, joined))
 
     async def windows_of_key(
@@ -289,19 +290,24 @@ class RequestQueries:
         wanted = []
         for number, join in joins:
             index = field_index(store, join.field)
-            keys = [k for k in dict.fromkeys(r[index] for r in rows if r) if k is not None]
+            keys = tuple(k for k in dict.fromkeys(r[index] for r in rows if r) if k is not None)
             if keys:
                 target = self.project.stores[join.store]
-                wanted.append((number, index, self._load(target, Get(tuple(keys)), (), demand)))
+                wanted.append((number, index, keys, self._load(target, Get(keys), (), demand)))
         if not wanted:
             return _unchanged, []
-        outcomes = list(await asyncio.gather(*(load for _, _, load in wanted)))
+        outcomes = list(await asyncio.gather(*(load for *_, load in wanted)))
+        # per join: its field's place in a row, and the joined row of each key
+        found = [
+            (number, index, {key: _joined_row(outcome, key) for key in keys})
+            for (number, index, keys, _), outcome in zip(wanted, outcomes, strict=True)
+        ]
         width = len(store.joins)
 
         def extend(row: Row) -> Row:
             more: list[Any] = [None] * width
-            for (number, index, _), joined in zip(wanted, outcomes, strict=True):
-                more[number] = _joined_row(joined, row[index])
+            for number, index, joined in found:
+                more[number] = joined.get(row[index])
             return [*row, *more]
 
         return extend, outcomes
@@ -382,10 +388,8 @@ def _unchanged(row: Row) -> Row:
     return row
 
 
-def _joined_row(outcome: Outcome, key: Key | None) -> Row | None:
+def _joined_row(outcome: Outcome, key: Key) -> Row | None:
     """The joined store's row of `key`, None when it has none or its partition failed."""
-    if key is None:
-        return None
     _, answer = outcome.part_of(key)
     return answer.row_of(key) if answer.ok else None
 
