@@ -10,10 +10,12 @@ from typing import Any
 import pytest
 
 from contracts import chains
+from contracts import project as projects
 from contracts.partitioner import partition_for
-from stategate.launcher import wait_healthy
+from stategate.launcher import free_ports, wait_healthy
 from tests import oracle, wire
-from tests.nodes import metric, serve
+from tests.nodes import Nodes, Served, metric
+from tests.projects import write_project
 from tests.wire import as_row, selection
 
 NODES = ["node1", "node2", "node3"]
@@ -171,9 +173,9 @@ def test_every_node_reports_what_it_holds_of_the_global_stores(served) -> None:
 
 
 def test_global_stores_past_max_global_mb_are_refused_and_the_rest_serves(
-    spark, tmp_path: Path
+    served, tmp_path: Path
 ) -> None:
-    cluster = serve(tmp_path, spark, settings="max_global_mb = 0.001", start=False)
+    cluster = bounded(served, tmp_path, settings="max_global_mb = 0.001")
     try:
         cluster.nodes.start("node1")
         url = cluster.nodes.url("node1")
@@ -196,3 +198,15 @@ def test_global_stores_past_max_global_mb_are_refused_and_the_rest_serves(
         assert body["data"]["timetable"]["failure"] in ("NOT_PRESENT", "NODE_UNAVAILABLE")
     finally:
         cluster.nodes.stop_all()
+
+
+def bounded(served, root: Path, settings: str) -> Served:
+    """The served cluster's log and snapshot store, read by nodes of their own (on other
+    ports, with their own folders) under other `settings`: nothing is built again."""
+    path = write_project(root, free_ports(3), settings=settings)
+    text = path.read_text()
+    text = text.replace('dir = "log"', f'dir = "{served.project.log_dir}"', 1)
+    text = text.replace('store = "snapshots"', f'store = "{served.project.snapshot_store}"', 1)
+    path.write_text(text)
+    project = projects.load(path)
+    return Served(root, project, Nodes(project, root))
