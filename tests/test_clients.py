@@ -206,6 +206,22 @@ async def every_operation(client: ModuleType, cluster: Nodes, node: str) -> None
         want = [latest[k] for k in sorted(latest) if k.startswith("C0001")]
         assert_rows([r.model_dump(by_alias=True) for r in prefix.records], want[:5])
         assert prefix.page_info.has_next_page == (len(want) > 5)
+        # bookings with their journeys: a join to the global timetable, on this node alone
+        timetable = {
+            r[0]: {"key": r[0], "minutes": r[1], "fare": r[2], "operator": r[3]}
+            for part in oracle.expected_store(project, "timetable").values()
+            for r in part
+        }
+        joined = (await api.booking_journeys(keys=sorted(latest)[:300])).latest_booking_batch
+        assert all(e.record for e in joined.entries)
+        assert any(e.record.journey for e in joined.entries), "some trips are in the timetable"
+        for entry in joined.entries:
+            want_journey = timetable.get(latest[entry.key]["trip"])
+            got = entry.record.journey
+            assert (None if got is None else got.model_dump(by_alias=True)) == want_journey
+        stores = {p.store for p in joined.meta.partitions}
+        assert stores == {"latestBooking", "timetable"}
+        assert {p.node for p in joined.meta.partitions if p.store == "timetable"} == {node}
         # one key's windows, the bounds given as aware datetimes
         busy = max(keys, key=lambda k: totals[k]["bookings"])
         start, end = datetime.fromisoformat(FROM), datetime.fromisoformat(TO)
