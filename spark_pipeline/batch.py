@@ -221,11 +221,10 @@ def _published(batch: Batch, built: list[dict[str, Any]], built_in: str) -> Publ
         if any(chain in entries for chain in chains.of_partition(project, p))
     ]
     ends = {p: chains.position(project, published, p) for p in partitions}
-    count = sum(
-        end - batch.published(p)[t]
-        for p in {chains.partition(project, chain) for chain in layers}
-        for t, end in ends[p].items()
-    )
+    count = 0
+    for p in {chains.partition(project, chain) for chain in layers}:
+        starts = batch.published(p)
+        count += sum(end - starts[t] for t, end in ends[p].items())
     log_end = {t: {p: ends[p][t] for p in partitions} for t in project.topics}
     next_manifest = replace(published, log_end=log_end)
     return Published(next_manifest, layers, count, tasks, built_in)

@@ -145,10 +145,11 @@ class RequestBatch:
         """The caller's bound for this partition, in the topics the store's chain carries
         (contracts/chains.py: its state depends on no other), raised to `log end - max lag`
         if asked."""
-        project = self.router.project
-        carried = chains.topics(project, chains.of(project, work.store, partition))
-        bound = {t: o for t, o in restrict(work.consistency.bound, partition).items()
-                 if t in carried}  # fmt: skip
+        bound = restrict(work.consistency.bound, partition)
+        if bound:  # most requests carry none: no chain to look at
+            project = self.router.project
+            carried = chains.topics(project, chains.of(project, work.store, partition))
+            bound = {t: o for t, o in bound.items() if t in carried}
         max_lag = work.consistency.max_lag
         if max_lag is not None:
             topic = work.store.topic.name
