@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from contracts.manifest import Manifest
-from contracts.project import Project, Store
+from contracts.project import Project, Store, history_of
 
 
 def count(project: Project) -> int:
@@ -59,8 +59,10 @@ def is_global(project: Project, chain: int) -> bool:
 
 
 def stores(project: Project, chain: int) -> tuple[Store, ...]:
-    """The stores a chain holds."""
-    return project.global_stores if is_global(project, chain) else project.partitioned_stores
+    """The stores a chain's layers hold: the declared ones, then each versioned table's
+    history."""
+    declared = project.global_stores if is_global(project, chain) else project.partitioned_stores
+    return (*declared, *(history_of(s) for s in declared if s.versioned))
 
 
 def held(project: Project, assigned: Iterable[int]) -> list[int]:

@@ -41,8 +41,13 @@ class Failure(StrEnum):
     UNKNOWN_QUERY_TYPE = "UNKNOWN_QUERY_TYPE"  # a query kind the replica does not know
     STORE_EXCEPTION = "STORE_EXCEPTION"  # the replica's store failed to answer
     NODE_UNAVAILABLE = "NODE_UNAVAILABLE"  # the replica could not be reached
+    OUTSIDE_HISTORY = "OUTSIDE_HISTORY"  # a time before the versioned store's history
 
     @property
     def retryable(self) -> bool:
         """Another replica may not have this failure: the router tries the next one."""
-        return self not in (Failure.DOES_NOT_EXIST, Failure.UNKNOWN_QUERY_TYPE)
+        return self not in (
+            Failure.DOES_NOT_EXIST,
+            Failure.UNKNOWN_QUERY_TYPE,
+            Failure.OUTSIDE_HISTORY,
+        )

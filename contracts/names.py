@@ -4,7 +4,8 @@ schema with them, and loading a project refuses names that would clash (`check`)
 A table or aggregate store `s` generates the root fields s, sBatch, sRange and, for string
 keys, sPrefix, and the types S, SLookup, SEntry, SBatch and SPage; a window store the root
 fields s and sAll, and the types S, SWindows and SPage; every store sList and sAggregate, and
-the types SFilter, SOrderBy, SAggregate, SSums, SAverages and SExtremes. A record (type S)
+the types SFilter, SOrderBy, SAggregate, SSums, SAverages and SExtremes; a versioned table
+also sAsOf and sHistory, and the types SVersion, SAsOf and SHistory. A record (type S)
 has the fields key, [windowStart, windowEnd,] then the store's columns, then its joins;
 SOrderBy has KEY_ASC, KEY_DESC, [WINDOW_START_ASC, WINDOW_START_DESC,] and per column its
 name in constant case with _ASC and _DESC (averagePrice: AVERAGE_PRICE_DESC).
@@ -56,15 +57,20 @@ GRAPHQL_SCALARS = ("String", "Int", "Float", "Boolean", "ID")
 KEY, WINDOW_START, WINDOW_END = "key", "windowStart", "windowEnd"
 COMBINATORS = ("and", "or", "not")  # a filter's own fields, beside the key and the columns
 
-FieldRole = Literal["lookup", "batch", "range", "prefix", "list", "aggregate", "windows", "all"]
+FieldRole = Literal[
+    "lookup", "batch", "range", "prefix", "list", "aggregate", "windows", "all", "asOf", "history"
+]  # fmt: skip
 TypeRole = Literal[
     "record", "lookup", "entry", "batch", "page", "windows",
     "filter", "orderBy", "aggregate", "sums", "averages", "extremes",
+    "version", "asOf", "history",
 ]  # fmt: skip
 _KEYED_FIELDS: dict[FieldRole, str] = {"lookup": "", "batch": "Batch", "range": "Range"}
 _PREFIX: dict[FieldRole, str] = {"prefix": "Prefix"}  # string keys only
 _BY_VALUE: dict[FieldRole, str] = {"list": "List", "aggregate": "Aggregate"}
 _WINDOW_FIELDS: dict[FieldRole, str] = {"windows": "", "all": "All"}
+_VERSIONED: dict[FieldRole, str] = {"asOf": "AsOf", "history": "History"}  # history stores
+_VERSIONED_TYPES: dict[TypeRole, str] = {"version": "Version", "asOf": "AsOf", "history": "History"}
 _BY_VALUE_TYPES: dict[TypeRole, str] = {
     "filter": "Filter",
     "orderBy": "OrderBy",
@@ -95,13 +101,15 @@ def root_fields(store: Store) -> dict[FieldRole, str]:
         suffixes = _WINDOW_FIELDS | _BY_VALUE
     else:
         prefix = _PREFIX if store.key_type == "string" else {}
-        suffixes = _KEYED_FIELDS | prefix | _BY_VALUE
+        suffixes = _KEYED_FIELDS | prefix | _BY_VALUE | (_VERSIONED if store.versioned else {})
     return {role: store.name + suffix for role, suffix in suffixes.items()}
 
 
 def types(store: Store) -> dict[TypeRole, str]:
     """The store's types by role: its name capitalized and a suffix."""
     suffixes = _WINDOW_TYPES if store.kind == "window" else _KEYED_TYPES
+    if store.versioned:
+        suffixes = suffixes | _VERSIONED_TYPES
     record = store.name[:1].upper() + store.name[1:]
     return {role: record + suffix for role, suffix in suffixes.items()}
 

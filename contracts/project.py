@@ -17,6 +17,7 @@ from typing import Any, Literal, TypeVar
 from contracts import names
 from contracts.access import Access, AccessError
 from contracts.access import parse as parse_access
+from contracts.clock import UNITS_MS
 from contracts.coordination import endpoints
 from contracts.entries import ConfigError as ConfigError
 from contracts.entries import Table
@@ -26,6 +27,8 @@ from contracts.settings import Settings, SettingsError
 
 FieldType = Literal["string", "int", "long", "double", "boolean"]
 StoreKind = Literal["table", "aggregate", "window"]
+# what a chain's layers hold: the declared kinds, and a versioned table's history (history_of)
+TableKind = Literal["table", "aggregate", "window", "versions"]
 Scope = Literal["partitioned", "global"]
 AggFunc = Literal["count", "sum", "min", "max", "avg"]
 
@@ -35,7 +38,6 @@ _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
 _AGG = re.compile(r"^(count)(?:\(\))?$|^(sum|min|max|avg)\((\w+)\)$")
 _JOIN = re.compile(r"^([A-Za-z][A-Za-z0-9]*)\(([A-Za-z][A-Za-z0-9]*)\)$")  # store(field)
 _DURATION = re.compile(r"^(\d+)(ms|s|m|h|d)$")
-_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 RESERVED_COLUMNS = ("key", "window_start")  # a snapshot's own columns
 SECRET_ENV = "STATEGATE_SECRET"
 MAX_PORT = 65535
@@ -45,14 +47,14 @@ TABLES = ("log", "snapshots", "pages", "cluster", "topics", "stores", "settings"
 CLUSTER = ("partitions", "replicas", "secret", "secret_env", "nodes", "coordinator", "name")
 CLUSTER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 STORE_ENTRIES: dict[str, tuple[str, ...]] = {
-    "table": ("name", "kind", "topic", "index", "global", "joins"),
+    "table": ("name", "kind", "topic", "index", "global", "joins", "history"),
     "aggregate": ("name", "kind", "topic", "aggregates", "index", "global", "joins"),
     "window": ("name", "kind", "topic", "aggregates", "size", "advance", "global", "joins"),
 }
 # Each array of tables: what one entry is called, the entry that names it, its entries.
 ENTRIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "topics": ("topic", "name", ("name", "key", "value")),
-    "stores": ("store", "name", (*STORE_ENTRIES["window"], "index")),
+    "stores": ("store", "name", (*STORE_ENTRIES["window"], "index", "history")),
     "cluster.nodes": ("node", "id", ("id", "address", "data_dir")),
 }
 
@@ -105,7 +107,7 @@ class Join:
 @dataclass(frozen=True)
 class Store:
     name: str
-    kind: StoreKind
+    kind: TableKind
     topic: Topic
     aggregates: tuple[Aggregate, ...] = ()
     window_size_ms: int = 0
@@ -113,10 +115,16 @@ class Store:
     index: tuple[str, ...] = ()  # columns kept sorted in memory, to order by cheaply
     scope: Scope = "partitioned"  # global: every node holds every partition of it
     joins: tuple[Join, ...] = ()
+    history_ms: int = 0  # a versioned table's: how long, by event time, its versions are kept
 
     @property
     def is_global(self) -> bool:
         return self.scope == "global"
+
+    @property
+    def versioned(self) -> bool:
+        """A table that keeps every version of a key within its history (KIP-889)."""
+        return self.kind == "table" and self.history_ms > 0
 
     @property
     def key_type(self) -> KeyType:
@@ -125,7 +133,7 @@ class Store:
     @property
     def columns(self) -> dict[str, FieldType]:
         """The typed value columns of one row, in declaration order (key and window aside)."""
-        if self.kind == "table":
+        if self.kind in ("table", "versions"):
             return dict(self.topic.value)
         return {a.name: a.result_type(self.topic) for a in self.aggregates}
 
@@ -136,13 +144,31 @@ class Store:
 
     @property
     def stored_columns(self) -> dict[str, FieldType]:
-        """The typed value columns of the snapshot's table."""
+        """The typed value columns of the snapshot's table (a history's: VALID_TO and
+        TOMBSTONE before them)."""
         if self.kind == "table":
             return self.columns
+        if self.kind == "versions":
+            return {VALID_TO: "long", TOMBSTONE: "boolean", **self.columns}
         return {a.name: a.result_type(self.topic) for a in self.partials}
 
 
 Named = TypeVar("Named", Topic, Store)
+# A history's own columns: declared names have no "_", so none clashes with a column.
+VALID_FROM, VALID_TO, TOMBSTONE = "valid_from", "valid_to", "_tombstone"
+
+
+def history_of(store: Store) -> Store:
+    """The table of a versioned store's history, kept in its chain's layers beside the store
+    itself: per key and valid_from, the version's valid_to (null: still valid), whether it
+    is a tombstone (which ends the version before it), then the columns."""
+    return Store(
+        name=f"{store.name}_history",
+        kind="versions",
+        topic=store.topic,
+        scope=store.scope,
+        history_ms=store.history_ms,
+    )
 
 
 @dataclass(frozen=True)
@@ -333,6 +359,11 @@ def _store(table: Table, topics: dict[str, Topic]) -> Store:
         kinds = ", ".join(STORE_ENTRIES)
         raise ConfigError(f"store {name!r}: kind must be one of {kinds}, not {kind!r}")
     for key in table.raw:
+        if key == "history" and kind != "table":
+            raise ConfigError(
+                f"store {name!r}: history keeps the versions of a table store's keys; "
+                f"{kind} stores have none"
+            )
         if key not in STORE_ENTRIES[kind]:
             raise ConfigError(f"store {name!r}: {kind} stores have no {key!r}")
     topic = topics.get(table.get("topic", str))
@@ -342,6 +373,9 @@ def _store(table: Table, topics: dict[str, Topic]) -> Store:
     joins = tuple(_join(n, spec, name) for n, spec in table.strings("joins", {}).items())
     store = Store(name=name, kind=kind, topic=topic, scope=scope, joins=joins)  # type: ignore[arg-type]
     if kind == "table":
+        history = table.optional("history", str)
+        if history is not None:
+            store = replace(store, history_ms=_duration(history, name))
         return _indexed(store, table)
     specs = table.strings("aggregates")
     aggregates = tuple(_aggregate(n, spec, topic, name) for n, spec in specs.items())
@@ -475,7 +509,7 @@ def _duration(text: object, store: str) -> int:
     match = _DURATION.match(str(text))
     if not match or int(match.group(1)) == 0:
         raise ConfigError(f"store {store!r}: duration {text!r} must look like 1h, 15m, 30s")
-    return int(match.group(1)) * _UNIT_MS[match.group(2)]
+    return int(match.group(1)) * UNITS_MS[match.group(2)]
 
 
 def _unique(names: list[str], what: str) -> None:

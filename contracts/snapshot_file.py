@@ -15,6 +15,9 @@ A base's tables (identifiers quoted):
   `window_start BIGINT` (epoch ms), then Store.stored_columns in order (an avg is kept as its
   sum and count, so that versions merge); rows ordered by key (, window_start) so zone maps
   prune lookups. Deleted table keys are absent.
+- one more per versioned table store, its history (contracts/project.py: history_of), named
+  `<store>_history`: `key`, `valid_from BIGINT` (epoch ms), `valid_to BIGINT` (null: still
+  valid), `_tombstone BOOLEAN`, then the columns; ordered by key, valid_from.
 - `_position(topic VARCHAR, partition INTEGER, "offset" BIGINT)`: per topic, the next offset
   to read in this partition.
 - `_snapshot(partition INTEGER, version BIGINT, created_ms BIGINT, format INTEGER,
@@ -32,7 +35,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from contracts.project import FieldType, Store
+from contracts.project import VALID_FROM, FieldType, Store
 
 Kind = Literal["base", "delta"]
 FORMAT = 3  # 3: deltas are Arrow IPC files
@@ -78,14 +81,17 @@ def check_format(found: object, what: str) -> None:
 
 
 def key_columns(store: Store) -> list[str]:
-    return ["key", "window_start"] if store.kind == "window" else ["key"]
+    """What identifies a row: the key, and a window's start or a version's valid_from."""
+    if store.kind == "window":
+        return ["key", "window_start"]
+    return ["key", VALID_FROM] if store.kind == "versions" else ["key"]
 
 
 def columns(store: Store) -> dict[str, str]:
     """The store table's columns and their DuckDB types, in order."""
     typed = {"key": DUCK_TYPES[store.key_type]}
-    if store.kind == "window":
-        typed["window_start"] = "BIGINT"
+    for name in key_columns(store)[1:]:
+        typed[name] = "BIGINT"
     typed.update({name: DUCK_TYPES[kind] for name, kind in store.stored_columns.items()})
     return typed
 

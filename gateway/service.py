@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from contracts.clock import LATEST_MS
 from contracts.errors import Failure, GatewayError, bad_input
 from contracts.partitioner import Key
 from contracts.positions import Position, decode_token, merge
@@ -35,6 +36,7 @@ from gateway.model.queries import (
     Select,
     SubQuery,
     Totals,
+    Versions,
     Windows,
     WindowsOfKey,
 )
@@ -102,6 +104,17 @@ class KeyWindows:
 
 
 @dataclass(frozen=True)
+class KeyVersions:
+    key: Key
+    partition: int
+    rows: list[Row]  # key, valid from, valid to (None: still valid), columns[, joins]
+    has_next: bool
+    end_cursor: str | None
+    failure: Failure | None
+    meta: Meta
+
+
+@dataclass(frozen=True)
 class Page:
     rows: list[Row]
     has_next: bool
@@ -150,6 +163,38 @@ class RequestQueries:
         extend, joined = await self._joined(store, rows, demand)
         rows = [extend(row) for row in rows] if joined else rows
         return KeyWindows(key, q.partition, rows, answer.failure, self._meta(outcome, joined))
+
+    async def versions(
+        self,
+        store: Store,
+        key: Key,
+        from_ms: int | None,
+        to_ms: int | None,
+        first: int,
+        after: str | None,
+        demand: Demand | None,
+    ) -> KeyVersions:
+        """A versioned store's versions of `key` valid at some time in [from, to] (from: the
+        oldest its history holds; to: none), by valid_from, one page at a time; OUTSIDE_HISTORY
+        for a `from` before the history its partition holds."""
+        limits.check_page_size(first, self.project.settings)
+        if from_ms is not None and to_ms is not None and from_ms > to_ms:
+            raise GatewayError("INVALID_RANGE", f"from ({from_ms} ms) is after to ({to_ms} ms)")
+        start = None if after is None else cursors.decode_version(store, after, key)
+        last = LATEST_MS if to_ms is None else to_ms
+        query = Versions(key, from_ms, last, first + SCAN_LOOKAHEAD, start)
+        outcome = await self._load(store, query, (), demand)
+        ((q, answer),) = outcome.parts
+        if answer.failure is Failure.OUTSIDE_HISTORY:
+            raise GatewayError("OUTSIDE_HISTORY", answer.message or "outside the history")
+        rows = (answer.rows or [])[: first + 1]
+        more, rows = len(rows) > first, rows[:first]
+        end = cursors.encode(store.name, [key, rows[-1][1]]) if rows else None
+        extend, joined = await self._joined(store, [[r[0], *r[3:]] for r in rows], demand)
+        if joined:
+            rows = [[*row[:3], *extend([row[0], *row[3:]])[1:]] for row in rows]
+        meta = self._meta(outcome, joined)
+        return KeyVersions(key, q.partition, rows, more, end, answer.failure, meta)
 
     async def range(
         self,
@@ -270,7 +315,7 @@ class RequestQueries:
     async def _load(
         self,
         store: Store,
-        query: Get | WindowsOfKey | Scan,
+        query: Get | WindowsOfKey | Versions | Scan,
         partitions: tuple[int, ...],
         demand: Demand | None,
     ) -> Outcome:

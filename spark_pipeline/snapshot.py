@@ -26,13 +26,14 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
+from contracts.clock import EARLIEST_MS
 from contracts.delta_file import DeltaHeader, read_delta, write_delta
 from contracts.delta_file import schema as delta_schema
 from contracts.durable import fsync_dir
 from contracts.eventlog import now_ms
 from contracts.freshness import AppendTimes
 from contracts.manifest import Layer
-from contracts.project import Store, Topic
+from contracts.project import VALID_TO, Store, Topic, history_of
 from contracts.snapshot_file import (
     DELETED,
     FORMAT,
@@ -46,6 +47,7 @@ from contracts.snapshot_file import (
     quoted,
     relative_path,
 )
+from spark_pipeline import versions
 from spark_pipeline.checks import REASON, BadRow, bad_rows, checked_sql
 from spark_pipeline.stores import delta_sql, records_view
 from spark_pipeline.warm import Warm, chain_of, fold, keep, kept_for, warm_up
@@ -168,12 +170,18 @@ def _write_delta(
         con.execute(f"ATTACH {base} AS below0 (READ_ONLY)")
     try:
         for number, store in changing:
-            sources = [(f"below0.{quoted(store.name)}", False)]
-            kept = warm.rows.get(store.name)
+            if store.kind == "versions":
+                continue  # written with its store
+            read = history_of(store) if store.versioned else store  # what the delta combines with
+            sources = [(f"below0.{quoted(read.name)}", False)]
+            kept = warm.rows.get(read.name)
             if kept is not None:
                 con.register(f"warm_{number}", kept)
                 sources.append((f"warm_{number}", False))
             try:
+                if store.versioned:
+                    frames.update(_versions_delta(con, store, number, sources, deltas))
+                    continue
                 sql = _delta_sql(store, sources, f"(FROM {deltas[store.name]})")
                 frames[store.name] = con.sql(sql).to_arrow_table().cast(delta_schema(store))
             finally:
@@ -217,9 +225,15 @@ def _write_base(
                 registered.append(f"below{i}_{number}")
                 relations[store.name] = (f"below{i}_{number}", True)
             below.append(relations)
-        for store in task.stores:
-            sources = [layer[store.name] for layer in below]
+        for number, store in enumerate(task.stores):
+            if store.kind == "versions":
+                continue  # written with its store
             con.execute(_create_sql(store))
+            if store.versioned:
+                history = [layer[history_of(store).name] for layer in below]
+                rows.update(_versions_base(con, store, number, history, deltas))
+                continue
+            sources = [layer[store.name] for layer in below]
             inserted = con.execute(
                 _base_sql(store, sources, f"(FROM {deltas[store.name]})")
             ).fetchone()
@@ -277,12 +291,16 @@ def _stage(
         )
     tables: dict[str, str | None] = {}
     for number, store in enumerate(task.stores):
+        if store.kind == "versions":
+            continue  # its store's candidate versions serve it (versions.py)
         if store.topic.name not in views:
             tables[store.name] = None
             continue
         tables[store.name] = f"memory.main.delta_{number}"
-        sql = delta_sql(store, views[store.topic.name])
+        view = views[store.topic.name]
+        sql = versions.candidates_sql(store, view) if store.versioned else delta_sql(store, view)
         con.execute(f"CREATE OR REPLACE TABLE {tables[store.name]} AS {sql}")
+    tables.update({history_of(s).name: tables[s.name] for s in task.stores if s.versioned})
     return tables
 
 
@@ -323,16 +341,19 @@ def _no_records() -> pa.Table:
 Sources = list[tuple[str, bool]]
 
 
-def _current(store: Store, below: Sources, only_keys_of: str | None) -> str:
+def _current(
+    store: Store, below: Sources, only_keys_of: str | None, on: list[str] | None = None
+) -> str:
     """The state the layers below hold, as a subquery with `_deleted`: per key, the row of
-    the newest layer holding it. `only_keys_of` restricts it to the keys of a subquery."""
+    the newest layer holding it. `only_keys_of` restricts it to the rows that match one of
+    a subquery's `on` (default: the row's identity, snapshot_file.key_columns)."""
     names = ", ".join(quoted(n) for n in columns(store))
     keys = key_columns(store)
     if not below:
         return _empty({**columns(store), DELETED: "BOOLEAN"})
     match = ""
     if only_keys_of is not None:
-        same = " AND ".join(f"o.{quoted(k)} = l.{quoted(k)}" for k in keys)
+        same = " AND ".join(f"o.{quoted(k)} = l.{quoted(k)}" for k in on or keys)
         match = f" WHERE EXISTS (SELECT 1 FROM {only_keys_of} AS o WHERE {same})"
     branches = [
         f"SELECT {names}, {DELETED if marks else 'false'} AS {DELETED}, "
@@ -342,6 +363,81 @@ def _current(store: Store, below: Sources, only_keys_of: str | None) -> str:
     if len(branches) == 1:
         return f"(SELECT {names}, {DELETED} FROM ({branches[0]}))"
     return f"({newest_rows(branches, keys)})"
+
+
+def _versions_delta(
+    con: duckdb.DuckDBPyConnection,
+    store: Store,
+    number: int,
+    history: Sources,
+    candidates: dict[str, str | None],
+) -> dict[str, pa.Table]:
+    """A versioned store's rows in a delta, and its history's (versions.py): `history` is
+    where the history's rows below are (the base's table and the warm rows)."""
+    merged = _versions(con, store, number, history, candidates, only_touched=True)
+    held = history_of(store)
+    return {
+        store.name: con.sql(versions.table_delta_sql(store, merged))
+        .to_arrow_table()
+        .cast(delta_schema(store)),
+        held.name: con.sql(versions.history_delta_sql(store, merged))
+        .to_arrow_table()
+        .cast(delta_schema(held)),
+    }
+
+
+def _versions_base(
+    con: duckdb.DuckDBPyConnection,
+    store: Store,
+    number: int,
+    history: Sources,
+    candidates: dict[str, str | None],
+) -> dict[str, int]:
+    """Write a versioned store's table and its history's into the base (versions.py); the
+    rows written to each."""
+    held = history_of(store)
+    con.execute(_create_sql(held))
+    merged = _versions(con, store, number, history, candidates, only_touched=False)
+    (horizon,) = con.execute(versions.horizon_sql(store, merged)).fetchone() or (None,)
+    horizon = EARLIEST_MS if horizon is None else horizon
+    rows = {}
+    for name, sql in (
+        (store.name, versions.table_base_sql(store, merged)),
+        (held.name, versions.history_base_sql(store, merged, horizon)),
+    ):
+        inserted = con.execute(sql).fetchone()
+        rows[name] = int(inserted[0]) if inserted else 0
+    return rows
+
+
+def _versions(
+    con: duckdb.DuckDBPyConnection,
+    store: Store,
+    number: int,
+    history: Sources,
+    candidates: dict[str, str | None],
+    only_touched: bool,
+) -> str:
+    """A table of the history's versions merged with the new records' (versions.merged_sql):
+    those of the keys the records touch, or all."""
+    found = candidates[store.name]
+    stream = None
+    if history:
+        (stream,) = con.execute(versions.stream_sql([r for r, _ in history])).fetchone() or (None,)
+    new = f"memory.main.new_versions_{number}"
+    sql = versions.new_versions_sql(store, f"(FROM {found})", stream) if found else None
+    con.execute(f"CREATE OR REPLACE TABLE {new} AS {sql or _no_versions(store)}")
+    held = history_of(store)
+    current = _current(held, history, new if only_touched else None, on=["key"])
+    merged = f"memory.main.versions_{number}"
+    con.execute(f"CREATE OR REPLACE TABLE {merged} AS {versions.merged_sql(store, current, new)}")
+    return merged
+
+
+def _no_versions(store: Store) -> str:
+    held = history_of(store)
+    typed = {n: t for n, t in columns(held).items() if n != VALID_TO}
+    return _empty(typed)
 
 
 def _base_sql(store: Store, below: Sources, delta: str) -> str:

@@ -19,8 +19,10 @@ import pyarrow.parquet as pq
 from contracts import chains, eventlog
 from contracts.manifest import Layer
 from contracts.project import Project, Store
+from contracts.snapshot_file import key_columns
 from gateway.storage.row_select import columns
 from spark_pipeline.snapshot import LayerTask, build_layer
+from tests.oracle import retained
 from tests.projects import produce_test_events
 
 SNAPSHOT_FORMAT = 3
@@ -46,7 +48,11 @@ def chain_state(project: Project, store_dir: Path, entry: dict, chain: int) -> d
             assert dict(positions) == layer["position"]
             for store in held:
                 _apply(con, store, layer["kind"], state[store.name])
-    return {name: [rows[k] for k in sorted(rows)] for name, rows in state.items()}
+    found = {name: [rows[k] for k in sorted(rows)] for name, rows in state.items()}
+    for store in held:
+        if store.kind == "versions":
+            found[store.name] = retained(store, found[store.name])
+    return found
 
 
 @contextmanager
@@ -82,7 +88,7 @@ def opened(path: Path) -> Iterator[duckdb.DuckDBPyConnection]:
 
 
 def _apply(con: duckdb.DuckDBPyConnection, store: Store, kind: str, rows: dict) -> None:
-    width = 2 if store.kind == "window" else 1
+    width = len(key_columns(store))
     deletes = store.kind == "table" and kind == "delta"
     select = ", ".join(columns(store)) + (", _deleted" if deletes else "")
     if kind == "base":

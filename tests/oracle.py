@@ -11,14 +11,58 @@ import json
 import math
 from collections import defaultdict
 from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow.parquet as pq
 
 from contracts import chains, eventlog
-from contracts.project import Aggregate, FieldType, Project, Store
+from contracts.project import Aggregate, FieldType, Project, Store, history_of
+from contracts.snapshot_file import key_columns
 
 Row = tuple  # (key, [window_start,] *Store.columns)
+
+
+@dataclass(frozen=True)
+class Version:
+    """A version of a versioned store's key: its row from valid_from until valid_to."""
+
+    valid_from: int
+    valid_to: int | None  # None: still valid
+    row: Row | None  # None: a tombstone
+
+
+@dataclass(frozen=True)
+class History:
+    """A versioned store's partition: each key's versions by valid_from, and its stream time
+    (the newest timestamp of a record it kept; None before any)."""
+
+    versions: dict[object, list[Version]]
+    stream_ms: int | None
+    history_ms: int
+    dropped: int = 0  # records that came too late
+
+    @property
+    def horizon_ms(self) -> int | None:
+        """The earliest time a query may ask for."""
+        return None if self.stream_ms is None else self.stream_ms - self.history_ms
+
+    def as_of(self, key: object, at_ms: int) -> Version | None:
+        """The version valid at `at_ms` (None: no value then)."""
+        found = [v for v in self.versions.get(key, ()) if v.valid_from <= at_ms]
+        if not found or found[-1].row is None:
+            return None
+        return found[-1]
+
+    def between(self, key: object, from_ms: int, to_ms: int) -> list[Version]:
+        """The versions valid at some time in [from_ms, to_ms], by valid_from."""
+        return [
+            v
+            for v in self.versions.get(key, ())
+            if v.row is not None
+            and v.valid_from <= to_ms
+            and (v.valid_to is None or v.valid_to > from_ms)
+        ]
 
 
 def expected_store(
@@ -26,12 +70,85 @@ def expected_store(
 ) -> dict[int, list[Row]]:
     """partition -> the store's rows, sorted by key (, window_start), leaving out the `bad`
     records (topic, partition, offset)."""
-    store = project.store(store_name)
+    store = layer_store(project, store_name)
     topic = store.topic.name
     rows = {}
     for partition in range(project.cluster.partitions):
         rows[partition] = _rows(store, _records(project, topic, partition, bad))
     return rows
+
+
+def layer_store(project: Project, name: str) -> Store:
+    """A store a chain's layers hold by name: a declared one, or a versioned one's history."""
+    for store in project.stores.values():
+        if store.name == name:
+            return store
+        if store.versioned and history_of(store).name == name:
+            return history_of(store)
+    raise KeyError(name)
+
+
+def retained(store: Store, rows: list[Row]) -> list[Row]:
+    """A history's rows (key, valid_from, valid_to, tombstone, ...) that a query at its
+    horizon or after may read: what a base keeps of them (older rows may linger in deltas)."""
+    if not rows:
+        return rows
+    horizon = max(row[1] for row in rows) - store.history_ms
+    return [
+        row
+        for row in rows
+        if not ((row[2] is not None and row[2] <= horizon) or (row[3] and row[1] <= horizon))
+    ]
+
+
+def _history_rows(store: Store, records: list[dict]) -> list[Row]:
+    """A history table's rows, as retained."""
+    empty = (None,) * len(store.columns)
+    found = history(store, records).versions.items()
+    rows = [
+        (key, v.valid_from, v.valid_to, v.row is None, *(empty if v.row is None else v.row[1:]))
+        for key, versions in found
+        for v in versions
+    ]
+    return sorted(retained(store, rows), key=lambda row: row[:2])
+
+
+def expected_history(
+    project: Project, store_name: str, bad: Collection[tuple[str, int, int]] = ()
+) -> dict[int, History]:
+    """partition -> a versioned store's history, leaving out the `bad` records."""
+    store = project.store(store_name)
+    return {
+        p: history(store, _records(project, store.topic.name, p, bad))
+        for p in range(project.cluster.partitions)
+    }
+
+
+def history(store: Store, records: list[dict]) -> History:
+    """KIP-889's versions of a partition's records, taken in offset order: a record older
+    than the stream time minus the history is dropped; one at a version's time replaces it."""
+    stream: int | None = None
+    values: dict[object, dict[int, dict | None]] = defaultdict(dict)
+    dropped = 0
+    for record in sorted(records, key=lambda r: r["offset"]):
+        at = record["timestamp"]
+        if stream is not None and at < stream - store.history_ms:
+            dropped += 1
+            continue
+        values[record["key"]][at] = record["value"]
+        stream = at if stream is None else max(stream, at)
+    versions = {}
+    for key, by_time in values.items():
+        times = sorted(by_time)
+        versions[key] = [
+            Version(
+                at,
+                times[i + 1] if i + 1 < len(times) else None,
+                None if by_time[at] is None else _values(store, key, by_time[at]),
+            )
+            for i, at in enumerate(times)
+        ]
+    return History(versions, stream, store.history_ms, dropped)
 
 
 def records(project: Project, topic: str) -> list[dict]:
@@ -73,11 +190,11 @@ class Log:
         """(key,) or (key, window_start) -> the row, of the records before `offset`."""
         cached = self._rows.get((store_name, partition, offset))
         if cached is None:
-            store = self.project.store(store_name)
+            store = layer_store(self.project, store_name)
             everything = self._records(store.topic.name, partition)
             records = [r for r in everything if r["offset"] < offset]
             assert len(records) == offset, f"the log holds {len(records)} of {offset} records"
-            width = 2 if store.kind == "window" else 1
+            width = len(key_columns(store))
             cached = {row[:width]: row for row in _rows(store, records)}
             self._rows[(store_name, partition, offset)] = cached
         return cached
@@ -121,6 +238,8 @@ def _decoded(text: str) -> object:
 
 
 def _rows(store: Store, records: list[dict]) -> list[Row]:
+    if store.kind == "versions":
+        return _history_rows(store, records)
     if store.kind == "table":
         return _table(store, records)
     if store.kind == "aggregate":
@@ -129,15 +248,18 @@ def _rows(store: Store, records: list[dict]) -> list[Row]:
 
 
 def _table(store: Store, records: list[dict]) -> list[Row]:
+    if store.versioned:  # the newest version by timestamp
+        found = history(store, records).versions.items()
+        return sorted((v[-1].row for _, v in found if v[-1].row is not None), key=lambda r: r[0])
     latest: dict = {}
     for record in sorted(records, key=lambda r: r["offset"]):
         latest[record["key"]] = record["value"]
-    rows = [
-        (key, *(_field(value, f, t) for f, t in store.columns.items()))
-        for key, value in latest.items()
-        if value is not None
-    ]
+    rows = [_values(store, key, value) for key, value in latest.items() if value is not None]
     return sorted(rows, key=lambda row: row[0])
+
+
+def _values(store: Store, key: object, value: dict) -> Row:
+    return (key, *(_field(value, f, t) for f, t in store.columns.items()))
 
 
 def _aggregates(
@@ -152,8 +274,7 @@ def _aggregates(
         (*group, *(_aggregate(a, store, values) for a in store.aggregates))
         for group, values in groups.items()
     ]
-    width = 2 if store.kind == "window" else 1
-    return sorted(rows, key=lambda row: row[:width])
+    return sorted(rows, key=lambda row: row[: len(key_columns(store))])
 
 
 def _windows(store: Store, record: dict) -> list[int]:

@@ -81,6 +81,12 @@ topic = "trains"
 index = ["delay", "cancelled"]
 
 [[stores]]
+name = "trainHistory"
+kind = "table"
+topic = "trains"
+history = "4h"
+
+[[stores]]
 name = "trainDelays"
 kind = "aggregate"
 topic = "trains"

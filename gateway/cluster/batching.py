@@ -21,7 +21,7 @@ from contracts.project import Store
 from contracts.settings import MAX_SUBQUERY_KEYS
 from gateway.cluster.log_end import LogEnd
 from gateway.cluster.routing import Router, Trace
-from gateway.model.queries import Answer, Get, Query, SubQuery, WindowsOfKey
+from gateway.model.queries import Answer, Get, Query, SubQuery, Versions, WindowsOfKey
 from gateway.runtime.lanes import offload, sliced
 
 DEFAULT_MAX_KEYS = MAX_SUBQUERY_KEYS
@@ -137,7 +137,7 @@ class RequestBatch:
                 keys_by_partition, work.store, query.keys, self.num_partitions, items=size
             )
             return [(p, Get(tuple(keys))) for p, keys in sorted(grouped.items())]
-        if isinstance(query, WindowsOfKey):
+        if isinstance(query, WindowsOfKey | Versions):
             return [(partition_for(query.key, work.store.key_type, self.num_partitions), query)]
         return [(p, query) for p in work.partitions]
 

@@ -3,12 +3,12 @@ values in a by-value page's order, bound to its store (and order)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
 
 from contracts import opaque
+from contracts.clock import instant
 from contracts.errors import GatewayError
 from contracts.partitioner import Key, KeyType
 from contracts.project import FieldType, Store
@@ -17,7 +17,6 @@ from gateway.model.filters import Sort, type_of
 
 _BITS: dict[KeyType, int] = {"int": 32, "long": 64}
 MAX_SHOWN = 40  # characters of a cursor's value a message shows
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def encode(store: str, last: list[Key]) -> str:
@@ -49,12 +48,21 @@ def decode_window(store: Store, cursor: str, from_ms: int, to_ms: int) -> tuple[
     advance = store.window_advance_ms
     if start % advance:
         every = f"they start every {advance} ms from the epoch"
-        raise _refused(cursor, f"no window of {store.name} starts at {_instant(start)} ({every})")
+        raise _refused(cursor, f"no window of {store.name} starts at {instant(start)} ({every})")
     if not from_ms <= start <= to_ms:
-        bounds = f"[{_instant(from_ms)}, {_instant(to_ms)}]"
-        why = f"its window start {_instant(start)} is outside this query's from and to, {bounds}"
+        bounds = f"[{instant(from_ms)}, {instant(to_ms)}]"
+        why = f"its window start {instant(start)} is outside this query's from and to, {bounds}"
         raise _refused(cursor, f"{why}: it is a page of a query with other bounds")
     return key, start
+
+
+def decode_version(store: Store, cursor: str, key: Key) -> int:
+    """The valid_from after which a page of one key's versions goes on, else BAD_CURSOR."""
+    last, start = decode(store.name, store.key_type, cursor, 2)
+    if last != key:
+        raise _refused(cursor, f"it is a page of the versions of {_shown(last)}, not {_shown(key)}")
+    assert isinstance(start, int)  # decode checked it
+    return start
 
 
 def encode_ordered(store: str, order: tuple[Sort, ...], last: list[object]) -> str:
@@ -113,15 +121,6 @@ def _misfit(held: int, width: int) -> str:
     if (held, width) == (1, 2):
         return "it is a key scan's cursor, not a window scan's"
     return f"it holds {held} values, where a cursor of this query holds {width}"
-
-
-def _instant(ms: int) -> str:
-    """A window start as the API writes it (RFC 3339, UTC), else in ms past the datetime range."""
-    try:
-        moment = EPOCH + timedelta(milliseconds=ms)
-    except OverflowError:
-        return f"{ms} ms"
-    return moment.isoformat(timespec="milliseconds" if ms % 1000 else "seconds")
 
 
 def _shown(value: object) -> str:

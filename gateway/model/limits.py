@@ -12,7 +12,16 @@ from __future__ import annotations
 from contracts.errors import GatewayError
 from contracts.project import Project, Store
 from contracts.settings import MAX_SUBQUERY_KEYS, Settings
-from gateway.model.queries import Get, Prefix, Range, Select, SubQuery, Windows, WindowsOfKey
+from gateway.model.queries import (
+    Get,
+    Prefix,
+    Range,
+    Select,
+    SubQuery,
+    Versions,
+    Windows,
+    WindowsOfKey,
+)
 
 SCAN_LOOKAHEAD = 1
 MAX_FILTER_DEPTH = 16  # nested and/or/not levels of one filter (the internal protocol's is 64)
@@ -52,7 +61,13 @@ def check_subquery(q: SubQuery, project: Project) -> None:
     match q.query:
         case Get(keys):
             _check_keys(len(keys), MAX_SUBQUERY_KEYS, "the internal protocol's MAX_SUBQUERY_KEYS")
-        case Range(limit=limit) | Prefix(limit=limit) | Windows(limit=limit) | Select(limit=limit):
+        case (
+            Range(limit=limit)
+            | Prefix(limit=limit)
+            | Windows(limit=limit)
+            | Select(limit=limit)
+            | Versions(limit=limit)
+        ):
             check_page_size(limit - SCAN_LOOKAHEAD, settings)
         case WindowsOfKey(_, from_ms, to_ms):
             store = project.stores.get(q.store)

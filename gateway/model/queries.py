@@ -2,7 +2,7 @@
 
 A sub-query asks one partition of one store one query; its answer is rows, or a failure with
 one of contracts.errors.Failure's reasons. Rows are lists: key, [window start,] then the
-store's columns (Store.columns).
+store's columns (Store.columns); a version's: key, valid from, valid to, then the columns.
 """
 
 from __future__ import annotations
@@ -31,6 +31,20 @@ class WindowsOfKey:
     key: Key
     from_ms: int
     to_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Versions:
+    """A versioned store's versions of one key valid at some time in [from_ms, to_ms], by
+    valid_from, up to `limit` of them after the one valid from `after` (KIP-968; an asOf is
+    the span of one instant, KIP-960). Rows: key, valid_from, valid_to (None: still valid),
+    then the columns. No `from_ms`: from the oldest time the history holds."""
+
+    key: Key
+    from_ms: int | None
+    to_ms: int
+    limit: int
+    after: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +98,7 @@ class Totals:
     window: tuple[int, int] | None = None  # a window store's: starts in [from_ms, to_ms]
 
 
-Query = Get | WindowsOfKey | Range | Prefix | Windows | Select | Totals
+Query = Get | WindowsOfKey | Versions | Range | Prefix | Windows | Select | Totals
 Scan = Range | Prefix | Windows | Select | Totals
 
 

@@ -8,12 +8,13 @@ predicate DuckDB prunes with zone maps, and a scan reads only its page plus one 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import duckdb
 
 from contracts import chains
-from contracts.clock import now_ms
+from contracts.clock import duration, instant, now_ms
 from contracts.errors import Failure
 from contracts.positions import satisfies
 from contracts.project import Project, Store
@@ -30,10 +31,11 @@ from gateway.model.queries import (
     Select,
     SubQuery,
     Totals,
+    Versions,
     Windows,
     WindowsOfKey,
 )
-from gateway.storage import by_value
+from gateway.storage import by_value, history
 from gateway.storage.layers import Overlay
 from gateway.storage.masks import vectorized
 from gateway.storage.ordered import indexed
@@ -130,6 +132,8 @@ def _answer(
                     f"partition {q.partition} on {node_id} is a snapshot {age_ms} ms old, "
                     f"maxAgeMs is {q.max_age_ms}",
                 )
+        if isinstance(q.query, Versions):
+            return _versions(catalog, snapshot, store, q, answer)
         table = snapshot.tables.get(store.name)
         if table is not None and isinstance(q.query, Get):
             answer.rows = table.get(q.query.keys)
@@ -158,6 +162,31 @@ def _answer(
     return answer
 
 
+def _versions(
+    catalog: SnapshotCatalog, snapshot: Snapshot, store: Store, q: SubQuery, answer: Answer
+) -> Answer:
+    """A versioned store's versions of a key (storage/history.py), for times its history
+    still holds."""
+    assert isinstance(q.query, Versions)
+    if not store.versioned:
+        return answer.fail(Failure.UNKNOWN_QUERY_TYPE, f"{store.name} keeps no history")
+    horizon, asked = snapshot.horizon(store), q.query
+    if asked.from_ms is None and horizon is not None:  # from the oldest time it holds
+        asked = replace(asked, from_ms=horizon)
+    if horizon is not None and asked.from_ms is not None and asked.from_ms < horizon:
+        return answer.fail(
+            Failure.OUTSIDE_HISTORY,
+            f"{store.name} keeps {duration(store.history_ms)} of history by event time: "
+            f"partition {q.partition} on {answer.node} answers for {instant(horizon)} and "
+            f"later, not {instant(asked.from_ms)}",
+        )
+    try:
+        answer.rows = history.versions(catalog.cursor(), snapshot, store, asked)
+    except duckdb.Error as exc:
+        return answer.fail(Failure.STORE_EXCEPTION, f"{type(exc).__name__}: {exc}")
+    return answer
+
+
 def run(
     cursor: duckdb.DuckDBPyConnection, snapshot: Snapshot, store: Store, query: Query
 ) -> list[Row]:
@@ -172,6 +201,8 @@ def run(
         query = Range(None, None, query.limit, last)
     if isinstance(query, Select | Totals):
         return _by_value(cursor, snapshot, store, query)
+    if isinstance(query, Versions):
+        return history.versions(cursor, snapshot, store, query)
     predicate = _predicate(query)
     where, args, order, limit = predicate
     cols = ", ".join(columns(store))

@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 
 from contracts.delta_file import DeltaFileError, conforms, newest, read_delta
 from contracts.partitioner import Key
-from contracts.project import Store
+from contracts.project import VALID_FROM, Store
 from contracts.snapshot_file import (
     DELETED,
     POSITION_TABLE,
@@ -95,6 +95,7 @@ class Level:
     frames: dict[str, pa.Table]
     tables: dict[str, LookupTable] = field(default_factory=dict)  # keyed stores' lookups
     deleted: dict[str, int] = field(default_factory=dict)  # store -> its `_deleted` rows
+    newest: dict[str, int] = field(default_factory=dict)  # history -> its newest valid_from
     users: int = 0  # snapshots that read it (counted by the catalog)
     _copied: set[str] = field(default_factory=set)  # stores in the hub database
     _copying: threading.Lock = field(default_factory=threading.Lock)
@@ -104,11 +105,14 @@ class Level:
         return sum(frame.num_rows for frame in self.frames.values())
 
     def index(self, stores: Sequence[Store]) -> None:
-        """Count the deleted rows and index the keyed stores."""
+        """Count the deleted rows, index the keyed stores, and note each history's stream
+        time."""
         for store in stores:
             frame = self.frames[store.name]
             self.deleted[store.name] = int(pc.sum(frame.column(DELETED)).as_py() or 0)
-            if store.kind == "window":
+            if store.kind == "versions" and frame.num_rows:
+                self.newest[store.name] = pc.max(frame.column(VALID_FROM)).as_py()
+            if len(key_columns(store)) > 1:
                 continue
             rows = served(store, frame)  # rows as queries return them
             table = LookupTable.from_arrow(rows, store.key_type != "string")
@@ -222,6 +226,10 @@ class Overlay:
     def deleted(self, store: str) -> int:
         """Rows marked deleted in the store's levels, together (a bound on the overlay's)."""
         return sum(level.deleted.get(store, 0) for level in self.levels)
+
+    def newest(self, history: str) -> int | None:
+        """The newest valid_from of a history's rows in the levels (None: they hold none)."""
+        return max((lv.newest[history] for lv in self.levels if history in lv.newest), default=None)
 
     def tables(self, cursor: duckdb.DuckDBPyConnection, store: Store) -> list[str]:
         """The store's table in each level's hub database, oldest first (copied there

@@ -10,12 +10,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from contracts.project import Aggregate, Store
-from contracts.snapshot_file import finite_or_null, quoted
+from contracts.snapshot_file import finite_or_null, key_columns, quoted
 
 
 def columns(store: Store) -> list[str]:
-    window = ['"window_start"'] if store.kind == "window" else []
+    window = [quoted(name) for name in key_columns(store)[1:]]
     values = {name: quoted(name) for name in store.columns}
+    if store.kind == "versions":  # a history's rows are read as they are kept
+        return ['"key"', *window, *(quoted(name) for name in store.stored_columns)]
     if store.kind != "table":
         values = {a.name: _aggregate_sql(a) for a in store.aggregates}
     served = [

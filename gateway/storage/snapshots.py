@@ -32,7 +32,7 @@ import pyarrow as pa
 
 from contracts import chains
 from contracts.clock import now_ms
-from contracts.project import Project, Store
+from contracts.project import VALID_FROM, Project, Store, history_of
 from contracts.snapshot_file import FormatError, literal, parse_file_name, partition_folder
 from gateway.storage.layers import (
     LayeredTable,
@@ -64,6 +64,7 @@ class Base:
     header: LayerHeader
     tables: dict[str, LookupTable]  # keyed stores, in memory
     rows: dict[str, int] = field(default_factory=dict)  # every store's
+    newest: dict[str, int] = field(default_factory=dict)  # history -> its newest valid_from
     files: set[Path] = field(default_factory=set)  # its file and the deltas installed over it
     users: int = 0  # snapshots over it not yet released
 
@@ -100,6 +101,14 @@ class Snapshot:
     def appended_ms(self) -> int | None:
         """When the newest record in this state was appended to the log (None: unknown)."""
         return self.layers[-1].newest_append_ms
+
+    def horizon(self, store: Store) -> int | None:
+        """The earliest time a versioned store's history answers for (KIP-889): its stream
+        time, the newest valid_from, minus the history (None: it holds no version)."""
+        name = history_of(store).name
+        found = [self.base.newest.get(name), self.overlay.newest(name) if self.overlay else None]
+        times = [t for t in found if t is not None]
+        return max(times) - store.history_ms if times else None
 
     @property
     def order(self) -> tuple[int, int]:
@@ -305,13 +314,13 @@ class SnapshotCatalog:
         try:
             header = read_header(cursor, alias, partition, layer)
             self._check_stores(cursor, alias, partition)
-            tables, rows = self._load_tables(layer.path, partition)
+            tables, rows, newest = self._load_tables(layer.path, partition)
         except (duckdb.Error, SnapshotError, LayerError, FormatError) as exc:
             self._detach(alias)
             raise SnapshotError(
                 f"{layer.path.name} is not a base of partition {partition}: {exc}"
             ) from exc
-        return Base(layer, alias, header, tables, rows, files={layer.path})
+        return Base(layer, alias, header, tables, rows, newest, files={layer.path})
 
     def _stores(self, chain: int) -> tuple[Store, ...]:
         return chains.stores(self._project, chain)
@@ -327,11 +336,13 @@ class SnapshotCatalog:
         if missing:
             raise SnapshotError(f"stores {missing} are missing")
 
-    def _load_tables(self, path: Path, chain: int) -> tuple[dict[str, LookupTable], dict[str, int]]:
+    def _load_tables(
+        self, path: Path, chain: int
+    ) -> tuple[dict[str, LookupTable], dict[str, int], dict[str, int]]:
         """The keyed stores of a file, read by a DuckDB instance of their own (closed after),
-        so that the hub's buffer pool does not keep every row of them; and every store's
-        row count."""
-        loaded, rows = {}, {}
+        so that the hub's buffer pool does not keep every row of them; every store's row
+        count; and each history's newest valid_from."""
+        loaded, rows, newest = {}, {}, {}
         config: dict[str, str | bool | int | float | list[str]] = {
             "threads": 1,
             "memory_limit": self._memory,
@@ -343,13 +354,19 @@ class SnapshotCatalog:
                     sql = f'SELECT count(*) FROM snapshot."{store.name}"'
                     ((rows[store.name],),) = connection.execute(sql).fetchall()
                     continue
+                if store.kind == "versions":
+                    sql = f'SELECT count(*), max({VALID_FROM}) FROM snapshot."{store.name}"'
+                    ((rows[store.name], last),) = connection.execute(sql).fetchall()
+                    if last is not None:
+                        newest[store.name] = last
+                    continue
                 table = LookupTable.load(connection, "snapshot", store)
                 rows[store.name] = 0 if table is None else table.rows
                 if table is None:
                     log.info("%s: keys too wide for the in-memory index", store.name)
                 else:
                     loaded[store.name] = table
-        return loaded, rows
+        return loaded, rows, newest
 
     @contextmanager
     def lease(self, partition: int) -> Iterator[Snapshot | None]:

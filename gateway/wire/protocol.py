@@ -22,6 +22,7 @@ from gateway.model.queries import (
     Select,
     SubQuery,
     Totals,
+    Versions,
     Windows,
     WindowsOfKey,
 )
@@ -102,6 +103,8 @@ def _encode_query(query: Query) -> list[Any]:
             return ["get", list(keys)]
         case WindowsOfKey(key, from_ms, to_ms):
             return ["window", key, from_ms, to_ms]
+        case Versions(key, from_ms, to_ms, limit, after):
+            return ["versions", key, from_ms, to_ms, limit, after]
         case Range(low, high, limit, after):
             return ["range", low, high, limit, after]
         case Prefix(prefix, limit, after):
@@ -140,6 +143,10 @@ def _decode_query(raw: object) -> Query:
         return Get(tuple(_key(k) for k in _array(item[1], "keys")))
     if kind == "window" and len(item) == 4:
         return WindowsOfKey(_key(item[1]), _int(item[2]), _int(item[3]))
+    if kind == "versions" and len(item) == 6:
+        since = None if item[5] is None else _int(item[5])
+        first = None if item[2] is None else _int(item[2])
+        return Versions(_key(item[1]), first, _int(item[3]), _int(item[4]), since)
     if kind == "range" and len(item) == 5:
         return Range(_opt_key(item[1]), _opt_key(item[2]), _int(item[3]), _opt_key(item[4]))
     if kind == "prefix" and len(item) == 4:

@@ -20,12 +20,13 @@ from typing import Annotated, Any
 from strawberry.types.field import StrawberryField
 
 from contracts import names
+from contracts.clock import duration
 from contracts.errors import Failure
 from contracts.project import Store
 from contracts.settings import Settings
 from resolvers.schema.by_value import value_fields
 from resolvers.schema.costs import keys_rows, page_rows, windows_rows
-from resolvers.schema.meta import ConsistencyInput, ResultMeta, demand
+from resolvers.schema.meta import ConsistencyInput, PageInfo, ResultMeta, demand
 from resolvers.schema.views import (
     FROM,
     PY,
@@ -33,6 +34,7 @@ from resolvers.schema.views import (
     Read,
     list_of,
     meta_of,
+    page_info,
     page_type,
     root_field,
     signed,
@@ -162,7 +164,100 @@ def _keyed_fields(store: Store, settings: Settings, Record: type) -> list[Strawb
                 page_rows(settings),
             )
         )
+    if store.versioned:
+        fields += _versioned_fields(store, settings, Record)
     return [*fields, *value_fields(store, settings, Page)]
+
+
+def _versioned_fields(store: Store, settings: Settings, Record: type) -> list[StrawberryField]:
+    """sAsOf and sHistory: a versioned table's versions (KIP-960, KIP-968)."""
+    named, types = names.root_fields(store), names.types(store)
+    K = PY[store.key_type]
+    Version = view(
+        types["version"],
+        {
+            "validFrom": (datetime, lambda row: _datetime(row[1])),
+            "validTo": (datetime | None, lambda row: None if row[2] is None else _datetime(row[2])),
+            "record": (Record, lambda row: [row[0], *row[3:]]),
+        },
+        description=f"A version of a {store.name} record: its value from validFrom (its "
+        "record's timestamp) until validTo (the next version's; null while it is the latest).",
+    )
+    AsOf = view(
+        types["asOf"],
+        {
+            "key": (K, attrgetter("key")),
+            "partition": (int, attrgetter("partition")),
+            "version": (Version | None, lambda found: found.rows[0] if found.rows else None),
+            "failure": (Failure | None, attrgetter("failure")),
+            "meta": (ResultMeta, meta_of),
+        },
+    )
+    History = view(
+        types["history"],
+        {
+            "key": (K, attrgetter("key")),
+            "partition": (int, attrgetter("partition")),
+            "versions": (list_of(Version), attrgetter("rows")),
+            "pageInfo": (PageInfo, page_info),
+            "failure": (Failure | None, attrgetter("failure")),
+            "meta": (ResultMeta, meta_of),
+        },
+    )
+    consistency = ConsistencyInput | None
+
+    async def as_of(
+        info: Info, key: Any, asOf: datetime, consistency: ConsistencyInput | None = None
+    ) -> Any:
+        info.context.authorize(store.name)
+        at_ms = span_ms(asOf, asOf)[1]
+        return await info.context.queries.versions(
+            store, key, at_ms, at_ms, 1, None, demand(consistency)
+        )
+
+    async def history(
+        info: Info,
+        key: Any,
+        from_: datetime | None = None,
+        to: datetime | None = None,
+        first: int = settings.default_page_size,
+        after: str | None = None,
+        consistency: ConsistencyInput | None = None,
+    ) -> Any:
+        info.context.authorize(store.name)
+        from_ms = None if from_ is None else span_ms(from_, from_)[1]
+        to_ms = None if to is None else span_ms(to, to)[1]
+        return await info.context.queries.versions(
+            store, key, from_ms, to_ms, first, after, demand(consistency)
+        )
+
+    kept = duration(store.history_ms)
+    return [
+        root_field(
+            signed(as_of, AsOf | None, key=K, asOf=datetime, consistency=consistency),
+            named["asOf"],
+            f"The version of one key valid at asOf (event time): null when it had no value "
+            f"then. The store keeps {kept} of history before its newest record's time: an "
+            f"earlier asOf is refused with OUTSIDE_HISTORY.",
+        ),
+        root_field(
+            signed(
+                history,
+                History | None,
+                key=K,
+                from_=Annotated[datetime | None, FROM],
+                to=datetime | None,
+                first=int,
+                after=str | None,
+                consistency=consistency,
+            ),  # fmt: skip
+            named["history"],
+            f"The versions of one key valid at some time in [from, to], by validFrom, one "
+            f"page at a time: from defaults to the oldest time the history holds ({kept} "
+            f"before the newest record's), to to none.",
+            page_rows(settings),
+        ),
+    ]
 
 
 def _window_fields(store: Store, settings: Settings, Record: type) -> list[StrawberryField]:

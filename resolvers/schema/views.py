@@ -37,7 +37,7 @@ def meta_of(result: Any) -> ResultMeta:
     return result_meta(result.meta)
 
 
-def _page_info(page: Page) -> PageInfo:
+def page_info(page: Page) -> PageInfo:
     return PageInfo(has_next_page=page.has_next, end_cursor=page.end_cursor)
 
 
@@ -46,7 +46,7 @@ def page_type(name: str, record: type) -> type:
         name,
         {
             "records": (list_of(record), attrgetter("rows")),
-            "pageInfo": (PageInfo, _page_info),
+            "pageInfo": (PageInfo, page_info),
             "meta": (ResultMeta, meta_of),
         },
     )

@@ -142,6 +142,34 @@ def test_a_global_store_declares_no_joins(tmp_path: Path) -> None:
         load(write(tmp_path, text))
 
 
+def test_a_versioned_table_keeps_its_history_and_no_other_store_can(tmp_path: Path) -> None:
+    text = JOINED.replace("JOIN", 'fare = "fareTable(key)"')
+    versioned = load(write(tmp_path, text.replace("joins =", 'history = "7d"\njoins =')))
+    store = versioned.stores["latest"]
+    assert store.versioned and store.history_ms == 7 * 86_400_000
+    assert not versioned.stores["fareTable"].versioned
+    for wrong, message in (
+        ('history = "7 days"', "duration '7 days' must look like"),
+        ('history = "0h"', "duration '0h' must look like"),
+    ):
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            load(write(tmp_path, text.replace("joins =", f"{wrong}\njoins =")))
+    aggregate = BASE.replace('topic = "t"\naggregates', 'topic = "t"\nhistory = "1h"\naggregates')
+    with pytest.raises(ConfigError, match="history keeps the versions of a table store's keys"):
+        load(write(tmp_path, aggregate))
+
+
+def test_a_versioned_stores_fields_must_not_clash(tmp_path: Path) -> None:
+    text = (
+        JOINED.replace("JOIN", 'fare = "fareTable(key)"')
+        .replace('name = "fareTable"', 'name = "latestHistory"')
+        .replace('"fareTable(key)"', '"latestHistory(key)"')
+    )
+    load(write(tmp_path, text))
+    with pytest.raises(ConfigError, match="its field 'latestHistory' is"):
+        load(write(tmp_path, text.replace("joins =", 'history = "1d"\njoins =')))
+
+
 def test_window_durations(tmp_path: Path) -> None:
     window = BASE.replace(
         'kind = "aggregate"', 'kind = "window"\nsize = "{size}"\nadvance = "{advance}"'

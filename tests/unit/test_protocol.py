@@ -22,6 +22,7 @@ from gateway.model.queries import (
     Select,
     SubQuery,
     Totals,
+    Versions,
     Windows,
     WindowsOfKey,
 )
@@ -33,7 +34,9 @@ from gateway.wire.protocol import (
     encode_request,
 )
 
-KINDS = ("get", "window", "range", "prefix", "windows", "windows_after", "select", "totals")
+KINDS = (
+    "get", "window", "versions", "range", "prefix", "windows", "windows_after", "select", "totals"
+)  # fmt: skip
 Decoder = Callable[[bytes], list[Any]]
 
 
@@ -56,6 +59,10 @@ def random_query(rng: random.Random, kind: str) -> Query:
         return Get(tuple(random_key(rng) for _ in range(rng.randrange(0, 6))))
     if kind == "window":
         return WindowsOfKey(random_key(rng), millis, millis + rng.randrange(0, 10**7))
+    if kind == "versions":
+        since = None if rng.random() < 0.3 else millis
+        after = None if rng.random() < 0.5 else millis + 1
+        return Versions(random_key(rng), since, millis + 5, rng.randrange(1, 1002), after)
     if kind == "range":
         return Range(opt_key(), opt_key(), rng.randrange(1, 1002), opt_key())
     if kind == "prefix":
