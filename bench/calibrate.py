@@ -239,6 +239,20 @@ def report_rss(rss: dict[str, float], slowest: Point) -> str:
     )
 
 
+def table_main(doc: str, run: Callable[[Workload, float], list[str]], report: str) -> int:
+    """The command line of a bench that prints one table on a built workload (built first if
+    need be), and keeps it beside the workloads as `report`."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--workload", default="main", choices=sorted(SIZES))
+    parser.add_argument("--duration", type=float, default=10.0, help="seconds per case")
+    args = parser.parse_args()
+    workload = Workload.built(args.workload) or build(args.workload)
+    text = "\n".join(run(workload, args.duration))
+    print(text)
+    (workload.root.parent / report).write_text(text + "\n")
+    return 0
+
+
 def build(name: str) -> Workload:
     """Generate the named workload and run the pipeline once (as bench.run does)."""
     from spark_pipeline.session import spark_session

@@ -19,17 +19,15 @@ machine's load beside each figure; node1's global memory is read from its /metri
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import random
 import sys
-from pathlib import Path
 from typing import Any
 
 import httpx
 import orjson
 
-from bench.calibrate import SIZES, build
+from bench.calibrate import table_main
 from bench.driver import Operation, Stats, graphql_operation, http_client, run_async
 from bench.floor import Floor
 from bench.procs import NodeProcesses
@@ -190,15 +188,7 @@ def run(workload: Workload, duration: float) -> list[str]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--workload", default="main", choices=sorted(SIZES))
-    parser.add_argument("--duration", type=float, default=10.0, help="seconds per case")
-    args = parser.parse_args()
-    workload = Workload.built(args.workload) or build(args.workload)
-    text = "\n".join(run(workload, args.duration))
-    print(text)
-    Path(workload.root.parent / "joins.md").write_text(text + "\n")
-    return 0
+    return table_main(__doc__, run, "joins.md")
 
 
 if __name__ == "__main__":

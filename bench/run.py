@@ -40,6 +40,7 @@ from bench import (
     recovery,
     report,
     subscriptions,
+    versions,
     versus,
 )
 from bench.driver import (
@@ -137,6 +138,7 @@ class Results:
     live: subscriptions.Live | None = None
     by_value: list[str] = field(default_factory=list)  # bench/by_value.py's table
     joins: list[str] = field(default_factory=list)  # bench/joins.py's table
+    versions: list[str] = field(default_factory=list)  # bench/versions.py's table
     comparisons: list[report.Comparison] = field(default_factory=list)
 
     def find(self, rows: list[Stats], name: str) -> Stats | None:
@@ -163,6 +165,7 @@ class Results:
             "subscriptions": self.live.as_dict() if self.live else None,
             "by_value": self.by_value,
             "joins": self.joins,
+            "versions": self.versions,
             "comparisons": [c.as_dict() for c in self.comparisons],
         }
 
@@ -910,6 +913,10 @@ def main(argv: list[str] | None = None) -> int:
         log("joins: 1000 bookings with their trips, against two requests ...")
         results.joins = joins.run(main_w, args.duration)
         log("\n".join(results.joins))
+
+        log("versions: a key as of a time, against its latest; the history's size ...")
+        results.versions = versions.run(main_w, args.duration)
+        log("\n".join(results.versions))
 
         log(f"memory: small workload {small_w.root.name} ...")
         measure_small(small_w, logs, results, stack)

@@ -16,6 +16,7 @@ import pytest
 from playwright.sync_api import Page, sync_playwright
 
 from contracts import eventlog
+from contracts.partitioner import partition_for
 from contracts.project import Project
 from spark_pipeline import job
 from spark_pipeline.session import LazySpark
@@ -153,8 +154,40 @@ def test_the_dashboard_is_local_and_its_leaderboard_moves(
         )
         journey = page.inner_text("#latest [data-field=journey]")
         assert journey == timetable_entry(project, "Berlin→Hamburg"), "the booking's trip, joined"
+        as_of_before_the_booking(page, project, key)
         page.screenshot(path=str(tmp_path / "dashboard.png"), full_page=True)
     print(f"the new leader showed {seen_after * 1000:.0f} ms after the pipeline published")
+
+
+# A time as the page's datetime-local picker writes it: local time, to the second.
+LOCAL = """(ms) => { const d = new Date(ms), p = (n) => String(n).padStart(2, "0");
+  return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())}T${p(d.getHours())}:` +
+    `${p(d.getMinutes())}:${p(d.getSeconds())}`; }"""
+
+
+def as_of_before_the_booking(page: Page, project: Project, key: str) -> None:
+    """Picking a time before the booking shows the version valid then, as the oracle has it,
+    with the interval it was valid in; "now" goes back to the latest."""
+    partition = partition_for(key, "string", project.cluster.partitions)
+    history = oracle.expected_history(project, "latestBooking")[partition]
+    *earlier, latest = history.versions[key]
+    then = next(v for v in reversed(earlier) if v.row is not None and v.valid_to is not None)
+    at = -(-then.valid_from // 1000) * 1000  # the picker's whole seconds
+    assert at < then.valid_to and history.as_of(key, at) == then
+    page.fill("#as-of", page.evaluate(LOCAL, at))
+    page.dispatch_event("#as-of", "change")
+    price = f"{then.row[2]:.2f}" if then.row[2] is not None else "–"
+    page.wait_for_function(
+        f"document.querySelector('#latest [data-field=price]').textContent == '{price}'",
+        timeout=VISIBLE_WITHIN_MS,
+    )
+    assert " – " in page.inner_text("#latest [data-field=valid]")  # replaced since
+    page.click("#as-of-now")
+    page.wait_for_function(
+        "document.querySelector('#latest [data-field=price]').textContent.includes('99999')",
+        timeout=VISIBLE_WITHIN_MS,
+    )
+    assert page.inner_text("#latest [data-field=valid]") == "–"  # the latest, unbounded
 
 
 def response_pane(page: Page) -> str:

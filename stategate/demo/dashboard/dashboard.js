@@ -17,8 +17,13 @@ const TOP = `subscription Top($first: Int!) {
 const HOURLY = `subscription Hourly($key: String!, $from: DateTime!, $to: DateTime!) {
   hourlyRevenue(key: $key, from: $from, to: $to) { key failure windows { windowStart windowEnd bookings revenue } }
 }`;
+const BOOKING = "trip price seats journey { minutes fare operator }";
 const LATEST = `subscription Latest($key: String!) {
-  latestBooking(key: $key) { key failure record { trip price seats journey { minutes fare operator } } }
+  latestBooking(key: $key) { key failure record { ${BOOKING} } }
+}`;
+// The version valid at a chosen time: latestBooking is versioned (history = "90d").
+const AS_OF = `subscription AsOf($key: String!, $asOf: DateTime!) {
+  latestBookingAsOf(key: $key, asOf: $asOf) { key failure version { validFrom validTo record { ${BOOKING} } } }
 }`;
 
 // ---- small helpers ---------------------------------------------------------------------------
@@ -60,6 +65,7 @@ const state = {
   active: 0, // subscriptions neither ended nor disposed
   hourly: null, // {dispose, hour}: the hour its 24-hour range was computed in
   latest: null, // dispose function
+  asOf: null, // ms: the latest booking as of then; null: the latest
 };
 
 // ---- connection and status -------------------------------------------------------------------
@@ -256,36 +262,59 @@ function journey(entry) {
   return `${entry.operator} · ${time} · ${money(entry.fare)}`;
 }
 
-function renderLatest(result) {
+/** "since 10:42:07", or "10:42:07 – 11:03:55" once a newer version replaced it. */
+function validity(version) {
+  if (!version) return "–";
+  const at = (s) => new Date(parseTime(s)).toLocaleString("en-GB");
+  return version.validTo ? `${at(version.validFrom)} – ${at(version.validTo)}` : `since ${at(version.validFrom)}`;
+}
+
+function renderLatest(result, version) {
   const box = $("#latest");
   const rec = result?.record;
   $('[data-field="trip"]', box).textContent = rec?.trip ?? "–";
   $('[data-field="price"]', box).textContent = money(rec?.price);
   $('[data-field="seats"]', box).textContent = rec?.seats ?? "–";
   $('[data-field="journey"]', box).textContent = journey(rec?.journey);
+  $('[data-field="valid"]', box).textContent = validity(version);
   box.classList.remove("flash");
   void box.offsetWidth; // restart the animation
   box.classList.add("flash");
   if (result?.failure) setErrors("latestBooking", [`${result.key}: ${result.failure}`]);
 }
 
+/** (Re)subscribes the latest-booking card: the latest version, or the one valid at the
+ * chosen time (its interval shown), pushed again when a late booking changes it. */
+function followLatest() {
+  state.latest?.();
+  setErrors("latestBooking", []);
+  const key = state.selected;
+  if (key == null) return;
+  if (state.asOf == null) {
+    state.latest = subscribe("latestBooking", LATEST, { key }, (data) => renderLatest(data.latestBooking));
+    return;
+  }
+  state.latest = subscribe("latestBooking", AS_OF, { key, asOf: iso(state.asOf) }, (data) => {
+    const found = data.latestBookingAsOf;
+    renderLatest({ key: found?.key, failure: found?.failure, record: found?.version?.record }, found?.version);
+  });
+}
+
 /** (Re)subscribes the per-customer panels to the selected customer, disposing the old ones. */
 function followSelected() {
   state.hourly?.dispose();
-  state.latest?.();
   const key = state.selected;
   const hour = Math.floor(Date.now() / HOUR) * HOUR;
   const range = { hour, from: Math.floor((Date.now() - 24 * HOUR) / HOUR) * HOUR, to: Date.now() + HOUR };
   for (const node of document.querySelectorAll(".selected-key")) node.textContent = key;
   $("#chart").replaceChildren(el("p", { class: "muted" }, "Waiting for data…"));
   setErrors("hourlyRevenue", []);
-  setErrors("latestBooking", []);
   state.hourly = {
     hour,
     dispose: subscribe("hourlyRevenue", HOURLY, { key, from: iso(range.from), to: iso(range.to) },
       (data) => renderHourly(data.hourlyRevenue, range)),
   };
-  state.latest = subscribe("latestBooking", LATEST, { key }, (data) => renderLatest(data.latestBooking));
+  followLatest();
 }
 
 function select(key) {
@@ -298,6 +327,17 @@ function select(key) {
 }
 
 // ---- start -----------------------------------------------------------------------------------
+
+$("#as-of").addEventListener("change", (event) => {
+  const value = event.target.value; // local time, as the picker shows it
+  state.asOf = value ? new Date(value).getTime() : null;
+  followLatest();
+});
+$("#as-of-now").addEventListener("click", () => {
+  $("#as-of").value = "";
+  state.asOf = null;
+  followLatest();
+});
 
 subscribe("customerTotalsList", TOP, { first: leaders },
   (data, extensions) => data.customerTotalsList && renderBusiest(data.customerTotalsList, extensions));

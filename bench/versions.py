@@ -1,0 +1,165 @@
+"""Versioned stores (issue 27): a key as of a time against a plain lookup of it, one key's
+whole history, and what the history costs on disk per million versions.
+
+    python -m bench.versions [--workload main|small] [--duration 10]
+
+On a built workload (bench/workload.py: the demo's stores, whose latestBooking keeps 90
+days of history; a week of bookings, so every booking is a version), all requests to
+node1, one at a time, over the same keys:
+
+- one latestBooking key (its newest version, from memory);
+- one latestBookingAsOf: the key at a random time of the week (the history table, by SQL);
+- one latestBookingHistory: every version of the key (first 100).
+
+Before timing, each key's asOf at its latest version's time is checked equal to its plain
+lookup. The history's bytes are DuckDB's blocks of the `latestBooking_history` tables of
+every base the pipeline published, beside the store's own table; node1's RSS is read before
+and after the asOf runs (a node keeps no history in memory: DuckDB reads its blocks).
+Medians and the machine's load beside each figure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import sys
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import orjson
+
+from bench.calibrate import table_main
+from bench.driver import Stats, graphql_operation, http_client, run_async
+from bench.floor import Floor
+from bench.procs import NodeProcesses
+from bench.workload import END_MS, WEEK_MS, Workload
+from contracts.clock import instant
+from contracts.manifest import read_manifest
+from contracts.project import Project, history_of
+
+PROJECT_FILE = "versions.toml"
+STORE = "latestBooking"
+KEYS = 2000  # keys the cases cycle through
+CHECKED = 50  # keys whose asOf is checked against their lookup before timing
+PLAIN = "query($key: String!) { latestBooking(key: $key) { record { trip price seats } } }"
+AS_OF = (
+    "query($key: String!, $at: DateTime!) { latestBookingAsOf(key: $key, asOf: $at) "
+    "{ version { validFrom validTo record { trip price seats } } } }"
+)
+HISTORY = (
+    "query($key: String!) { latestBookingHistory(key: $key, first: 100) "
+    "{ versions { validFrom validTo record { trip price seats } } } }"
+)
+_JSON = {"content-type": "application/json"}
+
+
+def body(query: str, variables: dict[str, Any]) -> bytes:
+    return orjson.dumps({"query": query, "variables": variables})
+
+
+async def checked(url: str, keys: list[str]) -> None:
+    """A key's latest version, asked as of its validFrom, is its plain lookup (else raises)."""
+    async with http_client() as client:
+        for key in keys[:CHECKED]:
+            found = await client.post(url, content=body(HISTORY, {"key": key}), headers=_JSON)
+            versions = orjson.loads(found.content)["data"]["latestBookingHistory"]["versions"]
+            plain = await client.post(url, content=body(PLAIN, {"key": key}), headers=_JSON)
+            record = orjson.loads(plain.content)["data"]["latestBooking"]["record"]
+            if not versions:
+                if record is not None:
+                    raise RuntimeError(f"{key}: a record, and no version")
+                continue
+            at = versions[-1]["validFrom"]
+            reply = await client.post(url, content=body(AS_OF, {"key": key, "at": at}),
+                                      headers=_JSON)  # fmt: skip
+            version = orjson.loads(reply.content)["data"]["latestBookingAsOf"]["version"]
+            if version is None or version["record"] != record or version["validTo"] is not None:
+                raise RuntimeError(f"{key}: as of {at} {version}, latest {record}")
+
+
+async def measure(url: str, keys: list[str], servers: Any, duration: float) -> list[Stats]:
+    rng = random.Random(889)
+    times = [instant(rng.randrange(END_MS - WEEK_MS, END_MS)) for _ in keys]
+    await checked(url, keys)
+    print(f"  asOf at each of {CHECKED} keys' newest version equals its lookup", flush=True)
+    async with http_client() as client:
+        cases = [
+            ("one key, latest (latestBooking)", [body(PLAIN, {"key": k}) for k in keys]),
+            (
+                "one key as of a time (latestBookingAsOf)",
+                [body(AS_OF, {"key": k, "at": t}) for k, t in zip(keys, times, strict=True)],
+            ),
+            ("one key's every version (latestBookingHistory)",
+             [body(HISTORY, {"key": k}) for k in keys]),
+        ]  # fmt: skip
+        out = []
+        for name, payloads in cases:
+            operation = graphql_operation(client, [url], payloads)
+            stats = await run_async(
+                name, operation, 1, duration, 1_000_000, warmup=20, servers=servers, min_count=20
+            )
+            out.append(stats)
+            print(f"  {name}: p50 {stats.p50_ms:.2f} ms (load {stats.load1})", flush=True)
+    return out
+
+
+def stored(project: Project, store_dir: Path) -> tuple[int, int, int, int]:
+    """Over every published base: the history's rows and bytes, the store's rows and bytes
+    (DuckDB's blocks of each table)."""
+    history = history_of(project.stores[STORE]).name
+    found = [0, 0, 0, 0]
+    for entry in read_manifest(store_dir).partitions.values():
+        with duckdb.connect(str(store_dir / entry.layers[0].path), read_only=True) as con:
+            size = con.execute("SELECT block_size FROM pragma_database_size()").fetchone()
+            block = int(size[0]) if size else 262_144
+            for i, table in ((0, history), (2, STORE)):
+                (rows,) = con.execute(f'SELECT count(*) FROM "{table}"').fetchone() or (0,)
+                blocks = con.execute(
+                    f"SELECT count(DISTINCT block_id) FROM pragma_storage_info('{table}') "
+                    "WHERE block_id IS NOT NULL"
+                ).fetchone()
+                found[i] += int(rows)
+                found[i + 1] += int(blocks[0] if blocks else 0) * block
+    history_rows, history_bytes, rows, table_bytes = found
+    return history_rows, history_bytes, rows, table_bytes
+
+
+def run(workload: Workload, duration: float) -> list[str]:
+    project: Project = workload.write_project(file=PROJECT_FILE)
+    floor = Floor(workload.root / "snapshots", project.cluster.partitions)
+    try:
+        keys = random.Random(27).sample(floor.all_keys(), KEYS)
+    finally:
+        floor.close()
+    versions, history_bytes, rows, table_bytes = stored(project, workload.root / "snapshots")
+    nodes = NodeProcesses.gateway(project, workload.root.parent / "logs" / "versions")
+    try:
+        nodes.start()
+        nodes.wait_serving()
+        url = f"{nodes.url('node1')}/graphql"
+        before = nodes.rss_mib("node1")
+        plain, as_of, history = asyncio.run(measure(url, keys, nodes.processes(), duration))
+        after = nodes.rss_mib("node1")
+    finally:
+        nodes.stop()
+    per_million = history_bytes / max(versions, 1) * 1e6 / 2**20
+    return [
+        "| read (node1, one at a time) | p50 | load |",
+        "| --- | --- | --- |",
+        *(f"| {s.name} | {s.p50_ms:.2f} ms | {s.load1} |" for s in (plain, as_of, history)),
+        "",
+        f"asOf / latest: {as_of.p50_ms / plain.p50_ms:.2f}x (target <= 1.5x)",
+        f"history: {versions:,} versions in {history_bytes / 2**20:.1f} MiB of base files "
+        f"({per_million:.1f} MiB per million versions), beside the store's {rows:,} rows in "
+        f"{table_bytes / 2**20:.1f} MiB; node1's RSS {before:.0f} MiB before the asOf runs, "
+        f"{after:.0f} MiB after (the history is read from the files, not held)",
+    ]
+
+
+def main() -> int:
+    return table_main(__doc__, run, "versions.md")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
