@@ -88,6 +88,12 @@ def layer_store(project: Project, name: str) -> Store:
     raise KeyError(name)
 
 
+def layer_names(project: Project) -> list[str]:
+    """Every store the layers hold: the declared ones, and each versioned one's history."""
+    held = [history_of(s).name for s in project.stores.values() if s.versioned]
+    return [*project.stores, *held]
+
+
 def retained(store: Store, rows: list[Row]) -> list[Row]:
     """A history's rows (key, valid_from, valid_to, tombstone, ...) that a query at its
     horizon or after may read: what a base keeps of them (older rows may linger in deltas)."""

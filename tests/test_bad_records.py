@@ -27,7 +27,7 @@ from spark_pipeline.session import LazySpark
 from spark_pipeline.stream import Follower
 from tests import progress
 from tests.chains import chain_state
-from tests.oracle import expected_store
+from tests.oracle import expected_store, layer_names
 from tests.projects import START_MS, produce_test_events, write_project
 from tests.test_pipeline import _assert_rows_equal
 from tests.test_stream import wait_caught_up
@@ -122,7 +122,7 @@ def skipped(spark: LazySpark, tmp_path_factory: pytest.TempPathFactory) -> dict[
 def test_skip_leaves_bad_records_out_of_every_store(skipped: dict[str, Any]) -> None:
     project, bad = skipped["project"], skipped["bad"]
     manifest = orjson.loads((Path(project.snapshot_store) / "manifest.json").read_bytes())
-    expected = {name: expected_store(project, name, bad) for name in project.stores}
+    expected = {name: expected_store(project, name, bad) for name in layer_names(project)}
     for chain in range(chains.count(project)):
         entry, p = manifest["partitions"][str(chain)], chains.partition(project, chain)
         topics = chains.topics(project, chain)
@@ -244,7 +244,7 @@ def test_the_follower_skips_bad_records_micro_batch_by_micro_batch(
     json.dumps(dataclasses.asdict(running.progress), default=str)  # as --follow prints it
     assert set(dead_letters(project)) == bad
     assert any(line.startswith(f"left out {len(bad)} bad records (bookings: ") for line in lines)
-    expected = {name: expected_store(project, name, bad) for name in project.stores}
+    expected = {name: expected_store(project, name, bad) for name in layer_names(project)}
     for p, entry in manifest["partitions"].items():
         state = chain_state(project, Path(project.snapshot_store), entry, int(p))
         for name in state:

@@ -26,7 +26,13 @@ from spark_pipeline.publish import notify_nodes, prune
 from spark_pipeline.session import LazySpark
 from tests import progress
 from tests.chains import chain_state, opened
-from tests.oracle import expected_chain_positions, expected_positions, expected_store
+from tests.oracle import (
+    expected_chain_positions,
+    expected_positions,
+    expected_store,
+    layer_names,
+    layer_store,
+)
 from tests.projects import produce_test_events, write_project
 
 CHANGED = {1, 4, 7}
@@ -115,7 +121,7 @@ def test_a_run_logs_each_partitions_offsets_records_and_layer(
         starts = ends
     # the first run's layers are bases, each with its partition's whole state: as the oracle
     # counts it for the partitions the second run left alone
-    state = {name: expected_store(project, name) for name in project.stores}
+    state = {name: expected_store(project, name) for name in layer_names(project)}
     bases = {p: layer for p, layer in progress.written(first["lines"]).items() if p not in CHANGED}
     assert {layer[1] for layer in bases.values()} == {"base"}
     rows = {p: {s.name: len(state[s.name][p]) for s in chains.stores(project, p)} for p in bases}
@@ -247,7 +253,7 @@ def test_notify_posts_to_the_nodes_hosting_changed_partitions(tmp_path: Path):
 def _assert_published_state_is_the_oracles(project: Project, manifest: dict) -> None:
     store_dir = _store(project)
     positions, tops = expected_positions(project), expected_chain_positions(project)
-    expected = {name: expected_store(project, name) for name in project.stores}
+    expected = {name: expected_store(project, name) for name in layer_names(project)}
     assert manifest["log_end"] == {
         t: {str(p): positions[p][t] for p in positions} for t in project.topics
     }
@@ -277,10 +283,10 @@ def _schema(con: duckdb.DuckDBPyConnection, table: str) -> list[tuple[str, str]]
 
 
 def _expected_schema(project: Project, name: str) -> list[tuple[str, str]]:
-    store = project.store(name)
-    window = [("window_start", "BIGINT")] if store.kind == "window" else []
+    store = layer_store(project, name)
+    identity = {"window": [("window_start", "BIGINT")], "versions": [("valid_from", "BIGINT")]}
     columns = [(c, DUCK_TYPES[t]) for c, t in store.stored_columns.items()]
-    return [("key", DUCK_TYPES[store.key_type]), *window, *columns]
+    return [("key", DUCK_TYPES[store.key_type]), *identity.get(store.kind, []), *columns]
 
 
 def _assert_rows_equal(actual: list[tuple], expected: list[tuple], where: str) -> None:

@@ -123,7 +123,7 @@ class Documents:
             return key
         if name == "keys":
             return [self.key(store) for _ in range(rng.choice([0, 1, 3, 12]))]
-        if name in ("from", "to"):
+        if name in ("from", "to", "asOf"):
             start = DAY + timedelta(hours=rng.randint(-30, 200))
             return start.isoformat()
         if name == "first":

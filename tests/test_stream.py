@@ -23,7 +23,7 @@ from spark_pipeline.session import LazySpark
 from spark_pipeline.stream import Follower
 from tests import progress
 from tests.chains import chain_state
-from tests.oracle import expected_chain_positions, expected_positions, expected_store
+from tests.oracle import expected_chain_positions, expected_positions, expected_store, layer_names
 from tests.projects import HOUR_MS, START_MS, produce_test_events, write_project
 
 CAUGHT_UP_S = 90
@@ -75,7 +75,7 @@ def watch_caught_up(
 
 
 def assert_state_is_the_oracles(project: Project, manifest: dict) -> None:
-    expected = {name: expected_store(project, name) for name in project.stores}
+    expected = {name: expected_store(project, name) for name in layer_names(project)}
     assert len(manifest["partitions"]) == chains.count(project)
     for p, entry in manifest["partitions"].items():
         state = chain_state(project, Path(project.snapshot_store), entry, int(p))

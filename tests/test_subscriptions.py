@@ -24,7 +24,7 @@ from spark_pipeline.session import LazySpark
 from tests import oracle, wire
 from tests.live import Socket, Unread, closed_code
 from tests.nodes import Served, serve
-from tests.projects import START_MS
+from tests.projects import HOUR_MS, START_MS
 from tests.wire import iso
 
 PER_CONNECTION = 50
@@ -189,6 +189,59 @@ def test_a_subscription_pushes_when_the_record_it_joins_changes(
             for node_id, socket in sockets.items():
                 pushed = socket.next_of("journey", timeout=15)["data"]["latestBooking"]
                 assert pushed["record"]["journey"] == expected, node_id
+    finally:
+        for socket in sockets.values():
+            socket.close()
+
+
+AS_OF = """subscription AsOf($key: Int!, $at: DateTime!) {
+  trainHistoryAsOf(key: $key, asOf: $at) { version { validFrom validTo record { delay } } }
+}"""
+
+
+def test_an_as_of_subscription_pushes_when_a_late_record_changes_the_version_then(
+    cluster: Served, spark: LazySpark
+) -> None:
+    """A versioned store's key as of a time: a record that arrives late, with a timestamp
+    just before that time, becomes the version valid then, and every node's subscriber gets
+    it, as the oracle places it."""
+    project = cluster.project
+    store = project.stores["trainHistory"]
+    at = START_MS + 5 * HOUR_MS
+    history = oracle.expected_history(project, store.name)
+    key = next(k for h in history.values() for k in sorted(h.versions, key=str)
+               if h.as_of(k, at) is not None)  # fmt: skip
+    partition = history[partition_for(key, "int", project.cluster.partitions)]
+    assert partition.horizon_ms is not None and partition.horizon_ms < at - 60_000
+
+    def version() -> dict[str, Any] | None:
+        found = oracle.expected_history(project, store.name)
+        v = found[partition_for(key, "int", project.cluster.partitions)].as_of(key, at)
+        if v is None or v.row is None:
+            return None
+        end = None if v.valid_to is None else iso(v.valid_to)
+        return {"validFrom": iso(v.valid_from), "validTo": end, "record": {"delay": v.row[1]}}
+
+    def shown(pushed: dict[str, Any]) -> dict[str, Any] | None:
+        found = pushed["data"]["trainHistoryAsOf"]["version"]
+        if found is None:
+            return None
+        when = {k: found[k] and iso(wire.millis(found[k])) for k in ("validFrom", "validTo")}
+        return {**found, **when}
+
+    sockets = {n: Socket(cluster.nodes.url(n)) for n in cluster.nodes.ids}
+    try:
+        for socket in sockets.values():
+            socket.subscribe("as-of", AS_OF, {"key": key, "at": iso(at)})
+            assert shown(socket.next_of("as-of")) == version()
+        late = Record(key, {"delay": 4321, "station": "Köln", "cancelled": False}, at - 60_000)
+        eventlog.produce(project.log_dir, project.topics["trains"], project.cluster.partitions,
+                         [late])  # fmt: skip
+        publish(cluster, spark)
+        expected = version()
+        assert expected is not None and expected["record"] == {"delay": 4321}
+        for node_id, socket in sockets.items():
+            assert shown(socket.next_of("as-of", timeout=15)) == expected, node_id
     finally:
         for socket in sockets.values():
             socket.close()

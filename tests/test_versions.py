@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -28,14 +27,13 @@ from tests.nodes import Served, serve
 from tests.oracle import History, Version
 from tests.projects import HOUR_MS, START_MS, produce_test_events
 from tests.test_switch import wait_for_manifest_versions
-from tests.wire import as_row, selection
+from tests.wire import as_row, iso, millis, selection
 
 NODES = ["node1", "node2", "node3"]
 STORE = "trainHistory"
 TRAIN = 1001  # the crafted story's key
 MINUTE = 60_000
 T0 = START_MS + 6 * HOUR_MS  # after every random record
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # the crafted story, in two runs (offset order), value A..E by delay
 FIRST = [(T0 + 10 * MINUTE, 1), (T0 + 30 * MINUTE, 2), (T0 + 20 * MINUTE, 3)]
 SECOND = [
@@ -81,18 +79,10 @@ def expected(cluster: Served) -> dict[int, History]:
     return oracle.expected_history(cluster.project, STORE)
 
 
-def ms(text: str) -> int:
-    return (datetime.fromisoformat(text) - EPOCH) // timedelta(milliseconds=1)
-
-
-def iso(at_ms: int) -> str:
-    return (EPOCH + timedelta(milliseconds=at_ms)).isoformat()
-
-
 def as_version(cluster: Served, found: dict[str, Any]) -> tuple:
     store = cluster.project.stores[STORE]
-    end = None if found["validTo"] is None else ms(found["validTo"])
-    return ms(found["validFrom"]), end, *as_row(store, found["record"])
+    end = None if found["validTo"] is None else millis(found["validTo"])
+    return millis(found["validFrom"]), end, *as_row(store, found["record"])
 
 
 def of(version: Version) -> tuple:

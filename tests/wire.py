@@ -4,7 +4,7 @@ when a Long arrives as anything else, a JSON number above all."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from contracts.project import Store
@@ -35,12 +35,17 @@ def sent(value: int | None) -> str | None:
     return None if value is None else str(value)
 
 
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+MILLISECOND = timedelta(milliseconds=1)
+
+
 def millis(text: str) -> int:
-    return int(datetime.fromisoformat(text).astimezone(UTC).timestamp() * 1000)
+    """A DateTime as whole milliseconds, exactly (no float on the way)."""
+    return (datetime.fromisoformat(text) - EPOCH) // MILLISECOND
 
 
 def iso(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat()
+    return (EPOCH + ms * MILLISECOND).isoformat()
 
 
 def selection(store: Store) -> str:

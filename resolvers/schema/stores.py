@@ -1,8 +1,9 @@
 """Typed GraphQL fields generated from the store declarations.
 
 For a table or aggregate store `s` with record type `S`: s(key), sBatch(keys), sRange(from,
-to), for string keys sPrefix(prefix), and sList and sAggregate (resolvers/schema/by_value.py).
-For a window store: s(key, from, to) and sAll(from, to). Every result carries `meta: ResultMeta`.
+to), for string keys sPrefix(prefix), and sList and sAggregate (resolvers/schema/by_value.py);
+a versioned table also sAsOf(key, asOf) and sHistory(key, from, to). For a window store:
+s(key, from, to) and sAll(from, to). Every result carries `meta: ResultMeta`.
 
 The types of a store are created at run time, so each resolver is written against `Any` and
 given its GraphQL signature afterwards (`signed`): strawberry reads the annotations the

@@ -13,7 +13,7 @@ import strawberry
 from strawberry.types.field import StrawberryField
 
 from contracts.project import FieldType
-from gateway.service import Page
+from gateway.service import KeyVersions, Page
 from resolvers.schema.annotations import COST, SCANS, Rows, Scans, reads
 from resolvers.schema.context import Context
 from resolvers.schema.meta import PageInfo, ResultMeta, result_meta
@@ -37,7 +37,7 @@ def meta_of(result: Any) -> ResultMeta:
     return result_meta(result.meta)
 
 
-def page_info(page: Page) -> PageInfo:
+def page_info(page: Page | KeyVersions) -> PageInfo:
     return PageInfo(has_next_page=page.has_next, end_cursor=page.end_cursor)
 
 
