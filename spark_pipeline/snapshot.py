@@ -9,6 +9,8 @@ and writes either
   combined with the new records; or
 - a base (a DuckDB file): the whole state, which is how a chain is started, rebuilt or
   compacted.
+A versioned table and its history are written together, from the new records' candidate
+versions and the history below (spark_pipeline/versions.py).
 The new file is published by rename and never touches the layers below it.
 """
 

@@ -9,7 +9,8 @@ key, `_tombstone`, and one typed column per value field, null when missing or nu
 double that is not finite, so that aggregates skip it as SQL skips NULL.
 
 Every delta has the columns key, [window_start,] then Store.stored_columns; a table's also
-has `_deleted`.
+has `_deleted`. A versioned table's new records are candidate versions instead, which
+spark_pipeline/versions.py turns into its rows and its history's.
 """
 
 from __future__ import annotations
