@@ -102,6 +102,7 @@ class GatewayNode:
                 lambda: self.coordinator.connected,
                 lambda: self.id in self.topology.current.fenced,
                 self._global_footprint,
+                self.catalog.history_memory,
             )
         )
         self.pool = ThreadPoolExecutor(settings.query_threads, thread_name_prefix="query")

@@ -23,7 +23,7 @@ from spark_pipeline import compaction, job
 from spark_pipeline.publish import notify_nodes
 from spark_pipeline.session import LazySpark
 from tests import oracle
-from tests.nodes import Served, serve
+from tests.nodes import Served, metric, serve
 from tests.oracle import History, Version
 from tests.projects import HOUR_MS, START_MS, produce_test_events
 from tests.test_switch import wait_for_manifest_versions
@@ -269,3 +269,18 @@ def test_after_a_compaction_the_base_keeps_the_retained_versions_alone(
 
 def project_store(cluster: Served) -> Path:
     return Path(cluster.project.snapshot_store)
+
+
+@pytest.mark.parametrize("node", NODES)
+def test_every_node_reports_the_history_it_keeps_in_memory(cluster: Served, node: str) -> None:
+    """The history of every partition a node holds is indexed in memory, and its bytes are in
+    /metrics: at least the versions' start times (8 bytes each)."""
+    project = cluster.project
+    held = set(project.cluster.hosted_by(node))
+    versions = sum(
+        len(rows)
+        for partition, rows in oracle.expected_store(project, f"{STORE}_history").items()
+        if partition in held
+    )
+    size = metric(cluster.nodes.metrics(node), "stategate_history_memory_bytes", store=STORE)
+    assert versions > 100 and size >= 8 * versions

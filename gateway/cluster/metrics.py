@@ -36,6 +36,7 @@ class NodeState:
     coordinator_connected: Callable[[], bool]
     fenced: Callable[[], bool]
     global_stores: Callable[[], tuple[int, dict[str, int]]]  # layer bytes, store -> in memory
+    histories: Callable[[], dict[str, int]]  # versioned store -> its history's bytes in memory
 
 
 class NodeMetrics:
@@ -167,6 +168,15 @@ class _StateCollector(Collector):
             value=status.internal_requests,
         )
         yield from _global_stores(*self.state.global_stores())
+        histories = GaugeMetricFamily(
+            "stategate_history_memory_bytes",
+            "bytes of a versioned store's history this node keeps in memory (its versions, "
+            "indexed), every partition's it holds",
+            labels=["store"],
+        )
+        for store, size in sorted(self.state.histories().items()):
+            histories.add_metric([store], size)
+        yield histories
 
 
 def _global_stores(disk: int, memory: dict[str, int]) -> Iterator[Metric]:

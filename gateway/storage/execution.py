@@ -79,19 +79,20 @@ class _NeedsSql(Exception):
 
 def in_memory(catalog: SnapshotCatalog, project: Project, q: SubQuery) -> bool:
     """Whether a sub-query is one the current snapshot answers from memory, so that it can
-    run on the event loop (microseconds, no thread hop): a lookup, a page by key, or a page
-    ordered by an indexed column whose filter numpy tests whole (a walk bounded by
-    ordered.WALK_LIMIT)."""
+    run on the event loop (microseconds, no thread hop): a lookup, a page by key, a key's
+    versions, or a page ordered by an indexed column whose filter numpy tests whole (a walk
+    bounded by ordered.WALK_LIMIT)."""
     store = project.stores.get(q.store)
     snapshot = None if store is None else catalog.get(chains.of(project, store, q.partition))
     table = None if snapshot is None else snapshot.tables.get(q.store)
-    if table is None:
+    if table is None or snapshot is None or store is None:
         return False
     if isinstance(q.query, Get | Range | Prefix):
         return True  # a scan memory cannot answer falls to SQL off the event loop
+    if isinstance(q.query, Versions):
+        return snapshot.version_indexes(store) is not None
     return (
         isinstance(q.query, Select)
-        and store is not None
         and indexed(store, q.query) is not None
         and vectorized(q.query.where, table.base, store)
     )

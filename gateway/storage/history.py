@@ -1,5 +1,6 @@
 """A versioned store's versions of one key, read from a snapshot's history table (format:
-contracts/snapshot_file.py; how the pipeline keeps it: spark_pipeline/versions.py).
+contracts/snapshot_file.py; how the pipeline keeps it: spark_pipeline/versions.py), from
+the layers' indexes in memory, or with SQL where a layer has none (keys too wide).
 
 Each layer holds rows by (key, valid_from), and a newer layer's row replaces an older one's
 of the same identity (a version whose valid_to changed when a late record came in before
@@ -20,13 +21,29 @@ from contracts.project import TOMBSTONE, VALID_FROM, VALID_TO, Store, history_of
 from contracts.snapshot_file import quoted
 from gateway.model.queries import Row, Versions
 from gateway.storage.snapshots import Snapshot
+from gateway.storage.version_index import Version
 
 
 def versions(
     cursor: duckdb.DuckDBPyConnection, snapshot: Snapshot, store: Store, query: Versions
 ) -> list[Row]:
     """The versions of `query.key` valid at some time in [from, to], by valid_from, after
-    `query.after`, at most `query.limit`: key, valid_from, valid_to, then the columns."""
+    `query.after`, at most `query.limit`: key, valid_from, valid_to, then the columns. From
+    the layers' indexes in memory (storage/version_index.py) when every layer has one."""
+    indexes = snapshot.version_indexes(store)
+    if indexes is None:
+        return versions_by_sql(cursor, snapshot, store, query)
+    since, found = _from(query), dict[int, Version]()
+    for index in indexes:  # oldest first: a newer layer's row of a time replaces an older's
+        found.update((v[0], v) for v in index.versions(query.key, since, query.to_ms))
+    return _valid(query, [found[start] for start in sorted(found)])
+
+
+def versions_by_sql(
+    cursor: duckdb.DuckDBPyConnection, snapshot: Snapshot, store: Store, query: Versions
+) -> list[Row]:
+    """`versions` from the layers' tables: the rows of each from its version valid at
+    `from` to `to`, in one statement; the newest layer's row of each time."""
     history, since = history_of(store), _from(query)
     tables = [f"{snapshot.base.alias}.{quoted(history.name)}"]
     if snapshot.overlay is not None:
@@ -48,16 +65,16 @@ def versions(
         held = found.get(row[0])
         if held is None or held[-1] < row[-1]:
             found[row[0]] = row
-    return _valid(query, [found[start] for start in sorted(found)])
+    return _valid(query, [found[start][:-1] for start in sorted(found)])
 
 
 def _from(query: Versions) -> int:
     return EARLIEST_MS if query.from_ms is None else query.from_ms
 
 
-def _valid(query: Versions, rows: list[tuple[Any, ...]]) -> list[Row]:
-    """Of a key's rows (valid_from, valid_to, tombstone, *columns, layer) by valid_from,
-    from the one valid at `from` on: the versions, tombstones left out, after `after`."""
+def _valid(query: Versions, rows: list[Version]) -> list[Row]:
+    """Of a key's rows (valid_from, valid_to, tombstone, *columns) by valid_from, from the
+    one valid at `from` on: the versions, tombstones left out, after `after`."""
     since = _from(query)
     starts = [i for i, row in enumerate(rows) if row[0] <= since]
     rows = rows[starts[-1] :] if starts else rows
@@ -67,7 +84,7 @@ def _valid(query: Versions, rows: list[tuple[Any, ...]]) -> list[Row]:
             continue
         if query.after is not None and start <= query.after:
             continue
-        out.append([query.key, start, end, *values[:-1]])
+        out.append([query.key, start, end, *values])
         if len(out) == query.limit:
             break
     return out

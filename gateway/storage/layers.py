@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 
 from contracts.delta_file import DeltaFileError, conforms, newest, read_delta
 from contracts.partitioner import Key
-from contracts.project import VALID_FROM, Store
+from contracts.project import Store
 from contracts.snapshot_file import (
     DELETED,
     POSITION_TABLE,
@@ -39,6 +39,7 @@ from gateway.model.queries import Prefix, Range, Row, Select, Totals
 from gateway.storage import ordered, scans, summing
 from gateway.storage.lookup_table import Changed, LookupTable
 from gateway.storage.row_select import served
+from gateway.storage.version_index import VersionIndex, newest_of
 
 LEVELS = "memory.main"  # where the hub keeps the levels' tables: its own database
 MAX_LEVELS = 3  # a scan asks each level (~1.5 ms each): more would cost reads what installs save
@@ -96,6 +97,7 @@ class Level:
     tables: dict[str, LookupTable] = field(default_factory=dict)  # keyed stores' lookups
     deleted: dict[str, int] = field(default_factory=dict)  # store -> its `_deleted` rows
     newest: dict[str, int] = field(default_factory=dict)  # history -> its newest valid_from
+    histories: dict[str, VersionIndex] = field(default_factory=dict)  # indexed histories
     users: int = 0  # snapshots that read it (counted by the catalog)
     _copied: set[str] = field(default_factory=set)  # stores in the hub database
     _copying: threading.Lock = field(default_factory=threading.Lock)
@@ -110,14 +112,23 @@ class Level:
         for store in stores:
             frame = self.frames[store.name]
             self.deleted[store.name] = int(pc.sum(frame.column(DELETED)).as_py() or 0)
-            if store.kind == "versions" and frame.num_rows:
-                self.newest[store.name] = pc.max(frame.column(VALID_FROM)).as_py()
+            if store.kind == "versions":
+                self._index_history(store, frame)
             if len(key_columns(store)) > 1:
                 continue
             rows = served(store, frame)  # rows as queries return them
             table = LookupTable.from_arrow(rows, store.key_type != "string")
             if table is not None:
                 self.tables[store.name] = table
+
+    def _index_history(self, store: Store, frame: pa.Table) -> None:
+        newest = newest_of(frame)
+        if newest is not None:
+            self.newest[store.name] = newest
+        rows = frame.drop_columns([DELETED])
+        index = VersionIndex.from_arrow(rows, store.key_type != "string")
+        if index is not None:
+            self.histories[store.name] = index
 
     def install(self, hub: duckdb.DuckDBPyConnection, stores: Sequence[Store]) -> None:
         """Copy the stores no lookup table serves into the hub; on a failure, none stays."""
@@ -226,6 +237,11 @@ class Overlay:
     def deleted(self, store: str) -> int:
         """Rows marked deleted in the store's levels, together (a bound on the overlay's)."""
         return sum(level.deleted.get(store, 0) for level in self.levels)
+
+    def histories(self, history: str) -> list[VersionIndex] | None:
+        """The levels' indexes of a history, oldest first; None when one has none."""
+        found = [level.histories.get(history) for level in self.levels]
+        return None if None in found else [index for index in found if index is not None]
 
     def newest(self, history: str) -> int | None:
         """The newest valid_from of a history's rows in the levels (None: they hold none)."""

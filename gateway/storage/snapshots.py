@@ -33,7 +33,13 @@ import pyarrow as pa
 from contracts import chains
 from contracts.clock import now_ms
 from contracts.project import VALID_FROM, Project, Store, history_of
-from contracts.snapshot_file import FormatError, literal, parse_file_name, partition_folder
+from contracts.snapshot_file import (
+    FormatError,
+    literal,
+    parse_file_name,
+    partition_folder,
+    quoted,
+)
 from gateway.storage.layers import (
     LayeredTable,
     LayerError,
@@ -47,6 +53,7 @@ from gateway.storage.layers import (
     to_merge,
 )
 from gateway.storage.lookup_table import LookupTable
+from gateway.storage.version_index import VersionIndex, newest_of
 
 log = logging.getLogger(__name__)
 CLOSE_WAIT_S = 30.0  # the longest a stopping node waits for an install under way
@@ -65,6 +72,7 @@ class Base:
     tables: dict[str, LookupTable]  # keyed stores, in memory
     rows: dict[str, int] = field(default_factory=dict)  # every store's
     newest: dict[str, int] = field(default_factory=dict)  # history -> its newest valid_from
+    histories: dict[str, VersionIndex] = field(default_factory=dict)  # indexed histories
     files: set[Path] = field(default_factory=set)  # its file and the deltas installed over it
     users: int = 0  # snapshots over it not yet released
 
@@ -101,6 +109,14 @@ class Snapshot:
     def appended_ms(self) -> int | None:
         """When the newest record in this state was appended to the log (None: unknown)."""
         return self.layers[-1].newest_append_ms
+
+    def version_indexes(self, store: Store) -> list[VersionIndex] | None:
+        """A versioned store's history indexed in memory, the base's then each level's;
+        None when a layer could not index it."""
+        name = history_of(store).name
+        base = self.base.histories.get(name)
+        levels = self.overlay.histories(name) if self.overlay else []
+        return None if base is None or levels is None else [base, *levels]
 
     def horizon(self, store: Store) -> int | None:
         """The earliest time a versioned store's history answers for (KIP-889): its stream
@@ -314,13 +330,13 @@ class SnapshotCatalog:
         try:
             header = read_header(cursor, alias, partition, layer)
             self._check_stores(cursor, alias, partition)
-            tables, rows, newest = self._load_tables(layer.path, partition)
+            tables, rows, newest, histories = self._load_tables(layer.path, partition)
         except (duckdb.Error, SnapshotError, LayerError, FormatError) as exc:
             self._detach(alias)
             raise SnapshotError(
                 f"{layer.path.name} is not a base of partition {partition}: {exc}"
             ) from exc
-        return Base(layer, alias, header, tables, rows, newest, files={layer.path})
+        return Base(layer, alias, header, tables, rows, newest, histories, files={layer.path})
 
     def _stores(self, chain: int) -> tuple[Store, ...]:
         return chains.stores(self._project, chain)
@@ -336,13 +352,13 @@ class SnapshotCatalog:
         if missing:
             raise SnapshotError(f"stores {missing} are missing")
 
-    def _load_tables(
-        self, path: Path, chain: int
-    ) -> tuple[dict[str, LookupTable], dict[str, int], dict[str, int]]:
+    def _load_tables(self, path: Path, chain: int) -> tuple[
+        dict[str, LookupTable], dict[str, int], dict[str, int], dict[str, VersionIndex]
+    ]:  # fmt: skip
         """The keyed stores of a file, read by a DuckDB instance of their own (closed after),
         so that the hub's buffer pool does not keep every row of them; every store's row
-        count; and each history's newest valid_from."""
-        loaded, rows, newest = {}, {}, {}
+        count; each history's newest valid_from, and its rows indexed."""
+        loaded, rows, newest, histories = {}, {}, {}, {}
         config: dict[str, str | bool | int | float | list[str]] = {
             "threads": 1,
             "memory_limit": self._memory,
@@ -355,10 +371,17 @@ class SnapshotCatalog:
                     ((rows[store.name],),) = connection.execute(sql).fetchall()
                     continue
                 if store.kind == "versions":
-                    sql = f'SELECT count(*), max({VALID_FROM}) FROM snapshot."{store.name}"'
-                    ((rows[store.name], last),) = connection.execute(sql).fetchall()
+                    found = connection.sql(
+                        f"SELECT {VersionIndex.select(store)} FROM snapshot.{quoted(store.name)} "
+                        f"ORDER BY key, {VALID_FROM}"
+                    ).to_arrow_table()
+                    rows[store.name] = found.num_rows
+                    last = newest_of(found)
                     if last is not None:
                         newest[store.name] = last
+                    index = VersionIndex.from_arrow(found, store.key_type != "string")
+                    if index is not None:
+                        histories[store.name] = index
                     continue
                 table = LookupTable.load(connection, "snapshot", store)
                 rows[store.name] = 0 if table is None else table.rows
@@ -366,7 +389,7 @@ class SnapshotCatalog:
                     log.info("%s: keys too wide for the in-memory index", store.name)
                 else:
                     loaded[store.name] = table
-        return loaded, rows, newest
+        return loaded, rows, newest, histories
 
     @contextmanager
     def lease(self, partition: int) -> Iterator[Snapshot | None]:
@@ -422,6 +445,22 @@ class SnapshotCatalog:
                     found.disk += layer.path.stat().st_size
             for name, table in snapshot.tables.items():
                 found.memory[name] = found.memory.get(name, 0) + table.nbytes
+        return found
+
+    def history_memory(self) -> dict[str, int]:
+        """Each versioned store's history indexes this node holds, in bytes (bases and
+        levels, each counted once)."""
+        names = {history_of(s).name: s.name for s in self._project.stores.values() if s.versioned}
+        found = dict.fromkeys(names.values(), 0)
+        seen: set[int] = set()
+        for snapshot in self.current().values():
+            levels = snapshot.overlay.levels if snapshot.overlay else ()
+            for histories in (snapshot.base.histories, *(level.histories for level in levels)):
+                if id(histories) in seen:
+                    continue
+                seen.add(id(histories))
+                for name, index in histories.items():
+                    found[names[name]] += index.nbytes
         return found
 
     def store_rows(self, store: str, partitions: int) -> int:

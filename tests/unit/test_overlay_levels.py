@@ -16,7 +16,7 @@ from contracts.manifest import Layer
 from contracts.project import Project, Store, load
 from contracts.snapshot_file import relative_path
 from gateway.model.queries import Get, Range, Versions, Windows
-from gateway.storage import execution
+from gateway.storage import execution, history
 from gateway.storage.layers import MAX_LEVELS, LocalLayer
 from gateway.storage.snapshots import Snapshot, SnapshotCatalog
 from tests.chains import WrittenChain
@@ -98,6 +98,11 @@ def check(
             every = [Versions(key, horizon, 2**62, 10**6) for key in keys]
             got = [row for asked in every for row in run(catalog, snapshot, declared, asked)]
             same(got, [[r[0], r[1], r[2], *r[4:]] for r in expected if not r[3]])
+            assert snapshot.version_indexes(declared) is not None, "answered from memory"
+            cursor = catalog.cursor()
+            read = [history.versions_by_sql(cursor, snapshot, declared, a) for a in every]
+            by_sql = [row for rows in read for row in rows]
+            same(by_sql, got)
             continue
         if store.kind == "window":
             whole = run(catalog, snapshot, store, Windows(*EVERYTHING, None, None))
