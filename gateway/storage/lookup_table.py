@@ -75,7 +75,7 @@ class LookupTable:
     ) -> LookupTable | None:
         """Index rows whose first column is the key, and sort them by each `index` column;
         None when the keys cannot be indexed."""
-        keys = _index_keys(table.column(0), integer_keys)
+        keys = index_keys(table.column(0), integer_keys)
         if keys is None:
             return None
         order: np.ndarray | None = None
@@ -229,7 +229,7 @@ def _sorted(table: pa.Table, column: str, key: str, descending: bool) -> np.ndar
     return ordered
 
 
-def _index_keys(keys: pa.ChunkedArray, integers: bool) -> np.ndarray | None:
+def index_keys(keys: pa.ChunkedArray, integers: bool) -> np.ndarray | None:
     """The keys as a numpy array, built from Arrow's buffers (no Python object per key)."""
     if integers:
         integer_keys: np.ndarray = keys.to_numpy().astype(np.int64)

@@ -379,7 +379,8 @@ class SnapshotCatalog:
                     last = newest_of(found)
                     if last is not None:
                         newest[store.name] = last
-                    index = VersionIndex.from_arrow(found, store.key_type != "string")
+                    integers = store.key_type != "string"
+                    index = VersionIndex.mapped(found, integers, path.parent)
                     if index is not None:
                         histories[store.name] = index
                     continue
