@@ -21,7 +21,7 @@ import httpx
 
 from contracts import chains
 from contracts.auth import secret_headers
-from contracts.coordination import CoordinatorError, read_once
+from contracts.coordination import CoordinatorError, State, read_once
 from contracts.manifest import Manifest
 from contracts.project import Node, Project
 from contracts.snapshot_file import parse_file_name, partition_folder
@@ -146,20 +146,30 @@ class Notifier:
             log.info("told %s about new layers again", node)
 
 
+_LAST_READ: dict[tuple[str, str], State] = {}  # (coordinator, cluster) -> its last state read
+
+
 def _holders(project: Project, changed: set[int]) -> list[Node]:
     """The nodes that hold any of the `changed` chains: every node for a global one, else
     those serving or warming up its partition, as the project file places them or, with a
-    coordinator, as its current assignment does."""
+    coordinator, as its current assignment does. While the coordinator cannot be read (this
+    process's member lost its quorum), as the last assignment read says: a notification is
+    a hint, and without it replicas would diverge by a poll, so that one taking over from
+    a lost active would refuse the tokens the active gave out."""
     cluster = project.cluster
     everyone = any(chains.is_global(project, chain) for chain in changed)
     partitions = {chains.partition(project, chain) for chain in changed}
     if cluster.coordinator is None:
         return [n for n in cluster.nodes if everyone or partitions & set(cluster.hosted_by(n.id))]
+    known = (cluster.coordinator, cluster.name)
     try:
-        state = asyncio.run(read_once(cluster.coordinator, cluster.name))
+        state = _LAST_READ[known] = asyncio.run(read_once(cluster.coordinator, cluster.name))
     except CoordinatorError as exc:
-        log.warning("not notifying the nodes: %s", exc)
-        return []
+        if known not in _LAST_READ:
+            log.warning("not notifying the nodes: %s", exc)
+            return []
+        log.warning("notifying the nodes of the last assignment read: %s", exc)
+        state = _LAST_READ[known]
     assignment = state.assignment
     return [
         Node(m.id, m.address, Path())

@@ -21,6 +21,7 @@ from contracts import project as projects
 from contracts.coordination import State
 from contracts.eventlog import Record
 from spark_pipeline import job
+from spark_pipeline.publish import notify_nodes
 from spark_pipeline.session import LazySpark
 from spark_pipeline.stream import Follower
 from stategate.etcd import serving_settled
@@ -300,7 +301,9 @@ def test_a_lost_node_and_a_hung_one_are_replaced_and_serving_outlives_the_coordi
         assert all(len(s) == 2 for s in state.assignment.serving)  # type: ignore[union-attr]
     assert back.assignment.hosted_by("node4")  # type: ignore[union-attr]
 
+    told = notify_nodes(elastic.project, {0})  # the pipeline reads the assignment
     elastic.etcd.stop()  # nodes keep serving their last assignment, and new versions
+    assert notify_nodes(elastic.project, {0}) == told == dict.fromkeys(told, "ok") != {}
     produce_test_events(elastic.project, seed=6, n_bookings=50, start_ms=1_767_400_000_000)
     job.run(elastic.project, spark, notify=True)
     elastic.caught_up("node1")

@@ -312,8 +312,10 @@ def test_the_coordinator_losing_its_leader_or_its_quorum_stops_no_answer(world: 
     moved = time.monotonic() - healed
     outcome = window.close(detect, moved)
     for node in ("node1", "node2"):
-        a, partial, failed = world.clients.readers[node].tally.between(window.start, healed)
-        assert (partial, failed) == (0, 0), (node, a, partial, failed)
+        tally = world.clients.readers[node].tally
+        a, partial, failed = tally.between(window.start, healed)
+        why = tally.failures(window.start, healed)
+        assert (partial, failed) == (0, 0), (node, a, partial, failed, why)
     assert outcome.wrong == 0, world.clients.wrong()
 
 
