@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from bench.workload import NAMES, Workload
-from contracts import eventlog
+from contracts import chains, eventlog
 from contracts.eventlog import Record
 from contracts.manifest import Layer, read_manifest
 from contracts.partitioner import partition_for
@@ -114,7 +114,7 @@ def _run(project: Project, catalog: SnapshotCatalog, deltas: int, records: int) 
     fares = _fares(rng)
     customers = 1_000_000
     measured = Installs(deltas, records)
-    stores = list(project.stores.values())
+    stores = list(chains.stores(project, PARTITION))
     hub = duckdb.connect()  # the old way's, apart from the node's
     for _ in range(deltas):
         chain.append(_next_delta(project, chain, rng, fares, customers, records, measured))
@@ -172,7 +172,7 @@ def _next_delta(
         below=tuple(chain),
         positions={TOPIC: start + len(fresh)},
         topics=tuple(project.topics.values()),
-        stores=tuple(project.stores.values()),
+        stores=chains.stores(project, PARTITION),
     )
     kept = warm.kept(task.store_root, PARTITION)
     warm.forget()
