@@ -228,7 +228,7 @@ def _check_node(node_id: str, url: str) -> int:
 
 def _has_rows(value: dict[str, object]) -> bool:
     rows = value.get("record") or value.get("entries") or value.get("records")
-    return bool(rows or value.get("windows"))
+    return bool(rows or value.get("windows") or value.get("versions"))
 
 
 def _wait_warm(project: Project, timeout_s: float) -> None:
