@@ -108,40 +108,29 @@ async def measure(url: str, keys: list[str], servers: Any, duration: float) -> l
     return out
 
 
-def stored(project: Project, store_dir: Path) -> tuple[int, int, int, int]:
-    """Over every published base of the partitions' own chains: the history's rows and
-    bytes, the store's rows and bytes (DuckDB's blocks of each table)."""
-    history = history_of(project.stores[STORE]).name
-    found = [0, 0, 0, 0]
+Sizes = dict[int, dict[str, tuple[int, int]]]  # partition -> table -> (rows, bytes)
+
+
+def stored(project: Project, store_dir: Path) -> Sizes:
+    """Each published base of the partitions' own chains: the rows and bytes (DuckDB's
+    blocks) of the history and of the store's own table."""
+    tables = (history_of(project.stores[STORE]).name, STORE)
+    found: Sizes = {}
     for chain, entry in read_manifest(store_dir).partitions.items():
         if chains.is_global(project, chain):
             continue
         with duckdb.connect(str(store_dir / entry.layers[0].path), read_only=True) as con:
             size = con.execute("SELECT block_size FROM pragma_database_size()").fetchone()
             block = int(size[0]) if size else 262_144
-            for i, table in ((0, history), (2, STORE)):
+            found[chain] = {}
+            for table in tables:
                 (rows,) = con.execute(f'SELECT count(*) FROM "{table}"').fetchone() or (0,)
                 blocks = con.execute(
                     f"SELECT count(DISTINCT block_id) FROM pragma_storage_info('{table}') "
                     "WHERE block_id IS NOT NULL"
                 ).fetchone()
-                found[i] += int(rows)
-                found[i + 1] += int(blocks[0] if blocks else 0) * block
-    history_rows, history_bytes, rows, table_bytes = found
-    return history_rows, history_bytes, rows, table_bytes
-
-
-def held_versions(project: Project, store_dir: Path, node: str) -> int:
-    """The versions in the bases of the partitions `node` holds."""
-    history = history_of(project.stores[STORE]).name
-    manifest = read_manifest(store_dir)
-    total = 0
-    for partition in project.cluster.hosted_by(node):
-        path = store_dir / manifest.partitions[partition].layers[0].path
-        with duckdb.connect(str(path), read_only=True) as con:
-            (count,) = con.execute(f'SELECT count(*) FROM "{history}"').fetchone() or (0,)
-        total += int(count)
-    return total
+                found[chain][table] = int(rows), int(blocks[0] if blocks else 0) * block
+    return found
 
 
 def resident(process: psutil.Process) -> tuple[float, float]:
@@ -167,7 +156,10 @@ def run(workload: Workload, duration: float) -> list[str]:
         keys = random.Random(27).sample(floor.all_keys(), KEYS)
     finally:
         floor.close()
-    versions, history_bytes, rows, table_bytes = stored(project, workload.root / "snapshots")
+    sizes = stored(project, workload.root / "snapshots")
+    table = history_of(project.stores[STORE]).name
+    versions, history_bytes = (sum(s[table][i] for s in sizes.values()) for i in (0, 1))
+    rows, table_bytes = (sum(s[STORE][i] for s in sizes.values()) for i in (0, 1))
     nodes = NodeProcesses.gateway(project, workload.root.parent / "logs" / "versions")
     try:
         nodes.start()
@@ -180,7 +172,7 @@ def run(workload: Workload, duration: float) -> list[str]:
     finally:
         nodes.stop()
     per_million = history_bytes / max(versions, 1) * 1e6 / 2**20
-    held = held_versions(project, workload.root / "snapshots", "node1")
+    held = sum(sizes[p][table][0] for p in project.cluster.hosted_by("node1"))
     in_memory = memory / max(held, 1) * 1e6 / 2**20
     return [
         "| read (node1, one at a time) | p50 | load |",

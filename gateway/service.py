@@ -187,7 +187,7 @@ class RequestQueries:
         ((q, answer),) = outcome.parts
         if answer.failure is Failure.OUTSIDE_HISTORY:
             raise GatewayError("OUTSIDE_HISTORY", answer.message or "outside the history")
-        rows = (answer.rows or [])[: first + 1]
+        rows = answer.rows or []
         more, rows = len(rows) > first, rows[:first]
         end = cursors.encode(store.name, [key, rows[-1][1]]) if rows else None
         extend, joined = await self._joined(store, [[r[0], *r[3:]] for r in rows], demand)

@@ -79,7 +79,7 @@ class LookupTable:
         if keys is None:
             return None
         order: np.ndarray | None = None
-        if len(keys) > 1 and not bool(np.all(keys[:-1] <= keys[1:])):  # (a history's repeat)
+        if len(keys) > 1 and not bool(np.all(keys[:-1] < keys[1:])):
             order = np.argsort(keys, kind="stable")
             keys = keys[order]
         key = table.column_names[0]
@@ -89,17 +89,6 @@ class LookupTable:
             for descending in (False, True)
         }
         return cls(keys, order, table.remove_column(0), sorted_by)
-
-    @property
-    def in_key_order(self) -> bool:
-        """Whether the rows were given in key order (sorted positions are row numbers)."""
-        return self._order is None
-
-    @property
-    def order(self) -> np.ndarray:
-        """The row number at each sorted position (when not in key order)."""
-        assert self._order is not None
-        return self._order
 
     @property
     def nbytes(self) -> int:
