@@ -55,6 +55,7 @@ TYPES = (
 )
 GRAPHQL_SCALARS = ("String", "Int", "Float", "Boolean", "ID")
 KEY, WINDOW_START, WINDOW_END = "key", "windowStart", "windowEnd"
+KEYS = "keys"  # a batch field's argument: the keys asked
 COMBINATORS = ("and", "or", "not")  # a filter's own fields, beside the key and the columns
 
 FieldRole = Literal[
@@ -70,6 +71,11 @@ _PREFIX: dict[FieldRole, str] = {"prefix": "Prefix"}  # string keys only
 _BY_VALUE: dict[FieldRole, str] = {"list": "List", "aggregate": "Aggregate"}
 _WINDOW_FIELDS: dict[FieldRole, str] = {"windows": "", "all": "All"}
 _VERSIONED: dict[FieldRole, str] = {"asOf": "AsOf", "history": "History"}  # history stores
+# The roles whose root field names the partitions it reads by a key argument (a client that
+# holds the partition map can send it to a replica of them: GET /cluster's routes).
+_ROUTED_BY: dict[FieldRole, str] = {
+    "lookup": KEY, "windows": KEY, "asOf": KEY, "history": KEY, "batch": KEYS,
+}  # fmt: skip
 _VERSIONED_TYPES: dict[TypeRole, str] = {"version": "Version", "asOf": "AsOf", "history": "History"}
 _BY_VALUE_TYPES: dict[TypeRole, str] = {
     "filter": "Filter",
@@ -103,6 +109,16 @@ def root_fields(store: Store) -> dict[FieldRole, str]:
         prefix = _PREFIX if store.key_type == "string" else {}
         suffixes = _KEYED_FIELDS | prefix | _BY_VALUE | (_VERSIONED if store.versioned else {})
     return {role: store.name + suffix for role, suffix in suffixes.items()}
+
+
+def routed_fields(store: Store) -> dict[str, str]:
+    """The store's root fields that read the partitions of their key argument: field ->
+    argument (none for a global store, whose every partition each node holds)."""
+    if store.is_global:
+        return {}
+    return {
+        field: _ROUTED_BY[role] for role, field in root_fields(store).items() if role in _ROUTED_BY
+    }
 
 
 def types(store: Store) -> dict[TypeRole, str]:

@@ -28,12 +28,15 @@ from gateway.cluster.log_end import LogEnd, LogFileEnd, PublishedEnd
 from gateway.cluster.metrics import NodeMetrics, NodeState
 from gateway.cluster.routing import Router
 from gateway.cluster.status import (
+    ASSIGNMENT_HEADER,
+    NODE_HEADER,
     LiveCounts,
     NodeStatus,
     PartitionInfo,
     PartitionMap,
     PartitionState,
     ReplicaInfo,
+    key_routes,
 )
 from gateway.model.queries import Answer, SubQuery, keys_of
 from gateway.model.topology import TopologyView
@@ -82,6 +85,7 @@ class GatewayNode:
             if settings.log_end == "log"
             else PublishedEnd(self.sync.log_end, self._positions)
         )
+        self.key_routes = key_routes(project)
         self.router = Router(
             project,
             node_id,
@@ -295,6 +299,14 @@ class GatewayNode:
             live=self.live,
         )
 
+    def answer_headers(self) -> list[tuple[bytes, bytes]]:
+        """NODE_HEADER and ASSIGNMENT_HEADER, as an answer carries them."""
+        version = str(self.topology.current.assignment.version)
+        return [
+            (NODE_HEADER.encode(), self.id.encode()),
+            (ASSIGNMENT_HEADER.encode(), version.encode()),
+        ]
+
     def partition_map(self) -> PartitionMap:
         """Partitions, their replicas and roles (warm-ups too), each replica's position,
         version, lag and liveness, as this node knows them."""
@@ -320,6 +332,7 @@ class GatewayNode:
             assignment_version=assignment.version,
             coordinator=described.get("coordinator"),
             leader=described.get("leader"),
+            routes=self.key_routes,
         )
 
     def _replica(self, partition: int, node_id: str, active: bool) -> ReplicaInfo:

@@ -19,6 +19,7 @@ from starlette.datastructures import Headers
 from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from gateway.cluster.status import ASSIGNMENT_HEADER, NODE_HEADER
 from resolvers.execution import client_errors
 
 ANY = "*"
@@ -69,6 +70,7 @@ class Origins:
                 allow_origins=list(origins),
                 allow_methods=["GET", "POST"],
                 allow_headers=["authorization", "content-type", "accept"],
+                expose_headers=[NODE_HEADER, ASSIGNMENT_HEADER],  # a routing page reads them
                 max_age=CORS_MAX_AGE_S,
             )
 

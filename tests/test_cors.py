@@ -113,6 +113,9 @@ def test_responses_name_the_listed_origin_only(node: str, query: str) -> None:
     mine = httpx.post(node, json={"query": query}, headers={"origin": DASHBOARD})
     assert mine.status_code == 200 and "data" in mine.json()
     assert mine.headers["access-control-allow-origin"] == DASHBOARD
+    exposed = mine.headers["access-control-expose-headers"].lower()
+    assert "stategate-node" in exposed and "stategate-assignment" in exposed, "routing pages"
+    assert mine.headers["stategate-assignment"] == "0", "the project file's placement"
     theirs = httpx.post(node, json={"query": query}, headers={"origin": OTHER})
     assert theirs.status_code == 200
     assert "access-control-allow-origin" not in theirs.headers

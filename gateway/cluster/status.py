@@ -8,7 +8,13 @@ from typing import Any
 
 import orjson
 
+from contracts import names
+from contracts.project import Project
 from gateway.wire.protocol import ProtocolError
+
+# Headers of every GraphQL answer over HTTP: the node that answered, and the version of the
+# placement it knows (a routing client whose map is older fetches /cluster again).
+NODE_HEADER, ASSIGNMENT_HEADER = "stategate-node", "stategate-assignment"
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +90,16 @@ class PartitionInfo:
     warming: list[ReplicaInfo]  # copies being made; each serves once caught up
 
 
+@dataclass(frozen=True, slots=True)
+class KeyRoute:
+    """A root field that reads the partitions of its key argument, by the key's topic."""
+
+    field: str
+    argument: str  # "key": one key; "keys": a list of them
+    topic: str
+    key_type: str
+
+
 @dataclass(frozen=True)
 class PartitionMap:
     """Partitions, their replicas and roles, as the answering node knows them."""
@@ -98,9 +114,19 @@ class PartitionMap:
     assignment_version: int  # 0: the project file's placement
     coordinator: str | None  # etcd://...: an elastic cluster's
     leader: str | None  # the node that places partitions, as last read
+    routes: list[KeyRoute]  # what a client needs to send a key's query to its replicas
 
     def to_json(self) -> bytes:
         return orjson.dumps(_json_map(self))
+
+
+def key_routes(project: Project) -> list[KeyRoute]:
+    """Every root field of the project's partitioned stores that reads by key."""
+    return [
+        KeyRoute(field, argument, store.topic.name, store.key_type)
+        for store in project.stores.values()
+        for field, argument in names.routed_fields(store).items()
+    ]
 
 
 def _json_map(partition_map: PartitionMap) -> dict[str, Any]:

@@ -77,6 +77,7 @@ class GraphQLEndpoint:
             log.exception("answering a GraphQL request failed")
             failed = TransportError(500, "INTERNAL_SERVER_ERROR", "the node failed to answer")
             response = _transport_error(failed, media)
+        response.raw_headers.extend(self.node.answer_headers())
         await response(scope, receive, send)
 
     async def _respond(

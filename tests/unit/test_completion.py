@@ -210,7 +210,7 @@ class Data:
         leader = self.maybe("node1")
         version = self.rng.randrange(0, 99)
         return PartitionMap(
-            "node1", len(partitions), 2, {}, nodes, partitions, 0, version, coordinator, leader
+            "node1", len(partitions), 2, {}, nodes, partitions, 0, version, coordinator, leader, []
         )
 
     def context(self, project: Any = None) -> SimpleNamespace:
@@ -413,7 +413,7 @@ def broken_cases(project: Project) -> dict[str, tuple[str, SimpleNamespace]]:
     partition_map = PartitionMap(
         "node1", 1, 1, {}, {"node1": "h:1"},
         [PartitionInfo(0, [ReplicaInfo(None, "h:1", True, True, 3, {}, None)], [])],  # type: ignore[arg-type]
-        0, 0, None, None,
+        0, 0, None, None, [],
     )  # fmt: skip
     context.node.partition_map = lambda: partition_map
     cases["null replica node"] = (
@@ -454,7 +454,7 @@ def test_a_value_a_nullable_leaf_cannot_represent_nulls_only_that_leaf(
     partition_map = PartitionMap(
         "node1", 1, 1, {}, {"node1": "h:1"},
         [PartitionInfo(0, [ReplicaInfo("node1", "h:1", True, True, 2**40, {}, None)], [])],
-        0, 0, None, None,
+        0, 0, None, None, [],
     )  # fmt: skip
     context.node.partition_map = lambda: partition_map
     document = parse("{ cluster { node partitions { replicas { node version } } } }")

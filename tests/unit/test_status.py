@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import orjson
 
-from gateway.cluster.status import PartitionInfo, PartitionMap, ReplicaInfo
+from contracts import project as projects
+from gateway.cluster.status import KeyRoute, PartitionInfo, PartitionMap, ReplicaInfo, key_routes
+from stategate.demo import PROJECT_TEMPLATE
 
 PAST_DOUBLES = 2**53 + 1  # a JSON number a double cannot hold
 
@@ -19,6 +21,7 @@ def test_cluster_json_writes_offsets_and_lag_as_decimal_strings() -> None:
     partition_map = PartitionMap(
         "node1", 1, 2, {"t": "long"}, {"node1": "127.0.0.1:1", "node2": "127.0.0.1:2"},
         [PartitionInfo(0, replicas, warming)], 1_767_225_600_000, 3, None, None,
+        [KeyRoute("trains", "key", "t", "long")],
     )  # fmt: skip
     body = orjson.loads(partition_map.to_json())
     (partition,) = body["partitions"]
@@ -36,3 +39,22 @@ def test_cluster_json_writes_offsets_and_lag_as_decimal_strings() -> None:
     ]
     assert body["generated_ms"] == 1_767_225_600_000 and body["partitions_count"] == 1
     assert body["assignment_version"] == 3  # an Int in the API
+    assert body["routes"] == [
+        {"field": "trains", "argument": "key", "topic": "t", "key_type": "long"}
+    ]
+
+
+def test_the_routes_are_the_root_fields_that_read_by_key() -> None:
+    """The demo's: lookups, batches, windows and histories of its partitioned stores; no
+    pages, filters or totals (they read every partition), nothing of the global timetable."""
+    routes = {r.field: (r.argument, r.topic, r.key_type) for r in key_routes(
+        projects.load(PROJECT_TEMPLATE))}  # fmt: skip
+    assert routes == {
+        "customerTotals": ("key", "bookings", "string"),
+        "customerTotalsBatch": ("keys", "bookings", "string"),
+        "latestBooking": ("key", "bookings", "string"),
+        "latestBookingBatch": ("keys", "bookings", "string"),
+        "latestBookingAsOf": ("key", "bookings", "string"),
+        "latestBookingHistory": ("key", "bookings", "string"),
+        "hourlyRevenue": ("key", "bookings", "string"),
+    }
