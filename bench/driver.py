@@ -235,13 +235,16 @@ def graphql_operation(
     urls: Sequence[str],
     bodies: Sequence[bytes],
     check: Callable[[Any], str | None] | None = None,
+    route: Callable[[bytes], str] | None = None,
 ) -> Operation:
-    """POST bodies[i % len] to urls[i % len] (round-robin over the nodes); an answer with
-    `errors`, without `data`, or failing `check(data)` counts as an error."""
+    """POST bodies[i % len] to urls[i % len] (round-robin over the nodes), or to the URL
+    `route` chooses for the body; an answer with `errors`, without `data`, or failing
+    `check(data)` counts as an error."""
 
     async def operation(i: int) -> str | None:
-        url = urls[i % len(urls)]
-        response = await client.post(url, content=bodies[i % len(bodies)], headers=_JSON)
+        content = bodies[i % len(bodies)]
+        url = route(content) if route else urls[i % len(urls)]
+        response = await client.post(url, content=content, headers=_JSON)
         if response.status_code != 200:
             return f"HTTP {response.status_code}: {response.text[:300]}"
         answer = orjson.loads(response.content)

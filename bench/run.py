@@ -507,8 +507,11 @@ def measure_versus(
     stack.callback(gw.stop)
     gw.wait_serving()
     gateway = versus.bodies(versus.GATEWAY, keys)
+    cluster = versus.cluster_map(gw.url("node1"))
     r.versus += asyncio.run(
-        versus.measure("gw", f"{gw.url('node1')}/graphql", gateway, gw.processes(), duration)
+        versus.measure(
+            "gw", f"{gw.url('node1')}/graphql", gateway, gw.processes(), duration, cluster
+        )
     )
     gw.stop()
 
@@ -584,6 +587,9 @@ def comparisons(r: Results, timings: SparkTimings) -> list[report.Comparison]:
         return ratio(gw.p50_ms if gw else None, pg.p50_ms if pg else None)
 
     gw16, pg16 = vs(versus.ONE_16)
+    routed16, _ = vs(versus.ROUTED_16)
+    routed, _ = vs(versus.ROUTED)
+    gw_one_vs, _ = vs(versus.ONE)
     rss_small = r.memory.get("small_node1_rss_mib_after_warmup")
     return [
         at_least(
@@ -606,6 +612,21 @@ def comparisons(r: Results, timings: SparkTimings) -> list[report.Comparison]:
         at_most(
             "node CPU per one-key request (16 clients)",
             gw16.server_cpu_ms if gw16 else None, 0.3, "ms", "all 3 nodes, hops included",
+        ),
+        at_most(
+            "node CPU per one-key request, routed (16 clients)",
+            routed16.server_cpu_ms if routed16 else None, 0.2, "ms",
+            "each to its key's active replica, as clients/python/routing.py sends it",
+        ),
+        at_least(
+            "one key, 16 clients, routed: gateway req/s / PostGraphile req/s",
+            ratio(routed16.qps if routed16 else None, pg16.qps if pg16 else None),
+            1, "x", f"{routed16.qps:.0f} req/s" if routed16 else "",
+        ),
+        info(
+            "one key, sequential p50: routed / to node1",
+            ratio(routed.p50_ms if routed else None, gw_one_vs.p50_ms if gw_one_vs else None),
+            "x", "",
         ),
         below(
             "node1 RSS at the big workload",

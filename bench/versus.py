@@ -6,6 +6,10 @@ each server alone on the machine while it is measured.
 - 1000 keys as one list: `latestBookingBatch(keys: $keys)` vs `latestBookingByKeys(keys:)`;
 - 1000 aliased fields, the keys as variables: `k0: latestBooking(key: $k0)` ... vs
   `k0: latestBookingByKey(key: $k0)` ...
+
+The gateway's one-key reads are measured twice more, sent as a routing client sends them
+(clients/python/routing.py: each to the active replica of its key's partition, chosen per
+request) instead of all to node1.
 """
 
 from __future__ import annotations
@@ -17,9 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import httpx
+import orjson
 
 from bench.driver import Servers, Stats, graphql_operation, http_client, run_async
 from bench.queries import body
+from clients.python import routing
 from contracts.project import Project
 
 TABLE = "latest_booking"
@@ -28,6 +35,7 @@ FIELDS = "key trip price seats"
 PG_TYPES = {"string": "text", "int": "integer", "long": "bigint", "double": "double precision",
             "boolean": "boolean"}  # fmt: skip
 ONE, ONE_16, LIST, ALIASES = "one key", "one key, 16 clients", "1000 keys, one list", "1000 aliased"
+ROUTED, ROUTED_16 = "one key, routed", "one key, 16 clients, routed"
 
 
 @dataclass(frozen=True)
@@ -116,20 +124,44 @@ def _count(expected: int) -> Callable[[Any], str | None]:
     return check
 
 
+def cluster_map(base: str) -> routing.ClusterMap:
+    """The partition map a routing client reads from the node at `base`."""
+    return routing.ClusterMap.read(httpx.get(f"{base}/cluster").json(), "http")
+
+
+def router(cluster: routing.ClusterMap) -> Callable[[bytes], str]:
+    """Where a routing client sends a request: its keys' best node."""
+
+    def route(content: bytes) -> str:
+        keys = routing.keys_asked(orjson.loads(content), cluster.routes)
+        return f"{cluster.addresses[cluster.nodes_for(keys)[0]]}/graphql"
+
+    return route
+
+
 async def measure(
-    label: str, url: str, b: Bodies, servers: Servers, duration: float
+    label: str,
+    url: str,
+    b: Bodies,
+    servers: Servers,
+    duration: float,
+    cluster: routing.ClusterMap | None = None,
 ) -> list[Stats]:
-    """The four reads against one server, one case at a time."""
-    cases = [
-        (ONE, 1, b.one, 1, 50),
-        (ONE_16, 16, b.one, 1, 50),
-        (LIST, 1, b.lists, 1000, 5),
-        (ALIASES, 1, b.aliased, 1000, 2),
+    """The four reads against one server, one case at a time; with a cluster map, the
+    one-key reads routed too."""
+    cases: list[tuple[str, int, list[bytes], int, int, Callable[[bytes], str] | None]] = [
+        (ONE, 1, b.one, 1, 50, None),
+        (ONE_16, 16, b.one, 1, 50, None),
+        (LIST, 1, b.lists, 1000, 5, None),
+        (ALIASES, 1, b.aliased, 1000, 2, None),
     ]
+    if cluster is not None:
+        route = router(cluster)
+        cases += [(ROUTED, 1, b.one, 1, 50, route), (ROUTED_16, 16, b.one, 1, 50, route)]
     out = []
     async with http_client() as client:
-        for name, concurrency, requests, rows, warmup in cases:
-            operation = graphql_operation(client, [url], requests, _count(rows))
+        for name, concurrency, requests, rows, warmup, routed in cases:
+            operation = graphql_operation(client, [url], requests, _count(rows), routed)
             stats = await run_async(
                 f"{label} {name}", operation, concurrency, duration, 1_000_000,
                 warmup=warmup, servers=servers, min_count=5,

@@ -11,7 +11,10 @@ own project, every answer checked against the oracle:
 - TypeScript: `npm ci` installs GraphQL Code Generator and TypeScript from
   clients/typescript/package-lock.json, the generator writes the types, `tsc --noEmit` checks
   the example (and refuses a Long used as a number), and the compiled example answers as the
-  oracle does.
+  oracle does, routed by routing.ts.
+- Routing (clients/python/routing.py, clients/typescript/routing.ts): each key's request
+  reaches its partition's active replica, no node asks another, and a killed replica's keys
+  go to their standby.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import json
+import random
 import shutil
 import subprocess
 import sys
@@ -39,6 +43,7 @@ from spark_pipeline import job
 from spark_pipeline.session import LazySpark
 from stategate import demo
 from stategate.demo import bookings
+from stategate.launcher import wait_serving
 from tests import oracle
 from tests.nodes import Nodes
 from tests.projects import demo_project
@@ -336,6 +341,22 @@ def test_the_typescript_types_check_and_the_example_answers(cluster: Nodes) -> N
     assert refused.returncode != 0 and "TS2322" in refused.stdout, refused.stdout
 
     run(npm, "run", "build")
+    # routing.ts partitions as Kafka does, for every key type
+    rng = random.Random(7)
+    keys = [
+        *(("string", "".join(rng.choice("aZ9→Kö€😀") for _ in range(n))) for n in range(12)),
+        *(("int", rng.randint(-(2**31), 2**31 - 1)) for _ in range(20)),
+        *(("long", str(rng.randint(-(2**63), 2**63 - 1))) for _ in range(20)),
+    ]
+    script = (
+        'import { partitionOf } from "./dist/routing.js";'
+        "const keys = JSON.parse(process.argv[1]);"
+        "console.log(JSON.stringify(keys.map(([t, k]) => partitionOf(k, t, 9))));"
+    )
+    computed = run("node", "--input-type=module", "-e", script, json.dumps(keys))
+    assert json.loads(computed.stdout) == [
+        partition_for(int(k) if t != "string" else k, t, 9) for t, k in keys
+    ]
     project = cluster.project
     totals = totals_of(project)
     key = max(totals, key=lambda k: totals[k]["bookings"])
@@ -356,7 +377,13 @@ def test_the_typescript_types_check_and_the_example_answers(cluster: Nodes) -> N
         "windows": len(windows),
         "windowBookings": str(sum(r[2] for r in windows)),
         "busiestHour": output["busiestHour"],
+        "answeredBy": output["answeredBy"],
+        "routed": 2,  # the batch and the windows: the partition map has no keys
     }
+    # routing.ts sent the key's windows to the active replica of its partition
+    active = project.cluster.replica_map[partition_for(key, "string", project.cluster.partitions)]
+    assert output["answeredBy"]["HourlyRevenue"] == active[0], output["answeredBy"]
+    assert output["answeredBy"]["ClusterState"] == "node2", "no keys: the URL it was given"
     busiest = max(windows, key=lambda r: r[2])
     assert int(output["busiestHour"]["bookings"]) == busiest[2]
 
@@ -392,3 +419,83 @@ def test_the_python_client_subscription_pushes_a_new_booking(
 
     for node in cluster.ids:
         asyncio.run(watch(node))
+
+
+def routing_client(client: ModuleType, cluster: Nodes, seed: str) -> tuple[Any, Any]:
+    """The typed client over a RoutingTransport seeded with one node, and the transport."""
+    routing = importlib.import_module(f"{client.__name__}.routing")  # copied in, not imported
+    transport = routing.RoutingTransport([cluster.url(seed)])
+    http = httpx.AsyncClient(transport=transport, timeout=30)
+    api = client.StategateClient(url=f"{cluster.url(seed)}/graphql", http_client=http)
+    return api, transport
+
+
+def test_the_routing_client_sends_each_key_to_its_partition(
+    client: ModuleType, cluster: Nodes
+) -> None:
+    """Seeded with node1 alone, the routing client sends each one-key request to the active
+    replica of the key's partition and a batch to the node holding most of its keys: no node
+    serves an internal request, each one-key answer comes from the active replica, and every
+    answer is the oracle's."""
+    project = cluster.project
+    partitions = project.cluster.partitions
+    totals = totals_of(project)
+    keys = sorted(totals)[::5][:60] + ["nobody"]
+
+    async def ask() -> tuple[int, set[str]]:
+        api, transport = routing_client(client, cluster, "node1")
+        answered: set[str] = set()
+        async with api:
+            for key in keys:
+                one = (await api.customer_totals(key=key)).customer_totals
+                assert_totals(one.record, totals.get(key))
+                (part,) = one.meta.partitions
+                active = project.cluster.replica_map[partition_for(key, "string", partitions)][0]
+                assert part.node == active and part.role.value == "ACTIVE", (key, part)
+                answered.add(part.node)
+            held = [k for k in keys if partition_for(k, "string", partitions) in (0, 3)]
+            batch = (await api.customer_totals_batch(keys=held)).customer_totals_batch
+            for entry in batch.entries:
+                assert_totals(entry.record, totals.get(entry.key))
+        return transport.routed, answered
+
+    before = {n: cluster.status(n)["internal_requests"] for n in cluster.ids}
+    routed, answered = asyncio.run(ask())
+    after = {n: cluster.status(n)["internal_requests"] for n in cluster.ids}
+    assert after == before, "a routed request made a node ask another"
+    assert routed == len(keys) + 1
+    assert answered == set(cluster.ids), "the keys asked spread over every node"
+
+
+def test_the_routing_client_fails_over_to_another_replica(
+    client: ModuleType, cluster: Nodes
+) -> None:
+    """With node2 killed, a key whose active replica is node2 goes to node2 first, then,
+    node2 unreachable, to its standby; the next such key skips node2. Last in the module:
+    node2 is started again after."""
+    project = cluster.project
+    partitions = project.cluster.partitions
+    totals = totals_of(project)
+    on_node2 = [
+        k for k in sorted(totals)
+        if project.cluster.replica_map[partition_for(k, "string", partitions)][0] == "node2"
+    ][:5]  # fmt: skip
+
+    async def ask() -> Any:
+        api, transport = routing_client(client, cluster, "node1")
+        async with api:
+            await api.customer_totals(key=on_node2[0])  # the map read, node2 alive in it
+            cluster.kill("node2")
+            for key in on_node2:
+                one = (await api.customer_totals(key=key)).customer_totals
+                assert_totals(one.record, totals[key])
+                (part,) = one.meta.partitions
+                assert part.node != "node2" and part.failure is None, part
+        return transport
+
+    try:
+        transport = asyncio.run(ask())
+        assert list(transport.down) == [cluster.url("node2")]
+    finally:
+        cluster.start("node2")
+        wait_serving(project, cluster.ids)

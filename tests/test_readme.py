@@ -50,6 +50,7 @@ from playwright.sync_api import sync_playwright
 from contracts import project as projects
 from contracts.auth import secret_headers
 from contracts.coordination import State
+from contracts.partitioner import partition_for
 from contracts.project import Project
 from stategate import demo
 from stategate.demo import bookings
@@ -371,8 +372,30 @@ def over_the_cost_limit(cluster: Cluster, line: str) -> None:
 
 
 def run_python(example: Example, cluster: Cluster) -> None:
-    """The typed client's example (clients/python on PYTHONPATH, as the README says): an int,
-    a result read with max_lag=0 that did not fail (issue 22), then the subscription's."""
+    """The typed client's examples (clients/python on PYTHONPATH, as the README says): the
+    one that subscribes, and the routing one."""
+    if "until" in example.note:
+        run_subscribing(example, cluster)
+        return
+    code = substitute(example.text, cluster.places)
+    command = [sys.executable, "-c", code]
+    environment = env(ROOT / "clients" / "python")
+    done = subprocess.run(command, cwd=ROOT, env=environment, capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    *answers, routed = done.stdout.splitlines()
+    replicas = cluster.project.cluster.replica_map
+    partitions = cluster.project.cluster.partitions
+    assert answers == [
+        f"{key} answered by {replicas[partition_for(key, 'string', partitions)][0]}"
+        for key in ["C000001", "C000002", "C000003"]
+    ], "each key by the active replica of its partition"
+    assert routed == f"{len(answers)} requests routed"
+
+
+def run_subscribing(example: Example, cluster: Cluster) -> None:
+    """An int, a result read with max_lag=0 that did not fail (issue 22), then the
+    subscription's."""
     (until,) = map(int, re.findall(r"until (\d+) lines", example.note))
     code = substitute(example.text, cluster.places)
     lines = printed([sys.executable, "-c", code], env(ROOT / "clients" / "python"), until)

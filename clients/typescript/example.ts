@@ -1,6 +1,7 @@
 // A typed client in a few lines: three operations of ../operations.graphql sent with fetch,
 // their variables and results typed by the documents GraphQL Code Generator wrote into
-// generated/ (`npm run codegen`). Against `make demo`:
+// generated/ (`npm run codegen`), each routed to the node that holds its keys (routing.ts).
+// Against `make demo`:
 //
 //   npm ci && npm run codegen && npm run build
 //   node dist/example.js http://127.0.0.1:8101/graphql C000001
@@ -13,6 +14,7 @@ import {
   HourlyRevenueDocument,
   type TypedDocumentString,
 } from "./generated/graphql.js";
+import { Router } from "./routing.js";
 
 const [
   url = "http://127.0.0.1:8101/graphql",
@@ -20,6 +22,9 @@ const [
   from = "2026-10-25T00:00:00Z",
   to = "2026-10-31T23:00:00Z",
 ] = process.argv.slice(2);
+
+const router = new Router([new URL(url).origin]);
+const answeredBy: Record<string, string | null> = {}; // operation -> the node that answered
 
 interface GraphQLResponse<TResult> {
   data?: TResult | null;
@@ -31,14 +36,15 @@ async function execute<TResult, TVariables>(
   document: TypedDocumentString<TResult, TVariables>,
   ...[variables]: TVariables extends Record<string, never> ? [] : [TVariables]
 ): Promise<TResult> {
-  const response = await fetch(url, {
-    method: "POST",
+  const request = { query: document.toString(), variables: variables ?? {} };
+  const response = await router.post(url, JSON.stringify(request), {
     headers: {
       "content-type": "application/json",
       accept: "application/graphql-response+json",
     },
-    body: JSON.stringify({ query: document.toString(), variables: variables ?? {} }),
   });
+  const operation = /(?:query|subscription)\s+(\w+)/.exec(request.query)?.[1] ?? "?";
+  answeredBy[operation] = response.headers.get("stategate-node");
   const body = (await response.json()) as GraphQLResponse<TResult>;
   if (body.errors?.length) {
     const errors = body.errors.map((e) => `${e.extensions?.code ?? "ERROR"}: ${e.message}`);
@@ -81,5 +87,7 @@ console.log(
     windows: windows.length,
     windowBookings: sum(windows.map((w) => w.bookings)).toString(),
     busiestHour: busiest ? { start: busiest.windowStart, bookings: busiest.bookings } : null,
+    answeredBy,
+    routed: router.routed,
   }),
 );

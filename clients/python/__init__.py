@@ -1,0 +1,1 @@
+"""The Python client's hand-written modules, copied into the generated package."""
