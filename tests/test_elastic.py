@@ -3,6 +3,7 @@ subscribe, and every answer agrees with the oracle at its stated positions."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import os
@@ -13,13 +14,16 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from websockets.exceptions import ConnectionClosed
 
+from clients.python.routing import RoutingTransport
 from contracts import chains, eventlog
 from contracts import project as projects
 from contracts.coordination import State
 from contracts.eventlog import Record
+from contracts.partitioner import partition_for
 from spark_pipeline import job
 from spark_pipeline.publish import notify_nodes
 from spark_pipeline.session import LazySpark
@@ -149,6 +153,44 @@ def variables(client: positions.Client, i: int) -> dict[str, object]:
     return {"key": KEYS[i % len(KEYS)], "keys": KEYS, "token": client.token}
 
 
+class Routed:
+    """A routing client (clients/python/routing.py) seeded with node1, on an event loop of its
+    own that outlives each check, so its map lives from one placement to the next."""
+
+    QUERY = "query R($key: String!) { customerTotals(key: $key) { meta { partitions { node } } } }"
+
+    def __init__(self, elastic: Elastic) -> None:
+        self.elastic = elastic
+        self.loop = asyncio.new_event_loop()
+        self.transport = RoutingTransport([elastic.nodes.url("node1")])
+        self.client = httpx.AsyncClient(transport=self.transport, timeout=10)
+
+    def check(self, state: State) -> None:
+        """After one answer tells it of `state`'s placement, each key goes to its active
+        replica there, which answers it from its own state."""
+        self.loop.run_until_complete(self._check(state))
+
+    async def _check(self, state: State) -> None:
+        url = f"{self.elastic.nodes.url('node1')}/graphql"
+        partitions = self.elastic.project.cluster.partitions
+        version = state.assignment.version  # type: ignore[union-attr]
+        await self.client.post(url, json={"query": self.QUERY, "variables": {"key": KEYS[0]}})
+        current = self.transport.map is not None and self.transport.map.version == version
+        assert current or self.transport.stale, "an answer told it of the new placement"
+        for key in KEYS[:12]:
+            answer = await self.client.post(
+                url, json={"query": self.QUERY, "variables": {"key": key}}
+            )
+            (part,) = answer.json()["data"]["customerTotals"]["meta"]["partitions"]
+            active = state.assignment.replica_map[partition_for(key, "string", partitions)][0]  # type: ignore[union-attr]
+            assert part["node"] == active == answer.headers["stategate-node"], (key, part)
+        assert self.transport.map is not None and self.transport.map.version == version
+
+    def close(self) -> None:
+        self.loop.run_until_complete(self.client.aclose())
+        self.loop.close()
+
+
 class Reader(threading.Thread):
     """A client asking every query kind of one node in a loop, its last token with each."""
 
@@ -221,14 +263,17 @@ def test_the_cluster_scales_3_5_2_while_every_query_kind_is_read_and_subscribed(
     spark: LazySpark, tmp_path: Path
 ) -> None:
     """The continuous pipeline publishes and a producer appends throughout; every answer is
-    the oracle's at its stated positions, no client's positions go back, and every
-    subscription still receives at the end, one of them moved to another node."""
+    the oracle's at its stated positions, no client's positions go back, every subscription
+    still receives at the end, one of them moved to another node, and a routing client
+    follows each placement within one answer."""
     elastic = Elastic(tmp_path, spark, follow=True)
     readers: list[Reader] = []
     subscribers: list[Subscriber] = []
+    routed = Routed(elastic)
     try:
         elastic.start("node1", "node2", "node3")
         first = elastic.settled({"node1", "node2", "node3"})
+        routed.check(first)
         readers += [Reader(elastic, n) for n in ("node1", "node2")]
         subscribers += [
             Subscriber(elastic, node, "node1", key)
@@ -242,10 +287,12 @@ def test_the_cluster_scales_3_5_2_while_every_query_kind_is_read_and_subscribed(
             counts = [len(grown.assignment.hosted_by(n)) for n in sorted(grown.members)]  # type: ignore[union-attr]
             assert max(counts) - min(counts) <= 1, counts
             check_visible(elastic, "node5", grown)
+            routed.check(grown)
             for node in ("node3", "node4", "node5"):
                 elastic.nodes.cli("cluster", "drain", node)
             shrunk = elastic.settled({"node1", "node2", "node3", "node4", "node5"})
             assert set().union(*shrunk.assignment.serving) == {"node1", "node2"}  # type: ignore[union-attr]
+            routed.check(shrunk)
             for node in ("node3", "node4", "node5"):  # what a node handed over, it deleted
                 # (every node holds every global chain while it runs: contracts/chains.py)
                 kept = lambda node=node: layer_files(elastic, node)  # noqa: E731
@@ -265,6 +312,7 @@ def test_the_cluster_scales_3_5_2_while_every_query_kind_is_read_and_subscribed(
         for client in readers + subscribers:
             client.stopping.set()
             client.join(30)
+        routed.close()
         elastic.close()
     assert all(r.client.answers > 5 for r in readers), [r.client.answers for r in readers]
     assert subscribers[2].moved == 1  # node3's subscription moved to node1, and went on
