@@ -1,5 +1,6 @@
-"""Answering sub-queries from this node's snapshots: lookups from the in-memory tables,
-everything else with one SQL statement per sub-query.
+"""Answering sub-queries from this node's snapshots: lookups, pages by key, ordered pages,
+totals, a key's windows and versions from memory where it holds them; everything else with
+one SQL statement per sub-query.
 
 Snapshots are sorted by key (and window start), so every statement below is a range
 predicate DuckDB prunes with zone maps, and a scan reads only its page plus one row.
@@ -17,7 +18,7 @@ from contracts import chains
 from contracts.clock import duration, instant, now_ms
 from contracts.errors import Failure
 from contracts.positions import satisfies
-from contracts.project import Project, Store
+from contracts.project import Project, Store, history_of
 from contracts.snapshot_file import DELETED, key_columns
 from contracts.topology import Topology
 from gateway.model.filters import KEY, Sort
@@ -35,7 +36,7 @@ from gateway.model.queries import (
     Windows,
     WindowsOfKey,
 )
-from gateway.storage import by_value, history
+from gateway.storage import by_value, history, windows
 from gateway.storage.layers import Overlay
 from gateway.storage.masks import vectorized
 from gateway.storage.ordered import indexed
@@ -80,17 +81,21 @@ class _NeedsSql(Exception):
 def in_memory(catalog: SnapshotCatalog, project: Project, q: SubQuery) -> bool:
     """Whether a sub-query is one the current snapshot answers from memory, so that it can
     run on the event loop (microseconds, no thread hop): a lookup, a page by key, a key's
-    versions, or a page ordered by an indexed column whose filter numpy tests whole (a walk
-    bounded by ordered.WALK_LIMIT)."""
+    versions or windows, or a page ordered by an indexed column whose filter numpy tests
+    whole (a walk bounded by ordered.WALK_LIMIT)."""
     store = project.stores.get(q.store)
     snapshot = None if store is None else catalog.get(chains.of(project, store, q.partition))
-    table = None if snapshot is None else snapshot.tables.get(q.store)
-    if table is None or snapshot is None or store is None:
+    if snapshot is None or store is None:
+        return False
+    if isinstance(q.query, Versions):
+        return snapshot.runs(history_of(store).name) is not None
+    if isinstance(q.query, WindowsOfKey):
+        return snapshot.runs(store.name) is not None
+    table = snapshot.tables.get(q.store)
+    if table is None:
         return False
     if isinstance(q.query, Get | Range | Prefix):
         return True  # a scan memory cannot answer falls to SQL off the event loop
-    if isinstance(q.query, Versions):
-        return snapshot.version_indexes(store) is not None
     return (
         isinstance(q.query, Select)
         and indexed(store, q.query) is not None
@@ -135,6 +140,11 @@ def _answer(
                 )
         if isinstance(q.query, Versions):
             return _versions(catalog, snapshot, store, q, answer)
+        if isinstance(q.query, WindowsOfKey):
+            indexed = windows.of_key(snapshot, store.name, q.query)
+            if indexed is not None:
+                answer.rows = indexed
+                return answer
         table = snapshot.tables.get(store.name)
         if table is not None and isinstance(q.query, Get):
             answer.rows = table.get(q.query.keys)

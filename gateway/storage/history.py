@@ -20,8 +20,8 @@ from contracts.clock import EARLIEST_MS
 from contracts.project import TOMBSTONE, VALID_FROM, VALID_TO, Store, history_of
 from contracts.snapshot_file import quoted
 from gateway.model.queries import Row, Versions
+from gateway.storage.key_runs import Timed
 from gateway.storage.snapshots import Snapshot
-from gateway.storage.version_index import Version
 
 
 def versions(
@@ -29,11 +29,11 @@ def versions(
 ) -> list[Row]:
     """The versions of `query.key` valid at some time in [from, to], by valid_from, after
     `query.after`, at most `query.limit`: key, valid_from, valid_to, then the columns. From
-    the layers' indexes in memory (storage/version_index.py) when every layer has one."""
-    indexes = snapshot.version_indexes(store)
+    the layers' indexes in memory (storage/key_runs.py) when every layer has one."""
+    indexes = snapshot.runs(history_of(store).name)
     if indexes is None:
         return versions_by_sql(cursor, snapshot, store, query)
-    since, found = _from(query), dict[int, Version]()
+    since, found = _from(query), dict[int, Timed]()
     for index in indexes:  # oldest first: a newer layer's row of a time replaces an older's
         found.update((v[0], v) for v in index.versions(query.key, since, query.to_ms))
     return _valid(query, [found[start] for start in sorted(found)])
@@ -72,7 +72,7 @@ def _from(query: Versions) -> int:
     return EARLIEST_MS if query.from_ms is None else query.from_ms
 
 
-def _valid(query: Versions, rows: list[Version]) -> list[Row]:
+def _valid(query: Versions, rows: list[Timed]) -> list[Row]:
     """Of a key's rows (valid_from, valid_to, tombstone, *columns) by valid_from, from the
     one valid at `from` on: the versions, tombstones left out, after `after`."""
     since = _from(query)

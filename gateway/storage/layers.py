@@ -37,9 +37,9 @@ from contracts.snapshot_file import (
 )
 from gateway.model.queries import Prefix, Range, Row, Select, Totals
 from gateway.storage import ordered, scans, summing
+from gateway.storage.key_runs import KeyRuns, newest_of
 from gateway.storage.lookup_table import Changed, LookupTable
 from gateway.storage.row_select import served
-from gateway.storage.version_index import VersionIndex, newest_of
 
 LEVELS = "memory.main"  # where the hub keeps the levels' tables: its own database
 MAX_LEVELS = 3  # a scan asks each level (~1.5 ms each): more would cost reads what installs save
@@ -97,7 +97,7 @@ class Level:
     tables: dict[str, LookupTable] = field(default_factory=dict)  # keyed stores' lookups
     deleted: dict[str, int] = field(default_factory=dict)  # store -> its `_deleted` rows
     newest: dict[str, int] = field(default_factory=dict)  # history -> its newest valid_from
-    histories: dict[str, VersionIndex] = field(default_factory=dict)  # indexed histories
+    runs: dict[str, KeyRuns] = field(default_factory=dict)  # indexed windows and histories
     users: int = 0  # snapshots that read it (counted by the catalog)
     _copied: set[str] = field(default_factory=set)  # stores in the hub database
     _copying: threading.Lock = field(default_factory=threading.Lock)
@@ -107,13 +107,15 @@ class Level:
         return sum(frame.num_rows for frame in self.frames.values())
 
     def index(self, stores: Sequence[Store]) -> None:
-        """Count the deleted rows, index the keyed stores, and note each history's stream
-        time."""
+        """Count the deleted rows, index the keyed stores and the windows, and note each
+        history's stream time."""
         for store in stores:
             frame = self.frames[store.name]
             self.deleted[store.name] = int(pc.sum(frame.column(DELETED)).as_py() or 0)
             if store.kind == "versions":
                 self._index_history(store, frame)
+            if store.kind == "window":  # key, window_start, the columns served, _deleted
+                self._index_runs(store, served(store, frame))
             if len(key_columns(store)) > 1:
                 continue
             rows = served(store, frame)  # rows as queries return them
@@ -125,10 +127,12 @@ class Level:
         newest = newest_of(frame)
         if newest is not None:
             self.newest[store.name] = newest
-        rows = frame.drop_columns([DELETED])
-        index = VersionIndex.from_arrow(rows, store.key_type != "string")
-        if index is not None:
-            self.histories[store.name] = index
+        self._index_runs(store, frame.drop_columns([DELETED]))
+
+    def _index_runs(self, store: Store, rows: pa.Table) -> None:
+        runs = KeyRuns.from_arrow(rows, store.key_type != "string")
+        if runs is not None:
+            self.runs[store.name] = runs
 
     def install(self, hub: duckdb.DuckDBPyConnection, stores: Sequence[Store]) -> None:
         """Copy the stores no lookup table serves into the hub; on a failure, none stays."""
@@ -238,10 +242,11 @@ class Overlay:
         """Rows marked deleted in the store's levels, together (a bound on the overlay's)."""
         return sum(level.deleted.get(store, 0) for level in self.levels)
 
-    def histories(self, history: str) -> list[VersionIndex] | None:
-        """The levels' indexes of a history, oldest first; None when one has none."""
-        found = [level.histories.get(history) for level in self.levels]
-        return None if None in found else [index for index in found if index is not None]
+    def runs(self, store: str) -> list[KeyRuns] | None:
+        """The levels' indexes of a window store or a history, oldest first; None when one
+        has none."""
+        found = [level.runs.get(store) for level in self.levels]
+        return None if None in found else [runs for runs in found if runs is not None]
 
     def newest(self, history: str) -> int | None:
         """The newest valid_from of a history's rows in the levels (None: they hold none)."""

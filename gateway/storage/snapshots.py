@@ -32,14 +32,16 @@ import pyarrow as pa
 
 from contracts import chains
 from contracts.clock import now_ms
-from contracts.project import VALID_FROM, Project, Store, history_of
+from contracts.project import Project, Store, history_of
 from contracts.snapshot_file import (
     FormatError,
+    key_columns,
     literal,
     parse_file_name,
     partition_folder,
     quoted,
 )
+from gateway.storage.key_runs import KeyRuns, newest_of
 from gateway.storage.layers import (
     LayeredTable,
     LayerError,
@@ -53,7 +55,7 @@ from gateway.storage.layers import (
     to_merge,
 )
 from gateway.storage.lookup_table import LookupTable
-from gateway.storage.version_index import VersionIndex, newest_of
+from gateway.storage.row_select import columns
 
 log = logging.getLogger(__name__)
 CLOSE_WAIT_S = 30.0  # the longest a stopping node waits for an install under way
@@ -72,7 +74,7 @@ class Base:
     tables: dict[str, LookupTable]  # keyed stores, in memory
     rows: dict[str, int] = field(default_factory=dict)  # every store's
     newest: dict[str, int] = field(default_factory=dict)  # history -> its newest valid_from
-    histories: dict[str, VersionIndex] = field(default_factory=dict)  # indexed histories
+    runs: dict[str, KeyRuns] = field(default_factory=dict)  # indexed windows and histories
     files: set[Path] = field(default_factory=set)  # its file and the deltas installed over it
     users: int = 0  # snapshots over it not yet released
 
@@ -110,12 +112,11 @@ class Snapshot:
         """When the newest record in this state was appended to the log (None: unknown)."""
         return self.layers[-1].newest_append_ms
 
-    def version_indexes(self, store: Store) -> list[VersionIndex] | None:
-        """A versioned store's history indexed in memory, the base's then each level's;
+    def runs(self, store: str) -> list[KeyRuns] | None:
+        """A window store or a history indexed in memory, the base's then each level's;
         None when a layer could not index it."""
-        name = history_of(store).name
-        base = self.base.histories.get(name)
-        levels = self.overlay.histories(name) if self.overlay else []
+        base = self.base.runs.get(store)
+        levels = self.overlay.runs(store) if self.overlay else []
         return None if base is None or levels is None else [base, *levels]
 
     def horizon(self, store: Store) -> int | None:
@@ -330,13 +331,13 @@ class SnapshotCatalog:
         try:
             header = read_header(cursor, alias, partition, layer)
             self._check_stores(cursor, alias, partition)
-            tables, rows, newest, histories = self._load_tables(layer.path, partition)
+            tables, rows, newest, runs = self._load_tables(layer.path, partition)
         except (duckdb.Error, SnapshotError, LayerError, FormatError) as exc:
             self._detach(alias)
             raise SnapshotError(
                 f"{layer.path.name} is not a base of partition {partition}: {exc}"
             ) from exc
-        return Base(layer, alias, header, tables, rows, newest, histories, files={layer.path})
+        return Base(layer, alias, header, tables, rows, newest, runs, files={layer.path})
 
     def _stores(self, chain: int) -> tuple[Store, ...]:
         return chains.stores(self._project, chain)
@@ -353,12 +354,12 @@ class SnapshotCatalog:
             raise SnapshotError(f"stores {missing} are missing")
 
     def _load_tables(self, path: Path, chain: int) -> tuple[
-        dict[str, LookupTable], dict[str, int], dict[str, int], dict[str, VersionIndex]
+        dict[str, LookupTable], dict[str, int], dict[str, int], dict[str, KeyRuns]
     ]:  # fmt: skip
         """The keyed stores of a file, read by a DuckDB instance of their own (closed after),
         so that the hub's buffer pool does not keep every row of them; every store's row
-        count; each history's newest valid_from, and its rows indexed."""
-        loaded, rows, newest, histories = {}, {}, {}, {}
+        count; each history's newest valid_from; the windows' and histories' rows indexed."""
+        loaded, rows, newest, runs = {}, {}, {}, {}
         config: dict[str, str | bool | int | float | list[str]] = {
             "threads": 1,
             "memory_limit": self._memory,
@@ -366,23 +367,19 @@ class SnapshotCatalog:
         with duckdb.connect(":memory:", config=config) as connection:
             connection.execute(f"ATTACH {literal(str(path))} AS snapshot (READ_ONLY)")
             for store in self._stores(chain):
-                if store.kind == "window":
-                    sql = f'SELECT count(*) FROM snapshot."{store.name}"'
-                    ((rows[store.name],),) = connection.execute(sql).fetchall()
-                    continue
-                if store.kind == "versions":
+                if store.kind in ("window", "versions"):
                     found = connection.sql(
-                        f"SELECT {VersionIndex.select(store)} FROM snapshot.{quoted(store.name)} "
-                        f"ORDER BY key, {VALID_FROM}"
+                        f"SELECT {', '.join(columns(store))} FROM snapshot.{quoted(store.name)} "
+                        f"ORDER BY {', '.join(key_columns(store))}"
                     ).to_arrow_table()
                     rows[store.name] = found.num_rows
-                    last = newest_of(found)
+                    last = newest_of(found) if store.kind == "versions" else None
                     if last is not None:
                         newest[store.name] = last
                     integers = store.key_type != "string"
-                    index = VersionIndex.mapped(found, integers, path.parent)
-                    if index is not None:
-                        histories[store.name] = index
+                    indexed = KeyRuns.mapped(found, integers, path.parent)
+                    if indexed is not None:
+                        runs[store.name] = indexed
                     continue
                 table = LookupTable.load(connection, "snapshot", store)
                 rows[store.name] = 0 if table is None else table.rows
@@ -390,7 +387,7 @@ class SnapshotCatalog:
                     log.info("%s: keys too wide for the in-memory index", store.name)
                 else:
                     loaded[store.name] = table
-        return loaded, rows, newest, histories
+        return loaded, rows, newest, runs
 
     @contextmanager
     def lease(self, partition: int) -> Iterator[Snapshot | None]:
@@ -446,6 +443,10 @@ class SnapshotCatalog:
                     found.disk += layer.path.stat().st_size
             for name, table in snapshot.tables.items():
                 found.memory[name] = found.memory.get(name, 0) + table.nbytes
+            for store in self._stores(chain):
+                runs = snapshot.runs(store.name) if store.kind == "window" else None
+                held = sum(r.nbytes for r in runs or ())
+                found.memory[store.name] = found.memory.get(store.name, 0) + held
         return found
 
     def history_memory(self) -> dict[str, int]:
@@ -456,12 +457,13 @@ class SnapshotCatalog:
         seen: set[int] = set()
         for snapshot in self.current().values():
             levels = snapshot.overlay.levels if snapshot.overlay else ()
-            for histories in (snapshot.base.histories, *(level.histories for level in levels)):
-                if id(histories) in seen:
+            for runs in (snapshot.base.runs, *(level.runs for level in levels)):
+                if id(runs) in seen:
                     continue
-                seen.add(id(histories))
-                for name, index in histories.items():
-                    found[names[name]] += index.nbytes
+                seen.add(id(runs))
+                for name, index in runs.items():
+                    if name in names:
+                        found[names[name]] += index.nbytes
         return found
 
     def store_rows(self, store: str, partitions: int) -> int:

@@ -1,7 +1,8 @@
 """A node's catalog installing a chain delta by delta, each delta a level of its own and the
 levels merged by `settle` (gateway/storage/layers.py): after every install and every settle,
 every query kind over every store equals the oracle computed from the raw log at the chain's
-position. The layer files are the pipeline's own (spark_pipeline/snapshot.py, without Spark)."""
+position, from memory and by SQL. The layer files are the pipeline's own
+(spark_pipeline/snapshot.py, without Spark)."""
 
 from __future__ import annotations
 
@@ -13,10 +14,10 @@ import pytest
 
 from contracts import chains
 from contracts.manifest import Layer
-from contracts.project import Project, Store, load
+from contracts.project import Project, Store, history_of, load
 from contracts.snapshot_file import relative_path
-from gateway.model.queries import Get, Range, Versions, Windows
-from gateway.storage import execution, history
+from gateway.model.queries import Get, Range, Versions, Windows, WindowsOfKey
+from gateway.storage import execution, history, windows
 from gateway.storage.layers import MAX_LEVELS, LocalLayer
 from gateway.storage.snapshots import Snapshot, SnapshotCatalog
 from tests.chains import WrittenChain
@@ -98,7 +99,7 @@ def check(
             every = [Versions(key, horizon, 2**62, 10**6) for key in keys]
             got = [row for asked in every for row in run(catalog, snapshot, declared, asked)]
             same(got, [[r[0], r[1], r[2], *r[4:]] for r in expected if not r[3]])
-            assert snapshot.version_indexes(declared) is not None, "answered from memory"
+            assert snapshot.runs(history_of(declared).name) is not None, "answered from memory"
             cursor = catalog.cursor()
             read = [history.versions_by_sql(cursor, snapshot, declared, a) for a in every]
             by_sql = [row for rows in read for row in rows]
@@ -107,6 +108,7 @@ def check(
         if store.kind == "window":
             whole = run(catalog, snapshot, store, Windows(*EVERYTHING, None, None))
             same(whole, expected)
+            check_windows_of_keys(catalog, snapshot, store, expected)
             if not paged:
                 continue
             rows = pages(
@@ -135,6 +137,22 @@ def check(
         for row in expected[::23]:
             same(table.get([row[0]]), [row])
             same(run(catalog, snapshot, store, Get((row[0],))), [row])
+
+
+def check_windows_of_keys(
+    catalog: SnapshotCatalog, snapshot: Snapshot, store: Store, expected: list
+) -> None:
+    """Each key's windows in its middle third, from memory (storage/windows.py) and by SQL."""
+    assert snapshot.runs(store.name) is not None, "answered from memory"
+    for key in sorted({row[0] for row in expected}):
+        mine = [row for row in expected if row[0] == key]
+        low, high = mine[len(mine) // 3][1], mine[2 * len(mine) // 3][1]
+        asked = WindowsOfKey(key, low, high)
+        got = windows.of_key(snapshot, store.name, asked)
+        assert got is not None
+        same(got, [row for row in mine if low <= row[1] <= high])
+        same(run(catalog, snapshot, store, asked), got)
+        assert windows.of_key(snapshot, store.name, WindowsOfKey(key, high + 1, high)) == []
 
 
 def run(catalog: SnapshotCatalog, snapshot: Snapshot, store: Store, query: object) -> list:

@@ -1,13 +1,15 @@
-"""A history's rows indexed (a versioned store's, contracts/project.py: history_of), so that a
-key as of a time costs what a lookup does instead of a DuckDB query.
+"""The rows of a store whose rows are identified by a key and a time, indexed, so that one
+key's rows in a span of time cost what a lookup does instead of a DuckDB query: a window
+store's (key, window_start) and a versioned store's history (key, valid_from:
+contracts/project.py: history_of).
 
-The rows (valid_from, valid_to, tombstone, then the columns) are sorted by key and
-valid_from; a key's versions are one run of them. The index holds each distinct key once
-(a LookupTable of them: gateway/storage/lookup_table.py) with where its run starts, and
-finds the version valid at a time by bisecting the run's valid_from. A base's rows are
-written once to an Arrow IPC file and memory-mapped (`mapped`): the OS keeps the pages
-queries touch, not the whole history, in memory; the file is unlinked at once, so it goes
-with the last map of it and leaves nothing to clean up. A level's few rows stay in memory.
+The rows (the time, then the rest as row_select.columns reads them) are sorted by key and
+time; a key's rows are one run of them. The index holds each distinct key once (a
+LookupTable of them: gateway/storage/lookup_table.py) with where its run starts, and finds
+times by bisecting the run's. A base's rows are written once to an Arrow IPC file and
+memory-mapped (`mapped`): the OS keeps the pages queries touch, not every row, in memory;
+the file is unlinked at once, so it goes with the last map of it and leaves nothing to clean
+up. A level's few rows stay in memory.
 """
 
 from __future__ import annotations
@@ -22,24 +24,23 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from contracts.partitioner import Key
-from contracts.project import TOMBSTONE, VALID_FROM, VALID_TO, Store
-from contracts.snapshot_file import quoted
+from contracts.project import VALID_FROM
 from gateway.storage.lookup_table import LookupTable, index_keys
 
-Version = tuple[Any, ...]  # valid_from, valid_to, tombstone, *columns
+Timed = tuple[Any, ...]  # a row without its key: the time first
 
 
-class VersionIndex:
+class KeyRuns:
     def __init__(self, keys: LookupTable, starts: np.ndarray, rows: pa.Table) -> None:
         self._keys = keys  # each distinct key once, sorted
         self._starts = starts  # where each key's run starts in `rows`, then the row count
         self._rows = rows
-        self._valid_from = _numbers(rows.column(VALID_FROM))
+        self._times = _numbers(rows.column(0))
         self.file_backed = False
 
     @classmethod
-    def from_arrow(cls, rows: pa.Table, integer_keys: bool) -> VersionIndex | None:
-        """Index a history's rows (key first) sorted by key and valid_from; None when the
+    def from_arrow(cls, rows: pa.Table, integer_keys: bool) -> KeyRuns | None:
+        """Index rows (the key, the time, the rest) sorted by key and time; None when the
         keys cannot be indexed (lookup_table.MAX_KEY_BYTES)."""
         keys = index_keys(rows.column(0), integer_keys)
         if keys is None:
@@ -53,12 +54,12 @@ class VersionIndex:
         return cls(distinct, starts, rows.remove_column(0).combine_chunks())
 
     @classmethod
-    def mapped(cls, rows: pa.Table, integer_keys: bool, folder: Path) -> VersionIndex | None:
+    def mapped(cls, rows: pa.Table, integer_keys: bool, folder: Path) -> KeyRuns | None:
         """`from_arrow`, its rows written to a file in `folder` and read back mapped."""
         index = cls.from_arrow(rows, integer_keys)
         if index is None:
             return None
-        path = folder / f".history-{uuid.uuid4().hex}.arrow"
+        path = folder / f".runs-{uuid.uuid4().hex}.arrow"
         try:
             rows = index._rows
             with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, rows.schema) as writer:
@@ -71,28 +72,40 @@ class VersionIndex:
         index.file_backed = True
         return index
 
-    @staticmethod
-    def select(store: Store) -> str:
-        """The history's columns as the index reads them, for a SELECT of its table."""
-        names = (VALID_FROM, VALID_TO, TOMBSTONE, *store.columns)
-        return "key, " + ", ".join(quoted(n) for n in names)
-
     @property
     def nbytes(self) -> int:
         """What it holds in memory (a mapped file's pages are the OS's to keep or drop)."""
         held = self._keys.nbytes + self._starts.nbytes
         return held if self.file_backed else held + self._rows.nbytes
 
-    def versions(self, key: Key, from_ms: int, to_ms: int) -> list[Version]:
-        """The key's rows from the one starting last at or before `from_ms` (or its first)
-        to the last starting at or before `to_ms`, by valid_from."""
+    def versions(self, key: Key, from_ms: int, to_ms: int) -> list[Timed]:
+        """A history's: the key's rows from the one starting last at or before `from_ms`
+        (or its first) to the last starting at or before `to_ms`, by time."""
+        run = self._run(key)
+        if run is None:
+            return []
+        start, times = run
+        first = start + max(int(np.searchsorted(times, from_ms, side="right")) - 1, 0)
+        return self._rows_of(first, start + int(np.searchsorted(times, to_ms, side="right")))
+
+    def between(self, key: Key, from_ms: int, to_ms: int) -> list[Timed]:
+        """The key's rows whose time is in [from_ms, to_ms], by time (a key's windows)."""
+        run = self._run(key)
+        if run is None:
+            return []
+        start, times = run
+        first = start + int(np.searchsorted(times, from_ms, side="left"))
+        return self._rows_of(first, start + int(np.searchsorted(times, to_ms, side="right")))
+
+    def _run(self, key: Key) -> tuple[int, np.ndarray] | None:
+        """Where the key's run starts, and its times (None: the key has no rows)."""
         at = self._keys.bisect(key)
         if at is None or at == self._keys.bisect(key, right=True):
-            return []
+            return None
         start, stop = int(self._starts[at]), int(self._starts[at + 1])
-        times = self._valid_from[start:stop]
-        first = start + max(int(np.searchsorted(times, from_ms, side="right")) - 1, 0)
-        last = start + int(np.searchsorted(times, to_ms, side="right"))
+        return start, self._times[start:stop]
+
+    def _rows_of(self, first: int, last: int) -> list[Timed]:
         if first >= last:
             return []
         picked = self._rows.slice(first, last - first)

@@ -1,0 +1,26 @@
+"""One key's windows from the layers' indexes in memory (storage/key_runs.py), as the SQL of
+storage/execution.py would read them: each layer's rows of the key with a start in the span,
+a newer layer's row of a start replacing an older one's, rows a level deletes left out."""
+
+from __future__ import annotations
+
+from gateway.model.queries import Row, WindowsOfKey
+from gateway.storage.key_runs import Timed
+from gateway.storage.snapshots import Snapshot
+
+
+def of_key(snapshot: Snapshot, store: str, query: WindowsOfKey) -> list[Row] | None:
+    """key, window_start, then the columns, by window start (None: a layer has no index)."""
+    runs = snapshot.runs(store)
+    if runs is None:
+        return None
+    base, *levels = runs
+    key, from_ms, to_ms = query.key, query.from_ms, query.to_ms
+    found: dict[int, Timed] = {row[0]: row for row in base.between(key, from_ms, to_ms)}
+    for level in levels:  # oldest first; a level's rows end with their `_deleted` flag
+        for *row, deleted in level.between(key, from_ms, to_ms):
+            if deleted:
+                found.pop(row[0], None)
+            else:
+                found[row[0]] = tuple(row)
+    return [[key, *found[start]] for start in sorted(found)]
