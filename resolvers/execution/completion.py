@@ -12,6 +12,7 @@ fields, @defer, fields with resolvers or extensions) takes graphql-core's own pa
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime
 from functools import lru_cache
 from math import isfinite
 from types import CodeType
@@ -129,6 +130,7 @@ def _itself(value: Any) -> Any:
 
 
 CODE_CACHE_SIZE = 1024  # generated completion functions kept compiled, by source
+DATETIMES_CACHED = 65_536  # UTC instants kept serialized (a week of hourly windows: 168)
 _Field = tuple[str, Plan, Plan, "GraphQLScalarType | None"]  # key, read, plan, inlined leaf
 # A nullable built-in scalar's completion as one expression of `v`: what _nullable(_leaf(...))
 # does, without two calls per value.
@@ -225,7 +227,18 @@ def _leaf(leaf: Any) -> Plan:
             return lambda v: (
                 str(v) if type(v) is int and long_low <= v <= long_high else serialize(v)
             )
+        case "DateTime":  # a window list repeats its starts and ends, key after key
+            return lambda v: (
+                _utc_iso(v) if type(v) is datetime and v.tzinfo is UTC else serialize(v)
+            )
     return serialize
+
+
+@lru_cache(maxsize=DATETIMES_CACHED)
+def _utc_iso(moment: datetime) -> str:
+    """DateTime's serialization (isoformat) of a UTC instant, memoized: of two equal
+    instants in other zones, only UTC's are this one's."""
+    return moment.isoformat()
 
 
 def _constant(value: str) -> Plan:

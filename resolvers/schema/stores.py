@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import UTC, datetime
+from functools import lru_cache
 from operator import attrgetter, itemgetter
 from typing import Annotated, Any
 
@@ -42,6 +43,8 @@ from resolvers.schema.views import (
     span_ms,
     view,
 )
+
+INSTANTS_CACHED = 65_536  # times kept as datetimes (a week of hourly windows: 168)
 
 
 def record_types(stores: Iterable[Store]) -> dict[str, type]:
@@ -356,5 +359,7 @@ def _record_type(store: Store, records: dict[str, type]) -> type:
     return view(names.types(store)["record"], fields, description)
 
 
+@lru_cache(maxsize=INSTANTS_CACHED)
 def _datetime(millis: int) -> datetime:
+    """A time of the state as the API shows it (memoized: windows repeat their starts)."""
     return datetime.fromtimestamp(millis / 1000, tz=UTC)
