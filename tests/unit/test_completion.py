@@ -13,6 +13,8 @@ import inspect
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta, timezone
+from operator import methodcaller
 from types import SimpleNamespace
 from typing import Any
 
@@ -20,6 +22,7 @@ import pytest
 from graphql import (
     DocumentNode,
     GraphQLObjectType,
+    GraphQLScalarType,
     GraphQLSchema,
     execute,
     get_named_type,
@@ -34,6 +37,7 @@ from contracts.positions import Position
 from contracts.project import Project, Store, load
 from gateway.cluster.status import PartitionInfo, PartitionMap, ReplicaInfo
 from gateway.service import Entry, KeyWindows, Lookup, Meta, Page, PartitionOutcome
+from resolvers.execution import completion
 from resolvers.execution.completion import PlainRecordExecutionContext
 from resolvers.schema.build import build_schema
 from tests.projects import write_project
@@ -481,3 +485,15 @@ def describe(name: str, baseline: Result, fast: Result) -> str:
         f"{name}:\n  graphql-core: data={baseline[0]!r}\n                errors={baseline[1]!r}"
         f"\n  fast path:    data={fast[0]!r}\n                errors={fast[1]!r}"
     )
+
+
+def test_a_datetime_keeps_its_own_zone_through_the_memo() -> None:
+    """DateTime leaves are memoized for UTC instants only: an equal instant in another zone
+    is serialized with its own offset, whichever came first."""
+    leaf = completion._leaf(GraphQLScalarType("DateTime", serialize=methodcaller("isoformat")))
+    utc = datetime(2026, 1, 1, tzinfo=UTC)
+    berlin = utc.astimezone(timezone(timedelta(hours=1)))
+    assert berlin == utc
+    assert [leaf(utc), leaf(berlin), leaf(utc)] == [
+        "2026-01-01T00:00:00+00:00", "2026-01-01T01:00:00+01:00", "2026-01-01T00:00:00+00:00"
+    ]  # fmt: skip
