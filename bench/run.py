@@ -78,6 +78,7 @@ GW_LIST = "gw b. 1000 keys, one list"
 GW_ALIASES = "gw c. 1000 keys, 1000 aliased root fields"
 GW_PREFIX = "gw d. prefix scan, 100 rows"
 GW_WINDOWS = "gw e. windows, 7 days hourly (heavy keys)"
+GW_WINDOWS_ROUTED = "gw e. windows, 7 days hourly, routed"
 GW_DASHBOARD = "gw f. dashboard (5 root fields + cluster)"
 GW_HEALTH = "gw GET /health (no GraphQL, no DuckDB)"
 NAIVE_ONE = "naive one key"
@@ -275,12 +276,14 @@ class Case:
     warmup: int = 5
     note: str = ""
     floor: str = ""  # the floor case measured right after this one
+    route: Callable[[bytes], str] | None = None  # where a routing client sends each body
 
 
-def gateway_cases(urls: list[str], b: Bodies) -> list[Case]:
+def gateway_cases(urls: list[str], b: Bodies, route: Callable[[bytes], str]) -> list[Case]:
     node1 = urls[:1]
     one = b.one_key(20_000)
     lists = b.keys_list(400)
+    windows = b.windows(2000)
     return [
         Case(GW_ONE, 1, urls, one, _check_one, 20, "round-robin 3 nodes", "one key"),
         Case(GW_ONE_NODE, 16, node1, one, _check_one, 50, "all to node1"),
@@ -288,7 +291,9 @@ def gateway_cases(urls: list[str], b: Bodies) -> list[Case]:
         Case(GW_LIST, 4, urls, lists, _check_list),
         Case(GW_ALIASES, 1, urls, b.keys_aliased(300), _check_aliases, 3),
         Case(GW_PREFIX, 1, urls, b.prefix(2000), _check_prefix, 10, floor="prefix 100"),
-        Case(GW_WINDOWS, 1, urls, b.windows(2000), _check_windows, 10, floor="windows 7d"),
+        Case(GW_WINDOWS, 1, urls, windows, _check_windows, 10, floor="windows 7d"),
+        Case(GW_WINDOWS_ROUTED, 1, urls, windows, _check_windows, 10, "to the key's node",
+             route=route),
         Case(GW_DASHBOARD, 1, urls, b.dashboard(1000), _check_dashboard, 10),
     ]  # fmt: skip
 
@@ -369,8 +374,9 @@ async def measure_gateway(
         log(f"node1 RSS after the warm-up: {results.memory['main_node1_rss_mib_after_warmup']} MiB")
         floor_cases = FloorCases(floor, b, duration, results)
         log(report.HEADER)
-        for case in gateway_cases(urls, b):
-            operation = graphql_operation(client, case.urls, case.bodies, case.check)
+        route = versus.router(versus.cluster_map(gw.url("node1")))
+        for case in gateway_cases(urls, b, route):
+            operation = graphql_operation(client, case.urls, case.bodies, case.check, case.route)
             stats = await run_async(
                 case.name,
                 operation,
@@ -655,7 +661,13 @@ def comparisons(r: Results, timings: SparkTimings) -> list[report.Comparison]:
             "windows 7 days: gateway p50 / floor p50",
             ratio(p50(r.gateway, GW_WINDOWS), floor_p50("windows 7d")),
             "x",
-            "",
+            "round-robin over the nodes",
+        ),
+        info(
+            "windows 7 days, routed: gateway p50 / floor p50",
+            ratio(p50(r.gateway, GW_WINDOWS_ROUTED), floor_p50("windows 7d")),
+            "x",
+            "each to its key's node (clients/python/routing.py)",
         ),
         at_least(
             "1000 keys: naive (16 GETs in flight) p50 / gateway p50",
