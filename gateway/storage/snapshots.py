@@ -337,6 +337,10 @@ class SnapshotCatalog:
             raise SnapshotError(
                 f"{layer.path.name} is not a base of partition {partition}: {exc}"
             ) from exc
+        finally:
+            # Reading a base goes through whole tables in Arrow; what Arrow's allocator
+            # keeps of them after (tens of MiB a node) goes back to the OS.
+            pa.default_memory_pool().release_unused()
         return Base(layer, alias, header, tables, rows, newest, runs, files={layer.path})
 
     def _stores(self, chain: int) -> tuple[Store, ...]:
