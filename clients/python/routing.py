@@ -54,6 +54,7 @@ PARSED_DOCUMENTS = 256  # distinct query texts whose keys' places are kept parse
 # Safe to send again elsewhere: the request did not arrive, or its answer did not.
 FAILOVER_ERRORS = (httpx.NetworkError, httpx.RemoteProtocolError, httpx.ConnectTimeout)
 _M, _SEED, _MASK = 0x5BD1E995, 0x9747B28C, 0xFFFFFFFF
+_INT_RANGE, _LONG_RANGE = (-(2**31), 2**31 - 1), (-(2**63), 2**63 - 1)
 
 
 def murmur2(data: bytes) -> int:
@@ -211,13 +212,18 @@ def _value(node: ValueNode, variables: dict[str, Any]) -> Any:
 
 
 def _is_key(key: Any, key_type: str) -> bool:
+    """Whether a value is a key of the type the partitioner can place (anything else is
+    routed nowhere: the node says what is wrong with it)."""
     if key_type == "string":
         return isinstance(key, str)
-    try:
-        int(key)
-    except (TypeError, ValueError):
+    if isinstance(key, bool) or not isinstance(key, int | str):
         return False
-    return not isinstance(key, bool)
+    try:
+        number = int(key)
+    except ValueError:
+        return False
+    low, high = _INT_RANGE if key_type == "int" else _LONG_RANGE
+    return low <= number <= high
 
 
 class RoutingTransport(httpx.AsyncBaseTransport):

@@ -9,7 +9,15 @@
 //   replica and then any node, and the map read again;
 // - an answer whose stategate-assignment header is newer than the map has it read again.
 // Routing only chooses where a request goes: any node answers any query.
-import { Kind, parse, type DocumentNode, type FieldNode, type SelectionSetNode, type ValueNode, valueFromASTUntyped } from "graphql";
+import {
+  Kind,
+  parse,
+  valueFromASTUntyped,
+  type DocumentNode,
+  type FieldNode,
+  type SelectionSetNode,
+  type ValueNode,
+} from "graphql";
 
 const ASSIGNMENT_HEADER = "stategate-assignment";
 const DOWN_FOR_MS = 5_000;
@@ -67,13 +75,14 @@ export class ClusterMap {
     readonly routes: Map<string, Route>, // root field -> how it names its partitions
   ) {}
 
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  static read(body: any, scheme: string): ClusterMap {
+  static read(body: any, scheme: string): ClusterMap { // GET /cluster's JSON, as it is
     const partitions = [...body.partitions].sort((a, b) => a.partition - b.partition);
     return new ClusterMap(
       Number(body.assignment_version),
       Number(body.partitions_count),
-      new Map(body.nodes.map((n: { id: string; address: string }) => [n.id, `${scheme}//${n.address}`])),
+      new Map(
+        body.nodes.map((n: { id: string; address: string }) => [n.id, `${scheme}//${n.address}`]),
+      ),
       partitions.map((p: { replicas: { node: string; role: string; alive: boolean }[] }) =>
         [...p.replicas]
           .sort((a, b) => Number(a.role !== "ACTIVE") - Number(b.role !== "ACTIVE"))
@@ -94,7 +103,8 @@ export class ClusterMap {
     const held = new Map<string, number>();
     for (const [keyType, key] of keys) {
       const replicas = this.replicas[partitionOf(key, keyType, this.partitions)] ?? [];
-      replicas.forEach((node, rank) => held.set(node, (held.get(node) ?? 0) + (rank === 0 ? 2 : 1)));
+      // an active replica above a standby
+      replicas.forEach((node, rank) => held.set(node, (held.get(node) ?? 0) + (rank ? 1 : 2)));
     }
     return [...held.entries()].sort((a, b) => b[1] - a[1]).map(([node]) => node);
   }
@@ -123,7 +133,9 @@ function readKeyArguments(query: string, operation: string | undefined): KeyArgu
       : operations.find((o) => o.name?.value === operation);
   if (chosen === undefined) return null;
   const fragments = new Map(
-    document.definitions.flatMap((d) => (d.kind === Kind.FRAGMENT_DEFINITION ? [[d.name.value, d] as const] : [])),
+    document.definitions.flatMap((d) =>
+      d.kind === Kind.FRAGMENT_DEFINITION ? [[d.name.value, d] as const] : [],
+    ),
   );
   const fields: FieldNode[] = [];
   const seen = new Set<string>();
@@ -145,6 +157,18 @@ function readKeyArguments(query: string, operation: string | undefined): KeyArgu
   );
 }
 
+/** Whether a value is a key of the type the partitioner can place (anything else is routed
+ * nowhere: the node says what is wrong with it). */
+function isKey(key: unknown, keyType: string): boolean {
+  if (keyType === "string") return typeof key === "string";
+  if ((typeof key !== "string" && typeof key !== "number") || !/^-?\d+$/.test(String(key))) {
+    return false;
+  }
+  const bits = keyType === "int" ? 32n : 64n;
+  const value = BigInt(key);
+  return -(2n ** (bits - 1n)) <= value && value < 2n ** (bits - 1n);
+}
+
 /** The keys a GraphQL request's routed fields read, as [key type, key] pairs. */
 export function keysAsked(
   body: { query?: unknown; operationName?: unknown; variables?: unknown },
@@ -159,8 +183,7 @@ export function keysAsked(
     if (route === undefined || route.argument !== argument.argument) continue;
     const value = valueFromASTUntyped(argument.value, variables);
     for (const key of Array.isArray(value) ? value : [value]) {
-      const isKey = route.keyType === "string" ? typeof key === "string" : /^-?\d+$/.test(String(key));
-      if (isKey) keys.push([route.keyType, key]);
+      if (isKey(key, route.keyType)) keys.push([route.keyType, key]);
     }
   }
   return keys;

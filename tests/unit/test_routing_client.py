@@ -86,6 +86,8 @@ def test_what_is_no_key_routes_nowhere() -> None:
     assert keys("{ totals(key: ") == [], "a document that does not parse: the node says why"
     assert keys('{ totals(keys: ["a"]) { key } }') == [], "not the route's argument"
     assert keys("query Q($k: Long!) { trains(key: $k) { key } }", {"k": "x"}) == []
+    for beyond in (2**63, -(2**63) - 1, 1.5, True):  # no Long: the node refuses it
+        assert keys("query Q($k: Long!) { trains(key: $k) { key } }", {"k": beyond}) == []
     two = 'query A { totals(key: "a") { key } } query B { totals(key: "b") { key } }'
     assert keys(two) == [], "two operations and none named"
     assert keys(two, name="B") == [("string", "b")]
