@@ -481,11 +481,14 @@ def test_the_routing_client_fails_over_to_another_replica(
         if project.cluster.replica_map[partition_for(k, "string", partitions)][0] == "node2"
     ][:5]  # fmt: skip
 
+    killed: list[str] = []  # started again after, only if it was killed
+
     async def ask() -> Any:
         api, transport = routing_client(client, cluster, "node1")
         async with api:
             await api.customer_totals(key=on_node2[0])  # the map read, node2 alive in it
             cluster.kill("node2")
+            killed.append("node2")
             for key in on_node2:
                 one = (await api.customer_totals(key=key)).customer_totals
                 assert_totals(one.record, totals[key])
@@ -497,5 +500,6 @@ def test_the_routing_client_fails_over_to_another_replica(
         transport = asyncio.run(ask())
         assert list(transport.down) == [cluster.url("node2")]
     finally:
-        cluster.start("node2")
+        for node in killed:
+            cluster.start(node)
         wait_serving(project, cluster.ids)
