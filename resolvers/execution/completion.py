@@ -131,19 +131,21 @@ def _itself(value: Any) -> Any:
 
 CODE_CACHE_SIZE = 1024  # generated completion functions kept compiled, by source
 DATETIMES_CACHED = 65_536  # UTC instants kept serialized (a week of hourly windows: 168)
-_Field = tuple[str, Plan, Plan, "GraphQLScalarType | None"]  # key, read, plan, inlined leaf
-# A nullable built-in scalar's completion as one expression of `v`: what _nullable(_leaf(...))
-# does, without two calls per value.
-_INLINE = {
-    "String": "None if {first} is None else {v} if type({v}) is str else {s}({v})",
-    "Boolean": "None if {first} is None else {v} if type({v}) is bool else {s}({v})",
-    "Int": "None if {first} is None else {v} if type({v}) is int "
-    "and -2147483648 <= {v} <= 2147483647 else {s}({v})",
-    "Float": "None if {first} is None else {v} if type({v}) is float and isfinite({v}) "
-    "else {s}({v})",
-    # Long is a decimal string on the wire (resolvers/schema/scalars.py), so an int is converted
-    "Long": "None if {first} is None else str({v}) if type({v}) is int "
-    "and -9223372036854775808 <= {v} <= 9223372036854775807 else {s}({v})",
+_Field = tuple[str, Plan, Plan, "str | None"]  # key, read, plan, inlined completion
+# A built-in scalar's (and Long's and DateTime's) common case as expressions of the value `v`
+# read into it by `{first}`: a test, and what the value completes to when it passes, as the
+# scalar's serializer would (Long is a decimal string on the wire, resolvers/schema/scalars.py;
+# a UTC DateTime's isoformat is memoized). A value that fails the test takes the field's plan.
+_FAST = {
+    "String": ("type({first}) is str", "{v}"),
+    "Boolean": ("type({first}) is bool", "{v}"),
+    "Int": ("type({first}) is int and -2147483648 <= {v} <= 2147483647", "{v}"),
+    "Float": ("type({first}) is float and isfinite({v})", "{v}"),
+    "Long": (
+        "type({first}) is int and -9223372036854775808 <= {v} <= 9223372036854775807",
+        "str({v})",
+    ),
+    "DateTime": ("type({first}) is datetime and {v}.tzinfo is UTC", "_utc_iso({v})"),
 }
 
 
@@ -154,29 +156,35 @@ def _code(source: str) -> CodeType:
     return compile(source, "<completion plan>", "exec")
 
 
-def _inlined(gql_type: GraphQLOutputType) -> GraphQLScalarType | None:
-    """The scalar of a nullable built-in scalar field, or Long (its completion can be
-    inlined)."""
-    if isinstance(gql_type, GraphQLScalarType) and gql_type.name in _INLINE:
-        return gql_type
-    return None
+def _inlined(gql_type: GraphQLOutputType) -> str | None:
+    """A field's completion as one expression of {first}, {v} and {p} (its plan), when its
+    type is a scalar of _FAST, nullable or not: what the plan does, without two or three
+    calls per value."""
+    non_null = is_non_null_type(gql_type)
+    scalar = gql_type.of_type if non_null else gql_type  # type: ignore[union-attr]
+    if not isinstance(scalar, GraphQLScalarType) or scalar.name not in _FAST:
+        return None
+    test, result = _FAST[scalar.name]
+    if non_null:  # None fails the test: the plan raises as graphql-core would
+        return f"{result} if {test} else {{p}}({{v}})"
+    nullable_test = test.replace("{first}", "{v}")
+    return f"None if {{first}} is None else {result} if {nullable_test} else {{p}}({{v}})"
 
 
 def _object(fields: list[_Field]) -> Plan:
     """Completes an object as one generated function: a dict display with one entry per
     field, built-in scalars inlined (graphql-jit's idea; a closure per field per value
     cost most of a large result's completion)."""
-    namespace: dict[str, Any] = {"isfinite": isfinite}
+    namespace: dict[str, Any] = {
+        "isfinite": isfinite, "datetime": datetime, "UTC": UTC, "_utc_iso": _utc_iso
+    }  # fmt: skip
     entries = []
-    for i, (key, read, plan, scalar) in enumerate(fields):
+    for i, (key, read, plan, inlined) in enumerate(fields):
         namespace[f"r{i}"], namespace[f"p{i}"] = read, plan
-        if scalar is None:
+        if inlined is None:
             entries.append(f"{key!r}: p{i}(r{i}(value))")
         else:
-            namespace[f"s{i}"] = scalar.serialize
-            inline = _INLINE[scalar.name].format(
-                first=f"(v{i} := r{i}(value))", v=f"v{i}", s=f"s{i}"
-            )
+            inline = inlined.format(first=f"(v{i} := r{i}(value))", v=f"v{i}", p=f"p{i}")
             entries.append(f"{key!r}: ({inline})")
     source = "def complete(value):\n    return {" + ", ".join(entries) + "}\n"
     exec(_code(source), namespace)

@@ -14,11 +14,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from graphql import GraphQLSchema, parse, validate
+from graphql import GraphQLNonNull, GraphQLSchema, parse, validate
 from graphql.execution.values import get_variable_values
 
 from contracts.project import load
-from resolvers.execution.completion import _INLINE, _leaf
+from resolvers.execution.completion import _inlined, _leaf
 from resolvers.schema.build import build_schema
 from resolvers.schema.scalars import parse_long, serialize_long
 
@@ -126,9 +126,12 @@ def test_the_compiled_completion_sends_what_the_serializer_does(
 ) -> None:
     long_type = schema.type_map["Long"]
     assert _leaf(long_type)(number) == serialize_long(number)
-    inline = _INLINE["Long"].format(first="(v := value)", v="v", s="s")
-    namespace = {"s": serialize_long, "value": number}
-    assert eval(inline, namespace) == serialize_long(number)
+    for field_type in (long_type, GraphQLNonNull(long_type)):  # nullable or not
+        inlined = _inlined(field_type)
+        assert inlined is not None
+        inline = inlined.format(first="(v := value)", v="v", p="p")
+        namespace = {"p": serialize_long, "value": number}
+        assert eval(inline, namespace) == serialize_long(number)
     with pytest.raises(ValueError):
         _leaf(long_type)(2**63)
 
