@@ -175,9 +175,7 @@ def _object(fields: list[_Field]) -> Plan:
     """Completes an object as one generated function: a dict display with one entry per
     field, built-in scalars inlined (graphql-jit's idea; a closure per field per value
     cost most of a large result's completion)."""
-    namespace: dict[str, Any] = {
-        "isfinite": isfinite, "datetime": datetime, "UTC": UTC, "_utc_iso": _utc_iso
-    }  # fmt: skip
+    namespace: dict[str, Any] = dict(_NAMES)
     entries = []
     for i, (key, read, plan, inlined) in enumerate(fields):
         namespace[f"r{i}"], namespace[f"p{i}"] = read, plan
@@ -216,30 +214,17 @@ def _non_null(body: Plan, type_name: str) -> Plan:
 
 
 def _leaf(leaf: Any) -> Plan:
-    """A leaf's serializer, with the common case of each built-in scalar inlined (a value
-    graphql-core's serializer returns unchanged) and of Long (an int, as its decimal
-    string); anything else takes the serializer."""
+    """A leaf's serializer, with its common case of _FAST (a value the serializer returns
+    unchanged, or converts as it would) inlined; anything else takes the serializer."""
     serialize: Plan = leaf.serialize
-    low, high = -(2**31), 2**31 - 1
-    long_low, long_high = -(2**63), 2**63 - 1
-    match leaf.name:
-        case "String":
-            return lambda v: v if type(v) is str else serialize(v)
-        case "Boolean":
-            return lambda v: v if type(v) is bool else serialize(v)
-        case "Int":
-            return lambda v: v if type(v) is int and low <= v <= high else serialize(v)
-        case "Float":
-            return lambda v: v if type(v) is float and isfinite(v) else serialize(v)
-        case "Long":
-            return lambda v: (
-                str(v) if type(v) is int and long_low <= v <= long_high else serialize(v)
-            )
-        case "DateTime":  # a window list repeats its starts and ends, key after key
-            return lambda v: (
-                _utc_iso(v) if type(v) is datetime and v.tzinfo is UTC else serialize(v)
-            )
-    return serialize
+    if leaf.name not in _FAST:
+        return serialize
+    test, result = _FAST[leaf.name]
+    expression = f"{result} if {test} else s(v)".format(first="v", v="v")
+    namespace = {**_NAMES, "s": serialize}
+    exec(_code(f"def complete(v):\n    return {expression}\n"), namespace)
+    complete: Plan = namespace["complete"]
+    return complete
 
 
 @lru_cache(maxsize=DATETIMES_CACHED)
@@ -247,6 +232,12 @@ def _utc_iso(moment: datetime) -> str:
     """DateTime's serialization (isoformat) of a UTC instant, memoized: of two equal
     instants in other zones, only UTC's are this one's."""
     return moment.isoformat()
+
+
+# what the generated completions of _FAST's expressions refer to
+_NAMES: dict[str, Any] = {
+    "isfinite": isfinite, "datetime": datetime, "UTC": UTC, "_utc_iso": _utc_iso
+}  # fmt: skip
 
 
 def _constant(value: str) -> Plan:
