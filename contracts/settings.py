@@ -124,6 +124,12 @@ class Settings:
         0.1,
     )
     peer_connections: int = _setting(64, "most connections a node opens to its peers", 1)
+    workers: int = _setting(
+        0,
+        "processes serving a node's port, sharing its state (README: Workers); 0: one per "
+        "core the node may run on",
+        0,
+    )
     query_threads: int = _setting(
         4, "threads answering sub-queries on a node (DuckDB releases the GIL)", 1
     )

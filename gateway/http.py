@@ -162,7 +162,7 @@ async def cluster_map(request: Request) -> Response:
 
 
 async def metrics(request: Request) -> Response:
-    return Response(node_of(request).metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+    return Response(await node_of(request).exposition(), media_type=CONTENT_TYPE_LATEST)
 
 
 async def health(request: Request) -> Response:

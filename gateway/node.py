@@ -7,6 +7,7 @@ import contextlib
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Protocol
 
 from contracts import chains
 from contracts.clock import now_ms
@@ -25,7 +26,7 @@ from gateway.cluster.coordinator import (
 )
 from gateway.cluster.health import Membership
 from gateway.cluster.log_end import LogEnd, LogFileEnd, PublishedEnd
-from gateway.cluster.metrics import NodeMetrics, NodeState
+from gateway.cluster.metrics import NodeMetrics, NodeState, summed
 from gateway.cluster.routing import Router
 from gateway.cluster.status import (
     ASSIGNMENT_HEADER,
@@ -47,16 +48,36 @@ from gateway.storage.snapshots import Snapshot, SnapshotCatalog
 from gateway.storage.switches import Switches
 from gateway.storage.sync import SnapshotSync, StoreUnreachable
 from gateway.wire.peers import PeerClient, pooled
+from gateway.workers.follower import Follower
+from gateway.workers.keeper import Keeper
+from gateway.workers.roles import ALONE, Role
 
 log = logging.getLogger(__name__)
 
 
+class Delivery(Protocol):
+    """Where the node's snapshots come from: the snapshot store (SnapshotSync), or the
+    node's keeper (a follower's: gateway/workers/follower.py)."""
+
+    errors: dict[int, str]
+
+    def held(self) -> list[int]: ...
+
+    async def run_once(self, force: bool = False) -> dict[int, int]: ...
+
+    async def run_forever(self) -> None: ...
+
+    def log_end(self, topic: str, partition: int) -> int | None: ...
+
+    def hand_over(self, partition: int) -> None: ...
+
+
 class GatewayNode:
-    def __init__(self, project: Project, node_id: str) -> None:
+    def __init__(self, project: Project, node_id: str, role: Role = ALONE) -> None:
         self.project = project
         self.id = node_id
+        self.role = role
         self.config = project.cluster.node(node_id)
-        self.topology, self.coordinator = self._coordinated()
         self.authenticator = Authenticator(project.access, project.settings.max_token_lifetime_s)
         settings = project.settings
         self.catalog = SnapshotCatalog(
@@ -64,26 +85,57 @@ class GatewayNode:
             project,
             threads=settings.duckdb_threads,
             memory=settings.duckdb_memory_limit,
+            owns_files=role.kind != "follower",
         )
         self.peers = PeerClient(project.cluster.secret, pooled(settings))
         self.switches = Switches()
         self.stalls = Stalls()
-        self.membership = Membership(project, node_id, self.peers, self.switches, self.stalls)
         self.metrics = NodeMetrics()
-        self.sync = SnapshotSync(
-            project,
-            node_id,
-            self.topology,
-            self.catalog,
-            self.peers,
-            self.switches,
-            self.metrics.freshness,
-        )
+        self.follower: Follower | None = None
+        self.sync: Delivery
+        if role.kind == "follower":
+            self.topology = TopologyView(_unplaced(project))
+            self.follower = Follower(
+                role.channel,
+                project,
+                node_id,
+                self.catalog,
+                self.topology,
+                self.switches,
+                self.metrics.exposition,
+            )
+            self.coordinator: Coordinator = self.follower
+            self.sync = self.follower
+        else:
+            self.topology, self.coordinator = self._coordinated()
+            self.sync = SnapshotSync(
+                project,
+                node_id,
+                self.topology,
+                self.catalog,
+                self.peers,
+                self.switches,
+                self.metrics.freshness,
+            )
+        self.membership = Membership(project, node_id, self.peers, self.switches, self.stalls)
         self.lanes = Lanes()
         self.log_end: LogEnd = (
             LogFileEnd(project.log_dir, settings.health_interval_s)
             if settings.log_end == "log"
             else PublishedEnd(self.sync.log_end, self._positions)
+        )
+        self.keeper = (
+            Keeper(
+                role.channel,
+                self.catalog,
+                self.topology,
+                self.coordinator,
+                self.sync,
+                self.switches,
+                self.exposition,
+            )
+            if role.kind == "keeper" and isinstance(self.sync, SnapshotSync)
+            else None
         )
         self.key_routes = key_routes(project)
         self.router = Router(
@@ -107,7 +159,8 @@ class GatewayNode:
                 lambda: self.id in self.topology.current.fenced,
                 self._global_footprint,
                 self.catalog.history_memory,
-            )
+            ),
+            node_wide=self.follower is None,
         )
         self.pool = ThreadPoolExecutor(settings.query_threads, thread_name_prefix="query")
         self.internal_requests = 0
@@ -185,6 +238,14 @@ class GatewayNode:
             log.warning("snapshot store unreachable: %s", exc)
 
     async def start(self) -> None:
+        if self.follower is not None:
+            await self.follower.start()  # serves what the keeper serves, then goes on
+            self.membership.follow(self.topology)
+            self._tasks = [
+                asyncio.create_task(self.stalls.watch_forever()),
+                asyncio.create_task(self.membership.watch_forever()),
+            ]
+            return
         self.topology.listen(self._counted)
         await self.coordinator.start()
         self.membership.follow(self.topology)
@@ -199,8 +260,12 @@ class GatewayNode:
             asyncio.create_task(self.membership.watch_forever()),
             asyncio.create_task(self.sync.run_forever()),
         ]
+        if self.keeper is not None:  # followers start from what this process serves now
+            await self.keeper.start()
 
     async def stop(self) -> None:
+        if self.keeper is not None:
+            await self.keeper.stop()
         await self.coordinator.stop()
         self.switches.close()
         for task in self._tasks:
@@ -299,6 +364,16 @@ class GatewayNode:
             live=self.live,
         )
 
+    async def exposition(self) -> bytes:
+        """The node's metrics: with workers, each one's summed (the keeper's scrape asks
+        its followers; a follower's asks the keeper)."""
+        if self.follower is not None:
+            return await self.follower.node_metrics()
+        own = self.metrics.exposition()
+        if self.keeper is None:
+            return own
+        return summed([own.decode(), *await self.keeper.follower_metrics()])
+
     def answer_headers(self) -> list[tuple[bytes, bytes]]:
         """NODE_HEADER and ASSIGNMENT_HEADER, as an answer carries them."""
         version = str(self.topology.current.assignment.version)
@@ -360,6 +435,13 @@ class GatewayNode:
                 return None
             lags.append(max(0, end - offset))
         return sum(lags)
+
+
+def _unplaced(project: Project) -> Topology:
+    """A follower's topology until its keeper tells the one it holds."""
+    cluster = project.cluster
+    addresses = {n.id: n.address for n in cluster.nodes}
+    return Topology.unassigned(cluster.partitions, cluster.replicas, addresses)
 
 
 def _state(snapshot: Snapshot) -> PartitionState:

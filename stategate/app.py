@@ -20,6 +20,7 @@ from gateway import http
 from gateway.node import GatewayNode
 from gateway.runtime.lanes import Lanes
 from gateway.runtime.process import tune_for_serving
+from gateway.workers.roles import ALONE, Role
 from resolvers.execution.operations import Operations
 from resolvers.schema.build import build_schema
 from resolvers.transport import websocket as websocket_protocol
@@ -61,7 +62,7 @@ class GraphQLFirst:
             await self.app(scope, receive, send)
 
 
-def create_app(project: Project, node_id: str) -> ASGIApp:
+def create_app(project: Project, node_id: str, role: Role = ALONE) -> ASGIApp:
     # the operations file first: a bad one stops the node before it opens anything
     def rows_of(store: str) -> int:
         return node.store_rows(store)
@@ -69,7 +70,7 @@ def create_app(project: Project, node_id: str) -> ASGIApp:
     operations = Operations(
         build_schema(project), project.settings, project.operations_file, rows_of
     )
-    node = GatewayNode(project, node_id)
+    node = GatewayNode(project, node_id, role)
 
     async def home(request: Request) -> Response:
         return RedirectResponse("/graphql")

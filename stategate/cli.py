@@ -9,6 +9,7 @@ import dataclasses
 import importlib.util
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -23,7 +24,7 @@ from contracts.coordination import Coordination, CoordinatorError
 from contracts.project import Project
 from contracts.settings import Settings, shown, table
 from stategate import cluster as cluster_commands
-from stategate import demo, exposure, logs, stopping
+from stategate import demo, exposure, logs, stopping, workers
 
 if TYPE_CHECKING:
     from spark_pipeline.session import LazySpark
@@ -97,6 +98,7 @@ def _parser() -> argparse.ArgumentParser:
         "--address", help="host:port: join an elastic cluster as a node the config lacks"
     )
     node.add_argument("--data-dir", help="with --address: the node's own folder")
+    node.add_argument("--follow", type=int, help=argparse.SUPPRESS)  # the keeper's pid
 
     cluster = commands.add_parser(
         "cluster", help="an elastic cluster: its status, drain a node, rebalance now"
@@ -154,28 +156,40 @@ def run_node(project: Project, args: argparse.Namespace) -> int:
 
     refuse_unused_modules()
 
+    from gateway.workers.channel import address as channel_address
+    from gateway.workers.roles import ALONE, Role
     from stategate.app import create_app
     from stategate.deadlines import header_deadline
 
     if args.address is not None:
         project = _joining(project, args)
     address = project.cluster.node(args.node).address
-    if not _may_listen(address, project) or not _coordinator_answers(project):
+    following = args.follow is not None
+    if not following and (not _may_listen(address, project) or not _coordinator_answers(project)):
         return 2
     logs.configure(args.node, project.settings)
-    host, port = address.rsplit(":", 1)
+    count = 1 if following else workers.count(project.settings)
+    if following:
+        role = Role("follower", channel_address(args.node, args.follow))
+    else:
+        role = Role("keeper", channel_address(args.node, os.getpid())) if count > 1 else ALONE
     try:
-        app = create_app(project, args.node)
+        sock = workers.bound(address, shared=role.kind != "alone", first=not following)
+    except OSError as exc:
+        print(f"stategate: cannot listen on {address}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        app = create_app(project, args.node, role)
     except projects.ConfigError as exc:  # what this node reads at start: [auth]'s keys
         print(f"stategate: {exc}", file=sys.stderr)
         return 2
+    if role.kind == "keeper":
+        workers.start_followers(args, count - 1)
     # SIGTERM or SIGINT: uvicorn stops accepting, closes idle connections and WebSockets
     # (1012), lets requests under way finish (a request runs at most request_timeout_s),
     # runs the app's shutdown, then ends the process by the signal.
-    uvicorn.run(
+    config = uvicorn.Config(
         app,
-        host=host,
-        port=int(port),
         log_config=None,
         log_level=project.settings.log_level,
         access_log=False,
@@ -186,6 +200,7 @@ def run_node(project: Project, args: argparse.Namespace) -> int:
         timeout_keep_alive=int(project.settings.keep_alive_s),
         timeout_graceful_shutdown=_grace_s(project.settings),
     )
+    uvicorn.Server(config).run(sockets=[sock])
     return 0
 
 

@@ -117,7 +117,10 @@ def write_project(
     snapshot_url: str | None = None,
     settings: str = "",
 ) -> Path:
-    """The project file; `settings` is the body of its [settings] table, if any."""
+    """The project file; `settings` is the body of its [settings] table. Its nodes run one
+    worker each unless `settings` says otherwise (tests/test_workers.py runs several)."""
+    if "workers" not in settings:
+        settings = f"workers = 1\n{settings}"
     nodes = "".join(
         f'\n[[cluster.nodes]]\nid = "node{i}"\naddress = "127.0.0.1:{port}"\ndata_dir = "node{i}"\n'
         for i, port in enumerate(ports, start=1)
@@ -127,7 +130,7 @@ def write_project(
         + (f'url = "{snapshot_url}"\n' if snapshot_url else "")
         + "\n"
         f'[cluster]\npartitions = {partitions}\nreplicas = {replicas}\nsecret = "test-secret"\n'
-        f"{nodes}{_STORES}" + (f"\n[settings]\n{settings}\n" if settings else "")
+        f"{nodes}{_STORES}\n[settings]\n{settings}\n"
     )
     path = root / "stategate.toml"
     path.write_text(text)

@@ -45,8 +45,8 @@ def free_port() -> int:
 def follow_project(root: Path, settings: str = "") -> Project:
     """Three partitions: every micro-batch still writes several layers (one per partition);
     nine only made more of them."""
-    path = write_project(root, ports=[free_port() for _ in range(3)], partitions=3)
-    path.write_text(path.read_text() + f"\n[settings]\ntrigger_interval_s = 0.5\n{settings}")
+    ports = [free_port() for _ in range(3)]
+    path = write_project(root, ports, 3, settings=f"trigger_interval_s = 0.5\n{settings}")
     return load(path)
 
 

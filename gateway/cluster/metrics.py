@@ -11,11 +11,12 @@ its peers, and its subscriptions.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from contracts.freshness import Delays
@@ -99,19 +100,64 @@ class NodeMetrics:
         self.requests.labels(operation, outcome).inc()
         self.latency.labels(operation).observe(seconds)
 
-    def watch(self, state: NodeState) -> None:
-        self.registry.register(_StateCollector(state))
+    def watch(self, state: NodeState, node_wide: bool = True) -> None:
+        """Read `state` at each scrape: all of it, or (a follower's, whose keeper reports
+        the node's state) only what is this worker's own: its subscriptions and the
+        internal requests it served."""
+        self.registry.register(_StateCollector(state, node_wide))
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
 
 
+def summed(expositions: Iterable[str]) -> bytes:
+    """Several processes' expositions as one: each sample's values added up (a node-wide
+    gauge is in one of them only), `_created` samples left out."""
+    families: dict[str, Metric] = {}
+    values: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], float]] = {}
+    for text in expositions:
+        for family in text_string_to_metric_families(text):
+            if family.name not in families:
+                families[family.name] = Metric(family.name, family.documentation, family.type)
+                values[family.name] = {}
+            found = values[family.name]
+            for sample in family.samples:
+                if not sample.name.endswith("_created"):
+                    key = (sample.name, tuple(sorted(sample.labels.items())))
+                    found[key] = found.get(key, 0.0) + sample.value
+    for name, family in families.items():
+        for (sample_name, labels), value in values[name].items():
+            family.add_sample(sample_name, dict(labels), value)
+    registry = CollectorRegistry()
+    registry.register(_Collected(list(families.values())))
+    return generate_latest(registry)
+
+
+class _Collected(Collector):
+    def __init__(self, families: list[Metric]) -> None:
+        self.families = families
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self.families)
+
+
 class _StateCollector(Collector):
-    def __init__(self, state: NodeState) -> None:
+    def __init__(self, state: NodeState, node_wide: bool) -> None:
         self.state = state
+        self.node_wide = node_wide
 
     def collect(self) -> Iterator[Metric]:
         status = self.state.status()
+        yield from _live(status.live)
+        yield CounterMetricFamily(
+            "stategate_internal_requests_served",
+            "internal query requests this node answered for its peers",
+            value=status.internal_requests,
+        )
+        if self.node_wide:
+            yield from self._node_wide(status)
+
+    def _node_wide(self, status: NodeStatus) -> Iterator[Metric]:
         version = GaugeMetricFamily(
             "stategate_snapshot_version", "the version served, per partition", labels=["partition"]
         )
@@ -145,7 +191,7 @@ class _StateCollector(Collector):
         )
         for peer, alive in self.state.peers_alive().items():
             up.add_metric([peer], 1 if alive else 0)
-        yield from (version, age, lag, errors, up, *_live(status.live))
+        yield from (version, age, lag, errors, up)
         yield GaugeMetricFamily(
             "stategate_assignment_version",
             "the version of the assignment this node routes by (0: the project file's)",
@@ -161,11 +207,6 @@ class _StateCollector(Collector):
             "1 while this node's coordinator session may have expired: it serves as nobody's "
             "active until it reads the assignment again",
             value=int(self.state.fenced()),
-        )
-        yield CounterMetricFamily(
-            "stategate_internal_requests_served",
-            "internal query requests this node answered for its peers",
-            value=status.internal_requests,
         )
         yield from _global_stores(*self.state.global_stores())
         histories = GaugeMetricFamily(

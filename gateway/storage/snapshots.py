@@ -141,8 +141,11 @@ class Footprint:
 
 
 class SnapshotCatalog:
-    def __init__(self, folder: Path, project: Project, threads: int, memory: str) -> None:
+    def __init__(
+        self, folder: Path, project: Project, threads: int, memory: str, owns_files: bool = True
+    ) -> None:
         self.folder = folder
+        self._owns_files = owns_files  # False: another process deletes them (a follower's)
         self.folder.mkdir(parents=True, exist_ok=True)
         self._project = project
         self._hub = duckdb.connect(":memory:", config={"threads": threads, "memory_limit": memory})
@@ -520,6 +523,8 @@ class SnapshotCatalog:
         """Detach a base no snapshot uses and delete its files (a delta a newer chain shares
         stays)."""
         self._detach(base.alias)
+        if not self._owns_files:
+            return
         with self._lock:
             in_use = {layer.path for s in self._current.values() for layer in s.layers}
         for path in base.files - in_use:

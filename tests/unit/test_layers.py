@@ -9,7 +9,8 @@ stategate        composition (CLI, demo, the ASGI app): any of them
 
 Inside gateway/, from the ground up: model (values and pure rules) and runtime (scheduling);
 wire (the internal protocol and transports); storage (snapshots, tables, execution, delivery);
-cluster (membership, status, routing, batching); then the node, its service and its HTTP
+cluster (membership, status, routing, batching) and workers (a node's keeper and its
+followers: gateway/workers/); then the node, its service and its HTTP
 routes at the top. Inside resolvers/: schema (the typed fields), execution (operations, the
 executors, persisted documents, costs), transport (HTTP, WebSocket, live queries).
 """
@@ -40,7 +41,7 @@ FORBIDDEN = {
 # The floors inside a package, lowest first; a module directly in the package is its top
 # floor. A floor imports its own and the floors below it.
 FLOORS = {
-    "gateway": [{"model", "runtime"}, {"wire"}, {"storage"}, {"cluster"}, {""}],
+    "gateway": [{"model", "runtime"}, {"wire"}, {"storage"}, {"cluster", "workers"}, {""}],
     "resolvers": [{"schema"}, {"execution"}, {"transport"}, {""}],
 }
 

@@ -1,0 +1,213 @@
+"""The local channel between a node's keeper and its followers: typed messages, one JSON
+object a line, over a Unix socket in the abstract namespace (nothing on disk to clean up;
+scoped to the node's network namespace, which its workers share).
+
+The keeper tells: each chain it serves (`Chain`: its layer files; None once handed over),
+the topology and what its coordinator says (`Cluster`), the snapshot store's log ends and
+its sync errors (`Delivery`), `Ready` once a follower has heard the whole state, and the
+answers to a follower's asks (`Answer`). A follower asks (`Ask`): a sync (the pipeline's
+notification landed on it), or the node's metrics (a scrape did).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+
+from contracts.placement import Assignment
+from contracts.snapshot_file import Kind
+from contracts.topology import Topology
+from gateway.storage.layers import LocalLayer
+
+AskKind = Literal["sync", "metrics"]
+LINE_LIMIT = 64 << 20  # the longest message: a node's metrics, or a chain of many layers
+
+
+class ChannelError(Exception):
+    """A line that is not a message of this channel."""
+
+
+def address(node_id: str, keeper_pid: int) -> str:
+    """The channel of a node's keeper process (abstract: a leading NUL)."""
+    return f"\0stategate-{node_id}-{keeper_pid}"
+
+
+@dataclass(frozen=True)
+class Chain:
+    partition: int  # a chain (contracts/chains.py)
+    layers: tuple[LocalLayer, ...] | None  # None: no longer served
+
+
+@dataclass(frozen=True)
+class Cluster:
+    topology: Topology
+    described: dict[str, Any]  # the coordinator's own description
+    connected: bool
+
+
+@dataclass(frozen=True)
+class Delivery:
+    log_end: dict[str, dict[int, int]]  # topic -> partition -> end, as last published
+    errors: dict[int, str]  # chain -> why its newest version is not served
+
+
+@dataclass(frozen=True)
+class Ready:
+    pass
+
+
+@dataclass(frozen=True)
+class Ask:
+    id: int
+    kind: AskKind
+
+
+@dataclass(frozen=True)
+class Answer:
+    id: int
+    body: Any  # sync: chain -> version installed; metrics: the exposition's text
+
+
+Message = Chain | Cluster | Delivery | Ready | Ask | Answer
+
+
+def encode(message: Message) -> bytes:
+    return orjson.dumps(_body(message), option=orjson.OPT_NON_STR_KEYS) + b"\n"
+
+
+def decode(line: bytes) -> Message:
+    try:
+        body = orjson.loads(line)
+        return _message(body)
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        raise ChannelError(f"not a channel message: {line[:200]!r}: {exc}") from exc
+
+
+def _body(message: Message) -> dict[str, Any]:
+    match message:
+        case Chain(partition, layers):
+            found = None if layers is None else [_layer(x) for x in layers]
+            return {"chain": partition, "layers": found}
+        case Cluster(topology, described, connected):
+            return {
+                "cluster": orjson.loads(topology.assignment.to_json()),
+                "addresses": dict(topology.addresses),
+                "fenced": sorted(topology.fenced),
+                "described": described,
+                "connected": connected,
+            }
+        case Delivery(log_end, errors):
+            return {"delivery": log_end, "errors": errors}
+        case Ready():
+            return {"ready": True}
+        case Ask(id, kind):
+            return {"ask": id, "kind": kind}
+        case Answer(id, body):
+            return {"answer": id, "body": body}
+    raise TypeError(f"not a channel message: {message!r}")
+
+
+def _message(body: dict[str, Any]) -> Message:
+    if "chain" in body:
+        layers = body["layers"]
+        found = None if layers is None else tuple(_local(x) for x in layers)
+        return Chain(int(body["chain"]), found)
+    if "cluster" in body:
+        assignment = Assignment.from_json(orjson.dumps(body["cluster"]))
+        topology = Topology(assignment, body["addresses"], frozenset(body["fenced"]))
+        return Cluster(topology, body["described"], bool(body["connected"]))
+    if "delivery" in body:
+        ends = body["delivery"].items()
+        log_end = {t: {int(p): int(e) for p, e in by.items()} for t, by in ends}
+        return Delivery(log_end, {int(c): str(e) for c, e in body["errors"].items()})
+    if "ready" in body:
+        return Ready()
+    if "ask" in body:
+        if body["kind"] not in ("sync", "metrics"):
+            raise ValueError(f"no such ask: {body['kind']!r}")
+        return Ask(int(body["ask"]), body["kind"])
+    if "answer" in body:
+        return Answer(int(body["answer"]), body["body"])
+    raise ValueError("no kind of message")
+
+
+def _layer(layer: LocalLayer) -> list[Any]:
+    return [layer.version, layer.kind, str(layer.path), layer.newest_append_ms]
+
+
+def _local(raw: list[Any]) -> LocalLayer:
+    version, kind, path, appended = raw
+    if kind not in ("base", "delta"):
+        raise ValueError(f"no such layer kind: {kind!r}")
+    layer_kind: Kind = kind
+    return LocalLayer(int(version), layer_kind, Path(path), appended)
+
+
+Heard = Callable[[Message], Awaitable[None]]
+Asked = Callable[[Ask], Awaitable[Any]]
+
+
+class Link:
+    """One end of a connection: sends messages, asks and awaits answers; hands what it hears
+    to `heard` in order (an Answer resolves its ask after every message before it was
+    handled), and each ask to `asked` in a task of its own."""
+
+    def __init__(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, heard: Heard, asked: Asked
+    ) -> None:
+        self._reader = reader
+        self._writer = writer
+        self._heard = heard
+        self._asked = asked
+        self._asks = itertools.count(1)
+        self._waiting: dict[int, asyncio.Future[Any]] = {}
+        self._answering: set[asyncio.Task[None]] = set()
+
+    def send(self, message: Message) -> None:
+        if not self._writer.is_closing():
+            self._writer.write(encode(message))
+
+    async def ask(self, kind: AskKind, timeout: float) -> Any:
+        """The other end's answer; TimeoutError, or ChannelError once the link closed."""
+        ask = Ask(next(self._asks), kind)
+        waiting = self._waiting[ask.id] = asyncio.get_running_loop().create_future()
+        try:
+            self.send(ask)
+            return await asyncio.wait_for(waiting, timeout)
+        finally:
+            self._waiting.pop(ask.id, None)
+
+    async def run(self) -> None:
+        """Until the other end closes the connection (or sends what is not a message)."""
+        try:
+            while line := await self._reader.readline():
+                message = decode(line)
+                if isinstance(message, Answer):
+                    waiting = self._waiting.get(message.id)
+                    if waiting is not None and not waiting.done():
+                        waiting.set_result(message.body)
+                elif isinstance(message, Ask):
+                    task = asyncio.create_task(self._answer(message))
+                    self._answering.add(task)
+                    task.add_done_callback(self._answering.discard)
+                else:
+                    await self._heard(message)
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+            pass
+        finally:
+            for waiting in self._waiting.values():
+                if not waiting.done():
+                    waiting.set_exception(ChannelError("the channel closed"))
+            self.close()
+
+    async def _answer(self, ask: Ask) -> None:
+        self.send(Answer(ask.id, await self._asked(ask)))
+
+    def close(self) -> None:
+        self._writer.close()

@@ -1,0 +1,181 @@
+"""A follower: a worker process of a node that serves its port beside the keeper
+(gateway/workers/keeper.py) and holds what the keeper tells, instead of joining the cluster
+and syncing itself. To the node it is both its coordinator (the topology, as the keeper
+holds it) and its delivery (the chains, as the keeper serves them).
+
+Each chain it hears it installs from the keeper's files, as the keeper did: only a new
+delta's rows are read when the chain extends the one it serves. A chain whose files are
+gone already is skipped: the keeper moved on, and tells the newer chain next. A sync it is
+asked (the pipeline's notification landed on this worker) is the keeper's, answered once
+this worker serves what that sync installed. Without its keeper it stops, as the node does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+import time
+from collections.abc import Callable
+from typing import Any
+
+from contracts import chains
+from contracts.project import Project
+from gateway.model.topology import TopologyView
+from gateway.storage.snapshots import SnapshotCatalog, SnapshotError
+from gateway.storage.switches import Switches
+from gateway.storage.sync import StoreUnreachable
+from gateway.workers.channel import (
+    LINE_LIMIT,
+    Ask,
+    Chain,
+    ChannelError,
+    Cluster,
+    Delivery,
+    Link,
+    Message,
+    Ready,
+)
+
+log = logging.getLogger(__name__)
+CONNECT_WAIT_S = 60.0  # the keeper opens its channel once it started; a follower waits this long
+SYNC_WAIT_S = 120.0  # the longest a sync asked of the keeper may take
+METRICS_WAIT_S = 5.0  # a scrape: the keeper waits for each follower's, 2 s at most
+
+
+class Follower:
+    def __init__(
+        self,
+        address: str,
+        project: Project,
+        node_id: str,
+        catalog: SnapshotCatalog,
+        view: TopologyView,
+        switches: Switches,
+        metrics: Callable[[], bytes],
+    ) -> None:
+        self.address = address
+        self.project = project
+        self.node_id = node_id
+        self.catalog = catalog
+        self.view = view
+        self.switches = switches
+        self.metrics = metrics  # this worker's own
+        self.connected = True
+        self.errors: dict[int, str] = {}
+        self._described: dict[str, Any] = {}
+        self._log_end: dict[str, dict[int, int]] = {}
+        self._ready = asyncio.Event()
+        self._stopping = False
+        self._link: Link | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    # -- as the node's coordinator
+
+    async def start(self) -> None:
+        """Once this worker serves the keeper's state as it was when the channel opened."""
+        reader, writer = await self._connect()
+        self._link = Link(reader, writer, self._heard, self._answer)
+        self._task = asyncio.create_task(self._follow(self._link))
+        await self._ready.wait()
+
+    async def stop(self) -> None:
+        self._stopping = True
+        if self._link is not None:
+            self._link.close()
+
+    def describe(self) -> dict[str, Any]:
+        return self._described
+
+    # -- as the node's delivery
+
+    def held(self) -> list[int]:
+        return chains.held(self.project, self.view.current.assigned_to(self.node_id))
+
+    async def run_once(self, force: bool = False) -> dict[int, int]:
+        """The keeper's sync: the chains it installed (chain -> version), served here."""
+        if self._link is None:
+            return {}
+        try:
+            answer = await self._link.ask("sync", SYNC_WAIT_S)
+        except (ChannelError, TimeoutError) as exc:
+            raise StoreUnreachable(f"this node's keeper did not sync: {exc}") from exc
+        if "unreachable" in answer:
+            raise StoreUnreachable(answer["unreachable"])
+        return {int(chain): version for chain, version in answer["installed"].items()}
+
+    async def run_forever(self) -> None:
+        if self._task is not None:
+            await asyncio.shield(self._task)
+
+    async def node_metrics(self) -> bytes:
+        """The node's metrics, as the keeper sums them."""
+        if self._link is None:
+            return self.metrics()
+        text: str = await self._link.ask("metrics", METRICS_WAIT_S)
+        return text.encode()
+
+    def log_end(self, topic: str, partition: int) -> int | None:
+        return self._log_end.get(topic, {}).get(partition)
+
+    def hand_over(self, partition: int) -> None:
+        """The keeper tells what it handed over."""
+
+    # -- the channel
+
+    async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        deadline = time.monotonic() + CONNECT_WAIT_S
+        while True:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.connect(self.address)  # local: at once (uvloop refuses abstract paths)
+                return await asyncio.open_unix_connection(sock=sock, limit=LINE_LIMIT)
+            except (ConnectionRefusedError, FileNotFoundError):
+                sock.close()
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.1)
+
+    async def _follow(self, link: Link) -> None:
+        try:
+            await link.run()
+        except ChannelError as exc:
+            log.error("the keeper's channel: %s", exc)
+        if not self._stopping:
+            log.warning("the node's keeper is gone: this worker stops")
+            os.kill(os.getpid(), signal.SIGTERM)  # the server's own graceful stop
+
+    async def _heard(self, message: Message) -> None:
+        match message:
+            case Chain(partition, layers):
+                await self._serve(partition, layers)
+            case Cluster(topology, described, connected):
+                self.view.update(topology)
+                self._described, self.connected = described, connected
+            case Delivery(log_end, errors):
+                self._log_end, self.errors = log_end, errors
+            case Ready():
+                self._ready.set()
+
+    async def _answer(self, ask: Ask) -> Any:
+        if ask.kind == "metrics":
+            return self.metrics().decode()
+        return None
+
+    async def _serve(self, partition: int, layers: Any) -> None:
+        shown = chains.partition(self.project, partition)
+        if layers is None:
+            if self.catalog.drop(partition):
+                self.switches.dropped(shown)
+            return
+        before = self.catalog.get(partition)
+        try:
+            serving = await asyncio.to_thread(self.catalog.install, partition, list(layers))
+        except SnapshotError as exc:
+            log.info("partition %s: a chain the keeper moved on from: %s", partition, exc)
+            return
+        if serving is not None and (before is None or serving.version != before.version):
+            self.switches.installed(shown)
+        await asyncio.to_thread(self.catalog.settle)
