@@ -53,6 +53,7 @@ from gateway.workers.keeper import Keeper
 from gateway.workers.roles import ALONE, Role
 
 log = logging.getLogger(__name__)
+FOLLOWERS_EXTRA_S = 5.0  # a stopping keeper waits for its followers' requests, and this
 
 
 class Delivery(Protocol):
@@ -264,8 +265,8 @@ class GatewayNode:
             await self.keeper.start()
 
     async def stop(self) -> None:
-        if self.keeper is not None:
-            await self.keeper.stop()
+        if self.keeper is not None:  # its followers first: they let go of its files
+            await self.keeper.stop(self.project.settings.request_timeout_s + FOLLOWERS_EXTRA_S)
         await self.coordinator.stop()
         self.switches.close()
         for task in self._tasks:

@@ -14,7 +14,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import socket
+import struct
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -38,6 +41,7 @@ from gateway.workers.channel import (
 log = logging.getLogger(__name__)
 PUBLISH_INTERVAL_S = 1.0
 METRICS_WAIT_S = 2.0  # how long a scrape waits for each follower's metrics
+STOP_POLL_S = 0.05
 
 
 class Described(Protocol):
@@ -76,6 +80,7 @@ class Keeper:
         self.switches = switches
         self.metrics = metrics
         self._links: dict[Link, _Heard] = {}
+        self._followers: set[int] = set()  # their pids
         self._server: asyncio.Server | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -85,8 +90,9 @@ class Keeper:
         self._server = await asyncio.start_unix_server(self._serve, sock=sock, limit=LINE_LIMIT)
         self._tasks.append(asyncio.create_task(self._publish_forever()))
 
-    async def stop(self) -> None:
-        """Close the channel: each follower hears its end and stops."""
+    async def stop(self, wait_s: float) -> None:
+        """Close the channel: each follower hears its end and stops; return once they all
+        ended, or after `wait_s` (a follower lets its requests under way finish first)."""
         if self._server is not None:
             self._server.close()
         for link in list(self._links):
@@ -95,6 +101,9 @@ class Keeper:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        deadline = time.monotonic() + wait_s
+        while any(map(_alive, self._followers)) and time.monotonic() < deadline:
+            await asyncio.sleep(STOP_POLL_S)
 
     async def follower_metrics(self) -> list[str]:
         """Each follower's own metrics (the exposition's text); one that does not answer in
@@ -122,6 +131,7 @@ class Keeper:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         link = Link(reader, writer, self._heard, self._answer)
         self._links[link] = _Heard()
+        self._followers.add(_peer_pid(writer))
         self.publish()
         link.send(Ready())
         try:
@@ -141,6 +151,24 @@ class Keeper:
             return {"unreachable": str(exc)}
         self.publish()  # the installs before the answer: the follower serves them once answered
         return {"installed": installed}
+
+
+def _peer_pid(writer: asyncio.StreamWriter) -> int:
+    """The process at the other end of a Unix socket (SO_PEERCRED: pid, uid, gid)."""
+    creds = writer.get_extra_info("socket").getsockopt(
+        socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")
+    )
+    pid: int = struct.unpack("3i", creds)[0]
+    return pid
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process is there (a follower ended is reaped by stategate/workers.py)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def _news(

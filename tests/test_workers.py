@@ -1,0 +1,217 @@
+"""Nodes of two workers each (README: Workers): every worker answers as the oracle says,
+follows the keeper's switches, and counts in the node's metrics; a follower ends with its
+keeper. Each connection below is matched to the worker process that accepted it (psutil
+lists a process's sockets), so what each worker answered is known, not assumed."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psutil
+import pytest
+
+from spark_pipeline import job
+from spark_pipeline.session import LazySpark
+from stategate.launcher import node_command, wait_serving
+from tests import oracle, wire
+from tests.live import Socket
+from tests.nodes import Served, metric, serve
+from tests.projects import produce_test_events
+
+RANGE = """{ trainDelaysRange(first: 1000) {
+  records { key reports totalDelay worstDelay }
+  meta { partial partitions { partition version } } } }"""
+BATCH = """query($keys: [String!]!) { latestBookingBatch(keys: $keys) {
+  entries { key failure record { key seats } } meta { partial } } }"""
+LIVE = "subscription { trainDelaysRange(first: 1000) { records { key reports } } }"
+WORKERS = 2
+ACCEPT_WAIT_S = 5.0
+MAX_CONNECTIONS = 64  # opened until both workers of a node hold one (the kernel hashes them)
+
+
+@pytest.fixture(scope="module")
+def cluster(spark: LazySpark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    served = serve(tmp_path_factory.mktemp("workers"), spark, seed=11, start=False,
+                   settings=f"workers = {WORKERS}")  # fmt: skip
+    served.nodes.start_all()
+    yield served
+    served.nodes.stop_all()
+
+
+def workers(cluster: Served, node: str) -> list[int]:
+    """The node's worker processes, the keeper first."""
+    keeper = psutil.Process(cluster.nodes.processes.pid(node))
+    return [keeper.pid, *(c.pid for c in keeper.children())]
+
+
+def acceptor(pids: list[int], port: int, client_port: int) -> int:
+    """The worker whose socket is the server side of the client's connection (once it
+    accepted it: until then the connection waits in the kernel's queue)."""
+    deadline = time.monotonic() + ACCEPT_WAIT_S
+    while time.monotonic() < deadline:
+        for pid in pids:
+            for conn in psutil.Process(pid).net_connections("tcp"):
+                ends = (conn.laddr and conn.laddr.port, conn.raddr and conn.raddr.port)
+                if ends == (port, client_port):
+                    return pid
+        time.sleep(0.01)
+    raise AssertionError(f"no worker of {pids} holds the connection from port {client_port}")
+
+
+def connections(cluster: Served, node: str) -> dict[int, http.client.HTTPConnection]:
+    """One open connection to each worker of the node."""
+    host, port = cluster.project.cluster.node(node).address.rsplit(":", 1)
+    pids = workers(cluster, node)
+    assert len(pids) == WORKERS, pids
+    held: dict[int, http.client.HTTPConnection] = {}
+    for _ in range(MAX_CONNECTIONS):
+        conn = http.client.HTTPConnection(host, int(port), timeout=30)
+        conn.connect()
+        assert conn.sock is not None
+        pid = acceptor(pids, int(port), conn.sock.getsockname()[1])
+        if pid in held:
+            conn.close()
+        else:
+            held[pid] = conn
+        if len(held) == WORKERS:
+            return held
+    raise AssertionError(f"{MAX_CONNECTIONS} connections all went to {list(held)}")
+
+
+def post(
+    conn: http.client.HTTPConnection, query: str, variables: Any = None, name: str | None = None
+) -> Any:
+    body = json.dumps({"query": query, "variables": variables or {}, "operationName": name})
+    conn.request("POST", "/graphql", body, {"content-type": "application/json"})
+    response = conn.getresponse()
+    answer = json.loads(response.read())
+    assert response.status == 200 and not answer.get("errors"), answer
+    return answer["data"]
+
+
+def delays(cluster: Served) -> list[tuple]:
+    parts = oracle.expected_store(cluster.project, "trainDelays")
+    return sorted(r[:4] for part in parts.values() for r in part)
+
+
+def as_rows(records: list[dict[str, Any]]) -> list[tuple]:
+    return sorted(
+        (r["key"], wire.long(r["reports"]), wire.maybe_long(r["totalDelay"]), r["worstDelay"])
+        for r in records
+    )
+
+
+def test_every_worker_answers_as_the_oracle(cluster: Served) -> None:
+    bookings = {r[0]: r for part in oracle.expected_store(cluster.project, "latestBooking").values()
+                for r in part}  # fmt: skip
+    keys = [*bookings, "nobody"]
+    expected = delays(cluster)
+    for node in cluster.nodes.ids:
+        for pid, conn in connections(cluster, node).items():
+            found = post(conn, RANGE)["trainDelaysRange"]
+            assert not found["meta"]["partial"], (node, pid)
+            assert as_rows(found["records"]) == expected, (node, pid)
+            batch = post(conn, BATCH, {"keys": keys})["latestBookingBatch"]
+            assert [e["key"] for e in batch["entries"]] == keys
+            for entry in batch["entries"]:
+                assert entry["failure"] is None
+                record = entry["record"]
+                assert (record is not None) == (entry["key"] in bookings), (node, pid, entry)
+            conn.close()
+
+
+def test_metrics_count_every_workers_requests(cluster: Served) -> None:
+    held = connections(cluster, "node2")
+    name = "stategate_graphql_requests_total"
+    before = metric(cluster.nodes.metrics("node2"), name, operation="counted", outcome="ok")
+    for conn in held.values():
+        for _ in range(5):
+            post(conn, "query counted { trainDelays(key: 1) { record { key } } }", name="counted")
+    for pid, conn in held.items():  # the node's metrics, whichever worker is asked
+        conn.request("GET", "/metrics")
+        text = conn.getresponse().read().decode()
+        after = [line for line in text.splitlines()
+                 if line.startswith(name) and 'operation="counted"' in line]  # fmt: skip
+        assert after == [f'{name}{{operation="counted",outcome="ok"}} {before + 10}'], pid
+        versions = [
+            line for line in text.splitlines() if line.startswith("stategate_snapshot_version{")
+        ]
+        assert versions and all(v.endswith(" 1.0") for v in versions), versions  # not summed
+        conn.close()
+
+
+def test_followers_switch_with_their_keeper(cluster: Served, spark: LazySpark) -> None:
+    node, before = "node1", delays(cluster)
+    url = cluster.nodes.url(node)
+    pids, port = workers(cluster, node), int(url.rsplit(":", 1)[1])
+    sockets: dict[int, Socket] = {}
+    for _ in range(MAX_CONNECTIONS):
+        socket = Socket(url)
+        pid = acceptor(pids, port, socket.ws.socket.getsockname()[1])
+        if pid in sockets:
+            socket.close()
+            continue
+        sockets[pid] = socket
+        socket.subscribe("s", LIVE)
+        assert len(socket.next_of("s")["data"]["trainDelaysRange"]["records"]) == len(before)
+        if len(sockets) == WORKERS:
+            break
+    assert len(sockets) == WORKERS
+    produce_test_events(
+        cluster.project, seed=12, n_bookings=100, n_trains=300, start_ms=1_767_400_000_000
+    )
+    report = job.run(cluster.project, spark, notify=True)  # a sync asked of any worker
+    assert set(report.notify.values()) == {"ok"}, report.notify
+    after = delays(cluster)
+    assert after != before
+    for pid, socket in sockets.items():  # each worker's subscription pushes the new rows
+        deadline = time.monotonic() + 30
+        records: list[dict[str, Any]] = []
+        while sorted((r["key"], wire.long(r["reports"])) for r in records) != [
+            r[:2] for r in after
+        ]:
+            assert time.monotonic() < deadline, (pid, "no push of the new version")
+            records = socket.next_of("s")["data"]["trainDelaysRange"]["records"]
+        socket.close()
+    for pid, conn in connections(cluster, node).items():
+        found = post(conn, RANGE)["trainDelaysRange"]
+        assert as_rows(found["records"]) == after, pid
+        assert {p["version"] for p in found["meta"]["partitions"]} == {2}, pid
+        conn.close()
+
+
+def test_a_second_node_on_the_port_is_refused(cluster: Served) -> None:
+    command = node_command(cluster.project, "node1")
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "cannot listen on" in done.stderr and "in use" in done.stderr
+
+
+def ended(pid: int, timeout: float) -> bool:
+    try:
+        psutil.Process(pid).wait(timeout)
+    except psutil.NoSuchProcess:
+        pass
+    except psutil.TimeoutExpired:
+        return False
+    return True
+
+
+def test_followers_end_with_their_keeper(cluster: Served) -> None:
+    """Killed: its followers stop on their own, and the node starts again on its port.
+    Stopped: the keeper ends after its followers."""
+    node = "node3"
+    _, *followers = workers(cluster, node)
+    cluster.nodes.kill(node)
+    assert all(ended(pid, 30) for pid in followers)
+    cluster.nodes.start(node)
+    wait_serving(cluster.project, [node])
+    keeper, *followers = workers(cluster, node)
+    assert len(followers) == WORKERS - 1
+    cluster.nodes.processes.stop(node)
+    assert all(ended(pid, 0) for pid in followers)
