@@ -175,6 +175,8 @@ class Link:
 
     async def ask(self, kind: AskKind, timeout: float) -> Any:
         """The other end's answer; TimeoutError, or ChannelError once the link closed."""
+        if self._writer.is_closing():
+            raise ChannelError("the channel closed")
         ask = Ask(next(self._asks), kind)
         waiting = self._waiting[ask.id] = asyncio.get_running_loop().create_future()
         try:
