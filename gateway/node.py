@@ -87,6 +87,7 @@ class GatewayNode:
             threads=settings.duckdb_threads,
             memory=settings.duckdb_memory_limit,
             owns_files=role.kind != "follower",
+            images=role.kind != "alone",
         )
         self.peers = PeerClient(project.cluster.secret, pooled(settings))
         self.switches = Switches()

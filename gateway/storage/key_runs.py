@@ -72,6 +72,14 @@ class KeyRuns:
         index.file_backed = True
         return index
 
+    def __getstate__(self) -> dict[str, Any]:
+        """As an image holds it (gateway/storage/images.py): the times are the rows' own."""
+        return {name: value for name, value in self.__dict__.items() if name != "_times"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._times = _numbers(self._rows.column(0))
+
     @property
     def nbytes(self) -> int:
         """What it holds in memory (a mapped file's pages are the OS's to keep or drop)."""

@@ -41,6 +41,7 @@ from contracts.snapshot_file import (
     partition_folder,
     quoted,
 )
+from gateway.storage import images
 from gateway.storage.key_runs import KeyRuns, newest_of
 from gateway.storage.layers import (
     LayeredTable,
@@ -59,6 +60,14 @@ from gateway.storage.row_select import columns
 
 log = logging.getLogger(__name__)
 CLOSE_WAIT_S = 30.0  # the longest a stopping node waits for an install under way
+
+
+Tables = tuple[dict[str, LookupTable], dict[str, int], dict[str, int], dict[str, KeyRuns]]
+
+
+def image_of(base: Path) -> Path:
+    """Where a base's image is (a hidden name: one left by a crash is a stray at start)."""
+    return base.with_name(f".{base.name}.image")
 
 
 class SnapshotError(Exception):
@@ -142,10 +151,17 @@ class Footprint:
 
 class SnapshotCatalog:
     def __init__(
-        self, folder: Path, project: Project, threads: int, memory: str, owns_files: bool = True
+        self,
+        folder: Path,
+        project: Project,
+        threads: int,
+        memory: str,
+        owns_files: bool = True,
+        images: bool = False,
     ) -> None:
         self.folder = folder
         self._owns_files = owns_files  # False: another process deletes them (a follower's)
+        self._images = images  # bases' tables mapped from images (gateway/storage/images.py)
         self.folder.mkdir(parents=True, exist_ok=True)
         self._project = project
         self._hub = duckdb.connect(":memory:", config={"threads": threads, "memory_limit": memory})
@@ -334,7 +350,7 @@ class SnapshotCatalog:
         try:
             header = read_header(cursor, alias, partition, layer)
             self._check_stores(cursor, alias, partition)
-            tables, rows, newest, runs = self._load_tables(layer.path, partition)
+            tables, rows, newest, runs = self._tables_of(layer.path, partition)
         except (duckdb.Error, SnapshotError, LayerError, FormatError) as exc:
             self._detach(alias)
             raise SnapshotError(
@@ -344,7 +360,8 @@ class SnapshotCatalog:
             # Reading a base goes through whole tables in Arrow; what Arrow's allocator
             # keeps of them after (tens of MiB a node) goes back to the OS.
             pa.default_memory_pool().release_unused()
-        return Base(layer, alias, header, tables, rows, newest, runs, files={layer.path})
+        files = {layer.path, image_of(layer.path)} if self._images else {layer.path}
+        return Base(layer, alias, header, tables, rows, newest, runs, files=files)
 
     def _stores(self, chain: int) -> tuple[Store, ...]:
         return chains.stores(self._project, chain)
@@ -359,6 +376,30 @@ class SnapshotCatalog:
         missing = [s.name for s in self._stores(chain) if s.name not in tables]
         if missing:
             raise SnapshotError(f"stores {missing} are missing")
+
+    def _tables_of(self, path: Path, chain: int) -> Tables:
+        """A base's tables: from its image when there is one, else read (and, with images,
+        written to one by the process that owns the files, then mapped from it)."""
+        if not self._images:
+            return self._load_tables(path, chain)
+        image = image_of(path)
+        try:
+            found: Tables = images.load(image)
+            return found
+        except FileNotFoundError:
+            pass
+        except images.ImageError as exc:
+            log.warning("%s: %s; read again", path.name, exc)
+        tables = self._load_tables(path, chain)
+        if not self._owns_files:
+            return tables
+        try:
+            images.save(tables, image)
+            mapped: Tables = images.load(image)
+        except (OSError, images.ImageError) as exc:
+            log.warning("%s: no image written (%s): this process holds its tables", path.name, exc)
+            return tables
+        return mapped
 
     def _load_tables(self, path: Path, chain: int) -> tuple[
         dict[str, LookupTable], dict[str, int], dict[str, int], dict[str, KeyRuns]
@@ -538,7 +579,8 @@ class SnapshotCatalog:
 
     def _remove_strays(self, partitions: list[int]) -> None:
         """Delete older versions and unfinished downloads left by an earlier run."""
-        serving = {layer.path for s in self.current().values() for layer in s.layers}
+        serving = {path for s in self.current().values() for path in s.base.files}
+        serving |= {layer.path for s in self.current().values() for layer in s.layers}
         for partition in partitions:
             folder = self.folder / partition_folder(partition)
             if not folder.is_dir():
