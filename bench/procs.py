@@ -50,14 +50,28 @@ class NodeProcesses:
         wait_serving(self.project, self.ids, timeout_s)
 
     def process(self, node_id: str) -> psutil.Process:
+        """The node's process: the one started (a gateway node's keeper)."""
         return psutil.Process(self.processes_.pid(f"{self.label}-{node_id}"))
 
+    def workers(self, node_id: str) -> list[psutil.Process]:
+        """Every process of the node: the one started, and the workers it started."""
+        started = self.process(node_id)
+        return [started, *started.children()]
+
     def processes(self) -> list[psutil.Process]:
-        return [self.process(n) for n in self.ids]
+        return [p for n in self.ids for p in self.workers(n)]
 
     def rss_mib(self, node_id: str) -> float:
-        rss: int = self.process(node_id).memory_info().rss
+        """The node's resident memory, its processes' added up (a page they share counts
+        once in each)."""
+        rss: int = sum(p.memory_info().rss for p in self.workers(node_id))
         return rss / 2**20
+
+    def pss_mib(self, node_id: str) -> float:
+        """The node's proportional memory (Linux's PSS): a page shared by k processes counts
+        1/k in each, so the node's workers add up to what the node holds."""
+        pss: int = sum(p.memory_full_info().pss for p in self.workers(node_id))
+        return pss / 2**20
 
     def stop(self) -> None:
         self.processes_.stop_all()

@@ -70,6 +70,7 @@ from bench.workload import (
     compare,
     stop_spark,
 )
+from contracts.project import load as load_project
 
 RESULTS = BENCH_DIR / "results.json"
 GW_ONE = "gw a. one key"
@@ -371,7 +372,11 @@ async def measure_gateway(
         log(f"verification: {results.verification}")
         results.memory["main_warmup_errors"] = await warm_mix(client, urls, b)
         results.memory["main_node1_rss_mib_after_warmup"] = round(gw.rss_mib("node1"), 1)
-        log(f"node1 RSS after the warm-up: {results.memory['main_node1_rss_mib_after_warmup']} MiB")
+        results.memory["main_node1_pss_mib_after_warmup"] = round(gw.pss_mib("node1"), 1)
+        log(
+            f"node1 after the warm-up: RSS {results.memory['main_node1_rss_mib_after_warmup']} "
+            f"MiB, PSS {results.memory['main_node1_pss_mib_after_warmup']} MiB"
+        )
         floor_cases = FloorCases(floor, b, duration, results)
         log(report.HEADER)
         route = versus.router(versus.cluster_map(gw.url("node1")))
@@ -398,6 +403,7 @@ async def measure_gateway(
         log(report.stats_line(stats))
         results.gateway.append(stats)
         results.memory["main_node1_rss_mib_after_mix"] = round(gw.rss_mib("node1"), 1)
+        results.memory["main_node1_pss_mib_after_mix"] = round(gw.pss_mib("node1"), 1)
         results.memory["main_rss_mib_after_mix"] = {n: round(gw.rss_mib(n), 1) for n in gw.ids}
 
 
@@ -499,6 +505,20 @@ async def measure_naive(nv: NodeProcesses, b: Bodies, duration: float, results: 
 # -- 5. side by side with PostgreSQL + PostGraphile --------------------------------------------
 
 
+def one_worker(project: Any) -> Any:
+    """The project with its nodes on one worker each (README: Workers), as a file beside it."""
+    text = project.path.read_text()
+    setting = "workers = 1\n"
+    text = (
+        text.replace("[settings]\n", f"[settings]\n{setting}", 1)
+        if "[settings]" in text
+        else (f"{text}\n[settings]\n{setting}")
+    )
+    path = project.path.with_name(f"{project.path.stem}.one-worker.toml")
+    path.write_text(text)
+    return load_project(path)
+
+
 def measure_versus(
     project: Any, floor: Floor, gw: NodeProcesses, duration: float, r: Results, stack: ExitStack
 ) -> None:
@@ -519,7 +539,24 @@ def measure_versus(
             "gw", f"{gw.url('node1')}/graphql", gateway, gw.processes(), duration, cluster
         )
     )
+    r.memory["versus_workers"] = len(gw.workers("node1"))
+    r.memory["versus_node1_pss_mib"] = round(gw.pss_mib("node1"), 1)
     gw.stop()
+
+    log("versus: the gateway again, one worker a node, the same reads ...")
+    logs = BENCH_DIR / "logs" / "one-worker"
+    logs.mkdir(parents=True, exist_ok=True)
+    one = NodeProcesses.gateway(one_worker(project), logs)
+    stack.callback(one.stop)
+    one.start()
+    one.wait_serving()
+    r.versus += asyncio.run(
+        versus.measure(
+            "gw1", f"{one.url('node1')}/graphql", gateway, one.processes(), duration, cluster
+        )
+    )
+    r.memory["versus_one_worker_node1_pss_mib"] = round(one.pss_mib("node1"), 1)
+    one.stop()
 
     log("versus: PostgreSQL + PostGraphile alone, the same rows and keys ...")
     stack.callback(peer.stop_postgres)
@@ -594,6 +631,9 @@ def comparisons(r: Results, timings: SparkTimings) -> list[report.Comparison]:
 
     gw16, pg16 = vs(versus.ONE_16)
     routed16, _ = vs(versus.ROUTED_16)
+    one16 = r.find(r.versus, f"gw1 {versus.ONE_16}")
+    one_routed16 = r.find(r.versus, f"gw1 {versus.ROUTED_16}")
+    workers = r.memory.get("versus_workers")
     routed, _ = vs(versus.ROUTED)
     gw_one_vs, _ = vs(versus.ONE)
     rss_small = r.memory.get("small_node1_rss_mib_after_warmup")
@@ -635,9 +675,37 @@ def comparisons(r: Results, timings: SparkTimings) -> list[report.Comparison]:
             "x", "",
         ),
         below(
-            "node1 RSS at the big workload",
-            rss_main, 400, "MiB", "after the warm-up mix",
+            "node1 PSS at the big workload, every worker's",
+            r.memory.get("main_node1_pss_mib_after_warmup"), 400, "MiB", "after the warm-up mix",
         ),
+        below(
+            "node1 PSS after the whole mix, every worker's",
+            r.memory.get("main_node1_pss_mib_after_mix"), 400, "MiB",
+            f"RSS added up: {r.memory.get('main_node1_rss_mib_after_mix')} MiB",
+        ),
+        info(
+            "node1 RSS at the big workload, its processes' added up",
+            rss_main, "MiB", "after the warm-up mix (a shared page counted in each process)",
+        ),
+        at_least(
+            "one key, 16 clients: node1 with its workers / with one, req/s",
+            ratio(gw16.qps if gw16 else None, one16.qps if one16 else None),
+            1, "x", f"{workers} workers: {gw16.qps:.0f} vs {one16.qps:.0f} req/s"
+            if gw16 and one16 else "",
+        ),
+        info(
+            "one key, 16 clients, routed: node1 with its workers / with one, req/s",
+            ratio(routed16.qps if routed16 else None, one_routed16.qps if one_routed16 else None),
+            "x", "",
+        ),
+        at_most(
+            "node1 PSS with its workers / with one, after the same reads",
+            ratio(r.memory.get("versus_node1_pss_mib"),
+                  r.memory.get("versus_one_worker_node1_pss_mib")),
+            1.3, "x",
+            f"{r.memory.get('versus_node1_pss_mib')} vs "
+            f"{r.memory.get('versus_one_worker_node1_pss_mib')} MiB",
+        ),  # fmt: skip
         at_most(
             "1000 keys, one list: gateway p50 / floor p50",
             ratio(gw_list, floor_p50("1000 keys")),
@@ -887,7 +955,8 @@ def print_table(r: Results, timings: SparkTimings) -> None:
     lines.append(
         f"memory (node1 RSS, MiB): {_size(r.workload)} after warm-up "
         f"{m.get('main_node1_rss_mib_after_warmup')}, after the whole mix "
-        f"{m.get('main_node1_rss_mib_after_mix')}; small after warm-up "
+        f"{m.get('main_node1_rss_mib_after_mix')} (PSS {m.get('main_node1_pss_mib_after_warmup')}"
+        f" and {m.get('main_node1_pss_mib_after_mix')}); small after warm-up "
         f"{m.get('small_node1_rss_mib_after_warmup')}"
     )
     lines.append(f"verification: {r.verification}")

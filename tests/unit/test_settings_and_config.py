@@ -199,8 +199,7 @@ def test_an_unknown_bad_record_policy_is_refused() -> None:
 def test_a_bad_settings_entry_in_the_project_file_names_the_file_and_the_setting(
     tmp_path: Path, entry: str, name: str
 ) -> None:
-    path = write_project(tmp_path, [1, 2])
-    path.write_text(path.read_text() + f"\n[settings]\n{entry}\n")
+    path = write_project(tmp_path, [1, 2], settings=entry)
     with pytest.raises(ConfigError) as caught:
         load(path)
     message = str(caught.value)
@@ -209,8 +208,7 @@ def test_a_bad_settings_entry_in_the_project_file_names_the_file_and_the_setting
 
 
 def test_good_settings_in_the_project_file_are_applied(tmp_path: Path) -> None:
-    path = write_project(tmp_path, [1, 2])
-    path.write_text(path.read_text() + "\n[settings]\nmax_page_size = 500\nkeep_alive_s = 3\n")
+    path = write_project(tmp_path, [1, 2], settings="max_page_size = 500\nkeep_alive_s = 3")
     settings = load(path).settings
     assert (settings.max_page_size, settings.keep_alive_s) == (500, 3.0)
     assert settings.peer_pool_expiry_s == pytest.approx(1.0)
