@@ -2,7 +2,8 @@
 keeper; it starts its followers, the same command with `--follow` and its pid. Each worker
 binds the node's port with SO_REUSEPORT, and the kernel spreads new connections over the
 workers listening. A worker listens only once it serves (uvicorn binds, then listens after
-its start-up), so no connection waits on one still loading.
+its start-up), so no connection waits on one still loading. A follower that dies is started
+again; one that stops, because it was asked to or because its keeper is gone, is not.
 """
 
 from __future__ import annotations
@@ -10,14 +11,20 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import socket
 import subprocess
 import sys
 import threading
+import time
 
 from contracts.settings import Settings
 
 log = logging.getLogger(__name__)
+STOPPED = (0, -signal.SIGTERM, -signal.SIGINT)  # how a follower asked to stop ends
+RESTART_DELAY_S = 0.5
+RESTART_AFTER_S = 30.0  # a follower ending sooner after its start waits longer each time
+MAX_RESTART_DELAY_S = 30.0
 
 
 def count(settings: Settings) -> int:
@@ -51,21 +58,33 @@ def _socket(family: int, kind: int, proto: int, reuse_port: bool) -> socket.sock
     return sock
 
 
-def start_followers(args: argparse.Namespace, followers: int) -> list[subprocess.Popen[bytes]]:
-    """Start the keeper's followers: the keeper's own command, following it. Each is waited
-    for by a thread of its own, which logs how it ended."""
+def start_followers(args: argparse.Namespace, followers: int) -> None:
+    """Start the keeper's followers: the keeper's own command, following it. Each is kept
+    by a thread of its own (`_keep`)."""
     command = [sys.executable, "-m", "stategate.cli", "node", "--config", args.config]
     command += ["--node", args.node, "--follow", str(os.getpid())]
     if args.address is not None:
         command += ["--address", args.address]
     if args.data_dir is not None:
         command += ["--data-dir", args.data_dir]
-    started = [subprocess.Popen(command) for _ in range(followers)]
-    for process in started:
-        threading.Thread(target=_reap, args=(process,), daemon=True).start()
-    return started
+    for _ in range(followers):
+        threading.Thread(target=_keep, args=(command,), daemon=True).start()
 
 
-def _reap(process: subprocess.Popen[bytes]) -> None:
-    code = process.wait()
-    log.info("worker %s ended (%s)", process.pid, code)
+def _keep(command: list[str]) -> None:
+    """Run a follower, and start it again when it ends otherwise than asked (a stop, or its
+    keeper's channel closing, end it by SIGTERM or SIGINT: those stay ended). One that ends
+    within RESTART_AFTER_S of its start waits twice as long as the last before the next,
+    up to MAX_RESTART_DELAY_S: a follower that cannot start does not spin."""
+    delay = RESTART_DELAY_S
+    while True:
+        started = time.monotonic()
+        process = subprocess.Popen(command)
+        code = process.wait()
+        if code in STOPPED:
+            log.info("worker %s stopped", process.pid)
+            return
+        quick = time.monotonic() - started < RESTART_AFTER_S
+        delay = min(delay * 2, MAX_RESTART_DELAY_S) if quick else RESTART_DELAY_S
+        log.warning("worker %s ended (%s): started again in %g s", process.pid, code, delay)
+        time.sleep(delay)

@@ -202,6 +202,29 @@ def ended(pid: int, timeout: float) -> bool:
     return True
 
 
+def test_a_follower_that_dies_is_started_again(cluster: Served) -> None:
+    node = "node2"
+    keeper, follower = workers(cluster, node)
+    psutil.Process(follower).kill()
+    assert ended(follower, 10)
+    deadline = time.monotonic() + 60
+    while len(found := workers(cluster, node)) < WORKERS or follower in found:
+        assert time.monotonic() < deadline, found
+        time.sleep(0.1)
+    expected = delays(cluster)
+    while True:  # until the new follower serves (it listens once it does)
+        try:
+            held = connections(cluster, node)
+            break
+        except AssertionError:
+            assert time.monotonic() < deadline, "the new follower does not serve"
+            time.sleep(0.5)
+    assert set(held) == set(found) and keeper in held
+    for pid, conn in held.items():
+        assert as_rows(post(conn, RANGE)["trainDelaysRange"]["records"]) == expected, pid
+        conn.close()
+
+
 def test_followers_end_with_their_keeper(cluster: Served) -> None:
     """Killed: its followers stop on their own, and the node starts again on its port.
     Stopped: the keeper ends after its followers."""

@@ -69,6 +69,7 @@ class Follower:
         self._log_end: dict[str, dict[int, int]] = {}
         self._ready = asyncio.Event()
         self._stopping = False
+        self._keeper_pid = os.getppid()  # the keeper starts its followers
         self._link: Link | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -134,8 +135,8 @@ class Follower:
                 return await asyncio.open_unix_connection(sock=sock, limit=LINE_LIMIT)
             except (ConnectionRefusedError, FileNotFoundError):
                 sock.close()
-                if time.monotonic() > deadline:
-                    raise
+                if time.monotonic() > deadline or os.getppid() != self._keeper_pid:
+                    raise ChannelError(f"no keeper answers at {self.address!r}") from None
                 await asyncio.sleep(0.1)
 
     async def _follow(self, link: Link) -> None:
