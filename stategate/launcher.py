@@ -4,6 +4,7 @@ node is started with `stategate node` by its own supervisor)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import signal
@@ -88,10 +89,13 @@ class Processes:
     def pid(self, name: str) -> int:
         return self.procs[name].pid
 
-    def kill(self, name: str) -> None:
-        """SIGKILL: the process dies without a word, as a crashed machine would."""
+    def kill(self, name: str, started_too: bool = True) -> None:
+        """SIGKILL: the process dies without a word, as a crashed machine would, and so do
+        the processes it started (a node's workers), unless not `started_too`."""
         proc = self.procs.pop(name)
-        proc.send_signal(signal.SIGKILL)
+        for pid in [proc.pid, *(children(proc.pid) if started_too else ())]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         proc.wait(10)
         self._close(name)
 
@@ -124,6 +128,16 @@ class Processes:
         log = self._files.pop(name, None)
         if log is not None:
             log.close()
+
+
+def children(pid: int) -> list[int]:
+    """The processes `pid` started that are still there (Linux: each of its threads'
+    /proc children list)."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        with contextlib.suppress(OSError):
+            found += [int(child) for child in (task / "children").read_text().split()]
+    return found
 
 
 def wait_healthy(

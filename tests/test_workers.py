@@ -230,7 +230,7 @@ def test_followers_end_with_their_keeper(cluster: Served) -> None:
     Stopped: the keeper ends after its followers."""
     node = "node3"
     _, *followers = workers(cluster, node)
-    cluster.nodes.kill(node)
+    cluster.nodes.processes.kill(node, started_too=False)
     assert all(ended(pid, 30) for pid in followers)
     cluster.nodes.start(node)
     wait_serving(cluster.project, [node])
