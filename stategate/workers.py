@@ -37,7 +37,8 @@ def bound(address: str, shared: bool, first: bool) -> socket.socket:
     worker checks that no other process holds the port: one shared with a stray process
     would hand it connections. OSError when the port is taken."""
     host, port = address.rsplit(":", 1)
-    family, kind, proto, _, where = socket.getaddrinfo(host.strip("[]"), int(port))[0]
+    found = socket.getaddrinfo(host.strip("[]"), int(port), type=socket.SOCK_STREAM)
+    family, kind, proto, _, where = found[0]
     if shared and first:
         with _socket(family, kind, proto, reuse_port=False) as probe:
             probe.bind(where)

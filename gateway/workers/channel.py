@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,7 @@ from contracts.snapshot_file import Kind
 from contracts.topology import Topology
 from gateway.storage.layers import LocalLayer
 
+log = logging.getLogger(__name__)
 AskKind = Literal["sync", "metrics"]
 LINE_LIMIT = 64 << 20  # the longest message: a node's metrics, or a chain of many layers
 
@@ -200,8 +202,10 @@ class Link:
                     task.add_done_callback(self._answering.discard)
                 else:
                     await self._heard(message)
-        except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+        except (ConnectionError, asyncio.IncompleteReadError):
             pass
+        except (ChannelError, ValueError) as exc:  # ValueError: a line past LINE_LIMIT
+            log.error("the workers' channel: %s; closed", exc)
         finally:
             for waiting in self._waiting.values():
                 if not waiting.done():

@@ -140,15 +140,18 @@ class Follower:
                 await asyncio.sleep(0.1)
 
     async def _follow(self, link: Link) -> None:
-        try:
-            await link.run()
-        except ChannelError as exc:
-            log.error("the keeper's channel: %s", exc)
+        await link.run()
         if not self._stopping:
             log.warning("the node's keeper is gone: this worker stops")
             os.kill(os.getpid(), signal.SIGTERM)  # the server's own graceful stop
 
     async def _heard(self, message: Message) -> None:
+        try:
+            await self._apply(message)
+        except Exception:  # a bug must not end following for good: the next chain may serve
+            log.exception("applying the keeper's %s failed", type(message).__name__)
+
+    async def _apply(self, message: Message) -> None:
         match message:
             case Chain(partition, layers):
                 await self._serve(partition, layers)

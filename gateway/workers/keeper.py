@@ -20,8 +20,9 @@ import struct
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
+from gateway.cluster.coordinator import Coordinator
 from gateway.model.topology import TopologyView
 from gateway.storage.layers import LocalLayer
 from gateway.storage.snapshots import SnapshotCatalog
@@ -44,14 +45,6 @@ METRICS_WAIT_S = 2.0  # how long a scrape waits for each follower's metrics
 STOP_POLL_S = 0.05
 
 
-class Described(Protocol):
-    """What a keeper's coordinator tells of itself (gateway/cluster/coordinator.py)."""
-
-    connected: bool
-
-    def describe(self) -> dict[str, Any]: ...
-
-
 @dataclass
 class _Heard:
     """What one follower was told last."""
@@ -67,7 +60,7 @@ class Keeper:
         address: str,
         catalog: SnapshotCatalog,
         view: TopologyView,
-        coordinator: Described,
+        coordinator: Coordinator,
         sync: SnapshotSync,
         switches: Switches,
         metrics: Callable[[], Awaitable[bytes]],  # the node's, every worker's summed
