@@ -167,7 +167,8 @@ def run_node(project: Project, args: argparse.Namespace) -> int:
     following = args.follow is not None
     if not following and (not _may_listen(address, project) or not _coordinator_answers(project)):
         return 2
-    logs.configure(args.node, project.settings)
+    source = f"{args.node} worker {os.getpid()}" if following else args.node  # "node1 worker 42"
+    logs.configure(source, project.settings)
     count = 1 if following else workers.count(project.settings)
     if following:
         role = Role("follower", channel_address(args.node, args.follow))
