@@ -322,6 +322,19 @@ class GatewayNode:
             )
         return answers
 
+    def behind(self, answered: dict[tuple[int, str], int]) -> bool:
+        """Whether a node answered a partition at a version older than one this node knows
+        it serves: another worker of that node had switched, and told of it, first."""
+        for (partition, node_id), version in answered.items():
+            if node_id == self.id:
+                known: int | None = self.catalog.version(partition)
+            else:
+                state = self.membership.state(node_id, partition)
+                known = state.version if state else None
+            if known is not None and version < known:
+                return True
+        return False
+
     def store_rows(self, store: str) -> int:
         """A store's rows in the whole cluster, as this node's snapshots suggest."""
         return self.catalog.store_rows(store, self.project.cluster.partitions)

@@ -138,6 +138,8 @@ class RequestQueries:
     selected: frozenset[str] = frozenset()  # every field the request's document names
     partitions: set[int] = field(default_factory=set)  # every partition read
     failed: set[int] = field(default_factory=set)  # those that could not answer
+    # (partition, node) -> the version that node answered for it
+    answered: dict[tuple[int, str], int] = field(default_factory=dict)
 
     def response_token(self) -> Position:
         """What the whole response's consistency token stands for."""
@@ -322,6 +324,7 @@ class RequestQueries:
         outcome = await self.load(Work(store, query, partitions, self._consistency(demand)))
         self.partitions.update(q.partition for q, _ in outcome.parts)
         self.failed.update(q.partition for q, a in outcome.parts if a.failure is not None)
+        self.answered.update(((q.partition, a.node), a.version) for q, a in outcome.parts if a.ok)
         return outcome
 
     async def _joined(

@@ -41,6 +41,8 @@ from resolvers.schema.context import Context, batch_loader
 
 log = logging.getLogger(__name__)
 EVALUATED_TOGETHER = 500  # cohorts per shared batch: bounds one internal request's size
+BEHIND_RETRY_S = 0.05  # a cohort answered by a worker behind its node's switch: again after
+BEHIND_RETRIES = 40  # ... and at most this many times in a row (2 s)
 _INTERNAL = {
     "message": "the subscription could not be evaluated",
     "extensions": {"code": "INTERNAL_SERVER_ERROR"},
@@ -124,6 +126,7 @@ class Cohort:
     revision: int = 0
     evaluated: asyncio.Event = field(default_factory=asyncio.Event)
     failed: list[dict[str, Any]] | None = None
+    behind: int = 0  # evaluations in a row answered by a node behind its own switch
 
     def settle(self, result: ExecutionResult, context: Context) -> Update | None:
         """Record an evaluation; the update to push, or None when nothing is to be sent."""
@@ -295,7 +298,22 @@ class Hub:
             self._push(cohort, cohort.settle(*outcome))
             if cohort.unanswered and peer_back:
                 self._mark_due([cohort])  # its calls may have failed before the peer was back
+            self._again_if_behind(cohort, outcome[1])
         cohort.evaluated.set()
+
+    def _again_if_behind(self, cohort: Cohort, context: Context) -> None:
+        """A node of several workers tells of a switch once one of them serves it; another
+        may answer from the version before for a few milliseconds. A cohort answered so is
+        evaluated again after BEHIND_RETRY_S, at most BEHIND_RETRIES times in a row: the
+        switch that made it due will not come again. (A switch heard after the answer has
+        made it due already.)"""
+        if cohort in self._due:
+            return
+        if not self.node.behind(context.queries.answered):
+            cohort.behind = 0
+        elif cohort.behind < BEHIND_RETRIES:
+            cohort.behind += 1
+            asyncio.get_running_loop().call_later(BEHIND_RETRY_S, self._mark_due, [cohort])
 
     @staticmethod
     def _push(cohort: Cohort, update: Update | None) -> None:
