@@ -101,8 +101,7 @@ class Processes:
 
     def stop(self, name: str) -> None:
         proc = self.procs.pop(name)
-        if proc.poll() is None:
-            proc.terminate()
+        self._terminate(proc)
         try:
             proc.wait(STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
@@ -112,10 +111,21 @@ class Processes:
 
     def stop_all(self) -> None:
         for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.terminate()
+            self._terminate(proc)
         for name in list(self.procs):
             self.stop(name)
+
+    @staticmethod
+    def _terminate(proc: subprocess.Popen[bytes]) -> None:
+        """SIGTERM to a server and to the processes it started (a node's workers), as a
+        supervisor stops a whole service: every worker drains its requests at once, not
+        each after its keeper's."""
+        if proc.poll() is not None:
+            return
+        for pid in children(proc.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        proc.terminate()
 
     def tail(self, name: str, lines: int = 40) -> str:
         path = self.log_path(name)
