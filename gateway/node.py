@@ -77,7 +77,6 @@ class GatewayNode:
     def __init__(self, project: Project, node_id: str, role: Role = ALONE) -> None:
         self.project = project
         self.id = node_id
-        self.role = role
         self.config = project.cluster.node(node_id)
         self.authenticator = Authenticator(project.access, project.settings.max_token_lifetime_s)
         settings = project.settings
