@@ -36,7 +36,7 @@ from contracts.snapshot_file import (
     quoted,
 )
 from gateway.model.queries import Prefix, Range, Row, Select, Totals
-from gateway.storage import ordered, scans, summing
+from gateway.storage import images, ordered, scans, summing
 from gateway.storage.key_runs import KeyRuns, newest_of
 from gateway.storage.lookup_table import Changed, LookupTable
 from gateway.storage.row_select import served
@@ -98,6 +98,9 @@ class Level:
     deleted: dict[str, int] = field(default_factory=dict)  # store -> its `_deleted` rows
     newest: dict[str, int] = field(default_factory=dict)  # history -> its newest valid_from
     runs: dict[str, KeyRuns] = field(default_factory=dict)  # indexed windows and histories
+    header: LayerHeader | None = None  # its newest delta's
+    span: int = 1  # the deltas it merges
+    image: Path | None = None  # the file it is mapped from, shared by the node's workers
     users: int = 0  # snapshots that read it (counted by the catalog)
     _copied: set[str] = field(default_factory=set)  # stores in the hub database
     _copying: threading.Lock = field(default_factory=threading.Lock)
@@ -185,8 +188,38 @@ def read_deltas(
     if header is None:
         raise LayerError("a level needs at least one delta")
     if len(read) == 1:
-        return header, Level(alias, read[0])
-    return header, merged(alias, [Level("", frames) for frames in read], stores)
+        level = Level(alias, read[0])
+    else:
+        level = merged(alias, [Level("", frames) for frames in read], stores)
+    level.header = header
+    return header, level
+
+
+@dataclass(frozen=True)
+class LevelImage:
+    """A level as a node's keeper shares it with its workers: the image of its tables and
+    indexes, and how many deltas of the chain it merges."""
+
+    path: Path
+    span: int
+
+
+def shared(level: Level, path: Path) -> Level:
+    """The level, indexed, written to an image at `path` and mapped from it: every worker of
+    the node maps the same pages. OSError, ImageError when it cannot be written."""
+    state = (level.header, level.span, level.frames, level.tables, level.deleted, level.newest)
+    images.save((*state, level.runs), path)
+    return mapped(level.alias, path)
+
+
+def mapped(alias: str, path: Path) -> Level:
+    """A level from its image (gateway/storage/images.py); FileNotFoundError when the keeper
+    let go of it, ImageError when it is not one."""
+    try:
+        header, span, frames, tables, deleted, newest, runs = images.load(path)
+    except (TypeError, ValueError) as exc:
+        raise images.ImageError(f"{path.name} is not a level's image: {exc}") from exc
+    return Level(alias, frames, tables, deleted, newest, runs, header, span, path)
 
 
 def _read_delta(
@@ -215,7 +248,7 @@ def merged(alias: str, levels: Sequence[Level], stores: Sequence[Store]) -> Leve
         store.name: newest([level.frames[store.name] for level in levels], key_columns(store))
         for store in stores
     }
-    return Level(alias, frames)
+    return Level(alias, frames, header=levels[-1].header, span=sum(lv.span for lv in levels))
 
 
 def to_merge(levels: Sequence[Level]) -> int:

@@ -22,7 +22,7 @@ import itertools
 import logging
 import os
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,11 +48,14 @@ from gateway.storage.layers import (
     LayerError,
     LayerHeader,
     Level,
+    LevelImage,
     LocalLayer,
     Overlay,
+    mapped,
     merged,
     read_deltas,
     read_header,
+    shared,
     to_merge,
 )
 from gateway.storage.lookup_table import LookupTable
@@ -149,6 +152,12 @@ class Footprint:
     memory: dict[str, int] = field(default_factory=dict)  # store -> bytes of its rows
 
 
+def _replaces(snapshot: Snapshot, old: Snapshot, mirrored: bool) -> bool:
+    """Whether a snapshot installed replaces the partition's current one: a newer one, or
+    the same version over the keeper's settled levels."""
+    return snapshot.order > old.order or (mirrored and snapshot.order == old.order)
+
+
 class SnapshotCatalog:
     def __init__(
         self,
@@ -206,18 +215,30 @@ class SnapshotCatalog:
                 chains.append(chain[:1])
         return chains
 
-    def install(self, partition: int, chain: list[LocalLayer]) -> Snapshot | None:
+    def install(
+        self,
+        partition: int,
+        chain: list[LocalLayer],
+        levels: Sequence[LevelImage] | None = None,
+    ) -> Snapshot | None:
         """Serve a chain of verified files: only its new deltas are read when it extends the
-        current chain. Returns the partition's current snapshot after it; None when the
-        partition was handed over (`drop`) while the chain was read: it stays handed over,
-        and what was read is let go (the base it extended may be detached already)."""
+        current chain, or with `levels` (the keeper's, a follower's install) none: its deltas
+        are those levels, mapped. Returns the partition's current snapshot after it; None
+        when the partition was handed over (`drop`) while the chain was read: it stays
+        handed over, and what was read is let go (the base it extended may be detached)."""
         with self._work():
-            return self._install(partition, chain)
+            return self._install(partition, chain, levels)
 
-    def _install(self, partition: int, chain: list[LocalLayer]) -> Snapshot | None:
+    def _install(
+        self, partition: int, chain: list[LocalLayer], levels: Sequence[LevelImage] | None
+    ) -> Snapshot | None:
         current = self.get(partition)
         known = len(current.layers) if current else 0
-        if current is not None and tuple(chain[:known]) == current.layers:
+        if levels is not None:
+            snapshot = self._mirror(partition, current, chain, tuple(levels))
+            if snapshot is current:
+                return current
+        elif current is not None and tuple(chain[:known]) == current.layers:
             if len(chain) == known:
                 return current
             snapshot = self._extend(partition, current, chain)
@@ -226,9 +247,13 @@ class SnapshotCatalog:
         with self._lock:
             old = self._current.get(partition)
             stale: Snapshot | None
-            if old is not current or (old is not None and old.order >= snapshot.order):
+            if old is not current or (
+                old is not None and not _replaces(snapshot, old, levels is not None)
+            ):
                 stale = snapshot  # handed over or replaced meanwhile, or no newer
             else:
+                if old is not None and old.order == snapshot.order:
+                    snapshot.served_ms = old.served_ms  # the keeper's levels settled
                 self._current[partition] = snapshot
                 stale = old
             if stale is not None:
@@ -246,6 +271,59 @@ class SnapshotCatalog:
             if base.users == 0:
                 self._close_base(base)
             raise
+
+    def _mirror(
+        self,
+        partition: int,
+        current: Snapshot | None,
+        chain: list[LocalLayer],
+        levels: tuple[LevelImage, ...],
+    ) -> Snapshot:
+        """A snapshot of the chain over the keeper's levels, mapped from their images (those
+        the current snapshot maps already, reused); the current one when it is that already."""
+        if sum(level.span for level in levels) != len(chain) - 1:
+            raise SnapshotError(f"partition {partition}: the levels told are not the chain's")
+        same_base = current is not None and current.layers[0] == chain[0]
+        if current is not None and same_base:
+            if current.layers == tuple(chain) and self.level_images(current) == levels:
+                return current
+            held = {lv.image: lv for lv in current.overlay.levels} if current.overlay else {}
+            base = current.base
+        else:
+            held, base = {}, self._open_base(partition, chain[0])
+        mapped_now: list[Level] = []
+        try:
+            overlay = [
+                held.get(level.path) or self._map(partition, level, mapped_now) for level in levels
+            ]
+        except SnapshotError:
+            for level in mapped_now:
+                level.drop(self._hub)
+            if base.users == 0:
+                self._close_base(base)
+            raise
+        header = overlay[-1].header if overlay else None
+        snapshot = self._snapshot(
+            partition, base, Overlay(header, tuple(overlay)) if header else None, tuple(chain)
+        )
+        with self._lock:
+            base.files.update(layer.path for layer in chain[1:])
+        return snapshot
+
+    def _map(self, partition: int, level: LevelImage, mapped_now: list[Level]) -> Level:
+        try:
+            found = mapped(self._alias(partition), level.path)
+            found.install(self._hub, self._stores(partition))
+        except (OSError, images.ImageError, duckdb.Error) as exc:
+            raise SnapshotError(f"partition {partition}: a level the keeper let go: {exc}") from exc
+        mapped_now.append(found)
+        return found
+
+    def level_images(self, snapshot: Snapshot) -> tuple[LevelImage, ...] | None:
+        """The snapshot's levels as its workers map them; None when one has no image."""
+        levels = snapshot.overlay.levels if snapshot.overlay else ()
+        found = tuple(LevelImage(lv.image, lv.span) for lv in levels if lv.image is not None)
+        return found if len(found) == len(levels) else None
 
     def _extend(self, partition: int, current: Snapshot, chain: list[LocalLayer]) -> Snapshot:
         deltas = chain[len(current.layers) :]
@@ -266,6 +344,7 @@ class SnapshotCatalog:
             header, level = self._read(partition, deltas)
             try:
                 level.index(self._stores(partition))
+                level = self._shared(partition, level)
                 level.install(self._hub, self._stores(partition))
             except (duckdb.Error, pa.ArrowException) as exc:
                 raise SnapshotError(f"partition {partition}: {exc}") from exc
@@ -319,6 +398,7 @@ class SnapshotCatalog:
                 stores = self._stores(partition)
                 level = merged(self._alias(partition), merging, stores)
                 level.index(stores)
+                level = self._shared(partition, level)
                 level.install(self._hub, stores)
             except (duckdb.Error, pa.ArrowException) as exc:
                 log.warning("partition %s: levels not merged: %s", partition, exc)
@@ -334,6 +414,18 @@ class SnapshotCatalog:
                 stale = snapshot if swapped else settled
                 stale.retired = True
             self._release_if_unused(stale)
+
+    def _shared(self, partition: int, level: Level) -> Level:
+        """With images, the level as every worker maps it (written once, by the keeper)."""
+        if not (self._images and self._owns_files):
+            return level
+        path = self.folder / partition_folder(partition) / f".{level.alias}.{os.getpid()}.level"
+        try:
+            return shared(level, path)
+        except (OSError, images.ImageError) as exc:
+            log.warning("%s: no image written (%s): the workers read its deltas", path.name, exc)
+            path.unlink(missing_ok=True)
+            return level
 
     def _alias(self, partition: int) -> str:
         """A new name for a level's tables in the hub."""
@@ -557,6 +649,8 @@ class SnapshotCatalog:
                     unused.append(level)
         for level in unused:  # levels are shared by the snapshots of one chain
             level.drop(self._hub)
+            if self._owns_files and level.image is not None:
+                level.image.unlink(missing_ok=True)
         if base_done:
             self._close_base(base)
 

@@ -2,7 +2,8 @@
 object a line, over a Unix socket in the abstract namespace (nothing on disk to clean up;
 scoped to the node's network namespace, which its workers share).
 
-The keeper tells: each chain it serves (`Chain`: its layer files; None once handed over),
+The keeper tells: each chain it serves (`Chain`: its layer files and the images of its
+levels; None once handed over),
 the topology and what its coordinator says (`Cluster`), the snapshot store's log ends and
 its sync errors (`Delivery`), `Ready` once a follower has heard the whole state, and the
 answers to a follower's asks (`Answer`). A follower asks (`Ask`): a sync (the pipeline's
@@ -24,7 +25,7 @@ import orjson
 from contracts.placement import Assignment
 from contracts.snapshot_file import Kind
 from contracts.topology import Topology
-from gateway.storage.layers import LocalLayer
+from gateway.storage.layers import LevelImage, LocalLayer
 
 log = logging.getLogger(__name__)
 AskKind = Literal["sync", "metrics"]
@@ -44,6 +45,8 @@ def address(node_id: str, keeper_pid: int) -> str:
 class Chain:
     partition: int  # a chain (contracts/chains.py)
     layers: tuple[LocalLayer, ...] | None  # None: no longer served
+    levels: tuple[LevelImage, ...] | None = None  # its deltas as the keeper's levels; None:
+    # read them (a level without an image)
 
 
 @dataclass(frozen=True)
@@ -93,9 +96,10 @@ def decode(line: bytes) -> Message:
 
 def _body(message: Message) -> dict[str, Any]:
     match message:
-        case Chain(partition, layers):
+        case Chain(partition, layers, levels):
             found = None if layers is None else [_layer(x) for x in layers]
-            return {"chain": partition, "layers": found}
+            images = None if levels is None else [[str(x.path), x.span] for x in levels]
+            return {"chain": partition, "layers": found, "levels": images}
         case Cluster(topology, described, connected):
             return {
                 "cluster": orjson.loads(topology.assignment.to_json()),
@@ -117,9 +121,10 @@ def _body(message: Message) -> dict[str, Any]:
 
 def _message(body: dict[str, Any]) -> Message:
     if "chain" in body:
-        layers = body["layers"]
+        layers, levels = body["layers"], body["levels"]
         found = None if layers is None else tuple(_local(x) for x in layers)
-        return Chain(int(body["chain"]), found)
+        images = None if levels is None else tuple(LevelImage(Path(p), int(n)) for p, n in levels)
+        return Chain(int(body["chain"]), found, images)
     if "cluster" in body:
         assignment = Assignment.from_json(orjson.dumps(body["cluster"]))
         topology = Topology(assignment, body["addresses"], frozenset(body["fenced"]))

@@ -3,9 +3,10 @@
 and syncing itself. To the node it is both its coordinator (the topology, as the keeper
 holds it) and its delivery (the chains, as the keeper serves them).
 
-Each chain it hears it installs from the keeper's files, as the keeper did: only a new
-delta's rows are read when the chain extends the one it serves. A chain whose files are
-gone already is skipped: the keeper moved on, and tells the newer chain next. A sync it is
+Each chain it hears it installs from the keeper's files: its deltas as the keeper's levels,
+mapped from their images (a level without one is read from the deltas, as the keeper did).
+A chain whose files are gone already is skipped: the keeper moved on, and tells the newer
+chain next. A sync it is
 asked (the pipeline's notification landed on this worker) is the keeper's, answered once
 this worker serves what that sync installed. Without its keeper it stops, as the node does.
 """
@@ -24,6 +25,7 @@ from typing import Any
 from contracts import chains
 from contracts.project import Project
 from gateway.model.topology import TopologyView
+from gateway.storage.layers import LevelImage, LocalLayer
 from gateway.storage.snapshots import SnapshotCatalog, SnapshotError
 from gateway.storage.switches import Switches
 from gateway.storage.sync import StoreUnreachable
@@ -153,8 +155,8 @@ class Follower:
 
     async def _apply(self, message: Message) -> None:
         match message:
-            case Chain(partition, layers):
-                await self._serve(partition, layers)
+            case Chain(partition, layers, levels):
+                await self._serve(partition, layers, levels)
             case Cluster(topology, described, connected):
                 self.view.update(topology)
                 self._described, self.connected = described, connected
@@ -168,7 +170,12 @@ class Follower:
             return self.metrics().decode()
         return None
 
-    async def _serve(self, partition: int, layers: Any) -> None:
+    async def _serve(
+        self,
+        partition: int,
+        layers: tuple[LocalLayer, ...] | None,
+        levels: tuple[LevelImage, ...] | None,
+    ) -> None:
         shown = chains.partition(self.project, partition)
         if layers is None:
             if self.catalog.drop(partition):
@@ -176,10 +183,11 @@ class Follower:
             return
         before = self.catalog.get(partition)
         try:
-            serving = await asyncio.to_thread(self.catalog.install, partition, list(layers))
+            serving = await asyncio.to_thread(self.catalog.install, partition, list(layers), levels)
         except SnapshotError as exc:
             log.info("partition %s: a chain the keeper moved on from: %s", partition, exc)
             return
         if serving is not None and (before is None or serving.version != before.version):
             self.switches.installed(shown)
-        await asyncio.to_thread(self.catalog.settle)
+        if levels is None:  # its own levels: merged here (the keeper's are merged there)
+            await asyncio.to_thread(self.catalog.settle)

@@ -1,12 +1,14 @@
 """The keeper: the one process of a node that joins the cluster, syncs and installs, and
 tells its followers (gateway/workers/follower.py) what it serves as it changes.
 
-A follower hears every chain the keeper serves as the list of its layer files, which it
-installs itself from the same folder. The keeper alone deletes files; a follower that finds
-one gone (the keeper moved on meanwhile) waits for the newer chain that made it go, which
-the keeper tells next. What it tells is each follower's difference from what it last heard:
-at once after a switch or an asked sync, and at least every PUBLISH_INTERVAL_S (a
-compaction at the same version, the coordinator's and the store's state).
+A follower hears every chain the keeper serves as the list of its layer files, and its
+deltas as the keeper's levels, whose images it maps (gateway/storage/layers.py: one copy of
+each level, one read and merge of each delta, whatever the workers). The keeper alone
+deletes files; a follower that finds one gone (the keeper moved on meanwhile) waits for the
+newer chain that made it go, which the keeper tells next. What it tells is each follower's
+difference from what it last heard: at once after a switch or an asked sync, and at least
+every PUBLISH_INTERVAL_S (levels merged, a compaction at the same version, the coordinator's
+and the store's state).
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ from typing import Any
 
 from gateway.cluster.coordinator import Coordinator
 from gateway.model.topology import TopologyView
-from gateway.storage.layers import LocalLayer
 from gateway.storage.snapshots import SnapshotCatalog
 from gateway.storage.switches import Switches
 from gateway.storage.sync import SnapshotSync, StoreUnreachable
@@ -49,7 +50,7 @@ STOP_POLL_S = 0.05
 class _Heard:
     """What one follower was told last."""
 
-    chains: dict[int, tuple[LocalLayer, ...]] = field(default_factory=dict)
+    chains: dict[int, Chain] = field(default_factory=dict)
     cluster: Cluster | None = None
     delivery: Delivery | None = None
 
@@ -107,7 +108,10 @@ class Keeper:
 
     def publish(self) -> None:
         """Tell each follower what changed since it was told last."""
-        chains = {p: s.layers for p, s in self.catalog.current().items()}
+        chains = {
+            p: Chain(p, s.layers, self.catalog.level_images(s))
+            for p, s in self.catalog.current().items()
+        }
         cluster = Cluster(
             self.view.current, self.coordinator.describe(), self.coordinator.connected
         )
@@ -166,7 +170,7 @@ def _alive(pid: int) -> bool:
 
 def _news(
     heard: _Heard,
-    chains: dict[int, tuple[LocalLayer, ...]],
+    chains: dict[int, Chain],
     cluster: Cluster,
     delivery: Delivery,
 ) -> list[Message]:
@@ -181,8 +185,8 @@ def _news(
     for partition in sorted(set(heard.chains) - set(chains)):
         del heard.chains[partition]
         news.append(Chain(partition, None))
-    for partition, layers in sorted(chains.items()):
-        if heard.chains.get(partition) != layers:
-            heard.chains[partition] = layers
-            news.append(Chain(partition, layers))
+    for partition, chain in sorted(chains.items()):
+        if heard.chains.get(partition) != chain:
+            heard.chains[partition] = chain
+            news.append(chain)
     return news

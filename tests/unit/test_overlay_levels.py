@@ -213,3 +213,47 @@ def copied_in(catalog: SnapshotCatalog, chain: WrittenChain, layer: Layer) -> Lo
     path.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy(chain.store_root / layer.path, path)
     return LocalLayer(layer.version, layer.kind, path)
+
+
+def test_a_follower_serves_the_keepers_levels_from_their_images(
+    project: Project, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chain_id: int
+) -> None:
+    """A node's keeper writes each level it makes (a delta read, or levels merged) once, as
+    an image; its follower maps the keeper's levels, reading no delta itself, and answers as
+    the log says after every install and every settle, also from a level whose image the
+    keeper deleted once it let go of it."""
+    folder = tmp_path / "node"
+    keeper = SnapshotCatalog(folder, project, 1, "256MB", images=True)
+    follower = SnapshotCatalog(folder, project, 1, "256MB", owns_files=False, images=True)
+    monkeypatch.setattr(follower, "_read", lambda *_: pytest.fail("the follower read a delta"))
+    chain, oracle = WrittenChain(project, tmp_path / "store", chain_id), Log(project)
+    local: list[LocalLayer] = []
+    try:
+        for seed in range(ROUNDS):
+            local.append(copied_in(keeper, chain, chain.next_layer(seed)))
+            assert keeper.install(chain_id, list(local)) is not None
+            for settle in (False, True):
+                if settle:
+                    keeper.settle()
+                served = keeper.get(chain_id)
+                assert served is not None
+                levels = keeper.level_images(served)
+                assert levels is not None and sum(level.span for level in levels) == seed
+                before = follower.get(chain_id)
+                mirrored = follower.install(chain_id, list(local), levels)
+                assert mirrored is not None and follower.level_images(mirrored) == levels
+                check(project, follower, mirrored, oracle, chain.positions)
+                if before is not None and before is not mirrored:
+                    assert before.retired
+                on_disk = {p for p in (folder / local[0].path.parent.name).iterdir()}
+                assert {p for p in on_disk if p.suffix == ".level"} == {
+                    level.path for level in levels
+                }, "a level let go of keeps its image"
+        with follower.lease(chain_id) as leased:
+            assert leased is not None
+            keeper.drop(chain_id)  # every image of the chain's levels goes with it
+            assert not [p for p in folder.rglob("*.level")]
+            check(project, follower, leased, oracle, chain.positions)
+    finally:
+        follower.close()
+        keeper.close()

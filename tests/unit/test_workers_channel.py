@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from contracts.placement import Assignment
 from contracts.topology import Topology
 from gateway.cluster.metrics import summed
-from gateway.storage.layers import LocalLayer
+from gateway.storage.layers import LevelImage, LocalLayer
 from gateway.workers.channel import (
     Answer,
     Ask,
@@ -33,18 +33,22 @@ from gateway.workers.channel import (
     encode,
 )
 
+paths = st.text(min_size=1).map(lambda name: Path("/data") / name.replace("\0", ""))
 layers = st.lists(
     st.builds(
         LocalLayer,
         st.integers(1, 10**9),
         st.sampled_from(["base", "delta"]),
-        st.text(min_size=1).map(lambda name: Path("/data") / name.replace("\0", "")),
+        paths,
         st.one_of(st.none(), st.integers(0, 2**62)),
     ),
     max_size=4,
 ).map(tuple)
+levels = st.lists(st.builds(LevelImage, paths, st.integers(1, 10**6)), max_size=3).map(tuple)
 messages = st.one_of(
-    st.builds(Chain, st.integers(0, 10**4), st.one_of(st.none(), layers)),
+    st.builds(
+        Chain, st.integers(0, 10**4), st.one_of(st.none(), layers), st.one_of(st.none(), levels)
+    ),
     st.builds(
         Delivery,
         st.dictionaries(st.text(), st.dictionaries(st.integers(0, 99), st.integers(0, 2**62))),
