@@ -148,8 +148,8 @@ class Settings:
     document_cache_mb: int = _setting(
         64,
         "the memory those documents may take, estimated at 160 bytes per character of their "
-        "text (a document of 1000 aliased lookups, ~90 KB, takes ~14 MB); the newest is kept "
-        "whatever its size",
+        "text (a document of 1000 aliased lookups, ~90 KB, takes ~14 MB), each of the node's "
+        "workers keeping its share; the newest is kept whatever its size",
         1,
     )
     log_level: str = _setting(

@@ -68,7 +68,7 @@ def create_app(project: Project, node_id: str, role: Role = ALONE) -> ASGIApp:
         return node.store_rows(store)
 
     operations = Operations(
-        build_schema(project), project.settings, project.operations_file, rows_of
+        build_schema(project), project.settings, project.operations_file, rows_of, role.workers
     )
     node = GatewayNode(project, node_id, role)
 

@@ -169,11 +169,13 @@ def run_node(project: Project, args: argparse.Namespace) -> int:
         return 2
     source = f"{args.node} worker {os.getpid()}" if following else args.node  # "node1 worker 42"
     logs.configure(source, project.settings)
-    count = 1 if following else workers.count(project.settings)
+    count = workers.count(project.settings)  # a follower runs where its keeper may
     if following:
-        role = Role("follower", channel_address(args.node, args.follow))
+        role = Role("follower", channel_address(args.node, args.follow), count)
     else:
-        role = Role("keeper", channel_address(args.node, os.getpid())) if count > 1 else ALONE
+        role = (
+            Role("keeper", channel_address(args.node, os.getpid()), count) if count > 1 else ALONE
+        )
     try:
         sock = workers.bound(address, shared=role.kind != "alone", first=not following)
     except OSError as exc:

@@ -78,10 +78,12 @@ class Operations:
         settings: Settings,
         operations_file: Path | None = None,
         rows_of: RowsOf = lambda store: 0,
+        workers: int = 1,
     ) -> None:
         """`operations_file`: the operations to register (resolvers/execution/persisted.py); a
         ConfigError when one does not validate. `rows_of`: a store's rows in the cluster, what
-        a request reading it whole costs (resolvers/execution/cost.py)."""
+        a request reading it whole costs (resolvers/execution/cost.py). `workers`: the node's
+        processes, each of which keeps its share of `document_cache_mb`."""
         self.schema = schema
         self.settings = settings
         self.rows_of = rows_of
@@ -90,7 +92,7 @@ class Operations:
         self.fields = self.core.query_type.fields
         self.rules = [*specified_rules, *introspection_rules(settings)]
         size = max(1, settings.document_cache_size)
-        budget = settings.document_cache_mb * MIB // CACHED_BYTES_PER_CHARACTER
+        budget = settings.document_cache_mb * MIB // CACHED_BYTES_PER_CHARACTER // workers
         self._parsed = LRU(size, self._parse, len, budget)
         self._picked = LRU(size, self._pick, _text_length, budget)
         self._errors = LRU(size, self._validate, len, budget)
