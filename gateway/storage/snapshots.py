@@ -22,6 +22,7 @@ import itertools
 import logging
 import os
 import threading
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -63,6 +64,9 @@ from gateway.storage.row_select import columns
 
 log = logging.getLogger(__name__)
 CLOSE_WAIT_S = 30.0  # the longest a stopping node waits for an install under way
+# A level's image outlives the level in the keeper by this long, for a follower still mapping
+# the chain it was told (Kafka's file.delete.delay.ms does the same for a log's segments).
+LEVEL_DELETE_DELAY_S = 10.0
 
 
 Tables = tuple[dict[str, LookupTable], dict[str, int], dict[str, int], dict[str, KeyRuns]]
@@ -180,6 +184,7 @@ class SnapshotCatalog:
         self._local = threading.local()
         self._serial = itertools.count(1)
         self._working = 0  # installs and settles under way in sync threads
+        self._doomed: list[tuple[float, Path]] = []  # level images to delete, and when
         self._idle = threading.Condition()
 
     def open_existing(self, partitions: list[int]) -> None:
@@ -292,10 +297,16 @@ class SnapshotCatalog:
         else:
             held, base = {}, self._open_base(partition, chain[0])
         mapped_now: list[Level] = []
+        overlay: list[Level] = []
+        deltas = chain[1:]
         try:
-            overlay = [
-                held.get(level.path) or self._map(partition, level, mapped_now) for level in levels
-            ]
+            for told in levels:
+                found = held.get(told.path)
+                if found is None:
+                    found = self._map(partition, told, deltas[: told.span])
+                    mapped_now.append(found)
+                overlay.append(found)
+                deltas = deltas[told.span :]
         except SnapshotError:
             for level in mapped_now:
                 level.drop(self._hub)
@@ -310,13 +321,22 @@ class SnapshotCatalog:
             base.files.update(layer.path for layer in chain[1:])
         return snapshot
 
-    def _map(self, partition: int, level: LevelImage, mapped_now: list[Level]) -> Level:
+    def _map(self, partition: int, level: LevelImage, deltas: list[LocalLayer]) -> Level:
+        """The keeper's level from its image, or read from its deltas when the image is gone
+        (the keeper let go of the level LEVEL_DELETE_DELAY_S ago) or unreadable."""
+        stores = self._stores(partition)
         try:
             found = mapped(self._alias(partition), level.path)
-            found.install(self._hub, self._stores(partition))
-        except (OSError, images.ImageError, duckdb.Error) as exc:
-            raise SnapshotError(f"partition {partition}: a level the keeper let go: {exc}") from exc
-        mapped_now.append(found)
+        except (OSError, images.ImageError) as exc:
+            log.info("partition %s: %s; its deltas read instead", partition, exc)
+            found = self._read(partition, deltas)[1]
+            found.image = None
+        try:
+            if found.image is None:
+                found.index(stores)
+            found.install(self._hub, stores)
+        except (duckdb.Error, pa.ArrowException) as exc:
+            raise SnapshotError(f"partition {partition}: {exc}") from exc
         return found
 
     def level_images(self, snapshot: Snapshot) -> tuple[LevelImage, ...] | None:
@@ -622,6 +642,7 @@ class SnapshotCatalog:
         with self._idle:
             self._idle.wait_for(lambda: self._working == 0, timeout=CLOSE_WAIT_S)
         self._hub.close()
+        self._delete_due(everything=True)
 
     @contextmanager
     def _work(self) -> Iterator[None]:
@@ -650,9 +671,21 @@ class SnapshotCatalog:
         for level in unused:  # levels are shared by the snapshots of one chain
             level.drop(self._hub)
             if self._owns_files and level.image is not None:
-                level.image.unlink(missing_ok=True)
+                self._doomed.append((time.monotonic() + LEVEL_DELETE_DELAY_S, level.image))
+        self._delete_due()
         if base_done:
             self._close_base(base)
+
+    def _delete_due(self, everything: bool = False) -> None:
+        """Delete the images of levels let go of LEVEL_DELETE_DELAY_S ago (or all of them)."""
+        now = time.monotonic()
+        with self._lock:
+            due = [path for at, path in self._doomed if everything or at <= now]
+            self._doomed = [
+                (at, path) for at, path in self._doomed if not (everything or at <= now)
+            ]
+        for path in due:
+            path.unlink(missing_ok=True)
 
     def _close_base(self, base: Base) -> None:
         """Detach a base no snapshot uses and delete its files (a delta a newer chain shares

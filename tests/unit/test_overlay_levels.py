@@ -17,8 +17,8 @@ from contracts.manifest import Layer
 from contracts.project import Project, Store, history_of, load
 from contracts.snapshot_file import relative_path
 from gateway.model.queries import Get, Range, Versions, Windows, WindowsOfKey
-from gateway.storage import execution, history, windows
-from gateway.storage.layers import MAX_LEVELS, LocalLayer
+from gateway.storage import execution, history, snapshots, windows
+from gateway.storage.layers import MAX_LEVELS, LevelImage, LocalLayer
 from gateway.storage.snapshots import Snapshot, SnapshotCatalog
 from tests.chains import WrittenChain
 from tests.oracle import Log
@@ -221,11 +221,15 @@ def test_a_follower_serves_the_keepers_levels_from_their_images(
     """A node's keeper writes each level it makes (a delta read, or levels merged) once, as
     an image; its follower maps the keeper's levels, reading no delta itself, and answers as
     the log says after every install and every settle, also from a level whose image the
-    keeper deleted once it let go of it."""
+    keeper deleted once it let go of it. A level whose image is gone already is read from
+    its deltas."""
+    monkeypatch.setattr(snapshots, "LEVEL_DELETE_DELAY_S", 0.0)
     folder = tmp_path / "node"
     keeper = SnapshotCatalog(folder, project, 1, "256MB", images=True)
     follower = SnapshotCatalog(folder, project, 1, "256MB", owns_files=False, images=True)
-    monkeypatch.setattr(follower, "_read", lambda *_: pytest.fail("the follower read a delta"))
+    reads: list[object] = []
+    read = follower._read
+    monkeypatch.setattr(follower, "_read", lambda *args: reads.append(args) or read(*args))
     chain, oracle = WrittenChain(project, tmp_path / "store", chain_id), Log(project)
     local: list[LocalLayer] = []
     try:
@@ -235,20 +239,26 @@ def test_a_follower_serves_the_keepers_levels_from_their_images(
             for settle in (False, True):
                 if settle:
                     keeper.settle()
-                served = keeper.get(chain_id)
-                assert served is not None
-                levels = keeper.level_images(served)
-                assert levels is not None and sum(level.span for level in levels) == seed
+                levels = told(keeper, chain_id)
+                assert sum(level.span for level in levels) == seed
                 before = follower.get(chain_id)
                 mirrored = follower.install(chain_id, list(local), levels)
                 assert mirrored is not None and follower.level_images(mirrored) == levels
                 check(project, follower, mirrored, oracle, chain.positions)
                 if before is not None and before is not mirrored:
                     assert before.retired
-                on_disk = {p for p in (folder / local[0].path.parent.name).iterdir()}
-                assert {p for p in on_disk if p.suffix == ".level"} == {
-                    level.path for level in levels
-                }, "a level let go of keeps its image"
+                on_disk = {p for p in folder.rglob("*.level")}
+                assert on_disk == {level.path for level in levels}, (
+                    "a level let go of keeps its image"
+                )
+        assert reads == []
+        local.append(copied_in(keeper, chain, chain.next_layer(ROUNDS)))
+        assert keeper.install(chain_id, list(local)) is not None
+        levels = told(keeper, chain_id)
+        levels[-1].path.unlink()
+        read_again = follower.install(chain_id, list(local), levels)
+        assert read_again is not None and len(reads) == 1
+        check(project, follower, read_again, oracle, chain.positions)
         with follower.lease(chain_id) as leased:
             assert leased is not None
             keeper.drop(chain_id)  # every image of the chain's levels goes with it
@@ -257,3 +267,12 @@ def test_a_follower_serves_the_keepers_levels_from_their_images(
     finally:
         follower.close()
         keeper.close()
+
+
+def told(keeper: SnapshotCatalog, chain_id: int) -> tuple[LevelImage, ...]:
+    """The levels of the chain the keeper serves, as it tells its followers."""
+    served = keeper.get(chain_id)
+    assert served is not None
+    levels = keeper.level_images(served)
+    assert levels is not None
+    return levels
