@@ -322,13 +322,13 @@ class GatewayNode:
         return answers
 
     def behind(self, answered: dict[tuple[int, str], int]) -> bool:
-        """Whether a node answered a partition at a version older than one this node knows
-        it serves: another worker of that node had switched, and told of it, first."""
-        for (partition, node_id), version in answered.items():
+        """Whether a node answered a chain at a version older than one this node knows it
+        serves: another worker of that node had switched, and told of it, first."""
+        for (chain, node_id), version in answered.items():
             if node_id == self.id:
-                known: int | None = self.catalog.version(partition)
+                known: int | None = self.catalog.version(chain)
             else:
-                state = self.membership.state(node_id, partition)
+                state = self.membership.state(node_id, chain)
                 known = state.version if state else None
             if known is not None and version < known:
                 return True

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from contracts import chains
 from contracts.clock import LATEST_MS
 from contracts.errors import Failure, GatewayError, bad_input
 from contracts.partitioner import Key
@@ -138,7 +139,8 @@ class RequestQueries:
     selected: frozenset[str] = frozenset()  # every field the request's document names
     partitions: set[int] = field(default_factory=set)  # every partition read
     failed: set[int] = field(default_factory=set)  # those that could not answer
-    # (partition, node) -> the version that node answered for it
+    # (chain, node) -> the version that node answered for it (contracts/chains.py: a
+    # partition's global stores are a chain of their own, of its own versions)
     answered: dict[tuple[int, str], int] = field(default_factory=dict)
 
     def response_token(self) -> Position:
@@ -324,7 +326,11 @@ class RequestQueries:
         outcome = await self.load(Work(store, query, partitions, self._consistency(demand)))
         self.partitions.update(q.partition for q, _ in outcome.parts)
         self.failed.update(q.partition for q, a in outcome.parts if a.failure is not None)
-        self.answered.update(((q.partition, a.node), a.version) for q, a in outcome.parts if a.ok)
+        self.answered.update(
+            ((chains.of(self.project, store, q.partition), a.node), a.version)
+            for q, a in outcome.parts
+            if a.ok
+        )
         return outcome
 
     async def _joined(
