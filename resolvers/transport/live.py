@@ -127,6 +127,7 @@ class Cohort:
     evaluated: asyncio.Event = field(default_factory=asyncio.Event)
     failed: list[dict[str, Any]] | None = None
     behind: int = 0  # evaluations in a row answered by a node behind its own switch
+    settled: int = 0  # evaluations done
 
     def settle(self, result: ExecutionResult, context: Context) -> Update | None:
         """Record an evaluation; the update to push, or None when nothing is to be sent."""
@@ -295,6 +296,7 @@ class Hub:
             if cohort.latest is None:
                 cohort.failed = [_INTERNAL]
         else:
+            cohort.settled += 1
             self._push(cohort, cohort.settle(*outcome))
             if cohort.unanswered and peer_back:
                 self._mark_due([cohort])  # its calls may have failed before the peer was back
@@ -306,14 +308,20 @@ class Hub:
         may answer from the version before for a few milliseconds. A cohort answered so is
         evaluated again after BEHIND_RETRY_S, at most BEHIND_RETRIES times in a row: the
         switch that made it due will not come again. (A switch heard after the answer has
-        made it due already.)"""
+        made it due already; one heard before the retry makes it needless.)"""
         if cohort in self._due:
             return
         if not self.node.behind(context.queries.answered):
             cohort.behind = 0
         elif cohort.behind < BEHIND_RETRIES:
             cohort.behind += 1
-            asyncio.get_running_loop().call_later(BEHIND_RETRY_S, self._mark_due, [cohort])
+            loop = asyncio.get_running_loop()
+            loop.call_later(BEHIND_RETRY_S, self._retry, cohort, cohort.settled)
+
+    def _retry(self, cohort: Cohort, settled: int) -> None:
+        """Evaluate a cohort answered behind again, unless evaluated since."""
+        if cohort.settled == settled:
+            self._mark_due([cohort])
 
     @staticmethod
     def _push(cohort: Cohort, update: Update | None) -> None:
