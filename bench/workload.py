@@ -27,7 +27,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from contracts import eventlog
+from contracts import chains, eventlog
 from contracts import project as config
 from contracts.manifest import read_manifest
 from contracts.project import Project, Topic
@@ -210,7 +210,7 @@ def run_pipeline_scratch(project: Project, spark: SparkSession, scratch: Path) -
     other = dataclasses.replace(project, snapshot_store=str(scratch), snapshot_url=str(scratch))
     try:
         seconds, report = run_pipeline(other, spark)
-        if len(report.versions) != project.cluster.partitions:
+        if len(report.versions) != chains.count(project):
             raise RuntimeError(f"scratch pipeline run published {report.versions}")
         return seconds
     finally:
