@@ -642,6 +642,10 @@ class SnapshotCatalog:
         with self._idle:
             self._idle.wait_for(lambda: self._working == 0, timeout=CLOSE_WAIT_S)
         self._hub.close()
+        if self._owns_files:  # the images of the levels it serves go too: they are its own
+            with self._lock:
+                serving = [s.overlay.levels for s in self._current.values() if s.overlay]
+            self._doomed += [(0.0, lv.image) for levels in serving for lv in levels if lv.image]
         self._delete_due(everything=True)
 
     @contextmanager
