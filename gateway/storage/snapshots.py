@@ -143,6 +143,12 @@ class Snapshot:
         times = [t for t in found if t is not None]
         return max(times) - store.history_ms if times else None
 
+    def level_images(self) -> tuple[LevelImage, ...] | None:
+        """Its levels as the node's workers map them; None when one has no image."""
+        levels = self.overlay.levels if self.overlay else ()
+        found = tuple(LevelImage(lv.image, lv.span) for lv in levels if lv.image is not None)
+        return found if len(found) == len(levels) else None
+
     @property
     def order(self) -> tuple[int, int]:
         """Which of two snapshots of a partition is newer: the version, then the base's (a
@@ -290,7 +296,7 @@ class SnapshotCatalog:
             raise SnapshotError(f"partition {partition}: the levels told are not the chain's")
         same_base = current is not None and current.layers[0] == chain[0]
         if current is not None and same_base:
-            if current.layers == tuple(chain) and self.level_images(current) == levels:
+            if current.layers == tuple(chain) and current.level_images() == levels:
                 return current
             held = {lv.image: lv for lv in current.overlay.levels} if current.overlay else {}
             base = current.base
@@ -330,20 +336,13 @@ class SnapshotCatalog:
         except (OSError, images.ImageError) as exc:
             log.info("partition %s: %s; its deltas read instead", partition, exc)
             found = self._read(partition, deltas)[1]
-            found.image = None
         try:
-            if found.image is None:
+            if found.image is None:  # read here; a mapped level was indexed by the keeper
                 found.index(stores)
             found.install(self._hub, stores)
         except (duckdb.Error, pa.ArrowException) as exc:
             raise SnapshotError(f"partition {partition}: {exc}") from exc
         return found
-
-    def level_images(self, snapshot: Snapshot) -> tuple[LevelImage, ...] | None:
-        """The snapshot's levels as its workers map them; None when one has no image."""
-        levels = snapshot.overlay.levels if snapshot.overlay else ()
-        found = tuple(LevelImage(lv.image, lv.span) for lv in levels if lv.image is not None)
-        return found if len(found) == len(levels) else None
 
     def _extend(self, partition: int, current: Snapshot, chain: list[LocalLayer]) -> Snapshot:
         deltas = chain[len(current.layers) :]

@@ -45,8 +45,8 @@ def address(node_id: str, keeper_pid: int) -> str:
 class Chain:
     partition: int  # a chain (contracts/chains.py)
     layers: tuple[LocalLayer, ...] | None  # None: no longer served
-    levels: tuple[LevelImage, ...] | None = None  # its deltas as the keeper's levels; None:
-    # read them (a level without an image)
+    # its deltas as the keeper's levels; None: a level has no image, the deltas are read
+    levels: tuple[LevelImage, ...] | None = None
 
 
 @dataclass(frozen=True)

@@ -6,9 +6,9 @@ holds it) and its delivery (the chains, as the keeper serves them).
 Each chain it hears it installs from the keeper's files: its deltas as the keeper's levels,
 mapped from their images (a level without one is read from the deltas, as the keeper did).
 A chain whose files are gone already is skipped: the keeper moved on, and tells the newer
-chain next. A sync it is
-asked (the pipeline's notification landed on this worker) is the keeper's, answered once
-this worker serves what that sync installed. Without its keeper it stops, as the node does.
+chain next. A sync it is asked (the pipeline's notification landed on this worker) is the
+keeper's, answered once this worker serves what that sync installed. Without its keeper it
+stops, as the node does.
 """
 
 from __future__ import annotations

@@ -109,8 +109,7 @@ class Keeper:
     def publish(self) -> None:
         """Tell each follower what changed since it was told last."""
         chains = {
-            p: Chain(p, s.layers, self.catalog.level_images(s))
-            for p, s in self.catalog.current().items()
+            p: Chain(p, s.layers, s.level_images()) for p, s in self.catalog.current().items()
         }
         cluster = Cluster(
             self.view.current, self.coordinator.describe(), self.coordinator.connected

@@ -243,7 +243,7 @@ def test_a_follower_serves_the_keepers_levels_from_their_images(
                 assert sum(level.span for level in levels) == seed
                 before = follower.get(chain_id)
                 mirrored = follower.install(chain_id, list(local), levels)
-                assert mirrored is not None and follower.level_images(mirrored) == levels
+                assert mirrored is not None and mirrored.level_images() == levels
                 check(project, follower, mirrored, oracle, chain.positions)
                 if before is not None and before is not mirrored:
                     assert before.retired
@@ -273,6 +273,6 @@ def told(keeper: SnapshotCatalog, chain_id: int) -> tuple[LevelImage, ...]:
     """The levels of the chain the keeper serves, as it tells its followers."""
     served = keeper.get(chain_id)
     assert served is not None
-    levels = keeper.level_images(served)
+    levels = served.level_images()
     assert levels is not None
     return levels
