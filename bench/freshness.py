@@ -41,7 +41,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from bench.driver import graphql_operation, http_client, percentile, run_async
 from bench.procs import NodeProcesses
 from bench.queries import body
-from bench.workload import BENCH_DIR, NAMES, Workload
+from bench.workload import BENCH_DIR, NAMES, Workload, with_workers
 from contracts import eventlog
 from contracts.eventlog import Record
 from contracts.freshness import STAGES, Delays
@@ -267,9 +267,17 @@ def copy_workload(workload: Workload, prefix: str = "fresh") -> Project:
 
 
 def measure(
-    workload: Workload, rate: int, seconds: float, logs: Path, pipeline_nice: int = 0
+    workload: Workload,
+    rate: int,
+    seconds: float,
+    logs: Path,
+    pipeline_nice: int = 0,
+    workers: int | None = None,
 ) -> Freshness:
+    """`workers`: each node's (None: the setting's default, one per core)."""
     project = copy_workload(workload)
+    if workers is not None:
+        project = with_workers(project, workers)
     result = Freshness(workload.name, rate, seconds, pipeline_nice)
     nodes = NodeProcesses.gateway(project, logs / f"fresh-{workload.name}")
     pipeline_log = logs / f"fresh-{workload.name}-pipeline.log"
@@ -369,13 +377,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=int, default=1000, help="events per second")
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--pipeline-nice", type=int, default=0, help="the pipeline's niceness")
+    parser.add_argument("--workers", type=int, help="each node's (default: one per core)")
     args = parser.parse_args(argv)
     workload = Workload.built(args.workload)
     if workload is None:
         print(f"build the {args.workload} workload first: python -m bench.run", file=sys.stderr)
         return 2
     logs = BENCH_DIR / "logs"
-    result = measure(workload, args.rate, args.seconds, logs, args.pipeline_nice)
+    result = measure(workload, args.rate, args.seconds, logs, args.pipeline_nice, args.workers)
     print(orjson.dumps(result.as_dict(), option=orjson.OPT_INDENT_2).decode())
     return 0
 

@@ -69,8 +69,8 @@ from bench.workload import (
     Workload,
     compare,
     stop_spark,
+    with_workers,
 )
-from contracts.project import load as load_project
 
 RESULTS = BENCH_DIR / "results.json"
 GW_ONE = "gw a. one key"
@@ -505,20 +505,6 @@ async def measure_naive(nv: NodeProcesses, b: Bodies, duration: float, results: 
 # -- 5. side by side with PostgreSQL + PostGraphile --------------------------------------------
 
 
-def one_worker(project: Any) -> Any:
-    """The project with its nodes on one worker each (README: Workers), as a file beside it."""
-    text = project.path.read_text()
-    setting = "workers = 1\n"
-    text = (
-        text.replace("[settings]\n", f"[settings]\n{setting}", 1)
-        if "[settings]" in text
-        else (f"{text}\n[settings]\n{setting}")
-    )
-    path = project.path.with_name(f"{project.path.stem}.one-worker.toml")
-    path.write_text(text)
-    return load_project(path)
-
-
 def measure_versus(
     project: Any, floor: Floor, gw: NodeProcesses, duration: float, r: Results, stack: ExitStack
 ) -> None:
@@ -546,7 +532,7 @@ def measure_versus(
     log("versus: the gateway again, one worker a node, the same reads ...")
     logs = BENCH_DIR / "logs" / "one-worker"
     logs.mkdir(parents=True, exist_ok=True)
-    one = NodeProcesses.gateway(one_worker(project), logs)
+    one = NodeProcesses.gateway(with_workers(project, 1), logs)
     stack.callback(one.stop)
     one.start()
     one.wait_serving()

@@ -189,6 +189,19 @@ def _stores_sha256() -> str:
     return hashlib.sha256(_stores_text().encode()).hexdigest()
 
 
+def with_workers(project: Project, workers: int) -> Project:
+    """The project with each node on `workers` worker processes (README: Workers), as a file
+    beside it."""
+    text, setting = project.path.read_text(), f"workers = {workers}\n"
+    if "[settings]\n" in text:
+        text = text.replace("[settings]\n", f"[settings]\n{setting}", 1)
+    else:
+        text = f"{text}\n[settings]\n{setting}"
+    path = project.path.with_name(f"{project.path.stem}.workers-{workers}.toml")
+    path.write_text(text)
+    return config.load(path)
+
+
 def segment_files(project: Project, topic: str = "bookings") -> list[Path]:
     return [
         path
