@@ -113,7 +113,7 @@ def run(
                     project,
                     store_dir,
                     manifest,
-                    plan.ends,
+                    plan.until(),
                     rebuild=plan.rebuild,
                     compact=True,
                 )

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import orjson
 
@@ -14,6 +16,8 @@ from contracts.manifest import Manifest
 from contracts.project import Project, Store
 
 OffsetRange = tuple[int, int]  # [start, end)
+# Where a partition's read of a topic stops, asked when the partition's task starts.
+Until = Callable[[str, int], int]
 
 
 class LogBehindError(RuntimeError):
@@ -33,6 +37,23 @@ class RunPlan:
     def ends(self) -> dict[str, dict[int, int]]:
         """topic -> partition -> where the read stops."""
         return {t: {p: end for p, (_, end) in by_p.items()} for t, by_p in self.ranges.items()}
+
+    def until(self) -> Until:
+        """Every read stopping at the plan's end."""
+        ends = self.ends
+        return lambda topic, partition: ends[topic][partition]
+
+    def until_now(self, log_dir: Path, spare: int) -> Until:
+        """Every read stopping at the log's end when the partition's task starts, at most
+        `spare` records past the plan's end: a record appended while the batch builds the
+        partitions before it is read at once, not a whole batch later."""
+        ends = self.ends
+
+        def until(topic: str, partition: int) -> int:
+            planned = ends[topic][partition]
+            return min(eventlog.end_offset(log_dir, topic, partition), planned + spare)
+
+        return until
 
     def capped(self, budget: int) -> RunPlan:
         """The plan reading at most `budget` records, shared by the partitions in proportion

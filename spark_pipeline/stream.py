@@ -193,7 +193,7 @@ class Follower:
                     self.project,
                     self.store_dir,
                     manifest,
-                    plan.ends,
+                    plan.until_now(self.project.log_dir, self._spare(behind)),
                     commit=self._commit_one,
                 )
             else:
@@ -216,6 +216,12 @@ class Follower:
             if published.layers:
                 prune(self.store_dir, published.manifest)
         self._report(self.progress.batches, published, time.monotonic() - started)
+
+    def _spare(self, behind: int) -> int:
+        """How many records a partition's read in the driver may take past the plan's end, so
+        that the whole micro-batch stays within driver_batch_records."""
+        reads = self.project.cluster.partitions * len(self.project.topics)
+        return max(0, self.project.settings.driver_batch_records - behind) // reads
 
     def _commit_one(self, published: Published) -> None:
         """Publish new layers (the caller holds the store's lock) and tell the nodes."""

@@ -42,7 +42,7 @@ def test_each_chain_carries_the_topics_its_stores_read(demo: Project, tmp_path: 
 def publish(project: Project) -> tuple[Manifest, Manifest]:
     store = Path(project.snapshot_store)
     before = read_manifest(store)
-    whole = publish_here(project, store, before, plan_run(project, before).ends)
+    whole = publish_here(project, store, before, plan_run(project, before).until())
     write_manifest(store, whole.manifest)
     return before, whole.manifest
 

@@ -40,7 +40,7 @@ def test_each_partition_is_committed_alone_as_its_layer_is_written(project: Proj
         )
         before, earlier = read_manifest(store), len(committed)
         plan = plan_run(project, before)
-        whole = publish_here(project, store, before, plan.ends, commit)
+        whole = publish_here(project, store, before, plan.until(), commit)
         commits = committed[earlier:]
         assert sorted(p for c in commits for p in c.layers) == list(range(chains.count(project)))
         seen = dict(before.partitions)
@@ -76,3 +76,34 @@ def assert_state_is_the_oracles(project: Project) -> None:
             assert len(state[name]) == len(expected), name
             for got, want in zip(state[name], expected, strict=True):
                 assert tuple(got) == pytest.approx(want), (name, got, want)
+
+
+def test_a_partition_reads_what_was_appended_after_the_plan(project: Project) -> None:
+    """A micro-batch's partition reads to the log's end when its task starts (plan.until_now):
+    records appended after the plan are published in the same batch, up to the spare."""
+    store = Path(project.snapshot_store)
+    produce_test_events(project, seed=0, n_bookings=120, n_trains=40)
+    empty = read_manifest(store)
+    write_manifest(
+        store, publish_here(project, store, empty, plan_run(project, empty).until()).manifest
+    )
+
+    produce_test_events(project, seed=1, n_bookings=60, n_trains=20, start_ms=START_MS + HOUR_MS)
+    before = read_manifest(store)
+    plan = plan_run(project, before)
+    produce_test_events(project, seed=2, n_bookings=60, n_trains=20, start_ms=START_MS + HOUR_MS)
+    ends = plan_run(project, before).ends
+
+    held = publish_here(project, store, before, plan.until_now(project.log_dir, spare=0))
+    assert held.records == plan.records(set(project.topics)), "no spare: the plan's ends"
+    one = 1
+    capped = publish_here(project, store, before, plan.until_now(project.log_dir, spare=one))
+    assert capped.records == sum(
+        min(ends[t][p], end + one) - start
+        for t, by_p in plan.ranges.items()
+        for p, (start, end) in by_p.items()
+    )
+    whole = publish_here(project, store, before, plan.until_now(project.log_dir, spare=10**9))
+    assert whole.records > plan.records(set(project.topics))
+    write_manifest(store, whole.manifest)
+    assert_state_is_the_oracles(project)
