@@ -5,7 +5,8 @@ snapshot store and read by every node.
      "partitions": {"<p>": {"layers": [{"version", "kind", "path", "sha256", "size",
                                         "position": {topic: offset}, "created_ms",
                                         "appended": [[append_ms, records], ...],
-                                        "newest_append_ms", "read_ms", "published_ms"},
+                                        "newest_append_ms", "read_ms", "written_ms",
+                                        "published_ms"},
                                        ...]}},
      "log_end": {"<topic>": {"<p>": offset}},
      "stores_digest": "...", "updated_ms": ...}
@@ -43,16 +44,17 @@ class Layer:
     sha256: str
     size: int
     position: dict[str, int]  # topic -> next offset to read
-    created_ms: int  # when its file was written
+    created_ms: int  # when its file was started (the header's, and the snapshot's age)
     # its new records by append time; kept for a chain's newest FRESH_LAYERS only (to_json)
     appended: AppendTimes = field(default=(), compare=False)
     newest_append_ms: int | None = None  # of the newest record in the state up to it
     read_ms: int | None = None  # when the pipeline read its new records
     published_ms: int | None = None  # when a manifest first named it
+    written_ms: int | None = None  # when its file was complete, under its final name
 
     def stages(self) -> dict[str, int | None]:
         """When its new records reached each of the pipeline's stages (STAGES)."""
-        return {"read": self.read_ms, "written": self.created_ms, "published": self.published_ms}
+        return {"read": self.read_ms, "written": self.written_ms, "published": self.published_ms}
 
 
 @dataclass(frozen=True)
@@ -165,6 +167,7 @@ def parse_layer(raw: dict[str, Any]) -> Layer:
         newest_append_ms=_optional(raw.get("newest_append_ms")),
         read_ms=_optional(raw.get("read_ms")),
         published_ms=_optional(raw.get("published_ms")),
+        written_ms=_optional(raw.get("written_ms")),
     )
 
 

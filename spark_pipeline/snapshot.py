@@ -120,6 +120,7 @@ def build_layer(
         task.appended,
         task.newest_append_ms,
         task.read_ms,
+        written_ms=now_ms(),
     )
     return task.partition, layer
 

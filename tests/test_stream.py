@@ -167,7 +167,7 @@ def test_every_layer_counts_its_new_records_by_append_time(follower: Follower) -
             counted = chains.counted(project, one.chain)
             new = [s for t in counted for s in stamps[(t, partition)][below[t] : at[t]]]
             assert dict(layer["appended"]) == dict(Counter(new))
-            stages = [layer["read_ms"], layer["created_ms"], layer["published_ms"]]
+            stages = [layer["read_ms"], layer["written_ms"], layer["published_ms"]]
             assert max(new, default=stages[0]) <= stages[0] and stages == sorted(stages), layer
             checked += 1
     assert checked > 0

@@ -95,20 +95,23 @@ def test_a_delay_is_never_negative_across_clocks() -> None:
 
 
 def test_the_manifest_carries_freshness_and_reads_an_older_one_as_unknown() -> None:
-    layer = Layer(3, "base", "p0/v3.base.duckdb", "ab", 10, {"t": 7}, 100, ((90, 4),), 95, 98, 99)
+    layer = Layer(
+        3, "base", "p0/v3.base.duckdb", "ab", 10, {"t": 7}, 100, ((90, 4),), 95, 98, 102, 101
+    )
     manifest = Manifest({0: PartitionEntry((layer,))}, {"t": {0: 7}}, "d", 101)
     assert Manifest.from_json(manifest.to_json()) == manifest
-    assert layer.stages() == {"read": 98, "written": 100, "published": 99}
+    assert layer.stages() == {"read": 98, "written": 101, "published": 102}
     older = orjson.loads(manifest.to_json())
-    for field in ("appended", "newest_append_ms", "read_ms", "published_ms"):
+    for field in ("appended", "newest_append_ms", "read_ms", "written_ms", "published_ms"):
         del older["partitions"]["0"]["layers"][0][field]
     read = Manifest.from_json(orjson.dumps(older)).partitions[0].top
-    assert (read.appended, read.newest_append_ms, read.read_ms, read.published_ms) == (
-        (),
-        None,
-        None,
-        None,
-    )
+    assert (
+        read.appended,
+        read.newest_append_ms,
+        read.read_ms,
+        read.written_ms,
+        read.published_ms,
+    ) == ((), None, None, None, None)
 
 
 def test_the_manifest_keeps_append_times_for_a_chains_newest_layers_only() -> None:
