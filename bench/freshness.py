@@ -8,7 +8,8 @@ It runs on a copy of a built workload (.bench/fresh-<name>/: log and snapshots),
 measurements keep their state. Visibility is read from positions, not guessed: an append to
 partition p ending at offset o is visible once a query's meta says p's position is past o.
 A poller asks a scan of every partition on the nodes in turn every POLL_S; its answer's
-arrival time counts (an upper bound, by the poll period at most). Appends made while the
+arrival time counts (an upper bound, by the poll period at most). A subscriber to the same
+query on node2 times each push (append -> push). Appends made while the
 read mix runs (4 clients, 10 s, saturating the 2 cores the pipeline shares) are reported
 apart from the others. Measuring starts once the pipeline follows the log (after Spark's
 start); the nodes' freshness histograms, scraped before and after, break the delay down
@@ -36,6 +37,7 @@ from typing import Any
 
 import httpx
 import orjson
+import websockets
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.driver import graphql_operation, http_client, percentile, run_async
@@ -51,10 +53,12 @@ from stategate.demo.bookings import _fares, _values
 
 POLL_S = 0.2  # a poll costs the nodes a scan of every partition: 5 a second, not 20
 TICK_S = 0.1  # the producers append one batch per partition this often
-POSITIONS = body(
+POSITIONS_SELECTION = (
     "{ latestBookingRange(first: 1) "
     "{ meta { partitions { partition position { topic offset } } } } }"
 )
+POSITIONS = body(POSITIONS_SELECTION)
+SUBSCRIBER_NODE = "node2"  # hosts 6 of the 9 partitions: most pushes also wait for a peer
 ONE_KEY = "query($k: String!) { customerTotals(key: $k) { record { bookings revenue } } }"
 FRESHNESS = Delays.NAME
 BATCH_LINE = re.compile(rb"micro-batch (\d+): (\d+) records, .* changed in ([0-9.]+) s")
@@ -78,6 +82,8 @@ class Freshness:
     visible_p50_s: float | None = None  # appends outside the read-mix window
     visible_p99_s: float | None = None
     visible_during_reads_p50_s: float | None = None  # appends while 4 clients were reading
+    pushed_p50_s: float | None = None  # append -> a subscription's push showing it, as visible
+    pushed_p99_s: float | None = None
     not_visible: int = 0
     batch_seconds_p50: float | None = None
     batch_records_p50: float | None = None
@@ -215,21 +221,44 @@ async def poll_positions(
                 urls[i % len(urls)], content=POSITIONS, headers={"content-type": "application/json"}
             )
             at = time.perf_counter()
-            parts = orjson.loads(reply.content)["data"]["latestBookingRange"]["meta"]["partitions"]
-            seen.append(
-                (
-                    at,
-                    {
-                        p["partition"]: next(  # a Long: a decimal string
-                            int(o["offset"]) for o in p["position"] if o["topic"] == "bookings"
-                        )
-                        for p in parts
-                    },
-                )
-            )
+            seen.append((at, _bookings_positions(orjson.loads(reply.content)["data"])))
             i += 1
             await asyncio.sleep(POLL_S)
     return seen
+
+
+async def subscribe_positions(
+    url: str, stop: threading.Event
+) -> list[tuple[float, dict[int, int]]]:
+    """(arrival time, partition -> bookings position) of each push of a subscription to the
+    poller's query on the node at `url` (ws://), until `stop`."""
+    seen: list[tuple[float, dict[int, int]]] = []
+    async with websockets.connect(
+        url, subprotocols=[websockets.Subprotocol("graphql-transport-ws")]
+    ) as ws:
+        await ws.send(orjson.dumps({"type": "connection_init"}).decode())
+        await ws.recv()
+        query = f"subscription {POSITIONS_SELECTION}"
+        subscribe = {"id": "p", "type": "subscribe", "payload": {"query": query}}
+        await ws.send(orjson.dumps(subscribe).decode())
+        while not stop.is_set():
+            try:
+                raw = await asyncio.wait_for(ws.recv(), timeout=POLL_S)
+            except TimeoutError:
+                continue
+            at = time.perf_counter()
+            seen.append((at, _bookings_positions(orjson.loads(raw)["payload"]["data"])))
+    return seen
+
+
+def _bookings_positions(data: dict[str, Any]) -> dict[int, int]:
+    """partition -> bookings position of an answer to the positions query."""
+    return {
+        p["partition"]: next(  # a Long: a decimal string
+            int(o["offset"]) for o in p["position"] if o["topic"] == "bookings"
+        )
+        for p in data["latestBookingRange"]["meta"]["partitions"]
+    }
 
 
 def visibility(appends: list[Append], polls: list[tuple[float, dict[int, int]]]) -> list[float]:
@@ -297,9 +326,15 @@ def measure(
         producer = Producer(project, workload.customers, rate, seconds)
         stop = threading.Event()
         polls: list[tuple[float, dict[int, int]]] = []
+        pushes: list[tuple[float, dict[int, int]]] = []
         poller = threading.Thread(
             target=lambda: polls.extend(asyncio.run(poll_positions(urls, stop))), daemon=True
         )
+        ws = nodes.url(SUBSCRIBER_NODE).replace("http://", "ws://") + "/graphql"
+        subscriber = threading.Thread(
+            target=lambda: pushes.extend(asyncio.run(subscribe_positions(ws, stop))), daemon=True
+        )
+        subscriber.start()
         producer.start()
         poller.start()
         time.sleep(min(10.0, seconds / 4))  # the pipeline settles into the rate
@@ -310,6 +345,7 @@ def measure(
         time.sleep(10)  # the last appends get published
         stop.set()
         poller.join()
+        subscriber.join()
         result.stages = stage_delays(scraped, scrape_freshness(urls))
         result.load.append(os.getloadavg()[0])
         result.appended = len(producer.appends)
@@ -324,6 +360,9 @@ def measure(
             result.visible_p99_s = round(percentile(delays, 99), 3)
         if busy:
             result.visible_during_reads_p50_s = round(percentile(busy, 50), 3)
+        if pushed := sorted(visibility(apart, pushes)):
+            result.pushed_p50_s = round(percentile(pushed, 50), 3)
+            result.pushed_p99_s = round(percentile(pushed, 99), 3)
         batches = [
             (int(m.group(2)), float(m.group(3)))
             for m in BATCH_LINE.finditer(pipeline_log.read_bytes())
