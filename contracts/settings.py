@@ -241,11 +241,10 @@ class Settings:
     )
     driver_batch_records: int = _setting(
         50_000,
-        "a micro-batch or run of at most this many new records (and a compaction of a "
-        "partition whose log holds at most this many) is built in the pipeline's driver, "
-        "without a Spark stage (whose fixed cost exceeds a small batch's work) and without "
-        "starting Spark; a larger one (a first build of a big log, a catch-up, a burst) runs "
-        "on the executors; 0: every one on the executors",
+        "a micro-batch or run of at most this many new records is built in the pipeline's "
+        "driver, without a Spark stage (whose fixed cost exceeds a small batch's work) and "
+        "without starting Spark; a larger one (a first build of a big log, a catch-up, a "
+        "burst) runs on the executors; 0: every one on the executors",
         0,
     )
     compact_after_deltas: int = _setting(

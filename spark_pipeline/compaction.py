@@ -4,14 +4,17 @@ The state does not change, only how many layers hold it, so the version and posi
 nodes see a newer base (contracts/snapshot_file.py) and switch to it like to any version. A
 compaction reads the chain as it was when it started and runs beside the micro-batches; the
 deltas published meanwhile stay on top of the new base (rebase).
+
+It runs in the pipeline's driver, as RocksDB compacts inside a Kafka Streams instance: it
+reads layers, not the log, and one chain at a time, so a Spark task would do the same work
+after Spark's start (~20 CPU-seconds, when only compaction needs it) and its Python worker's.
+Folding partition 0 of the 1M workload (a 21 MB base) takes 1.1-1.9 s in the driver.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-
-from pyspark.sql import SparkSession
 
 from contracts.chains import stores as stores_of
 from contracts.chains import topics as topics_of
@@ -29,30 +32,10 @@ def due(project: Project, manifest: Manifest) -> list[int]:
     return sorted(ready, key=lambda p: -len(entries[p].layers))
 
 
-def small(project: Project, chains: dict[int, PartitionEntry]) -> bool:
-    """Whether the chains hold few enough records (at most `driver_batch_records`, every
-    topic's from offset 0) to be folded in the driver, where it costs less than a Spark
-    stage, and less than Spark's start when the pipeline has not needed it yet."""
-    records = sum(sum(entry.position.values()) for entry in chains.values())
-    return project.settings.in_driver(records)
-
-
 def compact(
-    project: Project, spark: SparkSession, store_dir: Path, chains: dict[int, PartitionEntry]
-) -> dict[int, Layer]:
-    """Write a base folding each chain, a Spark task each; returns partition -> the new base
-    (not published)."""
-    if not chains:
-        return {}
-    tasks = _tasks(project, store_dir, chains)
-    folded = spark.sparkContext.parallelize(tasks, len(tasks)).map(lambda t: build_layer(t, {}))
-    return dict(folded.collect())
-
-
-def compact_here(
     project: Project, store_dir: Path, chains: dict[int, PartitionEntry]
 ) -> dict[int, Layer]:
-    """The same bases as `compact`, written in this process (small chains)."""
+    """Write a base folding each chain; returns partition -> the new base (not published)."""
     return dict(build_layer(task, {}) for task in _tasks(project, store_dir, chains))
 
 

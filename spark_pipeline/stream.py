@@ -53,7 +53,6 @@ log = logging.getLogger(__name__)
 CRASH_AT = "STATEGATE_CRASH_AT"  # tests: die at this point of a micro-batch (see _crash_point)
 STOP_GRACE_S = 30.0  # how long a stop waits for the micro-batch under way
 BATCHES = "stategate-batches"  # the loop's Spark job group, cancelled by a stop past the grace
-COMPACTION = "stategate-compaction"  # the compactor's Spark job group, cancelled by a stop
 
 
 @dataclass
@@ -82,7 +81,6 @@ class Follower:
         self._failure: BaseException | None = None  # what ended the loop, if not a stop
         self._compactor: threading.Thread | None = None
         self._notifier = Notifier(project)
-        self._compacting = threading.Event()  # set while a compaction runs
         self._groups = 0  # the task groups the executors' records come in, once Spark runs
         self.freshness = Delays(stages=("read", "written", "published"))
         self.registry = CollectorRegistry()
@@ -135,7 +133,7 @@ class Follower:
 
     def stop(self, grace_s: float = STOP_GRACE_S) -> None:
         """Stop following: let the micro-batch under way publish (up to `grace_s`, then its
-        Spark job is cancelled), cancel a compaction (its base is not published) and the
+        Spark job is cancelled), let a compaction under way finish, and cancel the
         notifications due."""
         self.stopping.set()
         if self._loop is not None:
@@ -150,8 +148,6 @@ class Follower:
                     spark.sparkContext.cancelJobGroup(BATCHES)
                 self._loop.join(60)
         if self._compactor is not None:
-            if self._compacting.is_set() and (spark := self._spark.started) is not None:
-                spark.sparkContext.cancelJobGroup(COMPACTION)
             self._compactor.join(60)
         self._notifier.close()
         log.info(
@@ -281,16 +277,7 @@ class Follower:
         if not due:
             return
         chains = {due[0]: manifest.partitions[due[0]]}
-        if compaction.small(self.project, chains):
-            bases = compaction.compact_here(self.project, self.store_dir, chains)
-        else:
-            spark = self._spark.get()
-            spark.sparkContext.setJobGroup(COMPACTION, "compaction", interruptOnCancel=True)
-            self._compacting.set()
-            try:
-                bases = compaction.compact(self.project, spark, self.store_dir, chains)
-            finally:
-                self._compacting.clear()
+        bases = compaction.compact(self.project, self.store_dir, chains)
         with locked(self.store_dir):
             rebased = compaction.rebase(read_manifest(self.store_dir), chains, bases)
             write_manifest(self.store_dir, rebased)

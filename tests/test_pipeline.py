@@ -322,13 +322,11 @@ def _digests(project: Project) -> dict[str, str]:
     }
 
 
-def test_compaction_folds_a_chain_into_a_base_at_the_same_version(
-    project: Project, spark: LazySpark, second: dict
-):
+def test_compaction_folds_a_chain_into_a_base_at_the_same_version(project: Project, second: dict):
     store_dir = _store(project)
     manifest = read_manifest(store_dir)
     chains = {p: manifest.partitions[p] for p in CHANGED}
-    bases = compact(project, spark.get(), store_dir, chains)
+    bases = compact(project, store_dir, chains)
     write_manifest(store_dir, rebase(manifest, chains, bases))
     after = _manifest(project)["partitions"]
     for p in CHANGED:

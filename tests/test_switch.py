@@ -213,7 +213,7 @@ def was(manifest: Manifest, chain: int, topic: str) -> int:
     return entry.position.get(topic, 0) if entry else 0
 
 
-def test_nodes_switch_to_a_compacted_base_under_load(cluster: Served, spark: LazySpark) -> None:
+def test_nodes_switch_to_a_compacted_base_under_load(cluster: Served) -> None:
     """A compaction folds each chain into a base at the same version: the nodes switch to it
     while clients query, every answer stays the oracle's, and the deltas' files go away."""
     store_dir = Path(cluster.project.snapshot_store)
@@ -239,7 +239,7 @@ def test_nodes_switch_to_a_compacted_base_under_load(cluster: Served, spark: Laz
         manifest = read_manifest(store_dir)
         due = {p: e for p, e in manifest.partitions.items() if len(e.layers) > 1}
         assert due, "the earlier runs left chains with deltas"
-        bases = compaction.compact(cluster.project, spark.get(), store_dir, due)
+        bases = compaction.compact(cluster.project, store_dir, due)
         write_manifest(store_dir, compaction.rebase(manifest, due, bases))
         notified = notify_nodes(cluster.project, set(bases))
     finally:

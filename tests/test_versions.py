@@ -242,16 +242,14 @@ def test_bad_spans_and_cursors_are_refused(cluster: Served) -> None:
     assert body["errors"][0]["extensions"]["code"] == "BAD_CURSOR"
 
 
-def test_after_a_compaction_the_base_keeps_the_retained_versions_alone(
-    cluster: Served, spark: LazySpark
-) -> None:
+def test_after_a_compaction_the_base_keeps_the_retained_versions_alone(cluster: Served) -> None:
     """Compacting every chain drops the versions no query may ask for; every node answers
     as before."""
     project, store_dir = cluster.project, project_store(cluster)
     manifest = read_manifest(store_dir)
     due = {p: e for p, e in manifest.partitions.items() if len(e.layers) > 1}
     assert due, "the runs left chains with deltas"
-    bases = compaction.compact(project, spark.get(), store_dir, due)
+    bases = compaction.compact(project, store_dir, due)
     write_manifest(store_dir, compaction.rebase(manifest, due, bases))
     assert set(notify_nodes(project, set(bases)).values()) == {"ok"}
     wait_for_manifest_versions(cluster, read_manifest(store_dir))
