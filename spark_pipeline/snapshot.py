@@ -164,7 +164,7 @@ def _write_delta(
 ) -> tuple[dict[str, int], dict[str, pa.Table]]:
     """A delta file (contracts/delta_file.py): each store's changed keys, their current rows
     read from the base and the chain's warm rows."""
-    warm = warm_up(con, task.store_root, task.partition, task.below, task.stores)
+    warm = warm_up(task.store_root, task.partition, task.below, task.stores)
     frames = {s.name: delta_schema(s).empty_table() for s in task.stores if not deltas[s.name]}
     changing = [(n, s) for n, s in enumerate(task.stores) if s.name not in frames]
     reads_base = any(kept_for(store) for _, store in changing)
@@ -197,7 +197,7 @@ def _write_delta(
     header = DeltaHeader(task.partition, task.version, created_ms, dict(task.positions))
     write_delta(path, header, frames)
     rows = {name: frame.num_rows for name, frame in frames.items()}
-    return rows, fold(con, warm.rows, [frames], task.stores)
+    return rows, fold(warm.rows, [frames], task.stores)
 
 
 def _write_base(
