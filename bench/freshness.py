@@ -69,6 +69,7 @@ class Append:
     at: float  # time.perf_counter() when the append returned
     partition: int
     end: int  # the offset after the appended records
+    records: int
 
 
 @dataclass
@@ -78,9 +79,11 @@ class Freshness:
     seconds: float
     pipeline_nice: int = 0  # the pipeline's niceness (0: as the nodes)
     appended: int = 0
+    appended_per_s: float = 0.0  # records the producer appended a second (it may fall behind)
     ticks_late: int = 0  # producer ticks that started over a tick late (it fell behind)
     visible_p50_s: float | None = None  # appends outside the read-mix window
     visible_p99_s: float | None = None
+    visible_max_s: float | None = None  # the largest lag an append saw, outside the read mix
     visible_during_reads_p50_s: float | None = None  # appends while 4 clients were reading
     pushed_p50_s: float | None = None  # append -> a subscription's push showing it, as visible
     pushed_p99_s: float | None = None
@@ -205,7 +208,8 @@ def _produce(project: Project, customers: int, rate: int, seconds: float, result
             by_partition[partition_for(key, "string", partitions)].append(Record(key, value, stamp))
         for partition, records in sorted(by_partition.items()):
             base = eventlog.append(project.log_dir, topic, partition, records)
-            appends.append(Append(time.perf_counter(), partition, base + len(records)))
+            end = base + len(records)
+            appends.append(Append(time.perf_counter(), partition, end, len(records)))
     results.put((appends, behind))
 
 
@@ -349,6 +353,7 @@ def measure(
         result.stages = stage_delays(scraped, scrape_freshness(urls))
         result.load.append(os.getloadavg()[0])
         result.appended = len(producer.appends)
+        result.appended_per_s = round(sum(a.records for a in producer.appends) / seconds, 1)
         result.ticks_late = producer.behind
         during = [a for a in producer.appends if reads_from <= a.at <= reads_to]
         apart = [a for a in producer.appends if not reads_from <= a.at <= reads_to]
@@ -358,6 +363,7 @@ def measure(
         if delays:
             result.visible_p50_s = round(percentile(delays, 50), 3)
             result.visible_p99_s = round(percentile(delays, 99), 3)
+            result.visible_max_s = round(delays[-1], 3)
         if busy:
             result.visible_during_reads_p50_s = round(percentile(busy, 50), 3)
         if pushed := sorted(visibility(apart, pushes)):
