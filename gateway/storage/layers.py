@@ -87,10 +87,11 @@ def read_header(
 @dataclass(eq=False)
 class Level:
     """The merged rows of consecutive deltas, per store sorted by key (`_deleted` last), in
-    memory, indexed for lookups, and copied into the hub as tables named by `alias` where
-    SQL reads them: at install for the stores SQL always reads (windows, keys too wide to
-    index), on the first SQL read for the others, which lookups, scans and ordered pages
-    serve from memory (a copy at every delta was a third of a following node's CPU)."""
+    memory, indexed for lookups (key runs for windows and histories), and copied into the hub
+    as tables named by `alias` on the first SQL read that needs them (Overlay.tables):
+    lookups, scans, ordered pages and a key's windows and versions are served from memory,
+    and a level merged away before any SQL read it is never copied (a copy at every delta was
+    a third of a following node's CPU; the windows' and histories' alone, a tenth)."""
 
     alias: str
     frames: dict[str, pa.Table]
@@ -136,17 +137,6 @@ class Level:
         runs = KeyRuns.from_arrow(rows, store.key_type != "string")
         if runs is not None:
             self.runs[store.name] = runs
-
-    def install(self, hub: duckdb.DuckDBPyConnection, stores: Sequence[Store]) -> None:
-        """Copy the stores no lookup table serves into the hub; on a failure, none stays."""
-        cursor = hub.cursor()
-        try:
-            for store in stores:
-                if store.name not in self.tables:
-                    self.copy(cursor, store.name)
-        except duckdb.Error:
-            self.drop(hub)
-            raise
 
     def relation(self, store: str) -> str:
         """The store's table in the hub: the hub's own in-memory database holds every level's

@@ -339,7 +339,6 @@ class SnapshotCatalog:
         try:
             if found.image is None:  # read here; a mapped level was indexed by the keeper
                 found.index(stores)
-            found.install(self._hub, stores)
         except (duckdb.Error, pa.ArrowException) as exc:
             raise SnapshotError(f"partition {partition}: {exc}") from exc
         return found
@@ -364,7 +363,6 @@ class SnapshotCatalog:
             try:
                 level.index(self._stores(partition))
                 level = self._shared(partition, level)
-                level.install(self._hub, self._stores(partition))
             except (duckdb.Error, pa.ArrowException) as exc:
                 raise SnapshotError(f"partition {partition}: {exc}") from exc
             overlay = Overlay(header, (*(previous.levels if previous else ()), level))
@@ -418,7 +416,6 @@ class SnapshotCatalog:
                 level = merged(self._alias(partition), merging, stores)
                 level.index(stores)
                 level = self._shared(partition, level)
-                level.install(self._hub, stores)
             except (duckdb.Error, pa.ArrowException) as exc:
                 log.warning("partition %s: levels not merged: %s", partition, exc)
                 continue
