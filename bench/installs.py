@@ -127,7 +127,9 @@ def _run(project: Project, catalog: SnapshotCatalog, deltas: int, records: int) 
         started = time.perf_counter()  # the old way: the whole overlay, merged and installed
         whole = merged("whole", overlay.levels, stores)
         whole.index(stores)
-        whole.install(hub, stores)
+        for store in stores:  # into DuckDB, as installs once copied what no lookup serves
+            if store.name not in whole.tables:
+                whole.copy(hub.cursor(), store.name)
         measured.whole_ms.append((time.perf_counter() - started) * 1000)
         whole.drop(hub)
         started = time.perf_counter()
