@@ -138,12 +138,14 @@ class ElasticCoordinator:
         await self._read()
 
     async def _register(self) -> None:
-        """Register this node under a new lease of `session_ttl_s`."""
+        """Register this node under a new lease of `session_ttl_s`. The lease is the node's
+        once its registration is written: a lease granted to a registration that failed
+        would be kept alive with nobody registered under it."""
         ttl = max(1, round(self.project.settings.session_ttl_s))
         sent = time.monotonic()
-        self._lease = await self.coordination.lease(ttl)
-        await self.coordination.register(self.me, self._lease)
-        self._held_since = sent
+        lease = await self.coordination.lease(ttl)
+        await self.coordination.register(self.me, lease)
+        self._lease, self._held_since = lease, sent
 
     async def _read(self) -> None:
         self.state = await self.coordination.read()
