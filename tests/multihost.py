@@ -141,13 +141,16 @@ class MultiHost:
 
         urls = {n: self.nodes.url(n) for n in members}
         deadline = time.monotonic() + timeout_s
+        last: object = "nothing read"
         while True:
-            with contextlib.suppress(Exception):
-                state = self.state()
+            try:
+                state = last = self.state()
                 if serving_settled(state, urls, self.project):
                     return state
+            except Exception as exc:  # noqa: BLE001 - a read or a node may fail meanwhile
+                last = exc
             if time.monotonic() > deadline:
-                raise AssertionError(f"not settled\n{self.nodes.logs_tail()}")
+                raise AssertionError(f"not settled: {last!r}\n{self.nodes.logs_tail()}")
             time.sleep(0.2)
 
     def peer_up(self, node: str, peer: str) -> bool | None:

@@ -148,6 +148,7 @@ def test_a_node_cut_off_from_its_peers_answers_its_own_partitions_and_heals(
         tally = readers[other].tally
         assert "NODE_UNAVAILABLE" not in tally.failures(window.start + detect, healed), other
     assert outcome.wrong == 0, world.clients.wrong()
+    cluster.settled(set(NODES))  # the next scenario starts from a whole cluster
 
 
 def test_a_node_cut_off_from_the_coordinator_is_replaced_and_rejoins_without_posing_as_active(
@@ -236,6 +237,7 @@ def test_one_way_drops_and_a_flapping_link_cost_no_wrong_answer(world: World) ->
     )
     outcome = window.close(detect, max(seen, last_bad_after(world, healed)))
     assert outcome.wrong == 0, world.clients.wrong()
+    cluster.settled(set(NODES))  # the next scenario starts from a whole cluster
 
 
 def test_a_node_cut_off_from_the_pipeline_and_the_store_serves_its_last_version(
@@ -276,6 +278,7 @@ def test_a_node_cut_off_from_the_pipeline_and_the_store_serves_its_last_version(
     )
     outcome = window.close(detect, max(seen, last_bad_after(world, healed)))
     assert outcome.wrong == 0, world.clients.wrong()
+    cluster.settled(set(NODES))  # the next scenario starts from a whole cluster
 
 
 def test_the_coordinator_losing_its_leader_or_its_quorum_stops_no_answer(world: World) -> None:
