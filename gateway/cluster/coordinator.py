@@ -89,7 +89,7 @@ class ElasticCoordinator:
         self.connected = False
         self._lease: int | None = None
         self._held_since = 0.0  # when the last keep-alive the coordinator took was sent
-        self._missing_since: dict[str, float] = {}  # lost members: since when (monotonic)
+        self.grace = Grace(project.settings.lost_node_grace_s)
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
@@ -149,6 +149,8 @@ class ElasticCoordinator:
 
     async def _read(self) -> None:
         self.state = await self.coordination.read()
+        if self.state.leader != self.me.id:
+            self.grace.forget()
         self._take(self.state)
 
     def _take(self, state: State) -> None:
@@ -288,25 +290,36 @@ class ElasticCoordinator:
 
     def _eligible(self, state: State) -> tuple[set[str], set[str]]:
         """(members, retiring): registered nodes not draining, and draining ones; a node that
-        vanished counts as it was until it has been gone for lost_node_grace_s."""
-        now = time.monotonic()
+        vanished counts as it was while its grace lasts."""
         registered = set(state.members)
-        for node in registered:
-            self._missing_since.pop(node, None)
         known: set[str] = set()
         if state.assignment is not None:
             a = state.assignment
             known = set().union(*a.serving, *a.warming, *a.target)
-        grace = self.project.settings.lost_node_grace_s
-        kept = set()
-        for node in known - registered:
-            if node not in self._missing_since:
-                log.warning("%s is not registered: its replicas stay for %.1f s", node, grace)
-            since = self._missing_since.setdefault(node, now)
-            if now - since < grace:
-                kept.add(node)
-        present = registered | kept
+        present = registered | self.grace.kept(known - registered, time.monotonic())
         return present - state.draining, present & state.draining
+
+
+class Grace:
+    """Lost members counted as present for `seconds` after this node, leading, first saw them
+    gone: a restart is not a move. A node that stops leading forgets what it saw, so that a
+    leader counts each loss from its own sight of it, never from a loss seen in an earlier
+    term that has since come back."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._since: dict[str, float] = {}  # a missing member: since when (monotonic)
+
+    def kept(self, missing: set[str], now: float) -> set[str]:
+        """The members of `missing` still within their grace; the others' is over."""
+        self._since = {n: t for n, t in self._since.items() if n in missing}
+        for node in sorted(missing - set(self._since)):
+            log.warning("%s is not registered: its replicas stay for %.1f s", node, self.seconds)
+            self._since[node] = now
+        return {n for n, since in self._since.items() if now - since < self.seconds}
+
+    def forget(self) -> None:
+        self._since.clear()
 
 
 def _summary(previous: Assignment | None, nxt: Assignment) -> str:
