@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -97,6 +98,7 @@ class ElasticCoordinator:
         await self._join()
         self._tasks = [
             asyncio.create_task(self._keep_alive()),
+            asyncio.create_task(self._fence_on_time()),
             asyncio.create_task(self._follow()),
             asyncio.create_task(self._lead_forever()),
         ]
@@ -141,7 +143,7 @@ class ElasticCoordinator:
         """Register this node under a new lease of `session_ttl_s`. The lease is the node's
         once its registration is written: a lease granted to a registration that failed
         would be kept alive with nobody registered under it."""
-        ttl = max(1, round(self.project.settings.session_ttl_s))
+        ttl = math.ceil(self.project.settings.session_ttl_s)  # never shorter than the fence's
         sent = time.monotonic()
         lease = await self.coordination.lease(ttl)
         await self.coordination.register(self.me, lease)
@@ -165,7 +167,7 @@ class ElasticCoordinator:
 
     async def _keep_alive(self) -> None:
         """Refresh the lease every third of its TTL; a failed call is tried again at once
-        (on the next member), and the node fences itself once the TTL may have run out."""
+        (on the next member)."""
         ttl = self.project.settings.session_ttl_s
         while True:
             until_fenced = self._fence_at() - time.monotonic()
@@ -179,8 +181,6 @@ class ElasticCoordinator:
                     break
                 except CoordinatorError as exc:
                     log.info("keep-alive failed: %s", exc)
-                    if time.monotonic() >= self._fence_at():
-                        self._fence("no keep-alive reached the coordinator within the TTL")
                     if attempt == 1:
                         self._unreachable(exc)
                 except Exception:
@@ -198,6 +198,18 @@ class ElasticCoordinator:
                     self._held_since = sent
         except TimeoutError as exc:
             raise CoordinatorError("a keep-alive that did not end within the TTL") from exc
+
+    async def _fence_on_time(self) -> None:
+        """Fence the moment the lease may have expired, whatever a keep-alive is waiting on
+        meanwhile (a call to a member cut off may take a whole TTL to fail)."""
+        while True:
+            due = self._fence_at() - time.monotonic()
+            if due <= 0:
+                try:
+                    self._fence("no keep-alive reached the coordinator within the TTL")
+                except Exception:
+                    log.exception(UNEXPECTED)
+            await asyncio.sleep(due if due > 0 else self.project.settings.health_interval_s)
 
     def _fence_at(self) -> float:
         return self._held_since + self.project.settings.session_ttl_s

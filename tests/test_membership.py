@@ -1,7 +1,6 @@
-"""A node's registration on a real etcd survives the coordinator failing between granting a
-new lease and writing the registration under it (a link that flaps at that moment): the node
-registers again, instead of keeping alive a lease nobody is registered under while it serves
-as if it were a member."""
+"""A node's membership on a real etcd, through faults of its calls to it (a link that flaps
+at the wrong moment, a member that stops answering): the node registers again whenever its
+registration is gone, and fences itself the moment its lease may have expired."""
 
 from __future__ import annotations
 
@@ -25,19 +24,33 @@ from tests.projects import write_project
 SETTINGS = "health_interval_s = 0.2\nsession_ttl_s = 2\nlost_node_grace_s = 2"
 WITHIN_S = 15  # several TTLs: a node registers again within one after its lease is gone
 ME = Member("node1", "127.0.0.1:1")
+FENCE_SLACK_S = 0.5  # an event loop's lateness; a keep-alive's own bound is a third of a TTL
 
 
-class FlappingRegistration(Coordination):
+class Faulty(Coordination):
     """The real coordination, but the next `failures` registrations fail as a cut link
-    makes them fail: after the lease was granted."""
+    makes them fail (after the lease was granted), and once `hang_after` is set, the
+    keep-alives after the next one that lands never answer, as a member cut off by the
+    network does not (`landed`: when that one was sent)."""
 
     failures = 0
+    hang_after = False
+    landed: float | None = None
 
     async def register(self, member: Member, lease: int) -> None:
         if self.failures:
             self.failures -= 1
             raise CoordinatorError("the link went down before the registration was written")
         await super().register(member, lease)
+
+    async def refresh(self, lease: int) -> int:
+        if self.hang_after and self.landed is not None:
+            await asyncio.Event().wait()
+        sent = time.monotonic()
+        ttl = await super().refresh(lease)
+        if self.hang_after:
+            self.landed = sent
+        return ttl
 
 
 @pytest.fixture
@@ -59,6 +72,14 @@ def _project(root: Path, url: str) -> Project:
 
 def _nothing_caught_up(_: Assignment) -> frozenset[Replica]:
     return frozenset()
+
+
+def _node(project: Project) -> tuple[Faulty, TopologyView, ElasticCoordinator]:
+    cluster = project.cluster
+    coordination = Faulty(cluster.coordinator or "", cluster.name, timeout_s=1.0)
+    view = TopologyView(Topology.unassigned(cluster.partitions, cluster.replicas, {}))
+    node = ElasticCoordinator(project, coordination, ME, view, _nothing_caught_up)
+    return coordination, view, node
 
 
 async def _registration_lease(url: str, cluster: str) -> int | None:
@@ -89,9 +110,7 @@ def test_a_registration_that_fails_after_its_lease_is_granted_is_written_again(
 ) -> None:
     project = _project(tmp_path, etcd.url)
     cluster = project.cluster
-    coordination = FlappingRegistration(etcd.url, cluster.name, timeout_s=1.0)
-    view = TopologyView(Topology.unassigned(cluster.partitions, cluster.replicas, {}))
-    node = ElasticCoordinator(project, coordination, ME, view, _nothing_caught_up)
+    coordination, view, node = _node(project)
 
     async def scenario() -> None:
         await node.start()
@@ -110,3 +129,29 @@ def test_a_registration_that_fails_after_its_lease_is_granted_is_written_again(
             await node.stop()
 
     asyncio.run(scenario())
+
+
+def test_a_node_fences_itself_when_its_lease_may_expire_not_when_a_keep_alive_gives_up(
+    etcd: Etcd, tmp_path: Path
+) -> None:
+    """The keep-alives stop landing (each waits out its whole bound): the node serves as
+    nobody's active once `session_ttl_s` has passed since the last one that landed was sent,
+    not a third of a TTL later, when the keep-alive under way gives up."""
+    project = _project(tmp_path, etcd.url)
+    ttl = project.settings.session_ttl_s
+    coordination, view, node = _node(project)
+
+    async def scenario() -> float:
+        await node.start()
+        try:
+            await _until_registered(etcd.url, project.cluster.name)
+            coordination.hang_after = True
+            while ME.id not in view.current.fenced:
+                await asyncio.sleep(0.01)
+            assert coordination.landed is not None
+            return time.monotonic() - coordination.landed
+        finally:
+            await node.stop()
+
+    fenced_after = asyncio.run(scenario())
+    assert ttl - 0.05 <= fenced_after <= ttl + FENCE_SLACK_S, fenced_after
