@@ -278,14 +278,17 @@ class Coordination:
             )
         return bool(won)
 
-    async def publish(self, assignment: Assignment, over_revision: int) -> bool:
-        """Write the next assignment if the stored one is still the one read (its mod
-        revision; 0: none yet). False when another write came first."""
+    async def publish(self, assignment: Assignment, over_revision: int, leader: str) -> bool:
+        """Write the next assignment if `leader` still leads and the stored one is still the
+        one read (its mod revision; 0: none yet). False when either changed meanwhile."""
         key = self.key("assignment")
         async with self._session() as connection:
             client = connection.etcd
             won, _ = await client.transaction(
-                compare=[client.transactions.mod(key) == over_revision],
+                compare=[
+                    client.transactions.value(self.key("leader")) == leader.encode(),
+                    client.transactions.mod(key) == over_revision,
+                ],
                 success=[client.transactions.put(key, assignment.to_json())],
                 failure=[],
             )

@@ -1,6 +1,7 @@
 """A node's membership on a real etcd, through faults of its calls to it (a link that flaps
 at the wrong moment, a member that stops answering): the node registers again whenever its
-registration is gone, and fences itself the moment its lease may have expired."""
+registration is gone, fences itself the moment its lease may have expired, and a node that
+no longer leads cannot publish an assignment."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from contracts import placement
 from contracts import project as projects
 from contracts.coordination import Coordination, CoordinatorError, Member
 from contracts.placement import Assignment, Replica
@@ -155,3 +157,25 @@ def test_a_node_fences_itself_when_its_lease_may_expire_not_when_a_keep_alive_gi
 
     fenced_after = asyncio.run(scenario())
     assert ttl - 0.05 <= fenced_after <= ttl + FENCE_SLACK_S, fenced_after
+
+
+def test_only_the_node_that_leads_publishes_an_assignment(etcd: Etcd) -> None:
+    """A leader whose lease expired between reading the state and publishing its plan (the
+    leader key gone, or another node's) publishes nothing."""
+    first = placement.plan(None, ["node1"], [], partitions=9, replicas=1)
+
+    async def scenario() -> tuple[bool, bool, Assignment | None]:
+        coordination = Coordination(etcd.url, "leaders")
+        try:
+            nobody = await coordination.publish(first, 0, "node1")
+            lease = await coordination.lease(10)
+            assert await coordination.campaign("node2", lease)
+            other = await coordination.publish(first, 0, "node1")
+            assert (await coordination.read()).assignment is None
+            assert await coordination.publish(first, 0, "node2")
+            return nobody, other, (await coordination.read()).assignment
+        finally:
+            await coordination.close()
+
+    nobody, other, stored = asyncio.run(scenario())
+    assert (nobody, other, stored) == (False, False, first)

@@ -296,7 +296,7 @@ class ElasticCoordinator:
             return
         if nxt is previous:
             return
-        if await self.coordination.publish(nxt, state.assignment_revision):
+        if await self.coordination.publish(nxt, state.assignment_revision, self.me.id):
             log.info("assignment %s published: %s", nxt.version, _summary(previous, nxt))
             await self._read()
 
