@@ -100,7 +100,7 @@ class ElasticCoordinator:
             asyncio.create_task(self._keep_alive()),
             asyncio.create_task(self._fence_on_time()),
             asyncio.create_task(self._follow()),
-            asyncio.create_task(self._lead_forever()),
+            asyncio.create_task(self._poll()),
         ]
 
     async def stop(self) -> None:
@@ -255,19 +255,19 @@ class ElasticCoordinator:
             with contextlib.suppress(CoordinatorError):
                 await self._read()
 
-    async def _lead_forever(self) -> None:
-        """Campaign; while leading, plan the next assignment at every health interval (warm-
-        ups catch up without any key changing) and at every change seen."""
+    async def _poll(self) -> None:
+        """Read the state at every health interval, whatever the watch tells (it may lag a
+        split, or end without a word); campaign while nobody leads; while leading, plan the
+        next assignment (warm-ups catch up without any key changing)."""
         while True:
             await asyncio.sleep(self.project.settings.health_interval_s)
             try:
+                await self._read()
                 if self.state.leader is None and self._lease is not None:
                     await self.coordination.campaign(self.me.id, self._lease)
                     await self._read()
                 if self.state.leader == self.me.id:
-                    await self._read()  # not only what the watch told: it may lag a split
-                    if self.state.leader == self.me.id:
-                        await self._lead()
+                    await self._lead()
             except CoordinatorError as exc:
                 self._unreachable(exc)
             except Exception:
