@@ -199,6 +199,12 @@ class Coordination:
     async def read(self) -> State:
         async with self._session() as connection:
             found = await connection.etcd.get_prefix(self.prefix)
+        try:
+            return self._state(found)
+        except UnicodeDecodeError as exc:
+            raise CoordinatorError(f"a key or value that is not UTF-8: {exc}") from exc
+
+    def _state(self, found: Any) -> State:
         revision = found.header.revision if found.header else 0
         members: dict[str, Member] = {}
         draining: set[str] = set()

@@ -179,3 +179,23 @@ def test_only_the_node_that_leads_publishes_an_assignment(etcd: Etcd) -> None:
 
     nobody, other, stored = asyncio.run(scenario())
     assert (nobody, other, stored) == (False, False, first)
+
+
+def test_a_record_that_is_not_utf8_is_a_coordinator_error(etcd: Etcd) -> None:
+    """Whatever else lands under the cluster's prefix, reading it fails as the coordinator
+    failing does, which every loop of a node survives."""
+    import aetcd
+
+    async def scenario() -> None:
+        coordination = Coordination(etcd.url, "strays")
+        endpoint = coordination.members[0]
+        client = aetcd.Client(endpoint.host, endpoint.port)
+        try:
+            await client.put(coordination.key("leader"), b"\xff\xfe")
+            with pytest.raises(CoordinatorError, match="not UTF-8"):
+                await coordination.read()
+        finally:
+            await client.close()
+            await coordination.close()
+
+    asyncio.run(scenario())
