@@ -90,6 +90,7 @@ class ElasticCoordinator:
         self.connected = False
         self._lease: int | None = None
         self._held_since = 0.0  # when the last keep-alive the coordinator took was sent
+        self._landed = asyncio.Event()  # set whenever one lands
         self.grace = Grace(project.settings.lost_node_grace_s)
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -147,7 +148,8 @@ class ElasticCoordinator:
         sent = time.monotonic()
         lease = await self.coordination.lease(ttl)
         await self.coordination.register(self.me, lease)
-        self._lease, self._held_since = lease, sent
+        self._lease = lease
+        self._held(sent)
 
     async def _read(self) -> None:
         self.state = await self.coordination.read()
@@ -195,21 +197,29 @@ class ElasticCoordinator:
                 if self._lease is None or await self.coordination.refresh(self._lease) == 0:
                     await self._rejoin()
                 else:
-                    self._held_since = sent
+                    self._held(sent)
         except TimeoutError as exc:
             raise CoordinatorError("a keep-alive that did not end within the TTL") from exc
 
+    def _held(self, sent: float) -> None:
+        self._held_since = sent
+        self._landed.set()
+
     async def _fence_on_time(self) -> None:
         """Fence the moment the lease may have expired, whatever a keep-alive is waiting on
-        meanwhile (a call to a member cut off may take a whole TTL to fail)."""
+        meanwhile (a call to a member cut off may take a whole TTL to fail); then count the
+        TTL again from the next keep-alive that lands."""
         while True:
             due = self._fence_at() - time.monotonic()
-            if due <= 0:
-                try:
-                    self._fence("no keep-alive reached the coordinator within the TTL")
-                except Exception:
-                    log.exception(UNEXPECTED)
-            await asyncio.sleep(due if due > 0 else self.project.settings.health_interval_s)
+            if due > 0:
+                await asyncio.sleep(due)
+                continue
+            try:
+                self._fence("no keep-alive reached the coordinator within the TTL")
+            except Exception:
+                log.exception(UNEXPECTED)
+            self._landed.clear()
+            await self._landed.wait()
 
     def _fence_at(self) -> float:
         return self._held_since + self.project.settings.session_ttl_s
