@@ -69,14 +69,15 @@ class MultiHost:
         self._producer = threading.Thread(target=self._produce)
 
     def _write_project(self) -> Path:
-        path = write_project(self.root, [NODE_PORT + i for i in range(1, 4)], settings=SETTINGS)
+        ports = [NODE_PORT + i for i in range(1, 4)]
+        elastic = (self.etcd.url, "hosts")
+        path = write_project(self.root, ports, settings=SETTINGS, coordinator=elastic)
         text = path.read_text().replace('secret = "test-secret"', f'secret_env = "{SECRET_ENV}"')
         for i, node in enumerate(NODES, start=1):
             text = text.replace(f"127.0.0.1:{NODE_PORT + i}", f"{self.address(node)}:{NODE_PORT}")
         store = f"http://{self.address('store')}:{STORE_PORT}"
         text = text.replace('store = "snapshots"\n', f'store = "snapshots"\nurl = "{store}"\n')
-        coordinator = f'coordinator = "{self.etcd.url}"\nname = "hosts"\n'
-        path.write_text(text.replace("[cluster]\n", f"[cluster]\n{coordinator}", 1))
+        path.write_text(text)
         return path
 
     def address(self, host: str) -> str:

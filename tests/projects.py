@@ -116,9 +116,11 @@ def write_project(
     replicas: int = 2,
     snapshot_url: str | None = None,
     settings: str = "",
+    coordinator: tuple[str, str] | None = None,
 ) -> Path:
     """The project file; `settings` is the body of its [settings] table. Its nodes run one
-    worker each unless `settings` says otherwise (tests/test_workers.py runs several)."""
+    worker each unless `settings` says otherwise (tests/test_workers.py runs several). With
+    `coordinator` (an etcd URL and the cluster's name there), the cluster is elastic."""
     if "workers" not in settings:
         settings = f"workers = 1\n{settings}"
     nodes = "".join(
@@ -129,7 +131,9 @@ def write_project(
         '[log]\ndir = "log"\n\n[snapshots]\nstore = "snapshots"\n'
         + (f'url = "{snapshot_url}"\n' if snapshot_url else "")
         + "\n"
-        f'[cluster]\npartitions = {partitions}\nreplicas = {replicas}\nsecret = "test-secret"\n'
+        "[cluster]\n"
+        + (f'coordinator = "{coordinator[0]}"\nname = "{coordinator[1]}"\n' if coordinator else "")
+        + f'partitions = {partitions}\nreplicas = {replicas}\nsecret = "test-secret"\n'
         f"{nodes}{_STORES}\n[settings]\n{settings}\n"
     )
     path = root / "stategate.toml"

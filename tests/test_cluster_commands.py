@@ -25,13 +25,8 @@ def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Etcd]:
 
 
 def project_file(folder: Path, coordinator: str | None) -> Path:
-    path = write_project(folder, free_ports(2), replicas=1)
-    if coordinator is not None:
-        text = path.read_text().replace(
-            "[cluster]\n", f'[cluster]\ncoordinator = "{coordinator}"\nname = "cli"\n', 1
-        )
-        path.write_text(text)
-    return path
+    elastic = (coordinator, "cli") if coordinator is not None else None
+    return write_project(folder, free_ports(2), replicas=1, coordinator=elastic)
 
 
 def stategate(*args: str) -> subprocess.CompletedProcess[str]:

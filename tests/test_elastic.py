@@ -52,11 +52,9 @@ class Elastic:
     def __init__(self, root: Path, spark: LazySpark, follow: bool = False) -> None:
         self.etcd = Etcd(root)
         self.etcd.start()
-        path = write_project(root, free_ports(5), settings=SETTINGS)
-        text = path.read_text().replace(
-            "[cluster]\n", f'[cluster]\ncoordinator = "{self.etcd.url}"\nname = "t"\n', 1
+        path = write_project(
+            root, free_ports(5), settings=SETTINGS, coordinator=(self.etcd.url, "t")
         )
-        path.write_text(text)
         self.project = projects.load(path)
         produce_test_events(self.project, seed=5)
         self.follower = Follower(self.project, spark) if follow else None
