@@ -11,7 +11,7 @@ position its consistency token stands for.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -152,7 +152,7 @@ class RequestQueries:
         outcome = await self._load(store, Get(tuple(keys)), (), demand)
         entries = await offload(_entries, keys, outcome, items=len(keys))
         extend, joined = await self._joined(store, [e.row for e in entries], demand)
-        if joined:
+        if extend:
             entries = [Entry(e.key, e.partition, extend(e.row), e.failure) if e.row else e
                        for e in entries]  # fmt: skip
         return Lookup(entries, self._meta(outcome, joined))
@@ -165,7 +165,7 @@ class RequestQueries:
         ((q, answer),) = outcome.parts
         rows = answer.rows or []
         extend, joined = await self._joined(store, rows, demand)
-        rows = [extend(row) for row in rows] if joined else rows
+        rows = [extend(row) for row in rows] if extend else rows
         return KeyWindows(key, q.partition, rows, answer.failure, self._meta(outcome, joined))
 
     async def versions(
@@ -195,7 +195,7 @@ class RequestQueries:
         more, rows = len(rows) > first, rows[:first]
         end = cursors.encode(store.name, [key, rows[-1][1]]) if rows else None
         extend, joined = await self._joined(store, [[r[0], *r[3:]] for r in rows], demand)
-        if joined:
+        if extend:
             rows = [[*row[:3], *extend([row[0], *row[3:]])[1:]] for row in rows]
         meta = self._meta(outcome, joined)
         return KeyVersions(key, q.partition, rows, more, end, answer.failure, meta)
@@ -270,7 +270,7 @@ class RequestQueries:
             values = [rows[-1][field_index(store, sort.field)] for sort in sorts]
             end = cursors.encode_ordered(store.name, sorts, values)
         extend, joined = await self._joined(store, rows, demand)
-        rows = [extend(row) for row in rows] if joined else rows
+        rows = [extend(row) for row in rows] if extend else rows
         return Page(rows, more, end, self._meta(outcome, joined))
 
     async def totals(
@@ -304,7 +304,7 @@ class RequestQueries:
         if rows:
             end = cursors.encode(store.name, rows[-1][:2] if windowed else rows[-1][:1])
         extend, joined = await self._joined(store, rows, demand)
-        rows = [extend(row) for row in rows] if joined else rows
+        rows = [extend(row) for row in rows] if extend else rows
         return Page(rows, more, end, self._meta(outcome, joined))
 
     def _check_filter(
@@ -334,13 +334,16 @@ class RequestQueries:
         return outcome
 
     async def _joined(
-        self, store: Store, rows: Iterable[Row | None], demand: Demand | None
-    ) -> tuple[Callable[[Row], Row], list[Outcome]]:
+        self, store: Store, rows: Sequence[Row | None], demand: Demand | None
+    ) -> tuple[Callable[[Row], Row] | None, list[Outcome]]:
         """What a row of `rows` becomes with one more value per join of the store
-        (Store.joins, in order): the joined record, or None when there is none or the
-        request does not select the join; and the outcomes the joined records were read
-        from (none: rows stay as they are)."""
+        (Store.joins, in order): the joined record, or None when its field is null, it has
+        none or the request does not select the join; and the outcomes the joined records
+        were read from. None instead of a function: the request selects no join, so rows
+        stay as they are."""
         joins = [(n, j) for n, j in enumerate(store.joins) if j.name in self.selected]
+        if not joins:
+            return None, []
         wanted = []
         for number, join in joins:
             index = field_index(store, join.field)
@@ -348,8 +351,6 @@ class RequestQueries:
             if keys:
                 target = self.project.stores[join.store]
                 wanted.append((number, index, keys, self._load(target, Get(keys), (), demand)))
-        if not wanted:
-            return _unchanged, []
         outcomes = list(await asyncio.gather(*(load for *_, load in wanted)))
         # per join: its field's place in a row, and the joined row of each key
         found = [
@@ -436,10 +437,6 @@ class RequestQueries:
             if value is not None and value < 0:
                 raise bad_input(f"{name} must not be negative, got {value}")
         return Consistency(bound, demand.require_active, demand.max_lag, demand.max_age_ms)
-
-
-def _unchanged(row: Row) -> Row:
-    return row
 
 
 def _joined_row(outcome: Outcome, key: Key) -> Row | None:

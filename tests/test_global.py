@@ -164,6 +164,41 @@ def test_a_page_joins_its_records_and_a_request_without_the_join_reads_no_trip(
     assert {p["store"] for p in meta["partitions"]} == {"latestBooking"}
 
 
+@pytest.mark.parametrize("node", NODES)
+def test_a_join_whose_field_is_null_in_every_row_is_null(served, node: str) -> None:
+    """README, Global stores and joins: "null when the field is null", also when no row of
+    the answer has a value to join on (so no joined store is read at all)."""
+    bookings = expected_rows(served, "latestBooking")
+    tripless = sorted(key for key, row in bookings.items() if row[1] is None)
+    assert tripless, "the data has bookings without a trip"
+    record = "record { key trip journey { key fare } }"
+    one = served.nodes.gql(
+        node, f"query($k: String!) {{ latestBooking(key: $k) {{ {record} }} }}", {"k": tripless[0]}
+    )
+    assert not one.get("errors"), one["errors"]
+    assert one["data"]["latestBooking"]["record"] == {
+        "key": tripless[0], "trip": None, "journey": None
+    }  # fmt: skip
+    batch = served.nodes.gql(
+        node,
+        f"query($k: [String!]!) {{ latestBookingBatch(keys: $k) {{ entries {{ {record} }} }} }}",
+        {"k": tripless},
+    )
+    assert not batch.get("errors"), batch["errors"]
+    entries = batch["data"]["latestBookingBatch"]["entries"]
+    assert [e["record"] for e in entries] == [
+        {"key": key, "trip": None, "journey": None} for key in tripless
+    ]
+    page = served.nodes.gql(
+        node,
+        "{ latestBookingList(where: { trip: { isNull: true } }, first: 100) "
+        "{ records { key trip journey { key } } } }",
+    )
+    assert not page.get("errors"), page["errors"]
+    records = page["data"]["latestBookingList"]["records"]
+    assert records == [{"key": key, "trip": None, "journey": None} for key in tripless]
+
+
 def test_every_node_reports_what_it_holds_of_the_global_stores(served) -> None:
     for node in NODES:
         samples = served.nodes.metrics(node)
