@@ -68,6 +68,10 @@ FIELDS = {
     "accountHourly": "key windowStart updates largest",
 }
 TOTALS = "accountTotals(key: $k) { key partition record { key updates total largest } }"
+# Keys of partition 0 at 2^62 and of partition 1 at -2^62: each partition's part of a sum of
+# balances is past 64 bits, and the whole sum is not.
+SUMMANDS = {k: (-1) ** partition_for(k, "long", 2) * 2**62 for k in range(100, 112)}
+LONG = range(-(2**63), 2**63)
 
 
 @pytest.fixture(scope="module")
@@ -83,6 +87,7 @@ def cluster(spark: LazySpark, tmp_path_factory: pytest.TempPathFactory) -> Itera
         for i, key in enumerate(KEYS)
         for j in range(1 + i % 3)
     ]  # fmt: skip
+    records += [Record(k, {"balance": b, "owner": "big"}, START_MS) for k, b in SUMMANDS.items()]
     eventlog.produce(project.log_dir, project.topics["accounts"], 2, records)
     job.run(project, spark, notify=False)
     nodes = Nodes(project, root)
@@ -211,3 +216,30 @@ def test_a_subscription_pushes_long_keys_and_offsets_as_strings(cluster: Nodes) 
         assert wire.long(position["offset"]) == ends["accounts"]
         extension = payload["extensions"]["position"]["accounts"]
         assert extension == {str(position["partition"]): position["offset"]}
+
+
+@pytest.mark.parametrize("node", ["n1", "n2"])
+def test_a_long_sum_is_exact_when_a_partitions_part_of_it_is_past_64_bits(
+    cluster: Nodes, node: str
+) -> None:
+    """Issue 47 B: the partitions' parts of a sum are merged exactly; only a total past the
+    Long range is null, and an average is the exact total over the count."""
+    rows = expected(cluster, "account")
+    for where, kept in (
+        ("", rows),
+        ('(where: { owner: { eq: "big" } })', [r for r in rows if r[2] == "big"]),
+    ):
+        balances = [r[1] for r in kept if r[1] is not None]
+        parts = [
+            sum(r[1] for r in kept if r[1] is not None and partition_for(r[0], "long", 2) == p)
+            for p in (0, 1)
+        ]
+        total = sum(balances)
+        assert total in LONG and not any(part in LONG for part in parts), "the data covers it"
+        data = post(
+            cluster, node, f"{{ accountAggregate{where} {{ totalCount sum {{ balance }} "
+            "avg { balance } } }"
+        )["accountAggregate"]  # fmt: skip
+        assert wire.long(data["totalCount"]) == len(kept)
+        assert wire.long(data["sum"]["balance"]) == total
+        assert data["avg"]["balance"] == pytest.approx(total / len(balances))

@@ -91,13 +91,19 @@ class _Reversed:
 @dataclass(frozen=True)
 class FieldTotals:
     count: int  # rows with a value
-    sum: int | float | None  # numbers: null without values, past the Long range or not finite
+    total: int | float | None  # numbers: exact; null without values, or a double not finite
     min: Any
     max: Any
 
     @property
+    def sum(self) -> int | float | None:
+        """The total as the API states it: null past the Long range."""
+        past = isinstance(self.total, int) and not LONG[0] <= self.total <= LONG[1]
+        return None if past else self.total
+
+    @property
     def avg(self) -> float | None:
-        return None if self.sum is None or not self.count else self.sum / self.count
+        return None if self.total is None or not self.count else self.total / self.count
 
 
 def totals(parts: Iterable[Part], store: Store) -> tuple[int, dict[str, FieldTotals]]:
@@ -111,10 +117,11 @@ def totals(parts: Iterable[Part], store: Store) -> tuple[int, dict[str, FieldTot
         count = sum(p[0] for p in own)
         sums = [p[1] for p in own]
         total: int | float | None = None
-        if kind in NUMBERS and own and None not in sums:
+        if kind == "double" and own and None not in sums:
             total = sum(sums)
-            if not (math.isfinite(total) if kind == "double" else LONG[0] <= total <= LONG[1]):
-                total = None
+            total = total if math.isfinite(total) else None
+        elif kind in NUMBERS and own:
+            total = sum(int(s) for s in sums)  # exact: queries.Totals
         fields[name] = FieldTotals(
             count,
             total,

@@ -92,7 +92,9 @@ class Select:
 @dataclass(frozen=True, slots=True)
 class Totals:
     """One row of partials over the rows that pass `where`: count(*), then per column its
-    count of non-null values, sum (numbers), min and max (numbers and strings)."""
+    count of non-null values, sum (numbers), min and max (numbers and strings). An integer
+    column's sum is exact, as decimal text: a partition's may pass 64 bits (JSON between
+    nodes carries no more) while the whole store's total fits; merging.totals decides."""
 
     where: Filter | None
     window: tuple[int, int] | None = None  # a window store's: starts in [from_ms, to_ms]

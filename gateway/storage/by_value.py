@@ -79,13 +79,13 @@ def _bounded(store: Store, where: Filter | None, window: tuple[int, int] | None)
 
 
 def _sum(column: str, kind: FieldType) -> str:
-    """A partial sum: null when the column has no value, or (integers) when it leaves the
-    Long range, or (doubles) when it is not finite; a partition's totals tell those apart
-    by the column's count."""
+    """A partial sum (queries.Totals): null when the column has no value or (doubles) when
+    it is not finite, a partition's totals telling those apart by the column's count; an
+    integer column's exact (DuckDB sums BIGINT as HUGEINT) as decimal text."""
     if kind == "double":
         return finite_or_null(f"sum({column})")
     if kind in NUMBERS:
-        return f"TRY_CAST(sum({column}) AS BIGINT)"
+        return f"CAST(sum({column}) AS VARCHAR)"
     return "NULL"
 
 

@@ -15,7 +15,6 @@ import pyarrow.compute as pc
 
 from contracts.project import FieldType, Store
 from gateway.model.filters import NUMBERS, ORDERED, field_index, predicate
-from gateway.model.merging import LONG
 from gateway.model.queries import Row, Totals
 from gateway.storage.columns import ArrowColumn, CodedColumn, Column, NumberColumn
 from gateway.storage.lookup_table import Changed, LookupTable
@@ -59,15 +58,15 @@ def _column_totals(column: Column, kind: FieldType, keep: np.ndarray) -> list[An
     return [len(kept) - kept.null_count, None, extremes["min"].as_py(), extremes["max"].as_py()]
 
 
-def _sum(data: np.ndarray, kind: FieldType) -> int | float | None:
+def _sum(data: np.ndarray, kind: FieldType) -> float | str | None:
+    """A partial sum: a double's when finite, an integer column's exact as decimal text
+    (queries.Totals)."""
     if kind == "double":
         total = float(data.sum())
         return total if np.isfinite(total) else None
     if abs(float(data.sum(dtype=np.float64))) < EXACT_INT64:
-        total_int = int(data.sum(dtype=np.int64))
-    else:
-        total_int = sum(data.tolist())  # exact, past what int64 holds
-    return total_int if LONG[0] <= total_int <= LONG[1] else None
+        return str(int(data.sum(dtype=np.int64)))
+    return str(sum(data.tolist()))  # exact, past what int64 holds
 
 
 def _fold(base: list[Any], values: list[Any], kind: FieldType) -> list[Any]:
@@ -75,14 +74,12 @@ def _fold(base: list[Any], values: list[Any], kind: FieldType) -> list[Any]:
     if not values:
         return base
     count, total, low, high = base
-    if kind in NUMBERS and (total is not None or not count):
-        total = (total or 0) + sum(values)
-        if kind == "double":
+    if kind == "double":
+        if total is not None or not count:  # else the base's sum is already not finite
+            total = (total or 0.0) + sum(values)
             total = total if np.isfinite(total) else None
-        elif not LONG[0] <= total <= LONG[1]:
-            total = None
     elif kind in NUMBERS:
-        total = None  # the base's sum already left the range
+        total = str(int(total or 0) + sum(values))
     if kind in ORDERED:
         low = min(values if low is None else [low, *values])
         high = max(values if high is None else [high, *values])
