@@ -24,7 +24,7 @@ from contracts.project import Project, Store
 from contracts.topology import Topology
 from gateway.cluster.batching import Consistency, Outcome, Work
 from gateway.model import cursors, limits, merging
-from gateway.model.filters import Filter, Sort, depth, field_index, with_tie_breaker
+from gateway.model.filters import Filter, Sort, field_index, with_tie_breaker
 from gateway.model.limits import SCAN_LOOKAHEAD
 from gateway.model.merging import FieldTotals
 from gateway.model.queries import (
@@ -259,7 +259,8 @@ class RequestQueries:
         """The rows that pass `where` (a window store's: starting in `window`), in `order`
         then by their identity, one page (a top-K) at a time."""
         limits.check_page_size(first, self.project.settings)
-        self._check_filter(store, where, window)
+        if window is not None:
+            self._check_window_range(store, window[0], window[1], limit=False)
         sorts = with_tie_breaker(tuple(order), store)
         last = None if after is None else cursors.decode_ordered(store, sorts, after)
         query = Select(where, sorts, first + SCAN_LOOKAHEAD, last, window)
@@ -282,7 +283,8 @@ class RequestQueries:
         window: tuple[int, int] | None = None,
     ) -> Aggregate:
         """Count, sum, min, max and avg over the rows that pass `where` (and `window`)."""
-        self._check_filter(store, where, window)
+        if window is not None:
+            self._check_window_range(store, window[0], window[1], limit=False)
         query = Totals(where, window)
         outcome = await self._load(store, query, self._partitions(partitions), demand)
         count, fields = merging.totals(outcome.parts, store)
@@ -306,15 +308,6 @@ class RequestQueries:
         extend, joined = await self._joined(store, rows, demand)
         rows = [extend(row) for row in rows] if extend else rows
         return Page(rows, more, end, self._meta(outcome, joined))
-
-    def _check_filter(
-        self, store: Store, where: Filter | None, window: tuple[int, int] | None
-    ) -> None:
-        if window is not None:
-            self._check_window_range(store, window[0], window[1], limit=False)
-        most = limits.MAX_FILTER_DEPTH
-        if depth(where) > most:
-            raise GatewayError("FILTER_TOO_DEEP", f"the filter nests deeper than {most} levels")
 
     async def _load(
         self,

@@ -334,6 +334,31 @@ def test_inputs_that_match_nothing_by_mistake_are_refused(served) -> None:
     assert [e["extensions"]["code"] for e in body["errors"]] == ["FILTER_TOO_DEEP"]
 
 
+@pytest.mark.parametrize(
+    "inner", [{"price": {"gt": 100}}, {"price": {"gt": 100}, "seats": {"gt": 1}}]
+)
+def test_a_filter_may_nest_and_or_not_sixteen_levels_and_no_more(served, inner: dict) -> None:
+    """README, Asking by value: a level is one and, or or not; the conditions of one filter
+    object (and their implicit and) add none. Every node gives the same verdict."""
+    rows = expected_rows(served, served.project.stores["latestBooking"])
+    query = (
+        "query($where: LatestBookingFilter) { latestBookingAggregate(where: $where) "
+        "{ totalCount } }"
+    )
+    for levels, node in ((16, "node1"), (17, "node2"), (16, "node3"), (17, "node1")):
+        for combinator in ("and", "or", "not"):
+            where: dict[str, Any] = inner
+            for _ in range(levels):
+                where = {"not": where} if combinator == "not" else {combinator: [where]}
+            body = served.nodes.gql(node, query, {"where": where})
+            if levels > 16:
+                assert [e["extensions"]["code"] for e in body["errors"]] == ["FILTER_TOO_DEEP"]
+                continue
+            assert not body.get("errors"), body["errors"]
+            count = wire.long(body["data"]["latestBookingAggregate"]["totalCount"])
+            assert count == sum(holds(row, where) for row in rows)
+
+
 def test_a_cursor_belongs_to_its_order(served) -> None:
     first = served.nodes.data(
         "node1", "{ latestBookingList(orderBy: [PRICE_DESC], first: 5) { pageInfo { endCursor } } }"

@@ -60,19 +60,6 @@ class Sort:
     descending: bool = False
 
 
-def depth(where: Filter | None) -> int:
-    """How deeply a filter nests (a Condition is 1)."""
-    match where:
-        case None:
-            return 0
-        case Condition():
-            return 1
-        case AllOf(parts) | AnyOf(parts):
-            return 1 + max(map(depth, parts), default=0)
-        case Not(part):
-            return 1 + depth(part)
-
-
 def with_tie_breaker(order: tuple[Sort, ...], store: Store) -> tuple[Sort, ...]:
     """The order rows come in: as asked, up to the term that completes the row's identity
     (key_columns: the key, and a window's start), then those of its fields not yet in it,

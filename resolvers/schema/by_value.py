@@ -26,7 +26,7 @@ import strawberry
 from strawberry.types.field import StrawberryField
 
 from contracts import names
-from contracts.errors import bad_input
+from contracts.errors import GatewayError, bad_input
 from contracts.project import FieldType, Store
 from contracts.settings import Settings
 from gateway.model.filters import (
@@ -41,6 +41,7 @@ from gateway.model.filters import (
     Op,
     Sort,
 )
+from gateway.model.limits import MAX_FILTER_DEPTH
 from gateway.service import Aggregate
 from resolvers.schema.annotations import Scans
 from resolvers.schema.costs import page_rows
@@ -260,7 +261,8 @@ def _filter_type(store: Store) -> tuple[type, Callable[[Any], Filter | None]]:
     )
     strawberry.input(made, description=description)
 
-    def read(given: Any, path: str) -> Filter:
+    def read(given: Any, path: str, level: int = 0) -> Filter:
+        """`given` as a Filter; `level`: the and/or/not combinators it is written within."""
         parts: list[Filter] = []
         for attribute, field in by_attribute.items():
             condition = _given(getattr(given, attribute), f"{path}{field}")
@@ -271,13 +273,18 @@ def _filter_type(store: Store) -> tuple[type, Callable[[Any], Filter | None]]:
                 if operand is not None:
                     parts.append(Condition(field, op, tuple(operand) if op == "in" else operand))
         groups = {a: _given(getattr(given, a), path + n) for a, (n, _, _) in _COMBINATORS.items()}
+        if level == MAX_FILTER_DEPTH and any(g is not None for g in groups.values()):
+            raise GatewayError(
+                "FILTER_TOO_DEEP", f"{path[:-1]} nests and, or and not more than "
+                f"{MAX_FILTER_DEPTH} levels deep"
+            )  # fmt: skip
         for attribute, combine in (("and_", AllOf), ("or_", AnyOf)):
             if groups[attribute] is not None:
-                combined = [read(g, f"{path}{attribute[:-1]}[{i}].")
+                combined = [read(g, f"{path}{attribute[:-1]}[{i}].", level + 1)
                             for i, g in enumerate(groups[attribute])]  # fmt: skip
                 parts.append(combine(tuple(combined)))
         if groups["not_"] is not None:
-            parts.append(Not(read(groups["not_"], f"{path}not.")))
+            parts.append(Not(read(groups["not_"], f"{path}not.", level + 1)))
         return parts[0] if len(parts) == 1 else AllOf(tuple(parts))
 
     def to_filter(given: Any) -> Filter | None:
