@@ -44,6 +44,7 @@ from gateway.model.topology import TopologyView
 from gateway.runtime.lanes import Lanes, offload, sliced
 from gateway.runtime.stalls import Stalls
 from gateway.storage import execution
+from gateway.storage.lateness import LatenessWatch
 from gateway.storage.snapshots import Snapshot, SnapshotCatalog
 from gateway.storage.switches import Switches
 from gateway.storage.sync import SnapshotSync, StoreUnreachable
@@ -118,6 +119,11 @@ class GatewayNode:
                 self.switches,
                 self.metrics.freshness,
             )
+        self.lateness = (
+            LatenessWatch(lambda: sync.manifest, self._versions, lambda: sync.synced_at)
+            if isinstance(sync := self.sync, SnapshotSync)
+            else None
+        )
         self.membership = Membership(project, node_id, self.peers, self.switches, self.stalls)
         self.lanes = Lanes()
         self.log_end: LogEnd = (
@@ -160,6 +166,7 @@ class GatewayNode:
                 lambda: self.id in self.topology.current.fenced,
                 self._global_footprint,
                 self.catalog.history_memory,
+                self.lateness.seconds if self.lateness else dict,
             ),
             node_wide=self.follower is None,
         )
@@ -261,6 +268,8 @@ class GatewayNode:
             asyncio.create_task(self.membership.watch_forever()),
             asyncio.create_task(self.sync.run_forever()),
         ]
+        if self.lateness is not None:
+            self._tasks.append(asyncio.create_task(self.lateness.watch_forever()))
         if self.keeper is not None:  # followers start from what this process serves now
             await self.keeper.start()
 
@@ -333,6 +342,10 @@ class GatewayNode:
             if known is not None and version < known:
                 return True
         return False
+
+    def _versions(self) -> dict[int, int]:
+        """The version of each chain this node serves."""
+        return {chain: snapshot.version for chain, snapshot in self.catalog.current().items()}
 
     def store_rows(self, store: str) -> int:
         """A store's rows in the whole cluster, as this node's snapshots suggest."""

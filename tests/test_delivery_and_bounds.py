@@ -23,6 +23,7 @@ from contracts.project import Project
 from contracts.snapshot_file import relative_path
 from contracts.topology import Topology
 from gateway.model.topology import TopologyView
+from gateway.storage.lateness import LATE_WARN_S
 from gateway.storage.snapshots import SnapshotCatalog
 from gateway.storage.switches import Switches
 from gateway.storage.sync import SnapshotSync
@@ -31,7 +32,7 @@ from spark_pipeline import job
 from spark_pipeline.session import LazySpark
 from stategate.launcher import Processes, free_ports, store_command
 from tests import oracle, wire
-from tests.nodes import Served, serve
+from tests.nodes import Served, metric, serve
 from tests.projects import produce_test_events
 
 SCAN = """query($c: ConsistencyInput) {
@@ -283,6 +284,21 @@ def test_a_damaged_snapshot_is_refused_and_the_previous_version_keeps_serving(re
     answer = scan(cluster, "node3", {"requireActive": True})
     part = next(p for p in answer["meta"]["partitions"] if p["partition"] == damaged)
     assert part["node"] == "node3" and part["version"] == 1 and part["failure"] is None
+
+    # ... and the node says it is late, in its log and in /metrics, within a bounded time.
+    published = top(manifest, damaged)["version"]
+    said = f"partition {damaged} serves version 1 (position"
+    deadline = time.monotonic() + LATE_WARN_S + 10
+    log = cluster.nodes.processes.log_path("node3")
+    assert log is not None
+    while said not in log.read_text(errors="replace"):
+        assert time.monotonic() < deadline, cluster.nodes.processes.tail("node3")
+        time.sleep(0.2)
+    lines = [x for x in log.read_text(errors="replace").splitlines() if said in x]
+    assert any("WARNING" in x and f"published version {published} (position" in x for x in lines)
+    late = metric(cluster.nodes.metrics("node3"), "stategate_snapshot_late_seconds",
+                  partition=str(damaged))  # fmt: skip
+    assert late > LATE_WARN_S
 
 
 def own_store(served: Served, tmp_path: Path) -> tuple[Project, Path, dict[str, Any]]:

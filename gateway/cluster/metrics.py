@@ -38,6 +38,7 @@ class NodeState:
     fenced: Callable[[], bool]
     global_stores: Callable[[], tuple[int, dict[str, int]]]  # layer bytes, store -> in memory
     histories: Callable[[], dict[str, int]]  # versioned store -> its history's bytes in memory
+    late: Callable[[], dict[int, float]]  # chain -> seconds late (gateway/storage/lateness.py)
 
 
 class NodeMetrics:
@@ -171,10 +172,18 @@ class _StateCollector(Collector):
             "log offsets the snapshot served is behind the log end, per partition",
             labels=["partition"],
         )
+        late = GaugeMetricFamily(
+            "stategate_snapshot_late_seconds",
+            "seconds since the pipeline published a version of the partition that this node "
+            "does not serve yet (0: it serves the newest), per partition",
+            labels=["partition"],
+        )
         now = time.time()
+        unserved = self.state.late()
         for partition, state in status.partitions.items():
             label = [str(partition)]
             version.add_metric(label, state.version)
+            late.add_metric(label, unserved.get(partition, 0.0))
             age.add_metric(label, max(0.0, now - state.created_ms / 1000))
             behind = self.state.lag(partition, state.offsets)
             if behind is not None:
@@ -191,7 +200,7 @@ class _StateCollector(Collector):
         )
         for peer, alive in self.state.peers_alive().items():
             up.add_metric([peer], 1 if alive else 0)
-        yield from (version, age, lag, errors, up)
+        yield from (version, age, lag, late, errors, up)
         yield GaugeMetricFamily(
             "stategate_assignment_version",
             "the version of the assignment this node routes by (0: the project file's)",

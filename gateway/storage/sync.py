@@ -80,6 +80,7 @@ class SnapshotSync:
         self._refused: dict[int, _Refusal] = {}
         self._lock = asyncio.Lock()
         self._remote = "://" in project.snapshot_url
+        self.synced_at = time.monotonic()  # when its last round ended (gateway/storage/lateness.py)
 
     async def run_once(self, force: bool = False) -> dict[int, int]:
         """Install every newer version the manifest lists; returns partition -> version.
@@ -111,6 +112,7 @@ class SnapshotSync:
             self._let_go_of_unassigned()
             await asyncio.to_thread(self.catalog.settle)  # after the installs are served
             await asyncio.to_thread(self._sweep)
+            self.synced_at = time.monotonic()
             return installed
 
     def _global_excess(self) -> str | None:
