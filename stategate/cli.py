@@ -101,10 +101,10 @@ def _parser() -> argparse.ArgumentParser:
     node.add_argument("--follow", type=int, help=argparse.SUPPRESS)  # the keeper's pid
 
     cluster = commands.add_parser(
-        "cluster", help="an elastic cluster: its status, drain a node, rebalance now"
+        "cluster", help="an elastic cluster: its status, drain a node or call it off, rebalance"
     )
-    cluster.add_argument("action", choices=["status", "drain", "rebalance"])
-    cluster.add_argument("node", nargs="?", help="drain: the node to drain")
+    cluster.add_argument("action", choices=["status", "drain", "undrain", "rebalance"])
+    cluster.add_argument("node", nargs="?", help="drain, undrain: the node")
     cluster.add_argument("--config", required=True)
 
     pipeline = commands.add_parser("pipeline", help="compute and publish the state snapshots")
@@ -236,8 +236,8 @@ def _coordinator_answers(project: Project) -> bool:
 
 
 def run_cluster(project: Project, args: argparse.Namespace) -> int:
-    if args.action == "drain" and not args.node:
-        print("stategate: cluster drain needs the node to drain", file=sys.stderr)
+    if args.action in ("drain", "undrain") and not args.node:
+        print(f"stategate: cluster {args.action} needs the node", file=sys.stderr)
         return 2
     return cluster_commands.run(project, args.action, args.node)
 

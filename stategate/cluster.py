@@ -1,6 +1,6 @@
-"""`stategate cluster status|drain|rebalance`: an elastic cluster as its coordinator holds it
-(contracts/coordination.py). Each prints one JSON document, or one line saying what is wrong
-and exits 2, having changed nothing."""
+"""`stategate cluster status|drain|undrain|rebalance`: an elastic cluster as its coordinator
+holds it (contracts/coordination.py). Each prints one JSON document, or one line saying what
+is wrong and exits 2, having changed nothing."""
 
 from __future__ import annotations
 
@@ -43,6 +43,12 @@ async def _act(coordination: Coordination, action: str, node: str | None) -> dic
             _check_drain(state, node)
             await coordination.drain(node)
             state = await coordination.read()
+        elif action == "undrain":
+            assert node is not None
+            if node not in state.draining:
+                raise PlacementError(f"{node!r} has no drain to call off")
+            await coordination.undrain(node)
+            state = await coordination.read()
         elif action == "rebalance":
             await coordination.nudge()
             state = await coordination.read()
@@ -74,7 +80,9 @@ def status(state: State) -> dict[str, Any]:
     return {
         "leader": state.leader,
         "members": {m.id: m.address for m in sorted(state.members.values(), key=str)},
-        "draining": sorted(state.draining),
+        # a drained node that stopped is gone, like any stopped node; its mark, left until
+        # it starts again (or `undrain`), moves nothing
+        "draining": sorted(state.draining & set(state.members)),
         "assignmentVersion": None if assignment is None else assignment.version,
         "partitions": partitions,
     }

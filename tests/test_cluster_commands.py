@@ -3,6 +3,7 @@ and nothing moves."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -11,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from contracts import placement
+from contracts.coordination import Coordination, Member
 from stategate.launcher import free_ports
 from tests.coordinator import Etcd
 from tests.projects import write_project
@@ -68,3 +71,50 @@ def test_a_coordinator_that_does_not_answer_is_one_line(tmp_path: Path) -> None:
 def test_a_coordinator_address_that_is_not_one_is_refused_at_load(tmp_path: Path) -> None:
     path = str(project_file(tmp_path, "http://127.0.0.1:2379"))
     assert "etcd://host:port" in refused(stategate("cluster", "status", "--config", path))
+
+
+def test_a_drained_node_that_stopped_reads_as_gone_and_a_drain_can_be_called_off(
+    etcd: Etcd, tmp_path: Path
+) -> None:
+    """Issue 47, 7: `cluster status` lists under draining only registered nodes."""
+    path = str(write_project(tmp_path, free_ports(2), replicas=1, coordinator=(etcd.url, "gone")))
+
+    async def join(*nodes: str) -> dict[str, int]:
+        """Nodes registered, the first leading, and an assignment over them."""
+        coordination = Coordination(etcd.url, "gone")
+        await coordination.connect()
+        try:
+            leases = {node: await coordination.lease(60) for node in nodes}
+            for port, node in enumerate(nodes, start=9000):
+                await coordination.register(Member(node, f"127.0.0.1:{port}"), leases[node])
+            assert await coordination.campaign(nodes[0], leases[nodes[0]])
+            state = await coordination.read()
+            first = placement.plan(None, sorted(nodes), [], 9, 1)
+            assert await coordination.publish(first, state.assignment_revision, nodes[0])
+        finally:
+            await coordination.close()
+        return leases
+
+    async def stop(lease: int) -> None:
+        """A node's registration goes with its lease when it stops."""
+        coordination = Coordination(etcd.url, "gone")
+        await coordination.connect()
+        try:
+            await coordination.revoke(lease)
+        finally:
+            await coordination.close()
+
+    leases = asyncio.run(join("node1", "node2"))
+    done = stategate("cluster", "drain", "node2", "--config", path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["draining"] == ["node2"]
+    asyncio.run(stop(leases["node2"]))
+    status = json.loads(stategate("cluster", "status", "--config", path).stdout)
+    assert status["draining"] == [] and list(status["members"]) == ["node1"]
+    done = stategate("cluster", "undrain", "node2", "--config", path)
+    assert done.returncode == 0, done.stderr
+    assert etcd.read("gone").draining == frozenset()
+    assert "no drain to call off" in refused(
+        stategate("cluster", "undrain", "node2", "--config", path)
+    )
+    assert "needs the node" in refused(stategate("cluster", "undrain", "--config", path))
