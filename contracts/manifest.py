@@ -6,7 +6,7 @@ snapshot store and read by every node.
                                         "position": {topic: offset}, "created_ms",
                                         "appended": [[append_ms, records], ...],
                                         "newest_append_ms", "read_ms", "written_ms",
-                                        "published_ms"},
+                                        "published_ms", "rows": {store: n}},
                                        ...]}},
      "log_end": {"<topic>": {"<p>": offset}},
      "stores_digest": "...", "updated_ms": ...}
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,9 @@ class Layer:
     read_ms: int | None = None  # when the pipeline read its new records
     published_ms: int | None = None  # when a manifest first named it
     written_ms: int | None = None  # when its file was complete, under its final name
+    # store -> its rows in the partition up to this layer, at most: a base's, plus each
+    # delta's (a key a later delta changes again counts twice, until a compaction)
+    rows: dict[str, int] = field(default_factory=dict, compare=False)
 
     def stages(self) -> dict[str, int | None]:
         """When its new records reached each of the pipeline's stages (STAGES)."""
@@ -97,6 +101,16 @@ class Manifest:
     log_end: dict[str, dict[int, int]] = field(default_factory=dict)  # what the pipeline saw
     stores_digest: str | None = None
     updated_ms: int = 0
+
+    @cached_property
+    def store_rows(self) -> dict[str, int]:
+        """Each store's rows in every partition, as the chains' newest layers bound them: the
+        same figures on every node that read this manifest (none before any was published)."""
+        found: dict[str, int] = {}
+        for entry in self.partitions.values():
+            for store, count in entry.top.rows.items():
+                found[store] = found.get(store, 0) + count
+        return found
 
     def to_json(self) -> bytes:
         body = {
@@ -168,6 +182,7 @@ def parse_layer(raw: dict[str, Any]) -> Layer:
         read_ms=_optional(raw.get("read_ms")),
         published_ms=_optional(raw.get("published_ms")),
         written_ms=_optional(raw.get("written_ms")),
+        rows={str(store): int(n) for store, n in raw.get("rows", {}).items()},
     )
 
 

@@ -71,6 +71,8 @@ class Delivery(Protocol):
 
     def log_end(self, topic: str, partition: int) -> int | None: ...
 
+    def store_rows(self) -> dict[str, int]: ...
+
     def hand_over(self, partition: int) -> None: ...
 
 
@@ -348,8 +350,9 @@ class GatewayNode:
         return {chain: snapshot.version for chain, snapshot in self.catalog.current().items()}
 
     def store_rows(self, store: str) -> int:
-        """A store's rows in the whole cluster, as this node's snapshots suggest."""
-        return self.catalog.store_rows(store, self.project.cluster.partitions)
+        """A store's rows in the whole cluster, as the pipeline published them: the same on
+        every node (a scan's cost, and so its verdict, must not depend on the node asked)."""
+        return self.sync.store_rows().get(store, 0)
 
     def request_batch(self, authorization: str | None) -> RequestBatch:
         return RequestBatch(

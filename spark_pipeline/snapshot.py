@@ -110,6 +110,8 @@ def build_layer(
             leftover.unlink(missing_ok=True)
     below = chain_of(task.below) if task.kind == "delta" else ()
     keep(task.store_root, task.partition, Warm((*below, (relative, digest)), warm_rows))
+    under = task.below[-1].rows if task.kind == "delta" and task.below else {}
+    bound = {store: under.get(store, 0) + count for store, count in written.items()}
     layer = Layer(
         task.version,
         task.kind,
@@ -122,6 +124,7 @@ def build_layer(
         task.newest_append_ms,
         task.read_ms,
         written_ms=now_ms(),
+        rows=bound,
     )
     return task.partition, layer
 

@@ -622,12 +622,6 @@ class SnapshotCatalog:
                         found[names[name]] += index.nbytes
         return found
 
-    def store_rows(self, store: str, partitions: int) -> int:
-        """A store's rows in all `partitions`, estimated from the bases this node serves (0
-        when it serves none)."""
-        counts = [s.base.rows[store] for s in self.current().values() if store in s.base.rows]
-        return sum(counts) * partitions // len(counts) if counts else 0
-
     def version(self, partition: int) -> int:
         snapshot = self.get(partition)
         return snapshot.version if snapshot else 0

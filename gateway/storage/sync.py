@@ -177,6 +177,10 @@ class SnapshotSync:
         """The log end offset the pipeline saw when it last published."""
         return self.manifest.log_end.get(topic, {}).get(partition)
 
+    def store_rows(self) -> dict[str, int]:
+        """Each store's rows in the cluster, as the manifest bounds them."""
+        return self.manifest.store_rows
+
     async def _read_manifest(self) -> Manifest:
         try:
             if self._remote:

@@ -60,6 +60,7 @@ class Cluster:
 class Delivery:
     log_end: dict[str, dict[int, int]]  # topic -> partition -> end, as last published
     errors: dict[int, str]  # chain -> why its newest version is not served
+    store_rows: dict[str, int]  # store -> its rows in the cluster, as published (Manifest)
 
 
 @dataclass(frozen=True)
@@ -108,8 +109,8 @@ def _body(message: Message) -> dict[str, Any]:
                 "described": described,
                 "connected": connected,
             }
-        case Delivery(log_end, errors):
-            return {"delivery": log_end, "errors": errors}
+        case Delivery(log_end, errors, store_rows):
+            return {"delivery": log_end, "errors": errors, "rows": store_rows}
         case Ready():
             return {"ready": True}
         case Ask(id, kind):
@@ -132,7 +133,8 @@ def _message(body: dict[str, Any]) -> Message:
     if "delivery" in body:
         ends = body["delivery"].items()
         log_end = {t: {int(p): int(e) for p, e in by.items()} for t, by in ends}
-        return Delivery(log_end, {int(c): str(e) for c, e in body["errors"].items()})
+        errors = {int(c): str(e) for c, e in body["errors"].items()}
+        return Delivery(log_end, errors, {str(s): int(n) for s, n in body["rows"].items()})
     if "ready" in body:
         return Ready()
     if "ask" in body:

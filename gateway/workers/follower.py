@@ -69,6 +69,7 @@ class Follower:
         self.errors: dict[int, str] = {}
         self._described: dict[str, Any] = {}
         self._log_end: dict[str, dict[int, int]] = {}
+        self._store_rows: dict[str, int] = {}
         self._ready = asyncio.Event()
         self._stopping = False
         self._keeper_pid = os.getppid()  # the keeper starts its followers
@@ -123,6 +124,9 @@ class Follower:
     def log_end(self, topic: str, partition: int) -> int | None:
         return self._log_end.get(topic, {}).get(partition)
 
+    def store_rows(self) -> dict[str, int]:
+        return self._store_rows
+
     def hand_over(self, partition: int) -> None:
         """The keeper tells what it handed over."""
 
@@ -160,8 +164,8 @@ class Follower:
             case Cluster(topology, described, connected):
                 self.view.update(topology)
                 self._described, self.connected = described, connected
-            case Delivery(log_end, errors):
-                self._log_end, self.errors = log_end, errors
+            case Delivery(log_end, errors, store_rows):
+                self._log_end, self.errors, self._store_rows = log_end, errors, store_rows
             case Ready():
                 self._ready.set()
 

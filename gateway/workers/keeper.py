@@ -114,7 +114,8 @@ class Keeper:
         cluster = Cluster(
             self.view.current, self.coordinator.describe(), self.coordinator.connected
         )
-        delivery = Delivery(self.sync.manifest.log_end, dict(self.sync.errors))
+        manifest = self.sync.manifest
+        delivery = Delivery(manifest.log_end, dict(self.sync.errors), manifest.store_rows)
         for link, heard in self._links.items():
             for message in _news(heard, chains, cluster, delivery):
                 link.send(message)

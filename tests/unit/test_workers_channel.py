@@ -53,6 +53,7 @@ messages = st.one_of(
         Delivery,
         st.dictionaries(st.text(), st.dictionaries(st.integers(0, 99), st.integers(0, 2**62))),
         st.dictionaries(st.integers(0, 99), st.text()),
+        st.dictionaries(st.text(), st.integers(0, 2**62)),
     ),
     st.just(Ready()),
     st.builds(Ask, st.integers(1, 10**9), st.sampled_from(["sync", "metrics"])),
