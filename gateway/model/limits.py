@@ -68,7 +68,13 @@ def check_subquery(q: SubQuery, project: Project) -> None:
             | Select(limit=limit)
             | Versions(limit=limit)
         ):
-            check_page_size(limit - SCAN_LOOKAHEAD, settings)
+            most = settings.max_page_size + SCAN_LOOKAHEAD
+            if not 1 + SCAN_LOOKAHEAD <= limit <= most:
+                raise GatewayError(
+                    "PAGE_SIZE_OUT_OF_RANGE",
+                    f"a sub-query's limit must be between {1 + SCAN_LOOKAHEAD} and {most} "
+                    f"(max_page_size and the row telling whether a page follows), not {limit}",
+                )
         case WindowsOfKey(_, from_ms, to_ms):
             store = project.stores.get(q.store)
             if store is not None and store.kind == "window":

@@ -50,6 +50,9 @@ def test_the_largest_sub_queries_a_request_causes_pass_and_one_more_is_refused(
         with pytest.raises(GatewayError) as raised:
             check_subquery(SubQuery(0, 1, store, refused), project)
         assert raised.value.code.startswith(code), (store, refused)
+        if code == "PAGE_SIZE":  # the sub-query's own limit, not the page it stands for
+            assert isinstance(refused, Range | Prefix | Windows)
+            assert str(raised.value).endswith(f"not {refused.limit}"), str(raised.value)
 
 
 def test_a_windows_query_of_a_store_without_windows_is_left_to_the_store(
