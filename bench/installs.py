@@ -95,7 +95,7 @@ def measure(workload: Workload, deltas: int, records: int) -> Installs:
 
 def _copy(workload: Workload, root: Path) -> Project:
     """The workload's project with one partition's log and chain copied under `root`."""
-    project = load(workload.project_path, secret=False)
+    project = load(workload.project_path, serving=False)
     shutil.copy(workload.project_path, root / workload.project_path.name)
     log = eventlog.partition_dir(project.log_dir, TOPIC, PARTITION)
     shutil.copytree(log, eventlog.partition_dir(root / "log", TOPIC, PARTITION))
@@ -103,7 +103,7 @@ def _copy(workload: Workload, root: Path) -> Project:
     folder = partition_folder(PARTITION)
     shutil.copytree(store / folder, root / "snapshots" / folder)
     shutil.copy(store / "manifest.json", root / "snapshots" / "manifest.json")
-    return load(root / workload.project_path.name, secret=False)
+    return load(root / workload.project_path.name, serving=False)
 
 
 def _run(project: Project, catalog: SnapshotCatalog, deltas: int, records: int) -> Installs:

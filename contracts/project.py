@@ -253,22 +253,22 @@ class Project:
         return self.path.parent / name if name else None
 
 
-def load(path: str | os.PathLike[str], *, secret: bool = True) -> Project:
-    """The project file, checked; `secret=False` for what never calls a node or serves one
-    (the schema, the operations, producing): it leaves the cluster secret unread, "" when
-    it is not set."""
+def load(path: str | os.PathLike[str], *, serving: bool = True) -> Project:
+    """The project file, checked; `serving=False` for what never calls a node or serves one
+    (the schema, the operations, producing): it leaves the cluster secret unread ("" when
+    it is not set) and the pages folder unchecked."""
     path = Path(path).resolve()
     try:
         raw = tomllib.loads(path.read_text())
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"{path}: {exc}") from exc
     try:
-        return parse(raw, path, secret=secret)
+        return parse(raw, path, serving=serving)
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from exc
 
 
-def parse(raw: dict[str, Any], path: Path, *, secret: bool = True) -> Project:
+def parse(raw: dict[str, Any], path: Path, *, serving: bool = True) -> Project:
     base = path.parent
     top = Table(raw, "", TABLES)
     topics = _declared([_topic(entry) for entry in _entries(top, "topics")], "topic")
@@ -288,9 +288,9 @@ def parse(raw: dict[str, Any], path: Path, *, secret: bool = True) -> Project:
         snapshot_url=snapshots.get("url", str, store_dir).rstrip("/"),
         topics=topics,
         stores=stores,
-        cluster=_cluster(Table(top.get("cluster", dict, {}), "[cluster]", CLUSTER), base, secret),
+        cluster=_cluster(Table(top.get("cluster", dict, {}), "[cluster]", CLUSTER), base, serving),
         settings=_settings(top.get("settings", dict, {})),
-        pages_dir=_pages(Table(top.get("pages", dict, {}), "[pages]", ("dir",)), base),
+        pages_dir=_pages(Table(top.get("pages", dict, {}), "[pages]", ("dir",)), base, serving),
         access=_access(top.optional("auth", dict), base, stores),
     )
 
@@ -319,11 +319,11 @@ def _declared(declared: list[Named], what: str) -> dict[str, Named]:
     return {item.name: item for item in declared}
 
 
-def _pages(table: Table, base: Path) -> Path | None:
+def _pages(table: Table, base: Path, serving: bool) -> Path | None:
     folder = table.optional("dir", str)
     if folder is None:
         return None
-    if not (base / folder).is_dir():
+    if serving and not (base / folder).is_dir():
         raise ConfigError(f"[pages]: dir must be a folder next to the project file, not {folder!r}")
     return base / folder
 

@@ -34,7 +34,7 @@ log = logging.getLogger("stategate")
 
 
 NEEDS_SPARK = ("demo", "pipeline")
-NEEDS_SECRET = ("node", "pipeline", "store")  # the commands that call or serve nodes
+SERVING = ("node", "pipeline", "store")  # the commands that call or serve nodes
 STORE_GRACE_S = 10  # how long a stopping store server lets downloads under way go on
 NO_SPARK = (
     "stategate: {} needs Spark, which a node's install leaves out: "
@@ -64,8 +64,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "settings":
         return print_settings()
     command: Command = COMMANDS[args.command]
-    secret = args.command in NEEDS_SECRET
-    return command(projects.load(args.config, secret=secret), args)
+    serving = args.command in SERVING
+    return command(projects.load(args.config, serving=serving), args)
 
 
 def _parser() -> argparse.ArgumentParser:

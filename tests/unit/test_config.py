@@ -384,11 +384,13 @@ def test_the_cli_prints_a_config_error_as_one_line_and_exits_2(
 def test_only_the_commands_that_call_or_serve_nodes_need_the_cluster_secret(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The secret guards the internal endpoints: printing the schema or the operations and
-    appending records never use it, so a machine without it runs them."""
+    """The secret guards the internal endpoints, and the pages are what a node serves:
+    printing the schema or the operations and appending records use neither, so a machine
+    without them runs them."""
     from stategate.cli import main
 
     text = BASE.replace('secret = "s"', 'secret_env = "STATEGATE_TEST_NEVER_SET"')
+    text += '[pages]\ndir = "not made"\n'
     path = write(tmp_path, text + '[settings]\noperations = "ops.graphql"\n')
     (tmp_path / "ops.graphql").write_text('query Totals { totals(key: "a") { key } }\n')
     monkeypatch.delenv("STATEGATE_TEST_NEVER_SET", raising=False)
@@ -398,7 +400,10 @@ def test_only_the_commands_that_call_or_serve_nodes_need_the_cluster_secret(
     assert list(json.loads(capsys.readouterr().out)) == ["Totals"]
     with pytest.raises(ConfigError, match="set secret"):
         load(path)
-    assert load(path, secret=False).cluster.secret == ""
+    assert load(path, serving=False).cluster.secret == ""
     for command in (["node", "--node", "n1"], ["store"]):
         assert main([*command, "--config", str(path)]) == 2
         assert "set secret, or the environment variable" in capsys.readouterr().err
+    monkeypatch.setenv("STATEGATE_TEST_NEVER_SET", "s")
+    assert main(["node", "--node", "n1", "--config", str(path)]) == 2
+    assert "[pages]: dir must be a folder" in capsys.readouterr().err
