@@ -203,6 +203,10 @@ def run_node(project: Project, args: argparse.Namespace) -> int:
         timeout_keep_alive=int(project.settings.keep_alive_s),
         timeout_graceful_shutdown=_grace_s(project.settings),
     )
+    # Ended by SIGINT as by SIGTERM: at once, once uvicorn re-raises it after the shutdown,
+    # not by a KeyboardInterrupt through the interpreter's exit, where DuckDB's binding
+    # reports its module's type objects as leaked (nanobind), dozens of lines a worker.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     uvicorn.Server(config).run(sockets=[sock])
     return 0
 
