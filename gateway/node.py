@@ -97,10 +97,11 @@ class GatewayNode:
         self.metrics = NodeMetrics()
         self.follower: Follower | None = None
         self.sync: Delivery
-        if role.kind == "follower":
+        if role.lifeline is not None:  # a follower
             self.topology = TopologyView(_unplaced(project))
             self.follower = Follower(
                 role.channel,
+                role.lifeline,
                 project,
                 node_id,
                 self.catalog,
@@ -136,6 +137,7 @@ class GatewayNode:
         self.keeper = (
             Keeper(
                 role.channel,
+                role.followers,
                 self.catalog,
                 self.topology,
                 self.coordinator,
@@ -143,7 +145,7 @@ class GatewayNode:
                 self.switches,
                 self.exposition,
             )
-            if role.kind == "keeper" and isinstance(self.sync, SnapshotSync)
+            if role.followers is not None and isinstance(self.sync, SnapshotSync)
             else None
         )
         self.key_routes = key_routes(project)

@@ -99,6 +99,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     node.add_argument("--data-dir", help="with --address: the node's own folder")
     node.add_argument("--follow", type=int, help=argparse.SUPPRESS)  # the keeper's pid
+    node.add_argument("--lifeline", type=int, help=argparse.SUPPRESS)  # the keeper's pipe
 
     cluster = commands.add_parser(
         "cluster", help="an elastic cluster: its status, drain a node or call it off, rebalance"
@@ -157,6 +158,7 @@ def run_node(project: Project, args: argparse.Namespace) -> int:
     refuse_unused_modules()
 
     from gateway.workers.channel import address as channel_address
+    from gateway.workers.lifeline import Lifeline
     from gateway.workers.roles import ALONE, Role
     from stategate.app import create_app
     from stategate.deadlines import header_deadline
@@ -165,17 +167,23 @@ def run_node(project: Project, args: argparse.Namespace) -> int:
         project = _joining(project, args)
     address = project.cluster.node(args.node).address
     following = args.follow is not None
+    if following and args.lifeline is None:
+        print("stategate: --follow is for a keeper's followers, with --lifeline", file=sys.stderr)
+        return 2
     if not following and (not _may_listen(address, project) or not _coordinator_answers(project)):
         return 2
     source = f"{args.node} worker {os.getpid()}" if following else args.node  # "node1 worker 42"
     logs.configure(source, project.settings)
     count = workers.count(project.settings)  # a follower runs where its keeper may
+    followers = workers.Followers(args, count - 1) if count > 1 and not following else None
     if following:
-        role = Role("follower", channel_address(args.node, args.follow), count)
+        lifeline = Lifeline(args.lifeline, args.follow)
+        lifeline.watch()  # from here on, the keeper's end stops this worker
+        role = Role(channel_address(args.node, args.follow), count, lifeline=lifeline)
+    elif followers is not None:
+        role = Role(channel_address(args.node, os.getpid()), count, followers=followers)
     else:
-        role = (
-            Role("keeper", channel_address(args.node, os.getpid()), count) if count > 1 else ALONE
-        )
+        role = ALONE
     try:
         sock = workers.bound(address, shared=role.kind != "alone", first=not following)
     except OSError as exc:
@@ -186,8 +194,8 @@ def run_node(project: Project, args: argparse.Namespace) -> int:
     except projects.ConfigError as exc:  # what this node reads at start: [auth]'s keys
         print(f"stategate: {exc}", file=sys.stderr)
         return 2
-    if role.kind == "keeper":
-        workers.start_followers(args, count - 1)
+    if followers is not None:
+        followers.start()
     # SIGTERM or SIGINT: uvicorn stops accepting, closes idle connections and WebSockets
     # (1012), lets requests under way finish (a request runs at most request_timeout_s),
     # runs the app's shutdown, then ends the process by the signal.

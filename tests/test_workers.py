@@ -5,11 +5,14 @@ lists a process's sockets), so what each worker answered is known, not assumed."
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -32,6 +35,9 @@ LIVE = "subscription { trainDelaysRange(first: 1000) { records { key reports } }
 WORKERS = 2
 ACCEPT_WAIT_S = 5.0
 MAX_CONNECTIONS = 64  # opened until both workers of a node hold one (the kernel hashes them)
+START_WAIT_S = 60.0
+STOP_WAIT_S = 30.0
+ORPHAN_END_S = 20.0  # a follower whose keeper is gone ends within this (it waited 60 s)
 
 
 @pytest.fixture(scope="module")
@@ -202,6 +208,14 @@ def ended(pid: int, timeout: float) -> bool:
     return True
 
 
+def running(process: psutil.Process) -> bool:
+    """Not ended: a zombie has (only its exit status waits for its parent)."""
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def test_a_follower_that_dies_is_started_again(cluster: Served) -> None:
     node = "node2"
     keeper, follower = workers(cluster, node)
@@ -238,3 +252,81 @@ def test_followers_end_with_their_keeper(cluster: Served) -> None:
     assert len(followers) == WORKERS - 1
     cluster.nodes.processes.stop(node)
     assert all(ended(pid, 0) for pid in followers)
+
+
+@contextlib.contextmanager
+def started_alone(cluster: Served, node: str, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """The node started again by its command, logging to `log`, not waited for; then ended
+    (each of its processes killed, whatever the test left) and started as before."""
+    if node in cluster.nodes.processes.procs:
+        cluster.nodes.processes.stop(node)
+    with open(log, "ab") as out:
+        keeper = subprocess.Popen(
+            node_command(cluster.project, node), stdout=out, stderr=subprocess.STDOUT
+        )
+    seen = [psutil.Process(keeper.pid)]
+    try:
+        yield keeper
+    finally:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            seen += psutil.Process(keeper.pid).children()
+        for process in seen:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()
+        keeper.wait()
+        psutil.wait_procs(seen, timeout=STOP_WAIT_S)
+        cluster.nodes.start(node)
+        wait_serving(cluster.project, [node])
+
+
+def first_follower(keeper: subprocess.Popen[bytes]) -> psutil.Process:
+    """The keeper's first follower, as soon as its process exists."""
+    deadline = time.monotonic() + START_WAIT_S
+    while not (found := psutil.Process(keeper.pid).children()):
+        assert keeper.poll() is None and time.monotonic() < deadline, "no follower started"
+        time.sleep(0.005)
+    return found[0]
+
+
+def complaints(log: Path, pid: int) -> list[str]:
+    """What the worker `pid` logged above INFO."""
+    lines = log.read_text(errors="replace").splitlines()
+    return [line for line in lines if f"worker {pid} " in line and " INFO " not in line]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL])
+def test_followers_end_with_a_keeper_gone_before_they_joined(
+    cluster: Served, tmp_path: Path, signum: int
+) -> None:
+    """Stopped or killed as soon as its follower exists, long before it opens its channel:
+    the follower ends soon, with one line that says why (and the node starts again)."""
+    log = tmp_path / "node3.log"
+    with started_alone(cluster, "node3", log) as keeper:
+        follower = first_follower(keeper)
+        keeper.send_signal(signum)
+        assert keeper.wait(STOP_WAIT_S) == -signum
+        assert ended(follower.pid, ORPHAN_END_S), "the follower outlives its keeper"
+    text = log.read_text(errors="replace")
+    assert "Traceback" not in text, text
+    said = complaints(log, follower.pid)
+    assert len(said) == 1 and "keeper" in said[0], text
+
+
+def test_a_keeper_stopped_while_starting_ends_its_followers_first(
+    cluster: Served, tmp_path: Path
+) -> None:
+    """SIGTERM while the keeper installs, before its followers could join it: it ends by the
+    signal once they all ended, and none says more than why it stops."""
+    node, log = "node3", tmp_path / "node3.log"
+    with started_alone(cluster, node, log) as keeper:
+        follower = first_follower(keeper)
+        deadline = time.monotonic() + START_WAIT_S
+        while f"{node} uvicorn.error: Waiting for application startup" not in log.read_text():
+            assert keeper.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.005)
+        keeper.send_signal(signal.SIGTERM)
+        assert keeper.wait(STOP_WAIT_S) == -signal.SIGTERM
+        assert not running(follower), "the keeper ended before its follower"
+    text = log.read_text(errors="replace")
+    assert "Traceback" not in text, text
+    assert len(complaints(log, follower.pid)) <= 1, text

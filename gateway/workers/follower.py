@@ -8,17 +8,15 @@ mapped from their images (a level without one is read from the deltas, as the ke
 A chain whose files are gone already is skipped: the keeper moved on, and tells the newer
 chain next. A sync it is asked (the pipeline's notification landed on this worker) is the
 keeper's, answered once this worker serves what that sync installed. Without its keeper it
-stops, as the node does.
+stops, as the node does: when the channel closes, or when its lifeline says the keeper
+stopped or is gone (gateway/workers/lifeline.py), whichever comes first, joined or not.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import signal
 import socket
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -40,9 +38,10 @@ from gateway.workers.channel import (
     Message,
     Ready,
 )
+from gateway.workers.lifeline import Lifeline
 
 log = logging.getLogger(__name__)
-CONNECT_WAIT_S = 60.0  # the keeper opens its channel once it started; a follower waits this long
+CONNECT_POLL_S = 0.1  # the keeper opens its channel once it started: until then, tried again
 SYNC_WAIT_S = 120.0  # the longest a sync asked of the keeper may take
 METRICS_WAIT_S = 5.0  # a scrape: the keeper waits for each follower's, 2 s at most
 
@@ -51,6 +50,7 @@ class Follower:
     def __init__(
         self,
         address: str,
+        lifeline: Lifeline,
         project: Project,
         node_id: str,
         catalog: SnapshotCatalog,
@@ -59,6 +59,7 @@ class Follower:
         metrics: Callable[[], bytes],
     ) -> None:
         self.address = address
+        self.lifeline = lifeline
         self.project = project
         self.node_id = node_id
         self.catalog = catalog
@@ -72,18 +73,22 @@ class Follower:
         self._store_rows: dict[str, int] = {}
         self._ready = asyncio.Event()
         self._stopping = False
-        self._keeper_pid = os.getppid()  # the keeper starts its followers
         self._link: Link | None = None
         self._task: asyncio.Task[None] | None = None
 
     # -- as the node's coordinator
 
     async def start(self) -> None:
-        """Once this worker serves the keeper's state as it was when the channel opened."""
-        reader, writer = await self._connect()
-        self._link = Link(reader, writer, self._heard, self._answer)
+        """Once this worker serves the keeper's state as it was when the channel opened, or
+        once it heard its keeper's end (it stops then: its lifeline ends it)."""
+        connected = await self._connect()
+        if connected is None:
+            return
+        self._link = Link(*connected, self._heard, self._answer)
         self._task = asyncio.create_task(self._follow(self._link))
-        await self._ready.wait()
+        ready = asyncio.create_task(self._ready.wait())
+        await asyncio.wait([ready, self._task], return_when=asyncio.FIRST_COMPLETED)
+        ready.cancel()
 
     async def stop(self) -> None:
         self._stopping = True
@@ -132,24 +137,22 @@ class Follower:
 
     # -- the channel
 
-    async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        deadline = time.monotonic() + CONNECT_WAIT_S
-        while True:
+    async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+        """The channel, once the keeper opens it; None once the keeper stopped or is gone."""
+        while not self.lifeline.cut.is_set():
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
                 sock.connect(self.address)  # local: at once (uvloop refuses abstract paths)
                 return await asyncio.open_unix_connection(sock=sock, limit=LINE_LIMIT)
             except (ConnectionRefusedError, FileNotFoundError):
                 sock.close()
-                if time.monotonic() > deadline or os.getppid() != self._keeper_pid:
-                    raise ChannelError(f"no keeper answers at {self.address!r}") from None
-                await asyncio.sleep(0.1)
+                await asyncio.sleep(CONNECT_POLL_S)
+        return None
 
     async def _follow(self, link: Link) -> None:
         await link.run()
         if not self._stopping:
-            log.warning("the node's keeper is gone: this worker stops")
-            os.kill(os.getpid(), signal.SIGTERM)  # the server's own graceful stop
+            self.lifeline.end()  # the server's own graceful stop
 
     async def _heard(self, message: Message) -> None:
         try:

@@ -9,6 +9,11 @@ newer chain that made it go, which the keeper tells next. What it tells is each 
 difference from what it last heard: at once after a switch or an asked sync, and at least
 every PUBLISH_INTERVAL_S (levels merged, a compaction at the same version, the coordinator's
 and the store's state).
+
+A stopping keeper cuts its followers' lifeline (gateway/workers/lifeline.py) and closes the
+channel, and waits for every follower it started, joined or not: each lets its requests
+under way finish, and one still there after that is killed. So a stopped node leaves no
+process behind.
 """
 
 from __future__ import annotations
@@ -16,9 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import socket
-import struct
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -39,11 +42,13 @@ from gateway.workers.channel import (
     Message,
     Ready,
 )
+from gateway.workers.roles import Followers
 
 log = logging.getLogger(__name__)
 PUBLISH_INTERVAL_S = 1.0
 METRICS_WAIT_S = 2.0  # how long a scrape waits for each follower's metrics
 STOP_POLL_S = 0.05
+KILL_WAIT_S = 5.0  # a follower killed ends at once: this long is a bug's, not a wait's
 
 
 @dataclass
@@ -59,6 +64,7 @@ class Keeper:
     def __init__(
         self,
         address: str,
+        followers: Followers,
         catalog: SnapshotCatalog,
         view: TopologyView,
         coordinator: Coordinator,
@@ -67,6 +73,7 @@ class Keeper:
         metrics: Callable[[], Awaitable[bytes]],  # the node's, every worker's summed
     ) -> None:
         self.address = address
+        self.followers = followers
         self.catalog = catalog
         self.view = view
         self.coordinator = coordinator
@@ -74,7 +81,6 @@ class Keeper:
         self.switches = switches
         self.metrics = metrics
         self._links: dict[Link, _Heard] = {}
-        self._followers: set[int] = set()  # their pids
         self._server: asyncio.Server | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -85,8 +91,10 @@ class Keeper:
         self._tasks.append(asyncio.create_task(self._publish_forever()))
 
     async def stop(self, wait_s: float) -> None:
-        """Close the channel: each follower hears its end and stops; return once they all
-        ended, or after `wait_s` (a follower lets its requests under way finish first)."""
+        """Stop every follower this keeper started, joined or not, and return once they
+        all ended: each lets its requests under way finish, and one still there after
+        `wait_s` is killed."""
+        self.followers.stop()
         if self._server is not None:
             self._server.close()
         for link in list(self._links):
@@ -95,9 +103,20 @@ class Keeper:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if not await self._ended(wait_s):
+            for pid in self.followers.running():
+                log.warning("worker %d did not stop in %g s: killed", pid, wait_s)
+                self.followers.kill(pid)
+            await self._ended(KILL_WAIT_S)
+
+    async def _ended(self, wait_s: float) -> bool:
+        """Whether every follower ended within `wait_s`."""
         deadline = time.monotonic() + wait_s
-        while any(map(_alive, self._followers)) and time.monotonic() < deadline:
+        while self.followers.running():
+            if time.monotonic() > deadline:
+                return False
             await asyncio.sleep(STOP_POLL_S)
+        return True
 
     async def follower_metrics(self) -> list[str]:
         """Each follower's own metrics (the exposition's text); one that does not answer in
@@ -128,7 +147,6 @@ class Keeper:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         link = Link(reader, writer, self._heard, self._answer)
         self._links[link] = _Heard()
-        self._followers.add(_peer_pid(writer))
         self.publish()
         link.send(Ready())
         try:
@@ -148,24 +166,6 @@ class Keeper:
             return {"unreachable": str(exc)}
         self.publish()  # the installs before the answer: the follower serves them once answered
         return {"installed": installed}
-
-
-def _peer_pid(writer: asyncio.StreamWriter) -> int:
-    """The process at the other end of a Unix socket (SO_PEERCRED: pid, uid, gid)."""
-    creds = writer.get_extra_info("socket").getsockopt(
-        socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")
-    )
-    pid: int = struct.unpack("3i", creds)[0]
-    return pid
-
-
-def _alive(pid: int) -> bool:
-    """Whether a process is there (a follower ended is reaped by stategate/workers.py)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def _news(
