@@ -35,8 +35,12 @@ What `plan` does, for each partition:
 - a serving replica the target no longer has (on a retiring node, or moved for balance)
   stops serving once its replacement serves: a planned move never lowers a partition's
   serving replicas below the target's count, and never removes its last one;
-- a partition with no serving replica gets its target serving at once (cold start, or every
-  replica lost: there is nothing to warm up from).
+- a replica serves only once caught up: when every serving replica of a partition is gone,
+  they go on serving (a node whose lease expired may still answer, cut off from the
+  coordinator alone) until a warm-up of the target catches up, and their warm-ups start
+  first;
+- a partition that no replica served gets its target serving at once (a cold start: there is
+  nothing to warm up from).
 """
 
 from __future__ import annotations
@@ -187,7 +191,7 @@ def plan(
     alive = draining.union(eligible)
     steps = [_advance(p, before, goal[p], alive, draining, caught_up) for p in range(partitions)]
     serving = tuple(s for s, _ in steps)
-    warming = _warm_up(serving, [w for _, w in steps], goal, max_warmups)
+    warming = _warm_up(serving, [w for _, w in steps], goal, alive, max_warmups)
     after = (replicas, serving, warming, goal)
     if previous and _content(previous) == after:
         return previous
@@ -446,14 +450,18 @@ def _advance(
     caught_up: Collection[Replica],
 ) -> tuple[Nodes, Nodes]:
     """Partition p's next serving and warming replicas, one step toward `goal`."""
-    serving = [n for n in before.serving[p] if n in alive]
+    was = before.serving[p]
+    serving = [n for n in was if n in alive]
     warming = [n for n in before.warming[p] if n in goal]
     serving += [n for n in warming if (p, n) in caught_up]
     warming = [n for n in warming if n not in serving]
-    serving = _drop_replaced(serving, goal, draining)
-    if not serving:
+    if serving:
+        serving = _drop_replaced(serving, goal, draining)
+    elif was and goal:
+        serving = list(was)  # all gone, and nobody else has the data: they may still answer
+    else:
         return goal, ()
-    return _order(serving, goal, before.serving[p][:1]), tuple(warming)
+    return _order(serving, goal, was[:1]), tuple(warming)
 
 
 def _drop_replaced(serving: list[str], goal: Nodes, draining: frozenset[str]) -> list[str]:
@@ -477,13 +485,17 @@ def _order(serving: list[str], goal: Nodes, previous: Nodes) -> Nodes:
 
 
 def _warm_up(
-    serving: Placement, warming: list[Nodes], goal: Placement, max_warmups: int
+    serving: Placement,
+    warming: list[Nodes],
+    goal: Placement,
+    alive: frozenset[str],
+    max_warmups: int,
 ) -> Placement:
     """Warm-ups started for the target's replicas not yet there, within the cluster's budget:
-    partitions with the fewest serving replicas first."""
+    partitions with the fewest live serving replicas first."""
     budget = max_warmups - sum(map(len, warming))
     wanted = sorted(
-        (len(serving[p]), p, rank, n)
+        (len(alive.intersection(serving[p])), p, rank, n)
         for p, nodes in enumerate(goal)
         for rank, n in enumerate(nodes)
         if n not in serving[p] and n not in warming[p]

@@ -20,7 +20,7 @@ import pytest
 
 from contracts.manifest import read_manifest
 from stategate.hosts import Network
-from tests.multihost import ETCD, NODES, Clients, MultiHost, running, wait_for
+from tests.multihost import ETCD, HOSTS, NODES, Clients, MultiHost, running, wait_for
 
 UNAVAILABLE = Network.unavailable()
 REQUIRED = os.environ.get("STATEGATE_NETNS") == "required"  # .ci/run: never skipped there
@@ -279,6 +279,48 @@ def test_a_node_cut_off_from_the_pipeline_and_the_store_serves_its_last_version(
     outcome = window.close(detect, max(seen, last_bad_after(world, healed)))
     assert outcome.wrong == 0, world.clients.wrong()
     cluster.settled(set(NODES))  # the next scenario starts from a whole cluster
+
+
+def test_a_partitions_last_replica_losing_its_lease_serves_until_a_replacement_has_the_data(
+    world: World,
+) -> None:
+    """node3 is cut off from everything and node1 from the snapshot store: node3's replicas
+    are placed again, warming up on node1 (which cannot finish) and node2. Then node2 loses
+    the coordinator, not its peers or clients, for longer than session_ttl_s +
+    lost_node_grace_s: it goes on serving the partitions whose other replica was node3's,
+    with true positions, until a replacement has their data. No client sees NOT_PRESENT,
+    and no assignment makes node1 serve a partition it does not hold."""
+    cluster = world.cluster
+    window = Window(world, "a partition's last replica loses its lease during warm-ups")
+    cluster.network.cut("node1", "store")
+    cluster.network.cut("node3", *(h for h in HOSTS if h != "node3"), "clients")
+    detect = wait_for(
+        lambda: any("node1" in w for w in cluster.state().assignment.warming),  # type: ignore[union-attr]
+        "node3's replicas warming up on node1",
+        timeout_s=RECOVER_S,
+    )
+    cluster.network.cut("node2", *ETCD)
+    wait_for(
+        lambda: not any("node2" in t for t in cluster.state().assignment.target),  # type: ignore[union-attr]
+        "node2's replicas placed elsewhere",
+        timeout_s=RECOVER_S,
+    )
+    time.sleep(CUT_S)
+    assignment = cluster.state().assignment
+    assert assignment is not None
+    empty = set(assignment.hosted_by("node1")) - set(cluster.versions("node1"))
+    assert not empty, f"node1 serves {sorted(empty)} without their data"
+    healed = time.monotonic()
+    cluster.network.heal()
+    cluster.settled(set(NODES), timeout_s=RECOVER_S)
+    outcome = window.close(detect, max(time.monotonic() - healed, last_bad_after(world, healed)))
+    absent = {
+        f"{type(c).__name__} of {c.node}"
+        for c in world.clients.all
+        if "NOT_PRESENT" in c.tally.failures(window.start, time.monotonic())
+    }
+    assert not absent, f"NOT_PRESENT answered to {sorted(absent)}"
+    assert outcome.wrong == 0, world.clients.wrong()
 
 
 def test_the_coordinator_losing_its_leader_or_its_quorum_stops_no_answer(world: World) -> None:

@@ -481,6 +481,27 @@ def test_lost_replicas_warm_up_before_balance_moves() -> None:
     assert len(a.serving[p]) == 1
 
 
+def test_a_partitions_last_replicas_lost_serve_until_a_replacement_caught_up() -> None:
+    """n2 serves partition 0 alone while n1 warms it up; n2's lease expires (it may still
+    answer: cut off from the coordinator only). n1 has no data yet: n2 stays serving, and
+    n1 serves once caught up."""
+    a = Assignment(4, 2, (("n2",),), (("n1",),), (("n2", "n1"),))
+    kept = plan(a, ["n1"], (), 1, 2)
+    assert (kept.serving, kept.warming, kept.target) == ((("n2",),), (("n1",),), (("n1",),))
+    assert plan(kept, ["n1"], (), 1, 2) is kept
+    done = plan(kept, ["n1"], (), 1, 2, {(0, "n1")})
+    assert (done.serving, done.warming) == ((("n1",),), ((),))
+
+
+def test_a_lost_partitions_warm_up_starts_first() -> None:
+    """Partition 0's only replica is gone, partition 1 has one left: within a budget of one
+    warm-up, partition 0's starts."""
+    a = Assignment(1, 2, (("n3",), ("n1",)), ((), ()), (("n3",), ("n1",)))
+    after = plan(a, ["n1", "n2"], (), 2, 2, max_warmups=1)
+    assert after.serving == (("n3",), ("n1",))
+    assert warmups(after) == {(0, after.target[0][0])}
+
+
 def test_a_warm_up_on_a_node_that_starts_draining_is_called_off() -> None:
     a = plan(cold(ids(2), 4, 2), ids(3), (), 4, 2, max_warmups=1)
     [(p, node)] = warmups(a)
@@ -546,15 +567,19 @@ class Elastic(RuleBasedStateMachine):
         self.next_id += 1
         return f"n{self.next_id}"
 
-    def step(self, caught_up: Collection[Replica] = (), lost: Collection[str] = ()) -> None:
+    def step(self, caught_up: Collection[Replica] = ()) -> None:
         before, args = self.a, (self.members, self.retiring, self.partitions, self.replicas)
         after = plan(before, *args, caught_up, self.max_warmups)
         assert after is before or after.version == before.version + 1
         assert plan(after, *args, (), self.max_warmups) is after  # one step does it all
         assert not needless(before.target, after.target, self.members)
+        present = {*self.members, *self.retiring}
         for p, (was, now) in enumerate(zip(before.serving, after.serving, strict=True)):
-            alive = [n for n in was if n not in lost]
+            alive = [n for n in was if n in present]
             assert len(now) >= min(len(alive), max(len(after.target[p]), 1)), (p, was, now)
+            # A replica serves once caught up; only a partition nobody served starts cold.
+            new = set(now) - set(was) - {n for q, n in caught_up if q == p}
+            assert not new or not was, (p, was, now)
         self.a = after
 
     @rule()
@@ -569,7 +594,7 @@ class Elastic(RuleBasedStateMachine):
         for group in (self.members, self.retiring):
             if node in group:
                 group.remove(node)
-        self.step(lost=[node])
+        self.step()
 
     @precondition(lambda self: self.members)
     @rule(data=st.data())
@@ -599,7 +624,9 @@ class Elastic(RuleBasedStateMachine):
         a = self.a
         assert Assignment.from_json(a.to_json()) == a
         assert len(warmups(a)) <= self.max_warmups
-        assert set().union(*a.serving) <= set(self.members + self.retiring)
+        present = set(self.members + self.retiring)
+        for nodes in a.serving:  # lost replicas serve only while no present one does
+            assert set(nodes) <= present or not present.intersection(nodes), a.serving
         assert set().union(*a.target) <= set(self.members)
         assert_balanced(a.target, self.members, self.replicas)
         assert all(a.serving) or not self.members
