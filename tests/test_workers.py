@@ -5,19 +5,23 @@ lists a process's sockets), so what each worker answered is known, not assumed."
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import http.client
 import json
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
 
+from gateway.workers.keeper import STUCK_CHECK_S, STUCK_S
 from spark_pipeline import job
 from spark_pipeline.session import LazySpark
 from stategate.launcher import node_command, wait_serving
@@ -38,6 +42,11 @@ MAX_CONNECTIONS = 64  # opened until both workers of a node hold one (the kernel
 START_WAIT_S = 60.0
 STOP_WAIT_S = 30.0
 ORPHAN_END_S = 20.0  # a follower whose keeper is gone ends within this (it waited 60 s)
+PAUSE_S = 10.0  # a follower stopped this long
+LOOKUPS = 60  # during the pause's first
+LOOKUP_EVERY_S = 0.1  # 6 s
+LOOKUP_TIMEOUT_S = 30.0
+HUNG_S = 1.0  # a lookup that took longer hung (one takes milliseconds)
 
 
 @pytest.fixture(scope="module")
@@ -221,11 +230,20 @@ def test_a_follower_that_dies_is_started_again(cluster: Served) -> None:
     keeper, follower = workers(cluster, node)
     psutil.Process(follower).kill()
     assert ended(follower, 10)
-    deadline = time.monotonic() + 60
+    held = replaced(cluster, node, follower)
+    assert keeper in held
+    expected = delays(cluster)
+    for pid, conn in held.items():
+        assert as_rows(post(conn, RANGE)["trainDelaysRange"]["records"]) == expected, pid
+        conn.close()
+
+
+def replaced(cluster: Served, node: str, follower: int) -> dict[int, http.client.HTTPConnection]:
+    """Once a new follower serves in place of `follower`: one connection to each worker."""
+    deadline = time.monotonic() + START_WAIT_S
     while len(found := workers(cluster, node)) < WORKERS or follower in found:
         assert time.monotonic() < deadline, found
         time.sleep(0.1)
-    expected = delays(cluster)
     while True:  # until the new follower serves (it listens once it does)
         try:
             held = connections(cluster, node)
@@ -233,10 +251,66 @@ def test_a_follower_that_dies_is_started_again(cluster: Served) -> None:
         except AssertionError:
             assert time.monotonic() < deadline, "the new follower does not serve"
             time.sleep(0.5)
-    assert set(held) == set(found) and keeper in held
-    for pid, conn in held.items():
-        assert as_rows(post(conn, RANGE)["trainDelaysRange"]["records"]) == expected, pid
+    assert set(held) == set(found)
+    return held
+
+
+@dataclass(frozen=True)
+class Lookup:
+    began: float  # seconds into the pause
+    took: float
+    outcome: str  # "ok", or the error's name
+
+
+def lookup(url: str, began: float, found: list[Lookup]) -> None:
+    """One lookup on a connection of its own, as a client without keep-alive sends it."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=LOOKUP_TIMEOUT_S)
+    start = time.monotonic()
+    try:
+        post(conn, "{ trainDelays(key: 1) { record { key } } }")
+        outcome = "ok"
+    except (OSError, http.client.HTTPException) as exc:
+        outcome = type(exc).__name__
+    finally:
         conn.close()
+    found.append(Lookup(began, time.monotonic() - start, outcome))
+
+
+def test_a_stopped_follower_stops_taking_connections(cluster: Served) -> None:
+    """SIGSTOP a follower for PAUSE_S while lookups arrive, each on a new connection: those
+    the kernel hands the stopped worker wait at most STUCK_S and a poll, then fail (its
+    keeper killed it); any sent later is answered at once, and a new follower serves."""
+    node = "node1"
+    url = cluster.nodes.url(node)
+    _, pid = workers(cluster, node)
+    follower = psutil.Process(pid)
+    found: list[Lookup] = []
+    sent: list[threading.Thread] = []
+    follower.suspend()
+    paused = time.monotonic()
+    try:
+        for i in range(LOOKUPS):
+            time.sleep(max(0.0, paused + i * LOOKUP_EVERY_S - time.monotonic()))
+            began = time.monotonic() - paused
+            sent.append(threading.Thread(target=lookup, args=(url, began, found)))
+            sent[-1].start()
+        time.sleep(max(0.0, paused + PAUSE_S - time.monotonic()))
+    finally:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            follower.resume()
+        for thread in sent:
+            thread.join()
+    hung = [x for x in found if x.took > HUNG_S]
+    failed = collections.Counter(x.outcome for x in found if x.outcome != "ok")
+    longest = max(x.took for x in found)
+    seen = f"{len(hung)} of {len(found)} lookups hung, at most {longest:.1f} s; failed: {failed}"
+    print(seen)  # what a client sees (-s)
+    bound = STUCK_S + STUCK_CHECK_S + 1
+    assert all(x.took < bound for x in found), seen
+    assert all(x.outcome == "ok" for x in found if x.began > bound), seen
+    assert not follower.is_running()
+    replaced(cluster, node, pid)
 
 
 def test_followers_end_with_their_keeper(cluster: Served) -> None:

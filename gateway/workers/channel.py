@@ -7,7 +7,8 @@ levels; None once handed over),
 the topology and what its coordinator says (`Cluster`), the snapshot store's log ends and
 its sync errors (`Delivery`), `Ready` once a follower has heard the whole state, and the
 answers to a follower's asks (`Answer`). A follower asks (`Ask`): a sync (the pipeline's
-notification landed on it), or the node's metrics (a scrape did).
+notification landed on it), or the node's metrics (a scrape did); and it beats (`Beat`)
+every BEAT_S, so that its keeper knows its event loop runs (gateway/workers/keeper.py).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +32,7 @@ from gateway.storage.layers import LevelImage, LocalLayer
 log = logging.getLogger(__name__)
 AskKind = Literal["sync", "metrics"]
 LINE_LIMIT = 64 << 20  # the longest message: a node's metrics, or a chain of many layers
+BEAT_S = 0.5
 
 
 class ChannelError(Exception):
@@ -69,6 +72,11 @@ class Ready:
 
 
 @dataclass(frozen=True)
+class Beat:
+    pass
+
+
+@dataclass(frozen=True)
 class Ask:
     id: int
     kind: AskKind
@@ -80,7 +88,7 @@ class Answer:
     body: Any  # sync: chain -> version installed; metrics: the exposition's text
 
 
-Message = Chain | Cluster | Delivery | Ready | Ask | Answer
+Message = Chain | Cluster | Delivery | Ready | Beat | Ask | Answer
 
 
 def encode(message: Message) -> bytes:
@@ -113,6 +121,8 @@ def _body(message: Message) -> dict[str, Any]:
             return {"delivery": log_end, "errors": errors, "rows": store_rows}
         case Ready():
             return {"ready": True}
+        case Beat():
+            return {"beat": True}
         case Ask(id, kind):
             return {"ask": id, "kind": kind}
         case Answer(id, body):
@@ -137,6 +147,8 @@ def _message(body: dict[str, Any]) -> Message:
         return Delivery(log_end, errors, {str(s): int(n) for s, n in body["rows"].items()})
     if "ready" in body:
         return Ready()
+    if "beat" in body:
+        return Beat()
     if "ask" in body:
         if body["kind"] not in ("sync", "metrics"):
             raise ValueError(f"no such ask: {body['kind']!r}")
@@ -175,6 +187,7 @@ class Link:
         self._heard = heard
         self._asked = asked
         self._asks = itertools.count(1)
+        self.heard = time.monotonic()  # when the other end's last line was read
         self._waiting: dict[int, asyncio.Future[Any]] = {}
         self._answering: set[asyncio.Task[None]] = set()
 
@@ -198,6 +211,7 @@ class Link:
         """Until the other end closes the connection (or sends what is not a message)."""
         try:
             while line := await self._reader.readline():
+                self.heard = time.monotonic()
                 message = decode(line)
                 if isinstance(message, Answer):
                     waiting = self._waiting.get(message.id)

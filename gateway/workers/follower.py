@@ -28,8 +28,10 @@ from gateway.storage.snapshots import SnapshotCatalog, SnapshotError
 from gateway.storage.switches import Switches
 from gateway.storage.sync import StoreUnreachable
 from gateway.workers.channel import (
+    BEAT_S,
     LINE_LIMIT,
     Ask,
+    Beat,
     Chain,
     ChannelError,
     Cluster,
@@ -150,9 +152,19 @@ class Follower:
         return None
 
     async def _follow(self, link: Link) -> None:
-        await link.run()
+        beating = asyncio.create_task(self._beat(link))
+        try:
+            await link.run()
+        finally:
+            beating.cancel()
         if not self._stopping:
             self.lifeline.end()  # the server's own graceful stop
+
+    async def _beat(self, link: Link) -> None:
+        """Tell the keeper that this worker's loop runs: it kills one silent too long."""
+        while True:
+            link.send(Beat())
+            await asyncio.sleep(BEAT_S)
 
     async def _heard(self, message: Message) -> None:
         try:

@@ -10,6 +10,13 @@ difference from what it last heard: at once after a switch or an asked sync, and
 every PUBLISH_INTERVAL_S (levels merged, a compaction at the same version, the coordinator's
 and the store's state).
 
+A follower beats on the channel every BEAT_S. One silent for STUCK_S (stopped by SIGSTOP, or
+its event loop blocked) is killed, and started again by its thread (stategate/workers.py):
+with SO_REUSEPORT the kernel goes on handing a stuck worker its share of the node's new
+connections, which wait on it, and its listening socket leaves the port's group only once
+it is closed. Only the time this keeper itself ran counts: after a stall of its own, the
+beats that came meanwhile may be unread still.
+
 A stopping keeper cuts its followers' lifeline (gateway/workers/lifeline.py) and closes the
 channel, and waits for every follower it started, joined or not: each lets its requests
 under way finish, and one still there after that is killed. So a stopped node leaves no
@@ -22,6 +29,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+import struct
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -35,6 +43,7 @@ from gateway.storage.sync import SnapshotSync, StoreUnreachable
 from gateway.workers.channel import (
     LINE_LIMIT,
     Ask,
+    Beat,
     Chain,
     Cluster,
     Delivery,
@@ -49,6 +58,9 @@ PUBLISH_INTERVAL_S = 1.0
 METRICS_WAIT_S = 2.0  # how long a scrape waits for each follower's metrics
 STOP_POLL_S = 0.05
 KILL_WAIT_S = 5.0  # a follower killed ends at once: this long is a bug's, not a wait's
+STUCK_S = 3.0  # a follower silent this long is stuck (it beats every BEAT_S)
+STUCK_CHECK_S = 0.5
+LATE_S = 0.25  # a check this late: this keeper did not run meanwhile (gateway/runtime/stalls.py)
 
 
 @dataclass
@@ -81,6 +93,7 @@ class Keeper:
         self.switches = switches
         self.metrics = metrics
         self._links: dict[Link, _Heard] = {}
+        self._pids: dict[Link, int] = {}  # each follower's at the other end
         self._server: asyncio.Server | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -89,6 +102,7 @@ class Keeper:
         sock.bind(self.address)  # abstract: uvloop refuses such a path itself
         self._server = await asyncio.start_unix_server(self._serve, sock=sock, limit=LINE_LIMIT)
         self._tasks.append(asyncio.create_task(self._publish_forever()))
+        self._tasks.append(asyncio.create_task(self._watch_forever()))
 
     async def stop(self, wait_s: float) -> None:
         """Stop every follower this keeper started, joined or not, and return once they
@@ -144,18 +158,37 @@ class Keeper:
             await self.switches.wait_past(self.switches.changes, PUBLISH_INTERVAL_S)
             self.publish()
 
+    async def _watch_forever(self) -> None:
+        """Kill each follower silent for STUCK_S of the time this keeper ran."""
+        ran_since = woke = time.monotonic()
+        while True:
+            await asyncio.sleep(STUCK_CHECK_S)
+            now = time.monotonic()
+            if now - woke > STUCK_CHECK_S + LATE_S:
+                ran_since = now
+            woke = now
+            for link, pid in list(self._pids.items()):
+                silent = now - max(link.heard, ran_since)
+                if silent > STUCK_S:
+                    log.warning("worker %d said nothing for %.1f s: killed", pid, silent)
+                    del self._pids[link]
+                    self.followers.kill(pid)
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         link = Link(reader, writer, self._heard, self._answer)
         self._links[link] = _Heard()
+        self._pids[link] = _peer_pid(writer)
         self.publish()
         link.send(Ready())
         try:
             await link.run()
         finally:
             self._links.pop(link, None)
+            self._pids.pop(link, None)
 
     async def _heard(self, message: Message) -> None:
-        log.warning("a follower sent what only a keeper tells: %r", message)
+        if not isinstance(message, Beat):  # a beat: the link noted when it came
+            log.warning("a follower sent what only a keeper tells: %r", message)
 
     async def _answer(self, ask: Ask) -> Any:
         if ask.kind == "metrics":
@@ -166,6 +199,15 @@ class Keeper:
             return {"unreachable": str(exc)}
         self.publish()  # the installs before the answer: the follower serves them once answered
         return {"installed": installed}
+
+
+def _peer_pid(writer: asyncio.StreamWriter) -> int:
+    """The process at the other end of a Unix socket (SO_PEERCRED: pid, uid, gid)."""
+    creds = writer.get_extra_info("socket").getsockopt(
+        socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")
+    )
+    pid: int = struct.unpack("3i", creds)[0]
+    return pid
 
 
 def _news(

@@ -22,6 +22,7 @@ from gateway.storage.layers import LevelImage, LocalLayer
 from gateway.workers.channel import (
     Answer,
     Ask,
+    Beat,
     Chain,
     ChannelError,
     Cluster,
@@ -56,6 +57,7 @@ messages = st.one_of(
         st.dictionaries(st.text(), st.integers(0, 2**62)),
     ),
     st.just(Ready()),
+    st.just(Beat()),
     st.builds(Ask, st.integers(1, 10**9), st.sampled_from(["sync", "metrics"])),
     st.builds(Answer, st.integers(1, 10**9), st.one_of(st.text(), st.none())),
 )
