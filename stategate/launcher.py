@@ -1,9 +1,14 @@
 """Local processes of a cluster: its nodes, a snapshot store server, or any other server that
 answers GET /health. What the demo, the tests and the benchmark share (on real machines each
-node is started with `stategate node` by its own supervisor)."""
+node is started with `stategate node` by its own supervisor).
+
+A start that fails stops what it started, and so does a start of several nodes one of which
+fails. Whatever a caller left running is stopped when its process exits.
+"""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import os
@@ -60,12 +65,16 @@ class Processes:
         self.logs = logs
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self._files: dict[str, IO[bytes]] = {}
+        # None outlives this process: what a caller that failed left running (a test's
+        # fixture that failed before its yield) is stopped at its exit at the latest.
+        atexit.register(self.stop_all)
 
     def log_path(self, name: str) -> Path | None:
         return None if self.logs is None else self.logs / f"{name}.log"
 
     def start(self, name: str, command: list[str], url: str, timeout_s: float = 60) -> None:
-        """Start a server and wait until GET {url}/health answers 200."""
+        """Start a server and wait until GET {url}/health answers 200; stop it if it does
+        not come up."""
         output = None
         path = self.log_path(name)
         if path is not None:
@@ -79,12 +88,24 @@ class Processes:
         )
         try:
             wait_healthy(url, self.procs[name], timeout_s)
-        except RuntimeError as exc:
-            raise RuntimeError(f"{name}: {exc}\n{self.tail(name)}") from exc
+        except BaseException as exc:  # a timeout, or a stop (Ctrl-C) while it starts
+            self.stop(name)
+            if isinstance(exc, RuntimeError):
+                raise RuntimeError(f"{name}: {exc}\n{self.tail(name)}") from exc
+            raise
 
     def start_nodes(self, project: Project, node_ids: list[str] | None = None) -> None:
-        for node_id in node_ids or [n.id for n in project.cluster.nodes]:
-            self.start(node_id, node_command(project, node_id), project.cluster.node(node_id).url)
+        """Start the nodes one after another; if one does not come up, stop those started
+        before it too."""
+        started: list[str] = []
+        try:
+            for node_id in node_ids or [n.id for n in project.cluster.nodes]:
+                url = project.cluster.node(node_id).url
+                self.start(node_id, node_command(project, node_id), url)
+                started.append(node_id)
+        except BaseException:
+            self.stop_all(started)
+            raise
 
     def pid(self, name: str) -> int:
         return self.procs[name].pid
@@ -100,19 +121,26 @@ class Processes:
         self._close(name)
 
     def stop(self, name: str) -> None:
+        """SIGTERM, and SIGKILL to what is still there STOP_TIMEOUT_S later."""
         proc = self.procs.pop(name)
+        started = children(proc.pid)
         self._terminate(proc)
         try:
             proc.wait(STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
+            for pid in [*started, *children(proc.pid)]:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
             proc.kill()
             proc.wait(5)
         self._close(name)
 
-    def stop_all(self) -> None:
-        for proc in self.procs.values():
-            self._terminate(proc)
-        for name in list(self.procs):
+    def stop_all(self, names: list[str] | None = None) -> None:
+        """Stop every server (or those `names`), all at once."""
+        names = list(self.procs) if names is None else names
+        for name in names:
+            self._terminate(self.procs[name])
+        for name in names:
             self.stop(name)
 
     @staticmethod

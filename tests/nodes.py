@@ -41,11 +41,17 @@ class Nodes:
     def start(self, node_id: str) -> None:
         self.processes.start_nodes(self.project, [node_id])
 
-    def start_all(self) -> None:
-        """Start every node, and return once each serves every partition it hosts."""
-        for node_id in self.ids:
-            self.start(node_id)
-        wait_serving(self.project, self.ids)
+    def start_all(self, serving: bool = True) -> None:
+        """Start every node, and return once each serves every partition it hosts (unless
+        not `serving`). If one fails, every node is stopped: a fixture that fails before its
+        yield stops none itself."""
+        try:
+            self.processes.start_nodes(self.project, self.ids)
+            if serving:
+                wait_serving(self.project, self.ids)
+        except BaseException:
+            self.stop_all()
+            raise
 
     def kill(self, node_id: str) -> None:
         self.processes.kill(node_id)
@@ -140,6 +146,5 @@ def serve(
     job.run(project, spark, notify=False)
     nodes = Nodes(project, root)
     if start:
-        for node_id in nodes.ids:
-            nodes.start(node_id)
+        nodes.start_all(serving=False)
     return Served(root, project, nodes)

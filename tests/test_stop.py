@@ -4,16 +4,19 @@ snapshot store server, the producer reading its input (nothing appended), a one-
 run building its layers (nothing published; the next run publishes all of it, right), and
 the demo, while it starts and once it runs (its pipeline with Spark's JVM and Python workers,
 and its nodes). Each ends by the signal: -SIGTERM here, status 143 in a shell. The continuous
-pipeline's stop is tested with its crash recovery (tests/test_follow.py)."""
+pipeline's stop is tested with its crash recovery (tests/test_follow.py). A start that fails
+(stategate/launcher.py) stops what it started too."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import signal
+import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -28,6 +31,7 @@ from spark_pipeline.session import LazySpark
 from stategate import demo
 from stategate.launcher import Processes, free_ports, store_command
 from tests.live import Socket, closed_code
+from tests.nodes import Nodes
 from tests.projects import produce_test_events, write_project
 from tests.test_stream import assert_state_is_the_oracles, manifest_of
 
@@ -212,3 +216,70 @@ def test_the_demo_stops_every_process_it_started(tmp_path: Path, when: str) -> N
     finally:
         kill_tree(proc)
     assert "Traceback" not in log.read_text(), log.read_text()[-3000:]
+
+
+# A server for the launcher: for `seconds` it loads (logging a line every 0.3 s, or working
+# without a word), or hangs (asleep, after starting a child process that sleeps too); then
+# it answers GET /health. Its last argument (and its child's) marks the test's processes.
+SERVER = """
+import http.server, subprocess, sys, time
+how, port, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+if how == "hangs":
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", sys.argv[4]])
+end = time.monotonic() + seconds
+while time.monotonic() < end:
+    if how == "logs":
+        print("loading", flush=True)
+    if how != "works":
+        time.sleep(0.3)
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
+"""
+QUIET_S = 2.0  # what a test's start allows without progress
+
+
+def leftovers(marker: str) -> list[psutil.Process]:
+    """The processes this test process started (or theirs) whose command names `marker`,
+    still running."""
+    found = []
+    for process in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if any(marker in part for part in process.cmdline()) and running(process):
+                found.append(process)
+    return found
+
+
+@pytest.fixture
+def no_leftovers(tmp_path: Path) -> Iterator[str]:
+    """A marker for the test's processes; none of them may be left running after it."""
+    yield str(tmp_path)
+    left = leftovers(str(tmp_path))
+    for process in left:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()
+    assert not left, f"left behind: {[p.cmdline() for p in left]}"
+
+
+def test_a_start_that_fails_stops_what_it_started(tmp_path: Path, no_leftovers: str) -> None:
+    processes = Processes(tmp_path)
+    port = free_ports(1)[0]
+    command = [sys.executable, "-c", SERVER, "hangs", str(port), "600", no_leftovers]
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match="did not come up"):
+        processes.start("hung", command, f"http://127.0.0.1:{port}", QUIET_S)
+    assert time.monotonic() - started < QUIET_S + SERVER_STOP_S + 5
+    assert not processes.procs
+
+
+def test_nodes_that_fail_to_start_are_all_stopped(project: Project, no_leftovers: str) -> None:
+    """node2's port is taken: node1, started already, is stopped, and so is node2."""
+    host, port = project.cluster.node("node2").address.rsplit(":", 1)
+    with socket.socket() as taken:
+        taken.bind((host, int(port)))
+        taken.listen()
+        nodes = Nodes(project, Path(no_leftovers))
+        with pytest.raises(RuntimeError, match="node2"):
+            nodes.start_all()
