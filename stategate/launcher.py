@@ -2,8 +2,12 @@
 answers GET /health. What the demo, the tests and the benchmark share (on real machines each
 node is started with `stategate node` by its own supervisor).
 
-A start that fails stops what it started, and so does a start of several nodes one of which
-fails. Whatever a caller left running is stopped when its process exits.
+A start waits as long as the server makes progress: it fails once the server (with the
+processes it started, a node's workers) neither wrote to its log nor used a sixtieth of a
+core for `quiet_s` (QUIET_S: 1 CPU-second of 60 s; a node loading on a machine 30 times
+overloaded still does), or after `ceiling_s` whatever it did. A start that fails stops what
+it started, and so does a start of several nodes one of which fails. Whatever a caller left
+running is stopped when its process exits.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
@@ -27,6 +32,11 @@ from contracts.auth import secret_headers
 from contracts.project import Project
 
 STOP_TIMEOUT_S = 15.0
+QUIET_S = 60.0  # a start that showed no progress this long has hung
+CEILING_S = 900.0  # the longest a start may take, however it progresses
+BUSY_SHARE = 1 / 60  # of a core over quiet_s: a server that used as much CPU is working
+POLL_S = 0.1
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")  # /proc's unit of CPU time
 
 
 @functools.cache
@@ -72,9 +82,16 @@ class Processes:
     def log_path(self, name: str) -> Path | None:
         return None if self.logs is None else self.logs / f"{name}.log"
 
-    def start(self, name: str, command: list[str], url: str, timeout_s: float = 60) -> None:
-        """Start a server and wait until GET {url}/health answers 200; stop it if it does
-        not come up."""
+    def start(
+        self,
+        name: str,
+        command: list[str],
+        url: str,
+        quiet_s: float = QUIET_S,
+        ceiling_s: float = CEILING_S,
+    ) -> None:
+        """Start a server and wait until GET {url}/health answers 200, as long as it makes
+        progress; stop it if it does not come up."""
         output = None
         path = self.log_path(name)
         if path is not None:
@@ -87,7 +104,7 @@ class Processes:
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         try:
-            wait_healthy(url, self.procs[name], timeout_s)
+            wait_healthy(url, self.procs[name], quiet_s, ceiling_s, path)
         except BaseException as exc:  # a timeout, or a stop (Ctrl-C) while it starts
             self.stop(name)
             if isinstance(exc, RuntimeError):
@@ -178,12 +195,79 @@ def children(pid: int) -> list[int]:
     return found
 
 
+class Patience:
+    """A deadline that progress moves: it passes once nothing progressed for `quiet_s`, or
+    `ceiling_s` after it began, whatever progressed."""
+
+    def __init__(
+        self, quiet_s: float, ceiling_s: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.quiet_s = quiet_s
+        self.ceiling_s = ceiling_s
+        self.clock = clock
+        self.began = self.moved = clock()
+
+    def progressed(self) -> None:
+        self.moved = self.clock()
+
+    def passed(self) -> str | None:
+        """Why the wait is over (how the deadline passed), or None while it is not."""
+        now = self.clock()
+        if now - self.began >= self.ceiling_s:
+            return f"in {self.ceiling_s:g} s"
+        if now - self.moved >= self.quiet_s:
+            return f"and showed no progress for {self.quiet_s:g} s"
+        return None
+
+
+class Progress:
+    """What a starting server shows of its progress: its log growing, or the CPU time it
+    and the processes it started use."""
+
+    def __init__(self, pid: int, log: Path | None, busy_s: float) -> None:
+        self.pid = pid
+        self.log = log
+        self.busy_s = busy_s  # the CPU time that counts as progress
+        self._size, self._cpu = self._now()
+
+    def made(self) -> bool:
+        """Whether the server progressed since it last did."""
+        size, cpu = self._now()
+        if size == self._size and cpu < self._cpu + self.busy_s:
+            return False
+        self._size, self._cpu = size, cpu
+        return True
+
+    def _now(self) -> tuple[int, float]:
+        size = 0
+        if self.log is not None:
+            with contextlib.suppress(OSError):
+                size = self.log.stat().st_size
+        return size, sum(map(cpu_s, [self.pid, *children(self.pid)]))
+
+
+def cpu_s(pid: int) -> float:
+    """The CPU time a process used so far (0 once it is gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    fields = stat.rsplit(")", 1)[1].split()  # after its name, which may hold anything
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime
+
+
 def wait_healthy(
-    url: str, proc: subprocess.Popen[bytes] | None = None, timeout_s: float = 60
+    url: str,
+    proc: subprocess.Popen[bytes] | None = None,
+    quiet_s: float = QUIET_S,
+    ceiling_s: float = CEILING_S,
+    log: Path | None = None,
 ) -> None:
-    """Wait until GET {url}/health answers 200; fail early if the process exits."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    """Wait until GET {url}/health answers 200, as long as the process makes progress
+    (`log` growing, or its work); fail early if it exits."""
+    patience = Patience(quiet_s, ceiling_s)
+    progress = None if proc is None else Progress(proc.pid, log, quiet_s * BUSY_SHARE)
+    while (why := patience.passed()) is None:
         if proc is not None and proc.poll() is not None:
             raise RuntimeError(f"the process serving {url} exited with {proc.returncode}")
         try:
@@ -191,21 +275,29 @@ def wait_healthy(
                 return
         except httpx.HTTPError:
             pass
-        time.sleep(0.1)
-    raise RuntimeError(f"{url} did not come up in {timeout_s} s")
+        if progress is not None and progress.made():
+            patience.progressed()
+        time.sleep(POLL_S)
+    raise RuntimeError(f"{url} did not come up {why}")
 
 
-def wait_serving(project: Project, node_ids: list[str], timeout_s: float = 60) -> None:
-    """Wait until every node serves every partition it hosts and every global one, then one
-    membership poll, so that each has seen its peers' positions."""
-    deadline = time.monotonic() + timeout_s
-    pending = set(node_ids)
-    while pending and time.monotonic() < deadline:
-        for node_id in sorted(pending):
-            url = project.cluster.node(node_id).url
-            held = chains.held(project, project.cluster.hosted_by(node_id))
-            if serving(project, url) >= set(held):
-                pending.discard(node_id)
+def wait_serving(
+    project: Project, node_ids: list[str], quiet_s: float = QUIET_S, ceiling_s: float = CEILING_S
+) -> None:
+    """Wait until every node serves every partition it hosts and every global one, as long
+    as one more partition is served every `quiet_s`; then one membership poll, so that each
+    has seen its peers' positions."""
+    patience = Patience(quiet_s, ceiling_s)
+    pending = {node_id: set(chains.held(project, project.cluster.hosted_by(node_id)))
+               for node_id in node_ids}  # fmt: skip
+    while pending and patience.passed() is None:
+        for node_id, held in sorted(pending.items()):
+            missing = held - serving(project, project.cluster.node(node_id).url)
+            if len(missing) < len(held):
+                patience.progressed()
+            pending[node_id] = missing
+            if not missing:
+                del pending[node_id]
         time.sleep(0.2)
     if pending:
         raise RuntimeError(f"nodes {sorted(pending)} do not serve all their partitions")

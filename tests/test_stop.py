@@ -239,6 +239,7 @@ class Health(http.server.BaseHTTPRequestHandler):
 http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
 """
 QUIET_S = 2.0  # what a test's start allows without progress
+LOADING_S = 4.0
 
 
 def leftovers(marker: str) -> list[psutil.Process]:
@@ -283,3 +284,17 @@ def test_nodes_that_fail_to_start_are_all_stopped(project: Project, no_leftovers
         nodes = Nodes(project, Path(no_leftovers))
         with pytest.raises(RuntimeError, match="node2"):
             nodes.start_all()
+
+
+@pytest.mark.parametrize("how", ["logs", "works"])
+def test_a_start_waits_while_the_server_makes_progress(
+    tmp_path: Path, no_leftovers: str, how: str
+) -> None:
+    """Loading for twice the time a start allows without progress: it logs or it works."""
+    processes = Processes(tmp_path)
+    port = free_ports(1)[0]
+    command = [sys.executable, "-c", SERVER, how, str(port), str(LOADING_S), no_leftovers]
+    try:
+        processes.start("loading", command, f"http://127.0.0.1:{port}", QUIET_S)
+    finally:
+        processes.stop_all()
