@@ -38,8 +38,9 @@ class Lifeline:
             if self.cut.is_set():
                 return
             self.cut.set()
-        how = "stops" if os.getppid() == self.keeper_pid else "is gone"
-        log.warning("the node's keeper (pid %d) %s: this worker stops", self.keeper_pid, how)
+        gone = os.getppid() != self.keeper_pid  # a stopping keeper waits for its followers
+        how, level = ("is gone", logging.WARNING) if gone else ("stops", logging.INFO)
+        log.log(level, "the node's keeper (pid %d) %s: this worker stops", self.keeper_pid, how)
         os.kill(os.getpid(), signal.SIGTERM)
 
     def _watch(self) -> None:
