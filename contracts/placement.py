@@ -108,6 +108,11 @@ class Assignment:
         none left may go."""
         return sorted(set(self.hosted_by(node)) | _holding(self.warming, node))
 
+    def placed(self, node: str) -> bool:
+        """Whether the target has `node` in some partition: a node it has nowhere was not a
+        member when it was made (or has no share, with more members than replicas)."""
+        return any(node in nodes for nodes in self.target)
+
     def to_json(self) -> bytes:
         parts = zip(self.serving, self.warming, self.target, strict=True)
         body = {

@@ -5,7 +5,11 @@ Routing, delivery and the partition map read the one a node holds now.
 
 A node that cannot tell whether its coordinator session still holds (its lease may have
 expired while it was cut off) holds its last topology `fenced` for itself: it serves what it
-has, with its true positions, but as nobody's active, until it reads the assignment again."""
+has, with its true positions, but as nobody's active, until it reads the assignment again.
+
+An assignment that places a node nowhere, and not for a drain, was made while the node was
+away (its lease expired, or it had not joined yet): what it takes away from the node may be
+given back once the leader knows the node is back (`away`)."""
 
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ class Topology:
     assignment: Assignment
     addresses: Mapping[str, str]  # node id -> host:port, of every member known
     fenced: frozenset[str] = frozenset()  # nodes not to be taken for any partition's active
+    draining: frozenset[str] = frozenset()  # nodes asked to leave (`stategate cluster drain`)
 
     @classmethod
     def static(cls, cluster: Cluster) -> Topology:
@@ -58,6 +63,11 @@ class Topology:
     def assigned_to(self, node: str) -> list[int]:
         """The partitions `node` holds: those it serves and those it warms up."""
         return self.assignment.assigned_to(node)
+
+    def away(self, node: str) -> bool:
+        """Whether the assignment was made without `node`: its target places the node nowhere,
+        and the node is not draining."""
+        return node not in self.draining and not self.assignment.placed(node)
 
     def url(self, node: str) -> str:
         return f"http://{self.addresses[node]}"

@@ -32,6 +32,7 @@ from stategate.etcd import serving_settled
 from stategate.launcher import free_ports
 from tests import live, oracle, positions
 from tests.coordinator import Etcd
+from tests.held import held, refetched
 from tests.nodes import Nodes, metric
 from tests.projects import HOUR_MS, START_MS, produce_test_events, write_project
 
@@ -332,10 +333,12 @@ def test_a_lost_node_and_a_hung_one_are_replaced_and_serving_outlives_the_coordi
         elastic.nodes.kill("node5")  # a machine lost: its lease expires, then its grace
         four = elastic.settled(five - {"node5"})
         hung = elastic.nodes.processes.pid("node4")
+        kept = held(elastic.project, "node4")
         os.kill(hung, signal.SIGSTOP)  # a hung machine: alive, silent
         three = elastic.settled(five - {"node4", "node5"})
         os.kill(hung, signal.SIGCONT)  # back: it registers again and takes its share
         back = elastic.settled(five - {"node5"})
+        again = refetched(kept, held(elastic.project, "node4"))
     finally:
         for reader in readers:
             reader.stopping.set()
@@ -346,6 +349,7 @@ def test_a_lost_node_and_a_hung_one_are_replaced_and_serving_outlives_the_coordi
     for state in (four, three, back):
         assert all(len(s) == 2 for s in state.assignment.serving)  # type: ignore[union-attr]
     assert back.assignment.hosted_by("node4")  # type: ignore[union-attr]
+    assert again == {}, f"node4 fetched again what it held: {again}"
 
     told = notify_nodes(elastic.project, {0})  # the pipeline reads the assignment
     elastic.etcd.stop()  # nodes keep serving their last assignment, and new versions

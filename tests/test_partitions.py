@@ -20,6 +20,7 @@ import pytest
 
 from contracts.manifest import read_manifest
 from stategate.hosts import Network
+from tests.held import held, refetched
 from tests.multihost import ETCD, HOSTS, NODES, Clients, MultiHost, running, wait_for
 
 UNAVAILABLE = Network.unavailable()
@@ -289,7 +290,8 @@ def test_a_partitions_last_replica_losing_its_lease_serves_until_a_replacement_h
     the coordinator, not its peers or clients, for longer than session_ttl_s +
     lost_node_grace_s: it goes on serving the partitions whose other replica was node3's,
     with true positions, until a replacement has their data. No client sees NOT_PRESENT,
-    and no assignment makes node1 serve a partition it does not hold."""
+    and no assignment makes node1 serve a partition it does not hold. Healed, node2 and
+    node3 fetch none of the files they held again."""
     cluster = world.cluster
     window = Window(world, "a partition's last replica loses its lease during warm-ups")
     cluster.network.cut("node1", "store")
@@ -310,9 +312,11 @@ def test_a_partitions_last_replica_losing_its_lease_serves_until_a_replacement_h
     assert assignment is not None
     empty = set(assignment.hosted_by("node1")) - set(cluster.versions("node1"))
     assert not empty, f"node1 serves {sorted(empty)} without their data"
+    kept = {n: held(cluster.project, n) for n in ("node2", "node3")}
     healed = time.monotonic()
     cluster.network.heal()
     cluster.settled(set(NODES), timeout_s=RECOVER_S)
+    again = {n: refetched(files, held(cluster.project, n)) for n, files in kept.items()}
     outcome = window.close(detect, max(time.monotonic() - healed, last_bad_after(world, healed)))
     absent = {
         f"{type(c).__name__} of {c.node}"
@@ -320,6 +324,8 @@ def test_a_partitions_last_replica_losing_its_lease_serves_until_a_replacement_h
         if "NOT_PRESENT" in c.tally.failures(window.start, time.monotonic())
     }
     assert not absent, f"NOT_PRESENT answered to {sorted(absent)}"
+    fetched = {n: sum(files.values()) for n, files in again.items()}
+    assert fetched == {"node2": 0, "node3": 0}, f"fetched again what they held: {again}"
     assert outcome.wrong == 0, world.clients.wrong()
 
 

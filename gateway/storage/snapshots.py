@@ -93,6 +93,7 @@ class Base:
     runs: dict[str, KeyRuns] = field(default_factory=dict)  # indexed windows and histories
     files: set[Path] = field(default_factory=set)  # its file and the deltas installed over it
     users: int = 0  # snapshots over it not yet released
+    keep: bool = False  # its layer files stay on disk once it is closed (`drop`)
 
 
 @dataclass(eq=False)
@@ -559,13 +560,15 @@ class SnapshotCatalog:
                     snapshot.leases -= 1
                 self._release_if_unused(snapshot)
 
-    def drop(self, partition: int) -> bool:
+    def drop(self, partition: int, keep_files: bool = False) -> bool:
         """Stop serving a partition this node handed over; its files are deleted once the
-        queries under way let go of it. False when it served none."""
+        queries under way let go of it, but its layer files with `keep_files`. False when it
+        served none."""
         with self._lock:
             snapshot = self._current.pop(partition, None)
             if snapshot is not None:
                 snapshot.retired = True
+                snapshot.base.keep = keep_files
         if snapshot is None:
             return False
         self._release_if_unused(snapshot)
@@ -690,7 +693,8 @@ class SnapshotCatalog:
         with self._lock:
             in_use = {layer.path for s in self._current.values() for layer in s.layers}
         for path in base.files - in_use:
-            path.unlink(missing_ok=True)
+            if not (base.keep and parse_file_name(path.name)):
+                path.unlink(missing_ok=True)
 
     def _detach(self, alias: str) -> None:
         try:

@@ -139,9 +139,13 @@ class SnapshotSync:
 
     def hand_over(self, partition: int) -> None:
         """Stop serving a partition this node no longer holds; its files go once the queries
-        under way let go of it."""
-        if self.catalog.drop(partition):
-            log.info("partition %s handed over", partition)
+        under way let go of it. An assignment made while this node was away (its lease
+        expired) may give the partition back once the node is registered again: its layer
+        files stay then, as an earlier run's do (`_sweep`)."""
+        away = self.topology.current.away(self.node_id)
+        if self.catalog.drop(partition, keep_files=away):
+            kept = " (its files kept: this node was away)" if away else ""
+            log.info("partition %s handed over%s", partition, kept)
             self.switches.dropped(chains.partition(self.project, partition))
 
     def _let_go_of_unassigned(self) -> None:
@@ -240,8 +244,8 @@ class SnapshotSync:
 
     def _sweep(self) -> None:
         """Delete the layer files of partitions this node does not serve, but those the
-        manifest still names: a partition that comes back (a node restarted after its
-        replicas moved) reuses them instead of fetching them again."""
+        manifest still names: a partition that comes back (a node restarted, or back from an
+        absence, after its replicas moved) reuses them instead of fetching them again."""
         served = set(self.catalog.current())
         for partition in range(chains.count(self.project)):
             folder = self.catalog.folder / partition_folder(partition)
