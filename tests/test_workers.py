@@ -306,7 +306,7 @@ def test_a_stopped_follower_stops_taking_connections(cluster: Served) -> None:
     longest = max(x.took for x in found)
     seen = f"{len(hung)} of {len(found)} lookups hung, at most {longest:.1f} s; failed: {failed}"
     print(seen)  # what a client sees (-s)
-    bound = STUCK_S + STUCK_CHECK_S + 1
+    bound = STUCK_S + STUCK_CHECK_S + 2  # a kill, and a loaded machine's slack
     assert all(x.took < bound for x in found), seen
     assert all(x.outcome == "ok" for x in found if x.began > bound), seen
     assert not follower.is_running()
