@@ -56,7 +56,7 @@ from bench.driver import Operation, graphql_operation, http_client, percentile, 
 from bench.floor import Floor
 from bench.workload import BENCH_DIR, NAMES, Workload, stop_spark
 from contracts import placement
-from contracts.auth import secret_headers
+from contracts.cluster_secret import secret_headers
 from contracts.coordination import Coordination, State
 from contracts.manifest import read_manifest
 from contracts.project import Project

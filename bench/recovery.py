@@ -29,7 +29,7 @@ from bench.freshness import Producer, copy_workload, start_pipeline, wait_follow
 from bench.procs import NodeProcesses
 from bench.workload import BENCH_DIR, NAMES, Workload
 from contracts import eventlog
-from contracts.auth import secret_headers
+from contracts.cluster_secret import secret_headers
 from contracts.project import Project
 
 BEFORE_KILL_S = 20.0  # the producer's head start: the pipeline is mid-stream when killed

@@ -40,7 +40,7 @@ from bench.freshness import copy_workload
 from bench.procs import NodeProcesses
 from bench.workload import BENCH_DIR, NAMES, Workload
 from contracts import eventlog
-from contracts.auth import secret_headers
+from contracts.cluster_secret import secret_headers
 from contracts.eventlog import Record
 from contracts.partitioner import partition_for
 from contracts.project import Project

@@ -29,7 +29,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from contracts import chains
-from contracts.auth import SECRET_HEADER, is_authentic
+from contracts.cluster_secret import SECRET_HEADER, is_authentic
 from contracts.errors import GatewayError, error_document
 from gateway.auth import Unauthenticated, Who
 from gateway.model import limits

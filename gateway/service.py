@@ -124,7 +124,7 @@ class Page:
 
 
 @dataclass(frozen=True)
-class Aggregate:
+class StoreTotals:
     count: int  # rows that pass the filter, over the partitions that answered
     fields: dict[str, FieldTotals]  # by column
     meta: Meta
@@ -281,14 +281,14 @@ class RequestQueries:
         partitions: list[int] | None,
         demand: Demand | None,
         window: tuple[int, int] | None = None,
-    ) -> Aggregate:
+    ) -> StoreTotals:
         """Count, sum, min, max and avg over the rows that pass `where` (and `window`)."""
         if window is not None:
             self._check_window_range(store, window[0], window[1], limit=False)
         query = Totals(where, window)
         outcome = await self._load(store, query, self._partitions(partitions), demand)
         count, fields = merging.totals(outcome.parts, store)
-        return Aggregate(count, fields, self._meta(outcome))
+        return StoreTotals(count, fields, self._meta(outcome))
 
     async def _scan(
         self,

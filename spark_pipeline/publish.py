@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 
 from contracts import chains
-from contracts.auth import secret_headers
+from contracts.cluster_secret import secret_headers
 from contracts.coordination import CoordinatorError, State, read_once
 from contracts.manifest import Manifest
 from contracts.project import Node, Project

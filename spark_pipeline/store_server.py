@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from contracts.auth import SECRET_HEADER, is_authentic
+from contracts.cluster_secret import SECRET_HEADER, is_authentic
 from contracts.errors import error_document
 from contracts.manifest import FILE_NAME
 from contracts.project import Project

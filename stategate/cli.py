@@ -23,8 +23,7 @@ from contracts import project as projects
 from contracts.coordination import Coordination, CoordinatorError
 from contracts.project import Project
 from contracts.settings import Settings, shown, table
-from stategate import cluster as cluster_commands
-from stategate import demo, exposure, logs, stopping, workers
+from stategate import cluster_commands, demo, exposure, logs, stopping, workers
 
 if TYPE_CHECKING:
     from spark_pipeline.session import LazySpark
@@ -175,7 +174,7 @@ def run_node(project: Project, args: argparse.Namespace) -> int:
     source = f"{args.node} worker {os.getpid()}" if following else args.node  # "node1 worker 42"
     logs.configure(source, project.settings)
     count = workers.count(project.settings)  # a follower runs where its keeper may
-    followers = workers.Followers(args, count - 1) if count > 1 and not following else None
+    followers = workers.FollowerProcesses(args, count - 1) if count > 1 and not following else None
     if following:
         lifeline = Lifeline(args.lifeline, args.follow)
         lifeline.watch()  # from here on, the keeper's end stops this worker

@@ -28,7 +28,7 @@ from typing import IO
 import httpx
 
 from contracts import chains
-from contracts.auth import secret_headers
+from contracts.cluster_secret import secret_headers
 from contracts.project import Project
 
 STOP_TIMEOUT_S = 15.0
@@ -220,7 +220,7 @@ class Patience:
         return None
 
 
-class Progress:
+class StartProgress:
     """What a starting server shows of its progress: its log growing, or the CPU time it
     and the processes it started use."""
 
@@ -266,7 +266,7 @@ def wait_healthy(
     """Wait until GET {url}/health answers 200, as long as the process makes progress
     (`log` growing, or its work); fail early if it exits."""
     patience = Patience(quiet_s, ceiling_s)
-    progress = None if proc is None else Progress(proc.pid, log, quiet_s * BUSY_SHARE)
+    progress = None if proc is None else StartProgress(proc.pid, log, quiet_s * BUSY_SHARE)
     while (why := patience.passed()) is None:
         if proc is not None and proc.poll() is not None:
             raise RuntimeError(f"the process serving {url} exited with {proc.returncode}")

@@ -61,7 +61,7 @@ def _socket(family: int, kind: int, proto: int, reuse_port: bool) -> socket.sock
     return sock
 
 
-class Followers:
+class FollowerProcesses:
     """A keeper's followers: its own command, following it, each run by a thread of its own
     (`_keep`) until `stop`. Each holds the read end of the keeper's lifeline
     (gateway/workers/lifeline.py), whose write end this process alone holds: os.pipe's ends

@@ -24,7 +24,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 from contracts import eventlog
 from contracts import project as projects
-from contracts.auth import secret_headers
+from contracts.cluster_secret import secret_headers
 from contracts.coordination import State
 from contracts.eventlog import Record
 from contracts.partitioner import partition_for

@@ -13,7 +13,7 @@ import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
 from contracts import project as projects
-from contracts.auth import secret_headers
+from contracts.cluster_secret import secret_headers
 from contracts.project import Project
 from spark_pipeline import job
 from spark_pipeline.session import LazySpark

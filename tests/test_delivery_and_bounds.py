@@ -17,7 +17,7 @@ import orjson
 import pytest
 
 from contracts import chains
-from contracts.auth import SECRET_HEADER
+from contracts.cluster_secret import SECRET_HEADER
 from contracts.positions import decode_token, encode_token
 from contracts.project import Project
 from contracts.snapshot_file import relative_path

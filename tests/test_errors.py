@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from contracts.auth import SECRET_HEADER
+from contracts.cluster_secret import SECRET_HEADER
 from gateway.model import cursors
 
 WIDE = 'from: "2000-01-01T00:00:00Z", to: "2100-01-01T00:00:00Z"'

@@ -35,7 +35,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from hypothesis_graphql import Mode, from_schema, nodes
 
-from contracts.auth import secret_headers
+from contracts.cluster_secret import secret_headers
 from contracts.project import Project
 from contracts.settings import MAX_SUBQUERY_KEYS
 from gateway.model.limits import SCAN_LOOKAHEAD

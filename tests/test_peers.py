@@ -25,7 +25,7 @@ from gateway.cluster.routing import Router
 from gateway.model.queries import Answer, Get, Range, SubQuery
 from gateway.model.topology import TopologyView
 from gateway.storage.switches import Switches
-from gateway.wire.errors import PeerError, PeerUnreachable
+from gateway.wire.peer_errors import PeerError, PeerUnreachable
 from gateway.wire.peers import PeerClient, pooled
 from stategate.launcher import free_ports
 from tests.nodes import Served

@@ -48,7 +48,7 @@ import pytest
 from playwright.sync_api import sync_playwright
 
 from contracts import project as projects
-from contracts.auth import secret_headers
+from contracts.cluster_secret import secret_headers
 from contracts.coordination import State
 from contracts.partitioner import partition_for
 from contracts.project import Project

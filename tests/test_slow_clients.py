@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from contracts import project as projects
-from contracts.auth import SECRET_HEADER
+from contracts.cluster_secret import SECRET_HEADER
 from stategate.launcher import Processes, free_ports, store_command
 from tests.projects import write_project
 

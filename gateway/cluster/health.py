@@ -33,7 +33,7 @@ from gateway.cluster.status import NodeStatus, PartitionState
 from gateway.model.topology import TopologyView
 from gateway.runtime.stalls import Stalls
 from gateway.storage.switches import Switches
-from gateway.wire.errors import PeerError, PeerUnreachable, PoolExhausted
+from gateway.wire.peer_errors import PeerError, PeerUnreachable, PoolExhausted
 from gateway.wire.peers import PeerClient
 from gateway.wire.protocol import ProtocolError
 

@@ -32,7 +32,7 @@ from gateway.model.topology import TopologyView
 from gateway.storage.layers import LocalLayer
 from gateway.storage.snapshots import SnapshotCatalog, SnapshotError
 from gateway.storage.switches import Switches
-from gateway.wire.errors import PeerError
+from gateway.wire.peer_errors import PeerError
 from gateway.wire.peers import PeerClient
 
 log = logging.getLogger(__name__)

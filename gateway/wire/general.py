@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 import httpx
 
 from contracts.settings import Settings
-from gateway.wire.errors import PeerUnreachable, PoolExhausted
+from gateway.wire.peer_errors import PeerUnreachable, PoolExhausted
 from gateway.wire.transport import CHUNK_BYTES, Reply, Streamed
 
 # Modules of the transport stack: an AttributeError raised inside them is a connection that

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from contracts.settings import Settings
-from gateway.wire.errors import PeerUnreachable, PoolExhausted
+from gateway.wire.peer_errors import PeerUnreachable, PoolExhausted
 from gateway.wire.transport import Reply, Streamed, Transport
 
 _MAX_HEADER_BYTES = 64 * 1024

@@ -1,6 +1,6 @@
 """Calls to other nodes and to the snapshot store, over one transport
 (gateway/wire/transport.py): every call carries the cluster secret, and a reply's status
-becomes our vocabulary (gateway/wire/errors.py) here, once.
+becomes our vocabulary (gateway/wire/peer_errors.py) here, once.
 
 A call either returns the body of a 2xx reply (a query: its decoded answers) or raises a
 PeerError (a query whose reply is not the protocol: a ProtocolError).
@@ -11,13 +11,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from contracts.auth import secret_headers
+from contracts.cluster_secret import secret_headers
 from contracts.settings import Settings
 from gateway.model.queries import Answer, SubQuery, keys_of
 from gateway.runtime.lanes import offload
-from gateway.wire.errors import PeerRefused
 from gateway.wire.general import HttpxTransport
 from gateway.wire.hop import HopTransport
+from gateway.wire.peer_errors import PeerRefused
 from gateway.wire.protocol import decode_answers, encode_request
 from gateway.wire.transport import Reply, Transport
 

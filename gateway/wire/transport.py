@@ -3,7 +3,7 @@ HTTP/1.1 hop for queries (gateway/wire/hop.py), httpx for everything (gateway/wi
 and a handler in the same process for tests (gateway/wire/mock.py).
 
 A transport sends what it is given and returns the reply whatever its status; it raises only
-the PeerError family (gateway/wire/errors.py). Headers, statuses and their meaning are the
+the PeerError family (gateway/wire/peer_errors.py). Headers, statuses and their meaning are the
 client's (gateway/wire/peers.py).
 """
 

@@ -2,11 +2,11 @@
 object a line, over a Unix socket in the abstract namespace (nothing on disk to clean up;
 scoped to the node's network namespace, which its workers share).
 
-The keeper tells: each chain it serves (`Chain`: its layer files and the images of its
+The keeper tells: each chain it serves (`ChainNews`: its layer files and the images of its
 levels; None once handed over),
-the topology and what its coordinator says (`Cluster`), the snapshot store's log ends and
-its sync errors (`Delivery`), `Ready` once a follower has heard the whole state, and the
-answers to a follower's asks (`Answer`). A follower asks (`Ask`): a sync (the pipeline's
+the topology and what its coordinator says (`ClusterNews`), the snapshot store's log ends and
+its sync errors (`DeliveryNews`), `Ready` once a follower has heard the whole state, and the
+answers to a follower's asks (`AskReply`). A follower asks (`Ask`): a sync (the pipeline's
 notification landed on it), or the node's metrics (a scrape did); and it beats (`Beat`)
 every BEAT_S, so that its keeper knows its event loop runs (gateway/workers/keeper.py).
 """
@@ -45,7 +45,7 @@ def address(node_id: str, keeper_pid: int) -> str:
 
 
 @dataclass(frozen=True)
-class Chain:
+class ChainNews:
     partition: int  # a chain (contracts/chains.py)
     layers: tuple[LocalLayer, ...] | None  # None: no longer served
     # its deltas as the keeper's levels; None: a level has no image, the deltas are read
@@ -53,14 +53,14 @@ class Chain:
 
 
 @dataclass(frozen=True)
-class Cluster:
+class ClusterNews:
     topology: Topology
     described: dict[str, Any]  # the coordinator's own description
     connected: bool
 
 
 @dataclass(frozen=True)
-class Delivery:
+class DeliveryNews:
     log_end: dict[str, dict[int, int]]  # topic -> partition -> end, as last published
     errors: dict[int, str]  # chain -> why its newest version is not served
     store_rows: dict[str, int]  # store -> its rows in the cluster, as published (Manifest)
@@ -83,12 +83,12 @@ class Ask:
 
 
 @dataclass(frozen=True)
-class Answer:
+class AskReply:
     id: int
     body: Any  # sync: chain -> version installed; metrics: the exposition's text
 
 
-Message = Chain | Cluster | Delivery | Ready | Beat | Ask | Answer
+Message = ChainNews | ClusterNews | DeliveryNews | Ready | Beat | Ask | AskReply
 
 
 def encode(message: Message) -> bytes:
@@ -105,11 +105,11 @@ def decode(line: bytes) -> Message:
 
 def _body(message: Message) -> dict[str, Any]:
     match message:
-        case Chain(partition, layers, levels):
+        case ChainNews(partition, layers, levels):
             found = None if layers is None else [_layer(x) for x in layers]
             images = None if levels is None else [[str(x.path), x.span] for x in levels]
             return {"chain": partition, "layers": found, "levels": images}
-        case Cluster(topology, described, connected):
+        case ClusterNews(topology, described, connected):
             return {
                 "cluster": orjson.loads(topology.assignment.to_json()),
                 "addresses": dict(topology.addresses),
@@ -117,7 +117,7 @@ def _body(message: Message) -> dict[str, Any]:
                 "described": described,
                 "connected": connected,
             }
-        case Delivery(log_end, errors, store_rows):
+        case DeliveryNews(log_end, errors, store_rows):
             return {"delivery": log_end, "errors": errors, "rows": store_rows}
         case Ready():
             return {"ready": True}
@@ -125,7 +125,7 @@ def _body(message: Message) -> dict[str, Any]:
             return {"beat": True}
         case Ask(id, kind):
             return {"ask": id, "kind": kind}
-        case Answer(id, body):
+        case AskReply(id, body):
             return {"answer": id, "body": body}
     raise TypeError(f"not a channel message: {message!r}")
 
@@ -135,16 +135,16 @@ def _message(body: dict[str, Any]) -> Message:
         layers, levels = body["layers"], body["levels"]
         found = None if layers is None else tuple(_local(x) for x in layers)
         images = None if levels is None else tuple(LevelImage(Path(p), int(n)) for p, n in levels)
-        return Chain(int(body["chain"]), found, images)
+        return ChainNews(int(body["chain"]), found, images)
     if "cluster" in body:
         assignment = Assignment.from_json(orjson.dumps(body["cluster"]))
         topology = Topology(assignment, body["addresses"], frozenset(body["fenced"]))
-        return Cluster(topology, body["described"], bool(body["connected"]))
+        return ClusterNews(topology, body["described"], bool(body["connected"]))
     if "delivery" in body:
         ends = body["delivery"].items()
         log_end = {t: {int(p): int(e) for p, e in by.items()} for t, by in ends}
         errors = {int(c): str(e) for c, e in body["errors"].items()}
-        return Delivery(log_end, errors, {str(s): int(n) for s, n in body["rows"].items()})
+        return DeliveryNews(log_end, errors, {str(s): int(n) for s, n in body["rows"].items()})
     if "ready" in body:
         return Ready()
     if "beat" in body:
@@ -154,7 +154,7 @@ def _message(body: dict[str, Any]) -> Message:
             raise ValueError(f"no such ask: {body['kind']!r}")
         return Ask(int(body["ask"]), body["kind"])
     if "answer" in body:
-        return Answer(int(body["answer"]), body["body"])
+        return AskReply(int(body["answer"]), body["body"])
     raise ValueError("no kind of message")
 
 
@@ -176,7 +176,7 @@ Asked = Callable[[Ask], Awaitable[Any]]
 
 class Link:
     """One end of a connection: sends messages, asks and awaits answers; hands what it hears
-    to `heard` in order (an Answer resolves its ask after every message before it was
+    to `heard` in order (a AskReply resolves its ask after every message before it was
     handled), and each ask to `asked` in a task of its own."""
 
     def __init__(
@@ -213,7 +213,7 @@ class Link:
             while line := await self._reader.readline():
                 self.heard = time.monotonic()
                 message = decode(line)
-                if isinstance(message, Answer):
+                if isinstance(message, AskReply):
                     waiting = self._waiting.get(message.id)
                     if waiting is not None and not waiting.done():
                         waiting.set_result(message.body)
@@ -234,7 +234,7 @@ class Link:
             self.close()
 
     async def _answer(self, ask: Ask) -> None:
-        self.send(Answer(ask.id, await self._asked(ask)))
+        self.send(AskReply(ask.id, await self._asked(ask)))
 
     def close(self) -> None:
         self._writer.close()

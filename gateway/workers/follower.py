@@ -32,10 +32,10 @@ from gateway.workers.channel import (
     LINE_LIMIT,
     Ask,
     Beat,
-    Chain,
+    ChainNews,
     ChannelError,
-    Cluster,
-    Delivery,
+    ClusterNews,
+    DeliveryNews,
     Link,
     Message,
     Ready,
@@ -174,12 +174,12 @@ class Follower:
 
     async def _apply(self, message: Message) -> None:
         match message:
-            case Chain(partition, layers, levels):
+            case ChainNews(partition, layers, levels):
                 await self._serve(partition, layers, levels)
-            case Cluster(topology, described, connected):
+            case ClusterNews(topology, described, connected):
                 self.view.update(topology)
                 self._described, self.connected = described, connected
-            case Delivery(log_end, errors, store_rows):
+            case DeliveryNews(log_end, errors, store_rows):
                 self._log_end, self.errors, self._store_rows = log_end, errors, store_rows
             case Ready():
                 self._ready.set()

@@ -44,9 +44,9 @@ from gateway.workers.channel import (
     LINE_LIMIT,
     Ask,
     Beat,
-    Chain,
-    Cluster,
-    Delivery,
+    ChainNews,
+    ClusterNews,
+    DeliveryNews,
     Link,
     Message,
     Ready,
@@ -67,9 +67,9 @@ LATE_S = 0.25  # a check this late: this keeper did not run meanwhile (gateway/r
 class _Heard:
     """What one follower was told last."""
 
-    chains: dict[int, Chain] = field(default_factory=dict)
-    cluster: Cluster | None = None
-    delivery: Delivery | None = None
+    chains: dict[int, ChainNews] = field(default_factory=dict)
+    cluster: ClusterNews | None = None
+    delivery: DeliveryNews | None = None
 
 
 class Keeper:
@@ -142,13 +142,13 @@ class Keeper:
     def publish(self) -> None:
         """Tell each follower what changed since it was told last."""
         chains = {
-            p: Chain(p, s.layers, s.level_images()) for p, s in self.catalog.current().items()
+            p: ChainNews(p, s.layers, s.level_images()) for p, s in self.catalog.current().items()
         }
-        cluster = Cluster(
+        cluster = ClusterNews(
             self.view.current, self.coordinator.describe(), self.coordinator.connected
         )
         manifest = self.sync.manifest
-        delivery = Delivery(manifest.log_end, dict(self.sync.errors), manifest.store_rows)
+        delivery = DeliveryNews(manifest.log_end, dict(self.sync.errors), manifest.store_rows)
         for link, heard in self._links.items():
             for message in _news(heard, chains, cluster, delivery):
                 link.send(message)
@@ -212,9 +212,9 @@ def _peer_pid(writer: asyncio.StreamWriter) -> int:
 
 def _news(
     heard: _Heard,
-    chains: dict[int, Chain],
-    cluster: Cluster,
-    delivery: Delivery,
+    chains: dict[int, ChainNews],
+    cluster: ClusterNews,
+    delivery: DeliveryNews,
 ) -> list[Message]:
     """What a follower that heard `heard` is to be told, and `heard` updated to it."""
     news: list[Message] = []
@@ -226,7 +226,7 @@ def _news(
         news.append(delivery)
     for partition in sorted(set(heard.chains) - set(chains)):
         del heard.chains[partition]
-        news.append(Chain(partition, None))
+        news.append(ChainNews(partition, None))
     for partition, chain in sorted(chains.items()):
         if heard.chains.get(partition) != chain:
             heard.chains[partition] = chain

@@ -42,7 +42,7 @@ from gateway.model.filters import (
     Sort,
 )
 from gateway.model.limits import MAX_FILTER_DEPTH
-from gateway.service import Aggregate
+from gateway.service import StoreTotals
 from resolvers.schema.annotations import Scans
 from resolvers.schema.costs import page_rows
 from resolvers.schema.meta import ConsistencyInput, ResultMeta, demand
@@ -354,10 +354,10 @@ def _aggregate_type(store: Store) -> type:
     return view(types["aggregate"], fields, description)
 
 
-def _each(total: str) -> Callable[[Aggregate], Mapping[str, Any]]:
+def _each(total: str) -> Callable[[StoreTotals], Mapping[str, Any]]:
     read = attrgetter(total)
 
-    def values(aggregate: Aggregate) -> Mapping[str, Any]:
+    def values(aggregate: StoreTotals) -> Mapping[str, Any]:
         return {name: read(field) for name, field in aggregate.fields.items()}
 
     return values

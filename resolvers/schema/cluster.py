@@ -19,8 +19,8 @@ class StoreKind(Enum):
     WINDOW = "window"
 
 
-@strawberry.type
-class Column:
+@strawberry.type(name="Column")
+class ColumnInfo:
     name: str
     type: str
 
@@ -33,15 +33,17 @@ class StoreInfo:
     key_type: str
     window_size_ms: Long | None
     window_advance_ms: Long | None
-    columns: list[Column]
+    columns: list[ColumnInfo]
     is_global: bool = strawberry.field(
         name="global", description="Every node holds all of it and answers it alone."
     )
-    joins: list[Join]
+    joins: list[JoinInfo]
 
 
-@strawberry.type(description="A field of a store's records holding the record of a global store.")
-class Join:
+@strawberry.type(
+    name="Join", description="A field of a store's records holding the record of a global store."
+)
+class JoinInfo:
     name: str
     store: str = strawberry.field(description="The global store joined.")
     field: str = strawberry.field(description="The field whose value is its key.")
@@ -60,8 +62,8 @@ class Replica:
     )
 
 
-@strawberry.type
-class PartitionInfo:
+@strawberry.type(name="PartitionInfo")
+class PartitionReplicas:
     partition: int
     replicas: list[Replica]
     warming: list[Replica] = strawberry.field(
@@ -82,7 +84,7 @@ class ClusterInfo:
     partitions_count: int
     replicas: int
     nodes: list[NodeInfo]
-    partitions: list[PartitionInfo]
+    partitions: list[PartitionReplicas]
     assignment_version: int = strawberry.field(
         description="The placement this node routes by: 0 is the project file's; an elastic "
         "cluster's grows with each change its leader makes."
@@ -103,9 +105,9 @@ def stores(info: strawberry.Info[Context, None]) -> list[StoreInfo] | None:
             key_type=s.key_type,
             window_size_ms=Long(s.window_size_ms) if s.window_size_ms else None,
             window_advance_ms=Long(s.window_advance_ms) if s.window_advance_ms else None,
-            columns=[Column(name=n, type=t) for n, t in s.columns.items()],
+            columns=[ColumnInfo(name=n, type=t) for n, t in s.columns.items()],
             is_global=s.is_global,
-            joins=[Join(name=j.name, store=j.store, field=j.field) for j in s.joins],
+            joins=[JoinInfo(name=j.name, store=j.store, field=j.field) for j in s.joins],
         )
         for s in info.context.node.project.stores.values()
     ]
@@ -120,7 +122,7 @@ def cluster(info: strawberry.Info[Context, None]) -> ClusterInfo | None:
         replicas=partition_map.replicas,
         nodes=[NodeInfo(id=i, address=a) for i, a in partition_map.nodes.items()],
         partitions=[
-            PartitionInfo(
+            PartitionReplicas(
                 partition=p.partition,
                 replicas=[_replica(p.partition, r, _role(r)) for r in p.replicas],
                 warming=[_replica(p.partition, r, ReplicaRole.WARMING) for r in p.warming],

@@ -44,7 +44,7 @@ NOT_CACHED = {"cache-control": "no-store"}  # a miss, that the client's next req
 
 
 @dataclass(frozen=True)
-class Answer:
+class Rendered:
     body: bytes
     status: int = 200  # as application/graphql-response+json: 400 when nothing ran, ...
     headers: dict[str, str] | None = None
@@ -116,7 +116,7 @@ class GraphQLEndpoint:
 
     async def _answer(
         self, parsed: GraphQLRequest | list[GraphQLRequest], session: Session, get: bool
-    ) -> Answer | list[Answer]:
+    ) -> Rendered | list[Rendered]:
         context = session.context()
         if not isinstance(parsed, list):
             return await self._one(parsed, session, context, get)
@@ -129,7 +129,7 @@ class GraphQLEndpoint:
 
     async def _one(
         self, request: GraphQLRequest, session: Session, context: Context, get: bool
-    ) -> Answer:
+    ) -> Rendered:
         name, variables = request.operation_name, request.variables
         try:
             check = self._no_mutation if get else None
@@ -145,7 +145,7 @@ class GraphQLEndpoint:
             return _refusal(over_http)
         result = await session.run(prepared, context, variables)
         body = results.encoded(results.response(result), self.settings.max_response_bytes)
-        return Answer(body, 400 if results.request_error(result) else 200)
+        return Rendered(body, 400 if results.request_error(result) else 200)
 
     def _no_mutation(self, source: Source) -> None:
         """GET runs queries only (GraphQL over HTTP): a mutation is 405."""
@@ -155,9 +155,9 @@ class GraphQLEndpoint:
             )
 
 
-def _refusal(refused: Refused) -> Answer:
+def _refusal(refused: Refused) -> Rendered:
     headers = NOT_CACHED if refused.outcome == NOT_FOUND_OUTCOME else None
-    return Answer(orjson.dumps({"errors": refused.errors}), refused.status, headers)
+    return Rendered(orjson.dumps({"errors": refused.errors}), refused.status, headers)
 
 
 def _media(accept: str) -> str:

@@ -7,7 +7,7 @@ import os
 import time
 from pathlib import Path
 
-from stategate.launcher import Patience, Progress, cpu_s
+from stategate.launcher import Patience, StartProgress, cpu_s
 
 
 class Clock:
@@ -41,7 +41,7 @@ def test_progress_moves_the_deadline_up_to_the_ceiling() -> None:
 def test_a_log_growing_or_cpu_used_is_progress(tmp_path: Path) -> None:
     log = tmp_path / "server.log"
     log.write_text("starting\n")
-    progress = Progress(os.getpid(), log, busy_s=0.05)
+    progress = StartProgress(os.getpid(), log, busy_s=0.05)
     assert not progress.made()
     with log.open("a") as out:
         out.write("loading\n")

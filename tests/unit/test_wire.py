@@ -12,7 +12,7 @@ from typing import TypeVar
 
 import pytest
 
-from contracts.auth import SECRET_HEADER
+from contracts.cluster_secret import SECRET_HEADER
 from contracts.errors import Failure
 from contracts.project import Project, load
 from contracts.topology import Topology
@@ -23,9 +23,9 @@ from gateway.cluster.routing import Router
 from gateway.model.queries import Answer, Get, SubQuery
 from gateway.model.topology import TopologyView
 from gateway.storage.switches import Switches
-from gateway.wire.errors import PeerRefused, PeerUnreachable
 from gateway.wire.hop import ClosedByPeer, HopTransport, read_reply
 from gateway.wire.mock import Call, MockTransport
+from gateway.wire.peer_errors import PeerRefused, PeerUnreachable
 from gateway.wire.peers import PeerClient
 from gateway.wire.protocol import decode_request, encode_answers
 from gateway.wire.transport import Reply

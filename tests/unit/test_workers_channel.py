@@ -20,13 +20,13 @@ from contracts.topology import Topology
 from gateway.cluster.metrics import summed
 from gateway.storage.layers import LevelImage, LocalLayer
 from gateway.workers.channel import (
-    Answer,
     Ask,
+    AskReply,
     Beat,
-    Chain,
+    ChainNews,
     ChannelError,
-    Cluster,
-    Delivery,
+    ClusterNews,
+    DeliveryNews,
     Link,
     Message,
     Ready,
@@ -48,10 +48,10 @@ layers = st.lists(
 levels = st.lists(st.builds(LevelImage, paths, st.integers(1, 10**6)), max_size=3).map(tuple)
 messages = st.one_of(
     st.builds(
-        Chain, st.integers(0, 10**4), st.one_of(st.none(), layers), st.one_of(st.none(), levels)
+        ChainNews, st.integers(0, 10**4), st.one_of(st.none(), layers), st.one_of(st.none(), levels)
     ),
     st.builds(
-        Delivery,
+        DeliveryNews,
         st.dictionaries(st.text(), st.dictionaries(st.integers(0, 99), st.integers(0, 2**62))),
         st.dictionaries(st.integers(0, 99), st.text()),
         st.dictionaries(st.text(), st.integers(0, 2**62)),
@@ -59,7 +59,7 @@ messages = st.one_of(
     st.just(Ready()),
     st.just(Beat()),
     st.builds(Ask, st.integers(1, 10**9), st.sampled_from(["sync", "metrics"])),
-    st.builds(Answer, st.integers(1, 10**9), st.one_of(st.text(), st.none())),
+    st.builds(AskReply, st.integers(1, 10**9), st.one_of(st.text(), st.none())),
 )
 
 
@@ -69,8 +69,8 @@ def test_messages_read_back_as_written(message: Message) -> None:
     assert line.endswith(b"\n") and line.count(b"\n") == 1
     back = decode(line)
     assert back == message
-    if isinstance(message, Chain) and message.layers is not None:  # compare=False fields too
-        assert isinstance(back, Chain) and back.layers is not None
+    if isinstance(message, ChainNews) and message.layers is not None:  # compare=False fields too
+        assert isinstance(back, ChainNews) and back.layers is not None
         appended = [x.newest_append_ms for x in back.layers]
         assert appended == [x.newest_append_ms for x in message.layers]
 
@@ -78,7 +78,7 @@ def test_messages_read_back_as_written(message: Message) -> None:
 def test_a_cluster_reads_back_with_its_assignment_and_fencing() -> None:
     assignment = Assignment(7, 2, (("a", "b"), ("b",)), ((), ("a",)), (("a", "b"), ("b", "a")))
     topology = Topology(assignment, {"a": "127.0.0.1:1", "b": "127.0.0.1:2"}, frozenset({"b"}))
-    message = Cluster(topology, {"kind": "elastic", "leader": "a"}, connected=False)
+    message = ClusterNews(topology, {"kind": "elastic", "leader": "a"}, connected=False)
     assert decode(encode(message)) == message
 
 
@@ -107,7 +107,7 @@ def test_asks_meet_their_answers_and_messages_arrive_in_order() -> None:
         keeper = Link(*ends[0], keep, answer)
         follower = Link(*ends[1], keep, answer)
         tasks = [asyncio.create_task(link.run()) for link in (keeper, follower)]
-        keeper.send(Chain(3, None))
+        keeper.send(ChainNews(3, None))
         keeper.send(Ready())
         asked = await follower.ask("sync", 5)
         metrics = await keeper.ask("metrics", 5)
@@ -118,7 +118,7 @@ def test_asks_meet_their_answers_and_messages_arrive_in_order() -> None:
         return heard, asked, metrics
 
     heard, asked, metrics = asyncio.run(both_ends())
-    assert heard == [Chain(3, None), Ready()]
+    assert heard == [ChainNews(3, None), Ready()]
     assert asked == {"kind": "sync"} and metrics == {"kind": "metrics"}
 
 
