@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 
 CODEGEN := .venv-codegen
 
-.PHONY: setup browser coordinator network demo demo-elastic test lint bench schema clients client-python client-typescript
+.PHONY: setup browser coordinator network kafka demo demo-elastic test lint bench schema clients client-python client-typescript
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,11 @@ network:
 	@(command -v nft && command -v ip) >/dev/null || (apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nftables iproute2 >/dev/null)
 
+# Apache Kafka's broker and Spark's Kafka source, from Maven Central (Java 17 and Maven are
+# on the machine): fetched once into ~/.cache/stategate, then found there (stategate/kafka.py).
+kafka: setup
+	$(PY) -m stategate.kafka fetch > /dev/null
+
 demo: setup
 	$(PY) -m stategate.cli demo
 
@@ -49,7 +54,7 @@ lint: setup
 # npm writes node_modules/.package-lock.json last: installed, and from the current lock file.
 TS_MODULES := clients/typescript/node_modules/.package-lock.json
 # The typed clients' generators are installed before the tests run them (README: Typed clients).
-test: lint browser coordinator network $(CODEGEN)/.installed $(TS_MODULES)
+test: lint browser coordinator network kafka $(CODEGEN)/.installed $(TS_MODULES)
 	$(PY) -m pytest
 
 bench: setup

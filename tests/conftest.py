@@ -44,6 +44,17 @@ def spark() -> object:
 
 
 @pytest.fixture(scope="session")
+def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """One real Kafka broker for the test process (stategate/kafka.py), started when a test
+    first needs it: 2-4 s, ~170 MiB."""
+    from tests.kafka import started
+
+    broker = started(tmp_path_factory.mktemp("kafka"))
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture(scope="session")
 def served(spark: object, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """A cluster the read-only tests share: nothing may change its data or its nodes."""
     from tests.nodes import serve
