@@ -2,8 +2,10 @@
 reads and writes it: nodes, the pipeline and `stategate cluster` all go through here.
 
 Under the cluster's prefix (`/stategate/<name>/`):
-    members/<id>    {"format", "id", "address"}: a node, registered under its own lease, so
-                    a node that dies is gone when its lease expires (`session_ttl_s`)
+    members/<id>    {"format", "id", "address", "holds"}: a node, registered under its own
+                    lease, so a node that dies is gone when its lease expires
+                    (`session_ttl_s`); `holds` lists the partitions whose data it has
+                    (served, or files on its disk), which placement prefers to give it
     leader          the id of the node that computes the assignment, under that node's
                     lease: whoever creates the key first leads (an etcd transaction)
     assignment      the Assignment (contracts/placement.py), written only by the leader,
@@ -26,7 +28,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from contracts.clock import now_ms
-from contracts.placement import Assignment, PlacementError
+from contracts.placement import Assignment, PlacementError, Replica
 
 FORMAT = 1
 SCHEME = "etcd"
@@ -44,19 +46,34 @@ class CoordinatorError(Exception):
 class Member:
     id: str
     address: str  # host:port its peers and clients reach it on
+    holds: frozenset[int] = frozenset()  # partitions whose data it has: served, or on disk
 
     def to_json(self) -> bytes:
-        return json.dumps({"format": FORMAT, "id": self.id, "address": self.address}).encode()
+        body = {"format": FORMAT, "id": self.id, "address": self.address}
+        return json.dumps({**body, "holds": sorted(self.holds)}).encode()
 
     @classmethod
     def from_json(cls, raw: bytes) -> Member:
+        """A member record; one written before `holds` existed holds nothing."""
         try:
             body = json.loads(raw)
             if body["format"] != FORMAT:
                 raise CoordinatorError(f"a member record of format {body['format']!r}")
-            return cls(str(body["id"]), str(body["address"]))
+            holds = body.get("holds", [])
+            if not isinstance(holds, list) or not all(_partition(p) for p in holds):
+                raise TypeError(f"holds is not a list of partitions: {holds!r}")
+            return cls(str(body["id"]), str(body["address"]), frozenset(holds))
         except (ValueError, KeyError, TypeError) as exc:
             raise CoordinatorError(f"a member record that is not one: {raw[:80]!r}") from exc
+
+    @property
+    def holding(self) -> frozenset[Replica]:
+        """What it holds, as placement counts it."""
+        return frozenset((p, self.id) for p in self.holds)
+
+
+def _partition(value: object) -> bool:
+    return type(value) is int and value >= 0
 
 
 @dataclass(frozen=True)

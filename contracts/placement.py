@@ -24,6 +24,11 @@ What `target` returns for members M, with R = min(replicas, len(M)):
   takes its share and nothing else moves, and a leaving node's replicas move and nothing else
   does, unless the survivors cannot take them evenly: then another moves too (one, in every
   case tests/unit/test_placement.py measures);
+- what members hold counts (`holding`: they serve a partition, or its files are on their
+  disk): a member back from an absence (the previous target placed it nowhere) takes back
+  what it holds over a member of the target that has no data of it yet (warming up, or not
+  started), and a replica that must move goes to a member that holds it first, so that
+  nothing a member holds is copied again;
 - an active stays active unless actives must be rebalanced, which makes a standby active (no
   data moves), and no changed active could be given back with the actives still balanced;
 - a fixed point: asked again with the same members and replicas, it answers the same.
@@ -61,14 +66,16 @@ REROUTE_COST = 0  # a replica placed earlier in the same computation: nothing wa
 UNSTARTED_COST = 1  # a target replica whose warm-up has not started
 MOVE_COST = 2  # a replica with data
 ACTIVE_MOVE_COST = 3  # ...that is also the active: dearer than one move, cheaper than two
+HOLDER_SAVING = 1  # a move to a member that holds the partition: it copies nothing
 
 Nodes = tuple[str, ...]
 Placement = tuple[Nodes, ...]  # partition -> node ids
 Replica = tuple[int, str]  # (partition, node id)
-# A chain of moves offered: (cost, receiver's load, partitions it shares with the other
-# holders, receiver, giver, partition): cheapest first, then the least loaded, then the one
-# that spreads a partition's replicas over the most different nodes.
-_Offer = tuple[int, int, int, str, str, int]
+# A chain of moves offered: (cost, whether the receiver lacks the partition's data, its load,
+# partitions it shares with the other holders, receiver, giver, partition): cheapest first,
+# then to a member that holds the data, then the least loaded, then the one that spreads a
+# partition's replicas over the most different nodes.
+_Offer = tuple[int, bool, int, int, str, str, int]
 FIELDS = ("format", "version", "replicas", "partitions")
 PARTITION_FIELDS = ("serving", "warming", "target")
 NO_NODE = ""  # no node ids are empty: marks the start of a chain of moves
@@ -153,21 +160,47 @@ class Moves:
 
 
 def target(
-    previous: Assignment | None, members: Sequence[str], partitions: int, replicas: int
+    previous: Assignment | None,
+    members: Sequence[str],
+    partitions: int,
+    replicas: int,
+    holding: Collection[Replica] = frozenset(),
 ) -> Placement:
-    """The balanced goal for `members`, sticky to `previous` (its target first, then the
-    replicas that still hold data): partition -> node ids, the active first."""
+    """The balanced goal for `members`, sticky to `previous` and to what members hold
+    (`_sticky`): partition -> node ids, the active first. `holding`: the replicas whose data
+    a member has (it serves them, or their files are on its disk)."""
     eligible = _node_ids(members, "members")
     _check_shape(previous, partitions, replicas)
     if not eligible:
         return ((),) * partitions
     count = min(replicas, len(eligible))
-    held = [_sticky(previous, p, eligible)[:count] for p in range(partitions)]
-    was = {p: n for p in range(partitions) if (n := _was_active(previous, p)) and n in held[p]}
-    balance = _Balance(held, eligible, count, _prices(previous, held, was))
+    holds = frozenset(holding)
+    was = {p: n for p in range(partitions) if (n := _was_active(previous, p))}
+    shareless = {n for n in eligible if previous is None or not previous.placed(n)}
+    while True:  # a member left without a share may hold data a replica placed lacks
+        found = _place(previous, partitions, eligible, count, holds, frozenset(shareless), was)
+        left_out = {n for n in eligible if not any(n in nodes for nodes in found)}
+        if left_out <= shareless:
+            return found
+        shareless |= left_out
+
+
+def _place(
+    previous: Assignment | None,
+    partitions: int,
+    members: Nodes,
+    count: int,
+    holding: frozenset[Replica],
+    shareless: frozenset[str],
+    was: dict[int, str],
+) -> Placement:
+    """A balanced placement, sticky to `previous`, with `shareless` taken for members that
+    have no share yet."""
+    held = [_sticky(previous, p, members, holding, shareless, count) for p in range(partitions)]
+    balance = _Balance(held, members, count, _prices(previous, held, was, holding), holding)
     balance.fill()
     balance.shed()
-    actives = _actives(balance.placement, was, balance.prices, eligible)
+    actives = _actives(balance.placement, was, balance.prices, members)
     return tuple((a, *(n for n in balance.placement[p] if n != a)) for p, a in enumerate(actives))
 
 
@@ -179,19 +212,21 @@ def plan(
     replicas: int,
     caught_up: Collection[Replica] = frozenset(),
     max_warmups: int = MAX_WARMUPS,
+    holding: Collection[Replica] = frozenset(),
 ) -> Assignment:
     """The next assignment: `previous` itself when nothing changes, else one version newer.
 
     members may host (registered, not draining); retiring nodes keep serving until their
     replacements are caught up and receive nothing new; any other node is gone. caught_up
     holds the warm-ups reported as caught up with their partition's active; others are
-    ignored (a report may arrive after its warm-up was called off)."""
+    ignored (a report may arrive after its warm-up was called off). holding: the replicas
+    whose data members have (`target`)."""
     eligible = _node_ids(members, "members")
     draining = frozenset(_node_ids(retiring, "retiring"))
     if both := sorted(draining.intersection(eligible)):
         raise PlacementError(f"nodes both members and retiring: {both}")
     _whole(max_warmups, "max_warmups", 1)
-    goal = target(previous, eligible, partitions, replicas)
+    goal = target(previous, eligible, partitions, replicas, holding)
     before = previous or _empty(partitions, replicas)
     alive = draining.union(eligible)
     steps = [_advance(p, before, goal[p], alive, draining, caught_up) for p in range(partitions)]
@@ -244,12 +279,18 @@ class _Balance:
     puts a node twice in a partition)."""
 
     def __init__(
-        self, held: list[list[str]], members: Nodes, count: int, prices: dict[Replica, int]
+        self,
+        held: list[list[str]],
+        members: Nodes,
+        count: int,
+        prices: dict[Replica, int],
+        holding: frozenset[Replica],
     ) -> None:
         self.placement = held
         self.members = members
         self.count = count
         self.prices = prices  # a replica absent was placed by this computation
+        self.holding = holding
         self.holds: dict[str, set[int]] = {n: set() for n in members}
         for p, nodes in enumerate(held):
             for n in nodes:
@@ -289,7 +330,7 @@ class _Balance:
         first = sorted(self.holds[source]) if source else [partition]
         self._offer(heap, came, 0, source, first)
         while heap:
-            cost, _, _, node, giver, q = heapq.heappop(heap)
+            cost, _, _, _, node, giver, q = heapq.heappop(heap)
             if node in came:
                 continue
             came[node] = (giver, q)
@@ -311,12 +352,14 @@ class _Balance:
         parts: list[int],
     ) -> None:
         for q in parts:
-            price = cost + (self.prices.get((q, giver), REROUTE_COST) if giver else 0)
+            price = self.prices.get((q, giver), REROUTE_COST) if giver else 0
             others = [n for n in self.placement[q] if n != giver]
             for m in self.members:
                 if m not in came and m not in self.placement[q]:
+                    lacks = (q, m) not in self.holding
+                    step = price if lacks else max(price - HOLDER_SAVING, 0)
                     spread = sum(self.shared[_pair(m, n)] for n in others)
-                    heapq.heappush(heap, (price, self.load[m], spread, m, giver, q))
+                    heapq.heappush(heap, (cost + step, lacks, self.load[m], spread, m, giver, q))
 
     def _apply(self, came: dict[str, tuple[str, int]], node: str) -> None:
         giver, q = came[node]
@@ -418,13 +461,32 @@ def _shift_active(
     return False
 
 
-def _sticky(previous: Assignment | None, p: int, members: Nodes) -> list[str]:
-    """The members `previous` placed partition p on, in order of preference: its target,
-    then those that still serve it."""
-    if previous is None:
-        return []
-    ordered = dict.fromkeys((*previous.target[p], *previous.serving[p], *previous.warming[p]))
-    return [n for n in ordered if n in members]
+def _sticky(
+    previous: Assignment | None,
+    p: int,
+    members: Nodes,
+    holding: frozenset[Replica],
+    shareless: frozenset[str],
+    count: int,
+) -> list[str]:
+    """Up to `count` members to keep partition p on, chosen in order of preference: those of
+    the previous target that have its data (they serve it, or hold it), then members without
+    a share that have it (back from an absence: placed nowhere by the previous target, they
+    held on to it), then the rest of the target (warming up, or not started), then those
+    that still serve it (relieved by a move under way). The target's order is kept."""
+    goal = previous.target[p] if previous else ()
+    serving = previous.serving[p] if previous else ()
+    has = {*serving, *(n for n in members if (p, n) in holding)}
+    ranked = dict.fromkeys(
+        (
+            *(n for n in goal if n in has),
+            *(n for n in members if n in shareless and n in has),
+            *goal,
+            *serving,
+        )
+    )
+    chosen = [n for n in ranked if n in members][:count]
+    return sorted(chosen, key=lambda n: goal.index(n) if n in goal else len(goal))
 
 
 def _was_active(previous: Assignment | None, p: int) -> str | None:
@@ -434,13 +496,18 @@ def _was_active(previous: Assignment | None, p: int) -> str | None:
 
 
 def _prices(
-    previous: Assignment | None, held: list[list[str]], was: dict[int, str]
+    previous: Assignment | None,
+    held: list[list[str]],
+    was: dict[int, str],
+    holding: frozenset[Replica],
 ) -> dict[Replica, int]:
     """What moving each replica already placed would cost."""
     prices = {}
     for p, nodes in enumerate(held):
         for n in nodes:
-            copied = previous is not None and (n in previous.serving[p] or n in previous.warming[p])
+            copied = (p, n) in holding or (
+                previous is not None and (n in previous.serving[p] or n in previous.warming[p])
+            )
             extra = ACTIVE_MOVE_COST - MOVE_COST if was.get(p) == n else 0
             prices[p, n] = MOVE_COST + extra if copied else UNSTARTED_COST
     return prices

@@ -193,7 +193,13 @@ class GatewayNode:
         coordination = Coordination(
             cluster.coordinator, cluster.name, coordinator_timeout(self.project.settings)
         )
-        return view, ElasticCoordinator(self.project, coordination, me, view, self._caught_up)
+        return view, ElasticCoordinator(
+            self.project, coordination, me, view, self._caught_up, self._holds
+        )
+
+    def _holds(self) -> frozenset[int]:
+        """The partitions whose data this node has, as it tells the leader."""
+        return self.sync.holding() if isinstance(self.sync, SnapshotSync) else frozenset()
 
     def _caught_up(self, assignment: Assignment) -> frozenset[Replica]:
         """The warm-ups whose node holds its partition at least as far as the partition's

@@ -20,7 +20,7 @@ import pytest
 
 from contracts.manifest import read_manifest
 from stategate.hosts import Network
-from tests.held import held, refetched
+from tests.held import copied, held, refetched
 from tests.multihost import ETCD, HOSTS, NODES, Clients, MultiHost, running, wait_for
 
 UNAVAILABLE = Network.unavailable()
@@ -158,8 +158,9 @@ def test_a_node_cut_off_from_the_coordinator_is_replaced_and_rejoins_without_pos
     """node2 loses every etcd member but nothing else: once its lease may have expired it
     answers as nobody's active; its lease expires and its replicas are placed elsewhere (warm-
     up first) while it goes on answering with true positions; healed, it registers again and
-    takes a share, and at no point answers as the active of a partition the coordinator's
-    assignment does not give it."""
+    takes a share, made of what it held first (it fetches none of its files again), and at
+    no point answers as the active of a partition the coordinator's assignment does not give
+    it."""
     cluster, node = world.cluster, "node2"
     before = cluster.state().assignment
     assert before is not None
@@ -178,6 +179,7 @@ def test_a_node_cut_off_from_the_coordinator_is_replaced_and_rejoins_without_pos
     ]
     assert posed == [], f"node2 answered as the active of {posed} while cut off"
     assert cluster.gauge(node, "stategate_fenced") == 1
+    kept = held(cluster.project, node)
     healed = time.monotonic()
     cluster.network.heal()
     while node not in cluster.state().members or cluster.gauge(node, "stategate_fenced"):
@@ -185,8 +187,10 @@ def test_a_node_cut_off_from_the_coordinator_is_replaced_and_rejoins_without_pos
         assert_answers_as_assigned(cluster, node)
     cluster.settled(set(NODES))
     recover = time.monotonic() - healed
+    again = refetched(kept, held(cluster.project, node))
     outcome = window.close(detect, max(recover, last_bad_after(world, healed)))
     assert cluster.state().assignment.hosted_by(node)  # type: ignore[union-attr]
+    assert again == {}, f"node2 fetched again what it held: {again}"
     assert outcome.wrong == 0, world.clients.wrong()
 
 
@@ -291,8 +295,12 @@ def test_a_partitions_last_replica_losing_its_lease_serves_until_a_replacement_h
     lost_node_grace_s: it goes on serving the partitions whose other replica was node3's,
     with true positions, until a replacement has their data. No client sees NOT_PRESENT,
     and no assignment makes node1 serve a partition it does not hold. Healed, node2 and
-    node3 fetch none of the files they held again."""
+    node3 are given back what they hold over node1's warm-ups (called off before node1
+    reaches the store again): no node fetches again a file it held, and no base is copied
+    that the nodes held already (a partition whose base a compaction replaced meanwhile
+    aside)."""
     cluster = world.cluster
+    bases = base_versions(cluster)
     window = Window(world, "a partition's last replica loses its lease during warm-ups")
     cluster.network.cut("node1", "store")
     cluster.network.cut("node3", *(h for h in HOSTS if h != "node3"), "clients")
@@ -312,11 +320,20 @@ def test_a_partitions_last_replica_losing_its_lease_serves_until_a_replacement_h
     assert assignment is not None
     empty = set(assignment.hosted_by("node1")) - set(cluster.versions("node1"))
     assert not empty, f"node1 serves {sorted(empty)} without their data"
-    kept = {n: held(cluster.project, n) for n in ("node2", "node3")}
+    kept = {n: held(cluster.project, n) for n in NODES}
     healed = time.monotonic()
+    cluster.network.heal("node2", "node3")
+    wait_for(
+        lambda: all(cluster.state().assignment.placed(n) for n in ("node2", "node3")),  # type: ignore[union-attr]
+        "node2 and node3 placed again",
+        timeout_s=RECOVER_S,
+    )
     cluster.network.heal()
     cluster.settled(set(NODES), timeout_s=RECOVER_S)
-    again = {n: refetched(files, held(cluster.project, n)) for n, files in kept.items()}
+    now = {n: held(cluster.project, n) for n in NODES}
+    steady = {p for p, version in base_versions(cluster).items() if bases[p] == version}
+    again = {n: refetched(kept[n], now[n]) for n in NODES}
+    copies = {n: copied(kept[n], now[n], steady) for n in NODES}
     outcome = window.close(detect, max(time.monotonic() - healed, last_bad_after(world, healed)))
     absent = {
         f"{type(c).__name__} of {c.node}"
@@ -325,8 +342,15 @@ def test_a_partitions_last_replica_losing_its_lease_serves_until_a_replacement_h
     }
     assert not absent, f"NOT_PRESENT answered to {sorted(absent)}"
     fetched = {n: sum(files.values()) for n, files in again.items()}
-    assert fetched == {"node2": 0, "node3": 0}, f"fetched again what they held: {again}"
+    assert fetched == dict.fromkeys(NODES, 0), f"fetched again what they held: {again}"
+    assert not any(copies.values()), f"bases copied that the nodes held: {copies}"
     assert outcome.wrong == 0, world.clients.wrong()
+
+
+def base_versions(cluster: MultiHost) -> dict[int, int]:
+    """The version of each partition's base, as the pipeline last published it."""
+    published = read_manifest(Path(cluster.project.snapshot_store)).partitions
+    return {p: published[p].base.version for p in range(cluster.project.cluster.partitions)}
 
 
 def test_the_coordinator_losing_its_leader_or_its_quorum_stops_no_answer(world: World) -> None:

@@ -3,11 +3,13 @@ a coordination service that nodes join and leave while serving (ElasticCoordinat
 through contracts/coordination.py).
 
 An elastic node registers under a lease it keeps alive; a node that dies loses its
-registration within `session_ttl_s`. The first node to create the leader key leads: it
-computes each next assignment (contracts/placement.py: sticky, balanced, warm-ups before
-handover) from the members, the drains asked for, and which warm-ups have caught up, and
-writes it over the one it read. Every node watches the cluster's keys and takes each new
-assignment into its TopologyView, which routing and delivery read.
+registration within `session_ttl_s`. Its registration says which partitions it holds the
+data of, and is written again whenever that changes. The first node to create the leader key
+leads: it computes each next assignment (contracts/placement.py: sticky, balanced, warm-ups
+before handover) from the members, the drains asked for, what the members hold, and which
+warm-ups have caught up, and writes it over the one it read. Every node watches the
+cluster's keys and takes each new assignment into its TopologyView, which routing and
+delivery read.
 
 A member that disappears keeps its replicas for `lost_node_grace_s` (a restart is not a
 move); then they are placed again, warm-up first. While the coordinator is unreachable a node
@@ -42,6 +44,11 @@ UNEXPECTED = "the coordinator's loop goes on after"  # a loop of its that ends s
 CALLS_PER_TTL = 4  # a coordinator call's deadline: a quarter of session_ttl_s
 MIN_CALL_S = 0.5
 CaughtUp = Callable[[Assignment], frozenset[Replica]]  # the warm-ups caught up now
+Holds = Callable[[], frozenset[int]]  # the partitions whose data this node has now
+
+
+def _nothing() -> frozenset[int]:
+    return frozenset()
 
 
 class Coordinator(Protocol):
@@ -80,12 +87,14 @@ class ElasticCoordinator:
         me: Member,
         view: TopologyView,
         caught_up: CaughtUp,
+        holds: Holds = _nothing,
     ) -> None:
         self.project = project
         self.coordination = coordination
         self.me = me
         self.view = view
         self.caught_up = caught_up
+        self.holds = holds
         self.state = State()
         self.connected = False
         self._lease: int | None = None
@@ -147,9 +156,26 @@ class ElasticCoordinator:
         ttl = math.ceil(self.project.settings.session_ttl_s)  # never shorter than the fence's
         sent = time.monotonic()
         lease = await self.coordination.lease(ttl)
-        await self.coordination.register(self.me, lease)
-        self._lease = lease
+        me = self._member()
+        await self.coordination.register(me, lease)
+        self._lease, self.me = lease, me
         self._held(sent)
+
+    def _member(self) -> Member:
+        return Member(self.me.id, self.me.address, self.holds())
+
+    async def _tell_holdings(self) -> None:
+        """Register again when what this node holds changed, so that the leader places by
+        what it holds now."""
+        me = self._member()
+        if self._lease is None or me.holds == self.me.holds:
+            return
+        try:
+            await self.coordination.register(me, self._lease)
+        except CoordinatorError as exc:  # an expired lease: the keep-alive registers anew
+            log.info("what this node holds not told: %s", exc)
+            return
+        self.me = me
 
     async def _read(self) -> None:
         self.state = await self.coordination.read()
@@ -273,6 +299,7 @@ class ElasticCoordinator:
             await asyncio.sleep(self.project.settings.health_interval_s)
             try:
                 await self._read()
+                await self._tell_holdings()
                 if self.state.leader is None and self._lease is not None:
                     await self.coordination.campaign(self.me.id, self._lease)
                     await self._read()
@@ -291,6 +318,7 @@ class ElasticCoordinator:
         cluster, settings = self.project.cluster, self.project.settings
         previous = state.assignment
         caught = self.caught_up(previous) if previous else frozenset()
+        holding = frozenset().union(*(m.holding for m in state.members.values()))
         try:
             nxt = placement.plan(
                 previous,
@@ -300,6 +328,7 @@ class ElasticCoordinator:
                 cluster.replicas,
                 caught,
                 settings.max_warmups,
+                holding,
             )
         except placement.PlacementError as exc:
             log.error("no next assignment: %s", exc)

@@ -78,6 +78,7 @@ class SnapshotSync:
         self.manifest = Manifest()
         self.errors: dict[int, str] = {}
         self._refused: dict[int, _Refusal] = {}
+        self._on_disk: frozenset[int] = frozenset()  # unserved partitions whose base is here
         self._lock = asyncio.Lock()
         self._remote = "://" in project.snapshot_url
         self.synced_at = time.monotonic()  # when its last round ended (gateway/storage/lateness.py)
@@ -137,12 +138,21 @@ class SnapshotSync:
         global one."""
         return chains.held(self.project, self.topology.current.assigned_to(self.node_id))
 
+    def holding(self) -> frozenset[int]:
+        """The partitions whose data this node has: those it serves, and those whose base, as
+        the manifest names it, is on its disk (kept, or left by an earlier run). Given one of
+        those, it fetches only the layers it lacks."""
+        served = {p for p in self.catalog.current() if not chains.is_global(self.project, p)}
+        return self._on_disk.union(served)
+
     def hand_over(self, partition: int) -> None:
         """Stop serving a partition this node no longer holds; its files go once the queries
         under way let go of it. An assignment made while this node was away (its lease
         expired) may give the partition back once the node is registered again: its layer
         files stay then, as an earlier run's do (`_sweep`)."""
         away = self.topology.current.away(self.node_id)
+        on_disk = self._on_disk | {partition} if away else self._on_disk - {partition}
+        self._on_disk = on_disk  # a whole set replaced: `_sweep` runs in a thread
         if self.catalog.drop(partition, keep_files=away):
             kept = " (its files kept: this node was away)" if away else ""
             log.info("partition %s handed over%s", partition, kept)
@@ -247,6 +257,7 @@ class SnapshotSync:
         manifest still names: a partition that comes back (a node restarted, or back from an
         absence, after its replicas moved) reuses them instead of fetching them again."""
         served = set(self.catalog.current())
+        on_disk = set()
         for partition in range(chains.count(self.project)):
             folder = self.catalog.folder / partition_folder(partition)
             if partition in served or not folder.is_dir():
@@ -256,6 +267,9 @@ class SnapshotSync:
             for path in folder.iterdir():
                 if parse_file_name(path.name) is not None and path not in named:
                     path.unlink(missing_ok=True)
+            if entry is not None and _sized(self._local_path(partition, entry.base), entry.base):
+                on_disk.add(partition)
+        self._on_disk = frozenset(p for p in on_disk if not chains.is_global(self.project, p))
 
     def _local_path(self, partition: int, layer: Layer) -> Path:
         """Where a layer goes on this node: named by the node, never by the manifest."""
@@ -301,6 +315,14 @@ def _intact(path: Path, layer: Layer) -> bool:
             return False
         with open(path, "rb") as file:
             return hashlib.file_digest(file, "sha256").hexdigest() == layer.sha256
+    except OSError:
+        return False
+
+
+def _sized(path: Path, layer: Layer) -> bool:
+    """Whether a file on disk has the layer's size (its sha256 is checked at install)."""
+    try:
+        return path.stat().st_size == layer.size
     except OSError:
         return False
 

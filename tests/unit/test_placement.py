@@ -382,13 +382,18 @@ def cold(members: Sequence[str], partitions: int, replicas: int) -> Assignment:
 
 
 def settle(
-    a: Assignment, members: Sequence[str], retiring: Sequence[str] = (), max_warmups: int = 2
+    a: Assignment,
+    members: Sequence[str],
+    retiring: Sequence[str] = (),
+    max_warmups: int = 2,
+    holding: Collection[Replica] = frozenset(),
 ) -> tuple[Assignment, int]:
     """Plan, reporting every warm-up caught up, until nothing changes: the settled assignment
     and how many warm-ups were started on the way (the data copied)."""
     started = 0
     for _ in range(a.partitions * MAX_REPLICAS + 2):
-        after = plan(a, members, retiring, a.partitions, a.replicas, warmups(a), max_warmups)
+        args = (members, retiring, a.partitions, a.replicas, warmups(a), max_warmups, holding)
+        after = plan(a, *args)
         if after is a:
             return a, started
         started += len(warmups(after) - warmups(a))
@@ -547,14 +552,16 @@ def test_plan_refuses(kwargs: dict[str, object], message: str) -> None:
 
 
 class Elastic(RuleBasedStateMachine):
-    """Joins, losses, drains and catch-ups in any order, from a cold start: every assignment
-    checked, and everything caught up at the end settles balanced."""
+    """Joins, losses, returns, drains and catch-ups in any order, from a cold start: every
+    assignment checked, and everything caught up at the end settles balanced."""
 
     def __init__(self) -> None:
         super().__init__()
         self.next_id = 0
         self.members: list[str] = []
         self.retiring: list[str] = []
+        self.lost: list[str] = []
+        self.kept: set[Replica] = set()  # what lost nodes served: they keep its files
 
     @initialize(shape=layout(), max_warmups=st.integers(1, 4))
     def start(self, shape: tuple[int, int, int], max_warmups: int) -> None:
@@ -567,11 +574,16 @@ class Elastic(RuleBasedStateMachine):
         self.next_id += 1
         return f"n{self.next_id}"
 
+    def holding(self, a: Assignment) -> set[Replica]:
+        """What members hold, as they tell the leader: what they serve, and kept files."""
+        return {(p, n) for p, n in replicas_of(a) | self.kept if n in self.members}
+
     def step(self, caught_up: Collection[Replica] = ()) -> None:
         before, args = self.a, (self.members, self.retiring, self.partitions, self.replicas)
-        after = plan(before, *args, caught_up, self.max_warmups)
+        after = plan(before, *args, caught_up, self.max_warmups, self.holding(before))
         assert after is before or after.version == before.version + 1
-        assert plan(after, *args, (), self.max_warmups) is after  # one step does it all
+        again = plan(after, *args, (), self.max_warmups, self.holding(after))
+        assert again is after  # one step does it all
         assert not needless(before.target, after.target, self.members)
         present = {*self.members, *self.retiring}
         for p, (was, now) in enumerate(zip(before.serving, after.serving, strict=True)):
@@ -594,6 +606,17 @@ class Elastic(RuleBasedStateMachine):
         for group in (self.members, self.retiring):
             if node in group:
                 group.remove(node)
+        self.lost.append(node)
+        self.kept |= {(p, node) for p in self.a.hosted_by(node)}
+        self.step()
+
+    @precondition(lambda self: self.lost)
+    @rule(data=st.data())
+    def come_back(self, data: st.DataObject) -> None:
+        """A lost node registers again (a drain ends with its run), with the files it kept."""
+        node = data.draw(st.sampled_from(self.lost))
+        self.lost.remove(node)
+        self.members.append(node)
         self.step()
 
     @precondition(lambda self: self.members)
@@ -634,7 +657,8 @@ class Elastic(RuleBasedStateMachine):
     def teardown(self) -> None:
         if not self.members:
             return
-        a, _ = settle(self.a, self.members, self.retiring, self.max_warmups)
+        holding = self.holding(self.a)
+        a, _ = settle(self.a, self.members, self.retiring, self.max_warmups, holding)
         assert a.serving == a.target and not warmups(a)
         assert not any(a.assigned_to(n) for n in self.retiring)
         assert_balanced(a.serving, self.members, self.replicas)
@@ -642,3 +666,58 @@ class Elastic(RuleBasedStateMachine):
 
 TestElastic = Elastic.TestCase
 TestElastic.settings = settings(REPRODUCIBLE, max_examples=150, stateful_step_count=30)
+
+
+# --- what members hold -----------------------------------------------------------------------
+
+
+def replicas_of(a: Assignment) -> set[Replica]:
+    return {(p, n) for p, nodes in enumerate(a.serving) for n in nodes}
+
+
+def test_a_member_back_takes_back_what_it_holds_from_warm_ups() -> None:
+    """n3 is lost and its replicas warm up on n1 and n2; it comes back holding them (its
+    files kept): it is given them back, and the warm-ups are called off."""
+    a = cold(ids(3), 9, 2)
+    lost = plan(a, ids(2), (), 9, 2, max_warmups=9)
+    assert {n for _, n in warmups(lost)} == {"n1", "n2"}
+    back = plan(lost, ids(3), (), 9, 2, max_warmups=9, holding=replicas_of(a))
+    assert [set(nodes) for nodes in back.target] == [set(nodes) for nodes in a.target]
+    assert warmups(back) == {(p, "n3") for p in a.hosted_by("n3")}  # to catch up
+
+
+def test_a_member_back_after_its_replicas_moved_is_given_what_it_holds() -> None:
+    """n3's replicas moved and caught up elsewhere; n3 comes back with their files: its
+    share is made of partitions it holds, and nothing else moves."""
+    a = cold(ids(3), 9, 2)
+    moved, _ = settle(plan(a, ids(2), (), 9, 2), ids(2))
+    holding = replicas_of(moved) | {(p, "n3") for p in a.hosted_by("n3")}
+    back = target(moved, ids(3), 9, 2, holding)
+    share = {p for p, nodes in enumerate(back) if "n3" in nodes}
+    assert len(share) == 6 and share <= set(a.hosted_by("n3"))
+    assert len(moves(moved, settled(back, 2)).added) == 6
+
+
+@REPRODUCIBLE
+@given(layout(), st.data())
+def test_what_members_hold_keeps_the_target_balanced_and_moves_nothing_settled(
+    shape: tuple[int, int, int], data: st.DataObject
+) -> None:
+    size, partitions, replicas = shape
+    members = ids(size)
+    pairs = st.tuples(st.integers(0, partitions - 1), st.sampled_from(members))
+    holding = data.draw(st.sets(pairs, max_size=partitions * size))
+    first = target(None, members, partitions, replicas, holding)
+    assert_balanced(first, members, replicas)
+    assert target(settled(first, replicas), members, partitions, replicas, holding) == first
+    plain = settled(target(None, members, partitions, replicas), replicas)
+    assert target(plain, members, partitions, replicas, holding) == plain.target
+
+
+def test_a_first_target_places_partitions_where_their_data_is() -> None:
+    """The assignment lost (a coordinator started empty), members holding a balanced share
+    (round-robin's, not the one a first target picks): each keeps its own."""
+    a = static(ids(3), 9, 2)
+    assert [set(nodes) for nodes in target(None, ids(3), 9, 2)] != [set(n) for n in a.target]
+    again = target(None, ids(3), 9, 2, replicas_of(a))
+    assert [set(nodes) for nodes in again] == [set(nodes) for nodes in a.target]
