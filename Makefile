@@ -49,7 +49,7 @@ demo-elastic: setup coordinator
 lint: setup
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
-	$(PY) -m mypy contracts gateway resolvers spark_pipeline stategate bench
+	$(PY) -m mypy contracts topics gateway resolvers spark_pipeline stategate bench
 
 # npm writes node_modules/.package-lock.json last: installed, and from the current lock file.
 TS_MODULES := clients/typescript/node_modules/.package-lock.json

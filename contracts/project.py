@@ -43,8 +43,11 @@ SECRET_ENV = "STATEGATE_SECRET"
 MAX_PORT = 65535
 
 # What each table of the file may hold; [settings] is checked by contracts/settings.py.
-TABLES = ("log", "snapshots", "pages", "cluster", "topics", "stores", "settings", "auth")
+TABLES = ("log", "kafka", "snapshots", "pages", "cluster", "topics", "stores", "settings", "auth")
+KAFKA = ("bootstrap", "group", "prefix", "client", "spark")
+KAFKA_GROUP = "stategate"
 CLUSTER = ("partitions", "replicas", "secret", "secret_env", "nodes", "coordinator", "name")
+_HOST_PORT = re.compile(r"[^\s:,]+:\d{1,5}")
 CLUSTER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 STORE_ENTRIES: dict[str, tuple[str, ...]] = {
     "table": ("name", "kind", "topic", "index", "global", "joins", "history"),
@@ -223,6 +226,23 @@ class Cluster:
 
 
 @dataclass(frozen=True)
+class Kafka:
+    """[kafka]: the Kafka cluster the declared topics live in (README: Kafka). Its client
+    properties pass through as they are: `client` to librdkafka (the pipeline's driver,
+    `stategate produce`), `spark` to the Java client of Spark's Kafka source."""
+
+    bootstrap: str  # host:port[,host:port...]
+    group: str = KAFKA_GROUP  # the consumer group the published positions are committed to
+    prefix: str = ""  # the declared topic `t` is the Kafka topic prefix + t
+    client: dict[str, str] = field(default_factory=dict)
+    spark: dict[str, str] = field(default_factory=dict)
+
+    def topic(self, name: str) -> str:
+        """The Kafka topic of the declared topic `name`."""
+        return self.prefix + name
+
+
+@dataclass(frozen=True)
 class Project:
     path: Path
     log_dir: Path
@@ -234,6 +254,7 @@ class Project:
     settings: Settings = field(default_factory=Settings)
     pages_dir: Path | None = None  # [pages] dir: static pages (dashboards) nodes serve at /pages/
     access: Access | None = None  # [auth]: who may read what; None checks nothing
+    kafka: Kafka | None = None  # [kafka]: the topics are Kafka's; None: the file log's ([log])
 
     def store(self, name: str) -> Store:
         return self.stores[name]
@@ -292,6 +313,23 @@ def parse(raw: dict[str, Any], path: Path, *, serving: bool = True) -> Project:
         settings=_settings(top.get("settings", dict, {})),
         pages_dir=_pages(Table(top.get("pages", dict, {}), "[pages]", ("dir",)), base, serving),
         access=_access(top.optional("auth", dict), base, stores),
+        kafka=_kafka(top.optional("kafka", dict)),
+    )
+
+
+def _kafka(raw: object) -> Kafka | None:
+    if raw is None:
+        return None
+    table = Table(raw, "[kafka]", KAFKA)
+    bootstrap = table.get("bootstrap", str)
+    if not all(_HOST_PORT.fullmatch(server) for server in bootstrap.split(",")):
+        raise ConfigError(f"[kafka]: bootstrap must be host:port[,host:port...], not {bootstrap!r}")
+    return Kafka(
+        bootstrap,
+        table.get("group", str, KAFKA_GROUP),
+        table.get("prefix", str, ""),
+        table.strings("client", {}),
+        table.strings("spark", {}),
     )
 
 

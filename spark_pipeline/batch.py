@@ -42,9 +42,11 @@ from contracts.settings import Settings
 from contracts.snapshot_file import Kind
 from spark_pipeline import dead_letter
 from spark_pipeline.checks import BadRow
-from spark_pipeline.log_source import RECORDS, Slice, ddl, members, read_slice
+from spark_pipeline.log_source import ddl, members
 from spark_pipeline.plan import Until, stores_digest
 from spark_pipeline.snapshot import LayerTask, build_layer
+from topics import Log
+from topics.records import RECORDS, Span
 
 DRIVER_THREADS = os.cpu_count() or 1  # a batch in the driver builds a partition per thread
 
@@ -154,13 +156,14 @@ def publish_here(
     project: Project,
     store_dir: Path,
     manifest: Manifest,
+    log: Log,
     until: Until,
     commit: Callable[[Published], None] | None = None,
     rebuild: bool = False,
     compact: bool = False,
 ) -> Published:
-    """The same publication as `publish`, built in this process for the records between
-    the published positions (offset 0 to `rebuild`) and `until`, a partition per thread of
+    """The same publication as `publish`, built in this process for the records of `log`
+    between the published positions (offset 0 to `rebuild`) and `until`, a partition per thread of
     DRIVER_THREADS (DuckDB works outside the GIL): no Spark stage, whose fixed cost (~0.7 s for a
     stage with no work, more on a busy machine) exceeds a small batch's work. With `commit`,
     each partition's layer is handed to it as soon as it is written, in a publication of
@@ -172,12 +175,12 @@ def publish_here(
     def build(partition: int) -> list[dict[str, Any]]:
         read_ms, published = now_ms(), batch.published(partition)
         ends = {topic: until(topic, partition) for topic in sorted(project.topics)}
-        ranges = tuple(
-            (partition, topic, published[topic], end)
+        spans = [
+            Span(partition, topic, published[topic], end)
             for topic, end in ends.items()
             if end > published[topic]
-        )
-        table = pa.Table.from_batches(read_slice(project.log_dir, Slice(0, ranges)), RECORDS)
+        ]
+        table = pa.Table.from_batches(log.read(spans), RECORDS)
         return [
             row
             for built in _build_partition(batch, partition, table, read_ms)

@@ -7,13 +7,13 @@ import dataclasses
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import orjson
 
-from contracts import chains, eventlog
+from contracts import chains
 from contracts.manifest import Manifest
 from contracts.project import Project, Store
+from topics import Log
 
 OffsetRange = tuple[int, int]  # [start, end)
 # Where a partition's read of a topic stops, asked when the partition's task starts.
@@ -43,7 +43,7 @@ class RunPlan:
         ends = self.ends
         return lambda topic, partition: ends[topic][partition]
 
-    def until_now(self, log_dir: Path, spare: int) -> Until:
+    def until_now(self, log: Log, spare: int) -> Until:
         """Every read stopping at the log's end when the partition's task starts, at most
         `spare` records past the plan's end: a record appended while the batch builds the
         partitions before it is read at once, not a whole batch later."""
@@ -51,7 +51,7 @@ class RunPlan:
 
         def until(topic: str, partition: int) -> int:
             planned = ends[topic][partition]
-            return min(eventlog.end_offset(log_dir, topic, partition), planned + spare)
+            return min(log.end_offset(topic, partition), planned + spare)
 
         return until
 
@@ -71,19 +71,20 @@ class RunPlan:
         return dataclasses.replace(self, ranges=ranges)
 
 
-def plan_run(project: Project, manifest: Manifest) -> RunPlan:
-    """Read from each partition's published position to the current log end. A partition is
+def plan_run(project: Project, manifest: Manifest, log: Log) -> RunPlan:
+    """Read from each partition's published position to the log's end now. A partition is
     rebuilt when it has new records, has never been published, or the stores changed."""
     published = manifest.partitions
     rebuild = bool(published) and manifest.stores_digest != stores_digest(project)
     ranges: dict[str, dict[int, OffsetRange]] = {}
     starts = {p: chains.position(project, manifest, p) for p in range(project.cluster.partitions)}
+    ends = log.end_offsets()
     for topic in project.topics:
         ranges[topic] = {}
         for partition in range(project.cluster.partitions):
             entry = published.get(partition)
             start = 0 if rebuild else starts[partition][topic]
-            end = eventlog.end_offset(project.log_dir, topic, partition)
+            end = ends[topic][partition]
             if end < start:
                 raise LogBehindError(
                     f"{topic}-{partition} ends at offset {end} but snapshot "

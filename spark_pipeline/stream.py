@@ -48,6 +48,7 @@ from spark_pipeline.plan import plan_run, stores_digest
 from spark_pipeline.progress import log_bad_records, positions
 from spark_pipeline.publish import Notifier, prune, sweep_temporaries
 from spark_pipeline.session import LazySpark
+from topics import open_log
 
 log = logging.getLogger(__name__)
 CRASH_AT = "STATEGATE_CRASH_AT"  # tests: die at this point of a micro-batch (see _crash_point)
@@ -81,6 +82,7 @@ class Follower:
         self._failure: BaseException | None = None  # what ended the loop, if not a stop
         self._compactor: threading.Thread | None = None
         self._notifier = Notifier(project)
+        self.events = open_log(project)  # the topics it follows
         self._groups = 0  # the task groups the executors' records come in, once Spark runs
         self.freshness = Delays(stages=("read", "written", "published"))
         self.registry = CollectorRegistry()
@@ -96,6 +98,7 @@ class Follower:
         """Follow the log from the published positions; when a partition was never published
         or the store declarations are new, catch up with a one-shot run first (a rebuild when
         the stores changed). Returns without following when a stop came meanwhile."""
+        self.events.check()
         with locked(self.store_dir):
             sweep_temporaries(self.store_dir)
         if not extendable(self.project, read_manifest(self.store_dir)):
@@ -111,7 +114,7 @@ class Follower:
         partitions = range(self.project.cluster.partitions)
         log.info(
             "following %s every %s s; published positions %s",
-            self.project.log_dir,
+            self.project.kafka.bootstrap if self.project.kafka else self.project.log_dir,
             self.project.settings.trigger_interval_s,
             positions({p: chains.position(self.project, manifest, p) for p in partitions}),
         )
@@ -150,6 +153,7 @@ class Follower:
         if self._compactor is not None:
             self._compactor.join(60)
         self._notifier.close()
+        self.events.close()
         log.info(
             "stopped after %d micro-batches: %d records, %d layers, %d compactions",
             self.progress.batches,
@@ -178,18 +182,24 @@ class Follower:
         started = time.monotonic()
         with locked(self.store_dir):
             manifest = read_manifest(self.store_dir)
-            plan = plan_run(self.project, manifest)
+            plan = plan_run(self.project, manifest, self.events)
             if plan.rebuild:
                 raise RuntimeError("the snapshot store's stores changed under the pipeline")
             behind = plan.records(set(self.project.topics))
             if behind == 0:
                 return
+            until = None  # the executors build it
             if settings.in_driver(behind):
+                until = plan.until_now(self.events, self._spare(behind))
+            elif self.project.kafka is not None:  # Spark's Kafka source is not wired yet
+                until = plan.capped(settings.max_records_per_batch).until()  # (issue 49)
+            if until is not None:
                 published = publish_here(
                     self.project,
                     self.store_dir,
                     manifest,
-                    plan.until_now(self.project.log_dir, self._spare(behind)),
+                    self.events,
+                    until,
                     commit=self._commit_one,
                 )
             else:

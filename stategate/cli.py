@@ -24,6 +24,7 @@ from contracts.coordination import Coordination, CoordinatorError
 from contracts.project import Project
 from contracts.settings import Settings, shown, table
 from stategate import cluster_commands, demo, exposure, logs, stopping, workers
+from topics import TopicsError, open_log
 
 if TYPE_CHECKING:
     from spark_pipeline.session import LazySpark
@@ -303,6 +304,9 @@ def run_pipeline(project: Project, args: argparse.Namespace) -> int:
     except BadRecordError as exc:  # settings.bad_records = "fail": nothing was published
         log.error("stopped: %s", exc)
         status = 1
+    except TopicsError as exc:  # the topics are not what the project declares
+        print(f"stategate: {exc}", file=sys.stderr)
+        status = 2
     except Exception as exc:
         if not stop.requested:
             raise
@@ -367,11 +371,16 @@ def run_produce(project: Project, args: argparse.Namespace) -> int:
                 return 2
             print(f"stategate: line {number}: {exc}; left out", file=sys.stderr)
     held = signal.pthread_sigmask(signal.SIG_BLOCK, stopping.SIGNALS)
+    events = open_log(project)
     try:
-        counts = eventlog.produce(project.log_dir, topic, project.cluster.partitions, good)
+        counts = events.append(topic.name, good)
         summary = {"appended": sum(counts.values()), "refused": refused, "partitions": counts}
         print(json.dumps(summary), flush=True)
+    except TopicsError as exc:
+        print(f"stategate: {exc}; nothing more was appended", file=sys.stderr)
+        return 2
     finally:
+        events.close()
         signal.pthread_sigmask(signal.SIG_SETMASK, held)  # a stop that came: ends it here
     return 1 if refused else 0
 

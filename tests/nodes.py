@@ -136,11 +136,14 @@ def serve(
     snapshot_url: str | None = None,
     start: bool = True,
     settings: str = "",
+    kafka: tuple[str, str] | None = None,
 ) -> Served:
     """A 3-node cluster on loopback serving a freshly built small project (built in the
     driver, as the pipeline builds a run this small; tests/test_pipeline.py builds on
     Spark's executors)."""
-    path = write_project(root, free_ports(3), snapshot_url=snapshot_url, settings=settings)
+    path = write_project(
+        root, free_ports(3), snapshot_url=snapshot_url, settings=settings, kafka=kafka
+    )
     project = projects.load(path)
     produce_test_events(project, seed=seed)
     job.run(project, spark, notify=False)

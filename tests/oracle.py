@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import json
 import math
+import struct
 from collections import defaultdict
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow.parquet as pq
+from kafka import KafkaConsumer, TopicPartition
+from kafka.consumer.fetcher import ConsumerRecord
 
 from contracts import chains, eventlog
 from contracts.project import Aggregate, FieldType, Project, Store, history_of
@@ -166,12 +169,63 @@ def _records(
     project: Project, topic: str, partition: int, bad: Collection[tuple[str, int, int]]
 ) -> list[dict]:
     """The partition's records, values decoded, but for the `bad` ones (not all are JSON)."""
-    return [
-        row
-        for _, path in eventlog.segments(project.log_dir, topic, partition)
-        for row in _segment(path)
-        if (topic, partition, row["offset"]) not in bad
-    ]
+    everything = (
+        kafka_records(project, topic, partition)
+        if project.kafka is not None
+        else [row for _, path in eventlog.segments(project.log_dir, topic, partition)
+              for row in _segment(path)]
+    )  # fmt: skip
+    return [row for row in everything if (topic, partition, row["offset"]) not in bad]
+
+
+_KAFKA: dict[tuple[str, str, int], tuple[int, list[dict]]] = {}  # its end, its records
+
+
+def kafka_records(project: Project, topic: str, partition: int) -> list[dict]:
+    """A Kafka topic partition's records as the file log's rows (offset, timestamp, the key
+    as declared, the value decoded, append_ms), read by kafka-python: a client of its own,
+    independent of the pipeline's (confluent-kafka). Cached while the partition's end stays."""
+    assert project.kafka is not None
+    name = project.kafka.topic(topic)
+    where = TopicPartition(name, partition)
+    consumer = KafkaConsumer(
+        bootstrap_servers=project.kafka.bootstrap,
+        enable_auto_commit=False,
+        isolation_level="read_committed",
+        value_deserializer=None,
+    )
+    try:
+        end = consumer.end_offsets([where])[where]
+        cached = _KAFKA.get((project.kafka.bootstrap, name, partition))
+        if cached is not None and cached[0] == end:
+            return cached[1]
+        consumer.assign([where])
+        consumer.seek_to_beginning(where)
+        rows: list[dict] = []
+        while consumer.position(where) < end:
+            for message in consumer.poll(timeout_ms=1000).get(where, []):
+                rows.append(_kafka_row(project.topics[topic].key_type, message))
+    finally:
+        consumer.close()
+    _KAFKA[(project.kafka.bootstrap, name, partition)] = (end, rows)
+    return rows
+
+
+def _kafka_row(key_type: str, message: ConsumerRecord) -> dict:
+    key = message.key
+    if key is not None and key_type != "string":
+        key = struct.unpack(">i" if key_type == "int" else ">q", key)[0]
+    elif key is not None:
+        key = key.decode()
+    value = message.value
+    appended = message.timestamp if message.timestamp_type == 1 else None  # LogAppendTime
+    return {
+        "offset": message.offset,
+        "timestamp": message.timestamp,
+        "key": key,
+        "value": None if value is None else _decoded(value.decode()),
+        eventlog.APPEND_MS: appended,
+    }
 
 
 def _segment(path: Path) -> list[dict]:
@@ -206,6 +260,8 @@ class Log:
         return cached
 
     def _records(self, topic: str, partition: int) -> list[dict]:
+        if self.project.kafka is not None:
+            return kafka_records(self.project, topic, partition)
         found = []
         for _, path in eventlog.segments(self.project.log_dir, topic, partition):
             if path not in self._segments:

@@ -5,13 +5,14 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from contracts import eventlog
 from contracts import project as projects
 from contracts.eventlog import Record
 from contracts.partitioner import partition_for
 from contracts.project import Project
 from stategate import demo
 from stategate.launcher import free_ports
+from topics import open_log
+from topics.kafka import KafkaLog
 
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z, a window boundary
 HOUR_MS = 3_600_000
@@ -117,10 +118,13 @@ def write_project(
     snapshot_url: str | None = None,
     settings: str = "",
     coordinator: tuple[str, str] | None = None,
+    kafka: tuple[str, str] | None = None,
 ) -> Path:
     """The project file; `settings` is the body of its [settings] table. Its nodes run one
     worker each unless `settings` says otherwise (tests/test_workers.py runs several). With
-    `coordinator` (an etcd URL and the cluster's name there), the cluster is elastic."""
+    `coordinator` (an etcd URL and the cluster's name there), the cluster is elastic. With
+    `kafka` (the bootstrap servers and a prefix of the project's own), its topics are
+    Kafka's."""
     if "workers" not in settings:
         settings = f"workers = 1\n{settings}"
     nodes = "".join(
@@ -128,7 +132,8 @@ def write_project(
         for i, port in enumerate(ports, start=1)
     )
     text = (
-        '[log]\ndir = "log"\n\n[snapshots]\nstore = "snapshots"\n'
+        (f'[kafka]\nbootstrap = "{kafka[0]}"\nprefix = "{kafka[1]}"\n\n' if kafka else "")
+        + '[log]\ndir = "log"\n\n[snapshots]\nstore = "snapshots"\n'
         + (f'url = "{snapshot_url}"\n' if snapshot_url else "")
         + "\n"
         "[cluster]\n"
@@ -169,6 +174,9 @@ def produce_test_events(
     trains = [_train(rng, start_ms) for _ in range(n_trains)]
     trips = [_trip(rng, start_ms) for _ in range(n_trips)]
     counts = {}
+    log = open_log(project)
+    if isinstance(log, KafkaLog):  # event time is the producer's: windows are by it
+        log.create({"message.timestamp.type": "CreateTime"})
     for name, records in (("bookings", bookings), ("trains", trains), ("trips", trips)):
         topic = project.topics[name]
         partitions = project.cluster.partitions
@@ -179,8 +187,9 @@ def produce_test_events(
         ]
         third = len(kept) // 3 + 1
         for i in range(0, len(kept), third):
-            eventlog.produce(project.log_dir, topic, partitions, kept[i : i + third])
+            log.append(name, kept[i : i + third])
         counts[name] = len(kept)
+    log.close()
     return counts
 
 

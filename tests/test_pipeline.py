@@ -34,6 +34,7 @@ from tests.oracle import (
     layer_store,
 )
 from tests.projects import produce_test_events, write_project
+from topics.files import FileLog
 
 CHANGED = {1, 4, 7}
 DUCK_TYPES = {  # the snapshot format's column types
@@ -181,7 +182,7 @@ def test_a_run_without_new_records_changes_nothing(
 
 def test_changed_stores_rebuild_every_partition_from_the_start(project: Project, second: dict):
     manifest = Manifest.from_json(orjson.dumps({**second["manifest"], "stores_digest": "other"}))
-    plan = plan_run(project, manifest)
+    plan = plan_run(project, manifest, FileLog(project))
     assert plan.rebuild
     assert plan.changed == list(range(project.cluster.partitions))
     assert all(start == 0 for ranges in plan.ranges.values() for start, _ in ranges.values())
@@ -191,7 +192,7 @@ def test_a_log_behind_the_published_positions_is_refused(project: Project, secon
     manifest = orjson.loads(orjson.dumps(second["manifest"]))
     manifest["partitions"]["3"]["layers"][-1]["position"]["trains"] += 1
     with pytest.raises(LogBehindError, match="trains-3"):
-        plan_run(project, Manifest.from_json(orjson.dumps(manifest)))
+        plan_run(project, Manifest.from_json(orjson.dumps(manifest)), FileLog(project))
 
 
 def test_prune_removes_unnamed_layers_once_nodes_had_time_to_fetch_them(tmp_path: Path):

@@ -19,6 +19,7 @@ from stategate.demo import bookings
 from tests.chains import chain_state
 from tests.oracle import expected_chain_positions, expected_positions, expected_store
 from tests.projects import demo_project, write_project
+from topics.files import FileLog
 
 
 @pytest.fixture
@@ -42,7 +43,8 @@ def test_each_chain_carries_the_topics_its_stores_read(demo: Project, tmp_path: 
 def publish(project: Project) -> tuple[Manifest, Manifest]:
     store = Path(project.snapshot_store)
     before = read_manifest(store)
-    whole = publish_here(project, store, before, plan_run(project, before).until())
+    log = FileLog(project)
+    whole = publish_here(project, store, before, log, plan_run(project, before, log).until())
     write_manifest(store, whole.manifest)
     return before, whole.manifest
 

@@ -17,6 +17,7 @@ from spark_pipeline.plan import plan_run
 from tests.chains import chain_state
 from tests.oracle import expected_chain_positions, expected_store
 from tests.projects import HOUR_MS, START_MS, produce_test_events, write_project
+from topics.files import FileLog
 
 PARTITIONS = 3
 
@@ -28,6 +29,7 @@ def project(tmp_path: Path) -> Project:
 
 def test_each_partition_is_committed_alone_as_its_layer_is_written(project: Project) -> None:
     store = Path(project.snapshot_store)
+    log = FileLog(project)
     committed: list[Published] = []
 
     def commit(one: Published) -> None:
@@ -39,8 +41,8 @@ def test_each_partition_is_committed_alone_as_its_layer_is_written(project: Proj
             project, seed=round_, n_bookings=120, n_trains=40, start_ms=START_MS + round_ * HOUR_MS
         )
         before, earlier = read_manifest(store), len(committed)
-        plan = plan_run(project, before)
-        whole = publish_here(project, store, before, plan.until(), commit)
+        plan = plan_run(project, before, log)
+        whole = publish_here(project, store, before, log, plan.until(), commit)
         commits = committed[earlier:]
         assert sorted(p for c in commits for p in c.layers) == list(range(chains.count(project)))
         seen = dict(before.partitions)
@@ -82,28 +84,36 @@ def test_a_partition_reads_what_was_appended_after_the_plan(project: Project) ->
     """A micro-batch's partition reads to the log's end when its task starts (plan.until_now):
     records appended after the plan are published in the same batch, up to the spare."""
     store = Path(project.snapshot_store)
+    log = FileLog(project)
     produce_test_events(project, seed=0, n_bookings=120, n_trains=40)
     empty = read_manifest(store)
     write_manifest(
-        store, publish_here(project, store, empty, plan_run(project, empty).until()).manifest
+        store,
+        publish_here(
+            project,
+            store,
+            empty,
+            log,
+            plan_run(project, empty, log).until(),
+        ).manifest,
     )
 
     produce_test_events(project, seed=1, n_bookings=60, n_trains=20, start_ms=START_MS + HOUR_MS)
     before = read_manifest(store)
-    plan = plan_run(project, before)
+    plan = plan_run(project, before, log)
     produce_test_events(project, seed=2, n_bookings=60, n_trains=20, start_ms=START_MS + HOUR_MS)
-    ends = plan_run(project, before).ends
+    ends = plan_run(project, before, log).ends
 
-    held = publish_here(project, store, before, plan.until_now(project.log_dir, spare=0))
+    held = publish_here(project, store, before, log, plan.until_now(log, spare=0))
     assert held.records == plan.records(set(project.topics)), "no spare: the plan's ends"
     one = 1
-    capped = publish_here(project, store, before, plan.until_now(project.log_dir, spare=one))
+    capped = publish_here(project, store, before, log, plan.until_now(log, spare=one))
     assert capped.records == sum(
         min(ends[t][p], end + one) - start
         for t, by_p in plan.ranges.items()
         for p, (start, end) in by_p.items()
     )
-    whole = publish_here(project, store, before, plan.until_now(project.log_dir, spare=10**9))
+    whole = publish_here(project, store, before, log, plan.until_now(log, spare=10**9))
     assert whole.records > plan.records(set(project.topics))
     write_manifest(store, whole.manifest)
     assert_state_is_the_oracles(project)

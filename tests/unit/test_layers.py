@@ -2,8 +2,9 @@
 a test that walks every import keeps it so.
 
 contracts        the shared formats and vocabulary: imports none of ours
+topics           the log the pipeline follows (Kafka, or the file log): contracts
 gateway          a node's query service, routing, storage: contracts
-spark_pipeline   the pipeline: contracts
+spark_pipeline   the pipeline: topics, contracts
 resolvers        the GraphQL front end over the query service: gateway, contracts
 stategate        composition (CLI, demo, the ASGI app): any of them
 
@@ -23,11 +24,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-OURS = {"contracts", "gateway", "spark_pipeline", "resolvers", "stategate"}
+OURS = {"contracts", "topics", "gateway", "spark_pipeline", "resolvers", "stategate"}
 ALLOWED = {
     "contracts": {"contracts"},
+    "topics": {"contracts", "topics"},
     "gateway": {"contracts", "gateway"},
-    "spark_pipeline": {"contracts", "spark_pipeline"},
+    "spark_pipeline": {"contracts", "topics", "spark_pipeline"},
     "resolvers": {"contracts", "gateway", "resolvers"},
     "stategate": OURS,
 }
@@ -35,6 +37,7 @@ ALLOWED = {
 # schema machinery below the resolvers.
 FORBIDDEN = {
     "contracts": {"pyspark", "strawberry", "starlette", "httpx"},
+    "topics": {"pyspark", "strawberry", "starlette", "httpx"},
     "gateway": {"pyspark", "strawberry"},
     "resolvers": {"pyspark"},
 }

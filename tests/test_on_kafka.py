@@ -1,0 +1,75 @@
+"""The state built from Kafka topics answers every query kind as the oracle says: the project's
+topics live in a real broker (stategate/kafka.py), the test events are produced to it with
+Java's partitioner, the pipeline reads them by offset range (topics/kafka.py), and the
+oracle reads the same topics back with another client (kafka-python: tests/oracle.py).
+The query suites of tests/test_queries.py, tests/test_by_value.py and tests/test_global.py
+run here as they are, on this module's cluster.
+
+And what a team with a Kafka cluster meets first: the pipeline refuses, in one line, topics
+that are missing or have another partition count than the project declares."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from contracts import project as projects
+from spark_pipeline.session import LazySpark
+from stategate.kafka import Broker
+from stategate.launcher import free_ports
+from tests.kafka import create_topic
+from tests.nodes import Served, serve
+from tests.projects import write_project
+from tests.test_by_value import (  # noqa: F401 (collected here, on this module's cluster)
+    test_random_filters_and_orders_page_through_like_the_oracle,
+    test_totals_of_random_filters_equal_the_oracle,
+    test_window_stores_rank_and_total_the_windows_in_from_to,
+)
+from tests.test_global import (  # noqa: F401
+    test_every_booking_joins_its_trip_as_the_log_says,
+    test_every_node_answers_every_key_of_a_global_store_alone,
+)
+from tests.test_queries import (  # noqa: F401
+    test_batch_lookup_of_every_key_is_aligned_with_the_input,
+    test_one_internal_request_per_owning_node,
+    test_prefix_scans_paginate_in_global_key_order,
+    test_range_scans_paginate_in_global_key_order,
+    test_window_query_of_one_key,
+    test_windows_of_all_keys_paginate,
+)
+
+
+def prefix() -> str:
+    """Topics of this module's own on the test process's broker."""
+    return f"t{uuid.uuid4().hex[:8]}."
+
+
+@pytest.fixture(scope="module")
+def served(
+    spark: LazySpark, kafka: Broker, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Served]:
+    cluster = serve(tmp_path_factory.mktemp("on-kafka"), spark, kafka=(kafka.bootstrap, prefix()))
+    yield cluster
+    cluster.nodes.stop_all()
+
+
+def test_the_pipeline_refuses_topics_unlike_the_projects_in_one_line(
+    kafka: Broker, tmp_path: Path
+) -> None:
+    topics = prefix()
+    project = projects.load(write_project(tmp_path, free_ports(3), kafka=(kafka.bootstrap, topics)))
+    create_topic(kafka, f"{topics}bookings", 9)
+    create_topic(kafka, f"{topics}trains", 12)  # partitions added since: keys map elsewhere
+    command = [sys.executable, "-m", "stategate.cli", "pipeline", "--config", str(project.path)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr[-3000:]
+    (line,) = done.stderr.strip().splitlines()[-1:]
+    assert line.startswith("stategate: the Kafka topics differ from the project's: "), line
+    assert f"'{topics}trains' has 12 partitions, the project declares 9 " in line
+    assert f"'{topics}trips' does not exist" in line and "bookings" not in line
+    assert "Traceback" not in done.stderr

@@ -1,0 +1,289 @@
+"""Apache Kafka as the Log, through confluent-kafka (librdkafka): the declared topics' records
+read by offset range with no consumer group (assign and seek: the manifest's positions are the
+one record of what is published), end offsets for every partition in one ListOffsets call,
+and records appended with Java's partitioner (murmur2 over the serializer's bytes).
+
+Reads are read_committed: a transaction's records reach no store before it commits, and those
+of an aborted one never; the end offsets are the last stable ones. A position is the next
+offset to read, never a count: offsets have gaps (transaction markers, compacted topics), so
+a span is done once the consumer's position reaches its end, whatever it held.
+
+librdkafka's errors become TopicsError here, once, with one line naming what failed.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import orjson
+import pyarrow as pa
+from confluent_kafka import (
+    TIMESTAMP_LOG_APPEND_TIME,
+    Consumer,
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec  # type: ignore[attr-defined]
+
+from contracts.partitioner import serialize_key
+from contracts.project import Project
+from contracts.records import Record, fit
+from topics import TopicsError
+from topics.records import RECORDS, Span, key_text, readable
+
+CALL_S = 30.0  # the longest one call to the cluster may take before it is an error
+POLL_S = 0.1  # a read waits this long for more records before it checks its spans
+BATCH_MESSAGES = 10_000  # records taken from librdkafka per call
+
+
+class KafkaLog:
+    def __init__(self, project: Project) -> None:
+        kafka = project.kafka
+        assert kafka is not None
+        self.partitions = project.cluster.partitions
+        self.kafka_names = {name: kafka.topic(name) for name in sorted(project.topics)}
+        self.declared = {k: name for name, k in self.kafka_names.items()}
+        self.key_types = {name: t.key_type for name, t in project.topics.items()}
+        self.topics = project.topics
+        self.settings: dict[str, str | int | float | bool] = {
+            "bootstrap.servers": kafka.bootstrap,
+            **kafka.client,
+        }
+        self.group = kafka.group
+        self._admin = AdminClient(self.settings)
+        self._local = threading.local()  # a thread's own consumer: one is not shared
+        self._consumers: list[Consumer] = []
+        self._lock = threading.Lock()
+        self._producer: Producer | None = None
+
+    # -- the topics themselves
+
+    def check(self) -> None:
+        """Every declared topic exists with the declared partition count; else TopicsError
+        naming the topics that differ (a topic with more partitions maps keys elsewhere:
+        the state must be rebuilt for it)."""
+        found = self._described()
+        wrong = []
+        for kafka_name in self.kafka_names.values():
+            count = found.get(kafka_name)
+            if count is None:
+                wrong.append(f"{kafka_name!r} does not exist")
+            elif count != self.partitions:
+                wrong.append(
+                    f"{kafka_name!r} has {count} partitions, the project declares "
+                    f"{self.partitions}"
+                    + (" (partitions were added: rebuild the state)" if count > self.partitions
+                       else "")
+                )  # fmt: skip
+        if wrong:
+            raise TopicsError(f"the Kafka topics differ from the project's: {'; '.join(wrong)}")
+
+    def create(self, config: dict[str, str] | None = None) -> None:
+        """Create the declared topics that do not exist yet (the demo's and the tests'; a
+        team's own topics exist already)."""
+        existing = self._described()
+        new = [
+            NewTopic(k, num_partitions=self.partitions, replication_factor=-1, config=config or {})
+            for k in self.kafka_names.values()
+            if k not in existing
+        ]
+        if new:
+            for topic, future in self._admin.create_topics(new, operation_timeout=CALL_S).items():
+                _result(future, f"cannot create {topic!r}")
+
+    def _described(self) -> dict[str, int]:
+        """Kafka topic -> its partition count, for the declared topics that exist."""
+        try:
+            metadata = self._admin.list_topics(timeout=CALL_S)
+        except KafkaException as exc:
+            raise TopicsError(
+                f"Kafka at {self.settings['bootstrap.servers']}: {_said(exc)}"
+            ) from exc
+        return {
+            name: len(metadata.topics[name].partitions)
+            for name in self.declared
+            if name in metadata.topics and metadata.topics[name].error is None
+        }
+
+    # -- reading
+
+    def end_offsets(self) -> dict[str, dict[int, int]]:
+        asked = {
+            TopicPartition(kafka_name, p): OffsetSpec.latest()  # type: ignore[no-untyped-call]
+            for kafka_name in self.declared
+            for p in range(self.partitions)
+        }
+        return self._ends(asked)
+
+    def end_offset(self, topic: str, partition: int) -> int:
+        asked = {TopicPartition(self.kafka_names[topic], partition): OffsetSpec.latest()}  # type: ignore[no-untyped-call]
+        return self._ends(asked)[topic][partition]
+
+    def _ends(self, asked: dict[TopicPartition, Any]) -> dict[str, dict[int, int]]:
+        """The last stable offset of each asked partition, in one ListOffsets call."""
+        futures = self._admin.list_offsets(
+            asked, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=CALL_S
+        )
+        ends: dict[str, dict[int, int]] = {name: {} for name in self.kafka_names}
+        for tp, future in futures.items():
+            found = _result(future, f"the end of {tp.topic} partition {tp.partition}")
+            ends[self.declared[tp.topic]][tp.partition] = int(found.offset)
+        return ends
+
+    def read(self, spans: Sequence[Span]) -> Iterator[pa.RecordBatch]:
+        wanted = [s for s in spans if s.end > s.start]
+        if not wanted:
+            return
+        consumer = self._reader()
+        ends = {(self.kafka_names[s.topic], s.partition): s.end for s in wanted}
+        held: dict[tuple[str, int], list[Any]] = {key: [] for key in ends}
+        consumer.assign([TopicPartition(t, p, s.start) for s in wanted
+                         for t, p in [(self.kafka_names[s.topic], s.partition)]])  # fmt: skip
+        try:
+            self._take(consumer, ends, held)
+        finally:
+            consumer.unassign()
+        for s in wanted:
+            messages = held[(self.kafka_names[s.topic], s.partition)]
+            if messages:
+                yield self._batch(s, messages)
+
+    def _take(
+        self,
+        consumer: Consumer,
+        ends: dict[tuple[str, int], int],
+        held: dict[tuple[str, int], list[Any]],
+    ) -> None:
+        """Consume until every span's position reaches its end (or CALL_S without progress)."""
+        open_ = dict(ends)
+        quiet_since = time.monotonic()
+        while open_:
+            messages = consumer.consume(num_messages=BATCH_MESSAGES, timeout=POLL_S)
+            for message in messages:
+                error = message.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        continue
+                    raise TopicsError(f"reading {message.topic()}: {error.str()}")
+                key = (message.topic(), message.partition())
+                offset = message.offset()
+                if key in open_ and offset is not None and offset < open_[key]:
+                    held[key].append(message)
+            if messages:
+                quiet_since = time.monotonic()
+            positions = consumer.position([TopicPartition(t, p) for t, p in open_])
+            for tp in positions:
+                if tp.offset >= open_[(tp.topic, tp.partition)]:
+                    del open_[(tp.topic, tp.partition)]
+            if open_ and time.monotonic() - quiet_since > CALL_S:
+                missing = ", ".join(f"{t} partition {p} to {e}" for (t, p), e in open_.items())
+                raise TopicsError(f"Kafka sent nothing for {CALL_S:g} s while reading {missing}")
+
+    def _batch(self, span: Span, messages: list[Any]) -> pa.RecordBatch:
+        key_type = self.key_types[span.topic]
+        stamps = [m.timestamp() for m in messages]
+        values = [m.value() for m in messages]
+        return pa.RecordBatch.from_arrays(
+            [
+                pa.array([span.topic] * len(messages), pa.string()),
+                pa.array([span.partition] * len(messages), pa.int32()),
+                pa.array([m.offset() for m in messages], pa.int64()),
+                pa.array([ms for _, ms in stamps], pa.int64()),
+                pa.array([key_text(m.key(), key_type) for m in messages], pa.string()),
+                readable(pa.array(
+                    [None if v is None else v.decode("utf-8", "replace") for v in values],
+                    pa.string(),
+                )),
+                pa.array(
+                    [ms if kind == TIMESTAMP_LOG_APPEND_TIME else None for kind, ms in stamps],
+                    pa.int64(),
+                ),
+            ],
+            schema=RECORDS,
+        )  # fmt: skip
+
+    def _reader(self) -> Consumer:
+        """This thread's consumer (librdkafka's may not be shared by threads)."""
+        consumer: Consumer | None = getattr(self._local, "consumer", None)
+        if consumer is None:
+            consumer = Consumer(
+                {
+                    **self.settings,
+                    "group.id": self.group,  # required; no offset is read from the group
+                    "enable.auto.commit": False,
+                    "enable.partition.eof": True,
+                    "isolation.level": "read_committed",
+                    "fetch.wait.max.ms": 10,
+                }
+            )
+            self._local.consumer = consumer
+            with self._lock:
+                self._consumers.append(consumer)
+        return consumer
+
+    # -- appending
+
+    def append(self, topic: str, records: Iterable[Record]) -> dict[int, int]:
+        """Produce records that fit the topic (BadRecord otherwise, before any is sent) with
+        Java's partitioner; returns the count per partition once every one is acknowledged."""
+        declared = self.topics[topic]
+        fitted = [fit(declared, r) for r in records]
+        producer = self._writer()
+        counts: dict[int, int] = {}
+        failed: list[str] = []
+
+        def delivered(error: KafkaError | None, message: Any) -> None:
+            if error is not None:
+                failed.append(error.str())
+            else:
+                counts[message.partition()] = counts.get(message.partition(), 0) + 1
+
+        name = self.kafka_names[topic]
+        for record in fitted:
+            key = serialize_key(record.key, declared.key_type)
+            value = None if record.value is None else orjson.dumps(record.value)
+            while True:
+                try:
+                    producer.produce(name, value, key, timestamp=record.timestamp_ms,
+                                     on_delivery=delivered)  # fmt: skip
+                    break
+                except BufferError:  # librdkafka's queue is full: let it send
+                    producer.poll(POLL_S)
+        if producer.flush(CALL_S) or failed:
+            raise TopicsError(f"Kafka did not take every record of {name!r}: {failed[:3]}")
+        return dict(sorted(counts.items()))
+
+    def _writer(self) -> Producer:
+        if self._producer is None:
+            self._producer = Producer(
+                {**self.settings, "partitioner": "murmur2_random", "linger.ms": 5}
+            )
+        return self._producer
+
+    def close(self) -> None:
+        with self._lock:
+            consumers, self._consumers = self._consumers, []
+        for consumer in consumers:
+            consumer.close()
+        self._local = threading.local()
+        if self._producer is not None:
+            self._producer.flush(CALL_S)
+            self._producer = None
+
+
+def _result(future: Any, what: str) -> Any:
+    try:
+        return future.result(CALL_S)
+    except KafkaException as exc:
+        raise TopicsError(f"{what}: {_said(exc)}") from exc
+
+
+def _said(exc: KafkaException) -> str:
+    error = exc.args[0] if exc.args else None
+    return error.str() if isinstance(error, KafkaError) else str(exc)
