@@ -52,7 +52,7 @@ from contracts.partitioner import partition_for
 from contracts.project import Project
 from spark_pipeline import job
 from spark_pipeline.publish import notify_nodes
-from spark_pipeline.session import spark_session
+from spark_pipeline.spark import spark_session
 
 PROJECT_FILE = "by_value.toml"
 LEADERBOARD = (

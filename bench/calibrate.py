@@ -255,7 +255,7 @@ def table_main(doc: str, run: Callable[[Workload, float], list[str]], report: st
 
 def build(name: str) -> Workload:
     """Generate the named workload and run the pipeline once (as bench.run does)."""
-    from spark_pipeline.session import spark_session
+    from spark_pipeline.spark import spark_session
 
     workload = Workload.named(*SIZES[name])
     workload.reset()

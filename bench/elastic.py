@@ -594,7 +594,7 @@ def built(name: str, reuse: bool) -> Workload:
     workload = Workload.called(name)
     if reuse and workload.is_built():
         return workload
-    from spark_pipeline.session import spark_session
+    from spark_pipeline.spark import spark_session
 
     spark = spark_session(None)
     try:

@@ -410,7 +410,7 @@ def wait_following(follow: subprocess.Popen[bytes], log: Path, timeout_s: float 
     """Until the pipeline follows the log (Spark started, the published positions read):
     its start is neither idle nor the steady state."""
     deadline = time.monotonic() + timeout_s
-    while b"spark_pipeline.stream: following " not in log.read_bytes():
+    while b"spark_pipeline.loop: following " not in log.read_bytes():
         if follow.poll() is not None or time.monotonic() > deadline:
             raise RuntimeError(f"the pipeline did not start:\n{log.read_text()[-3000:]}")
         time.sleep(0.5)

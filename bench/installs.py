@@ -1,7 +1,7 @@
 """What the pipeline pays to write one delta and a node to install it, along a chain.
 
 - Writing: the delta built from the base and the rows the worker kept warm
-  (spark_pipeline/warm.py, what the pipeline does), against the same delta built by a worker
+  (spark_pipeline/kept.py, what the pipeline does), against the same delta built by a worker
   that kept nothing (a fresh worker reads every layer: its cost grows with the chain).
 - Installing: the delta read into a level of its own (what a node does now), the levels
   merged after it (`settle`, off the install's path), and, measured in the same run on the
@@ -39,7 +39,7 @@ from contracts.project import Project, load
 from contracts.snapshot_file import partition_folder, relative_path
 from gateway.storage.layers import LocalLayer, merged
 from gateway.storage.snapshots import SnapshotCatalog
-from spark_pipeline import warm
+from spark_pipeline import kept as kept_rows
 from spark_pipeline.snapshot import LayerTask, build_layer
 from stategate.demo.bookings import _fares, _values
 
@@ -176,13 +176,13 @@ def _next_delta(
         topics=tuple(project.topics.values()),
         stores=chains.stores(project, PARTITION),
     )
-    kept = warm.kept(task.store_root, PARTITION)
-    warm.forget()
+    kept = kept_rows.kept(task.store_root, PARTITION)
+    kept_rows.forget()
     started = time.perf_counter()
     build_layer(task, {TOPIC: fresh})
     measured.cold_write_ms.append((time.perf_counter() - started) * 1000)
     if kept is not None:
-        warm.keep(task.store_root, PARTITION, kept)
+        kept_rows.keep(task.store_root, PARTITION, kept)
     started = time.perf_counter()
     _, layer = build_layer(task, {TOPIC: fresh})
     measured.write_ms.append((time.perf_counter() - started) * 1000)

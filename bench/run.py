@@ -181,7 +181,7 @@ def build(args: argparse.Namespace, main: Workload, small: Workload) -> SparkTim
     if not todo:
         log(f"reusing {main.root} and {small.root}")
         return SparkTimings.from_dict(main.info.get("spark", {}))
-    from spark_pipeline.session import spark_session
+    from spark_pipeline.spark import spark_session
 
     log("starting Spark (local[2]) ...")
     spark = spark_session(None)

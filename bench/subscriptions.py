@@ -46,7 +46,7 @@ from contracts.partitioner import partition_for
 from contracts.project import Project
 from spark_pipeline import job
 from spark_pipeline.publish import notify_nodes
-from spark_pipeline.session import spark_session
+from spark_pipeline.spark import spark_session
 
 SUBSCRIBER_NODE = "node1"
 PER_CONNECTION = 100  # the default max_subscriptions_per_connection

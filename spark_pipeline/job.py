@@ -7,7 +7,7 @@ A run of at most `driver_batch_records` new records is built in the driver, as a
 micro-batch is, and Spark is not started for it (its start costs 15-25 CPU-s); a larger one
 (a first build or rebuild of a big log, a catch-up after a long stop) runs on the executors.
 
-The continuous pipeline (spark_pipeline/stream.py) publishes the same way, micro-batch by
+The continuous pipeline (spark_pipeline/loop.py) publishes the same way, micro-batch by
 micro-batch.
 """
 
@@ -49,7 +49,7 @@ from spark_pipeline.log_source import read_log, task_groups  # noqa: E402
 from spark_pipeline.plan import RunPlan, plan_run  # noqa: E402
 from spark_pipeline.progress import log_bad_records, positions, size, stage_progress  # noqa: E402
 from spark_pipeline.publish import notify_nodes, prune, sweep_temporaries  # noqa: E402
-from spark_pipeline.session import LazySpark, cancelled_on, spark_session  # noqa: E402
+from spark_pipeline.spark import LazySpark, cancelled_on, spark_session  # noqa: E402
 from topics import open_log  # noqa: E402
 
 log = logging.getLogger(__name__)

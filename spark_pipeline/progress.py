@@ -3,7 +3,7 @@ elapsed time, from numbers it has anyway (the plan's offset ranges, the tasks' r
 Spark's status tracker), never from an extra pass over the data.
 
 A long Spark stage reports every PROGRESS_EVERY_S how many of its tasks (one per task slot)
-are done; the continuous pipeline logs one line per micro-batch (spark_pipeline/stream.py).
+are done; the continuous pipeline logs one line per micro-batch (spark_pipeline/loop.py).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from spark_pipeline.dead_letter import FOLDER
-from spark_pipeline.session import every
+from spark_pipeline.spark import every
 
 PROGRESS_EVERY_S = 10.0
 log = logging.getLogger("spark_pipeline")

@@ -1,11 +1,11 @@
 """Building one layer of a partition's snapshot (format: contracts/snapshot_file.py).
 
 build_layer runs inside the Spark task that holds the partition's new records. It computes
-every store's delta from them (spark_pipeline/stores.py), reads the layers below the new one,
+every store's delta from them (spark_pipeline/deltas.py), reads the layers below the new one,
 and writes either
 - a delta (an Arrow IPC file, contracts/delta_file.py): the changed keys' full new rows (a
   table's deleted keys as `_deleted` rows): an aggregate's or a window's current rows, read
-  from the base and the rows the worker keeps warm for the chain (spark_pipeline/warm.py),
+  from the base and the rows the worker keeps for the chain (spark_pipeline/kept.py),
   combined with the new records; or
 - a base (a DuckDB file): the whole state, which is how a chain is started, rebuilt or
   compacted.
@@ -52,8 +52,8 @@ from contracts.snapshot_file import (
 )
 from spark_pipeline import versions
 from spark_pipeline.checks import REASON, BadRow, bad_rows, checked_sql
-from spark_pipeline.stores import delta_sql, records_view
-from spark_pipeline.warm import Warm, chain_of, fold, keep, kept_for, warm_up
+from spark_pipeline.deltas import delta_sql, records_view
+from spark_pipeline.kept import KeptRows, chain_of, fold, keep, kept_for, kept_rows_of
 
 # Small row groups: a point lookup or a short scan reads one 8k-row group, not all 122,880
 # rows of DuckDB's default (2-3x faster lookups for ~20% more bytes; bench/README.md).
@@ -99,7 +99,7 @@ def build_layer(
     tmp = temporary_path(final)
     created = now_ms()
     try:
-        written, warm_rows = _write(tmp, task, records, created, on_bad)
+        written, kept_rows = _write(tmp, task, records, created, on_bad)
         if rows is not None:
             rows.update(written)
         digest, size = _seal(tmp)
@@ -109,7 +109,7 @@ def build_layer(
         for leftover in (tmp, Path(f"{tmp}.wal")):
             leftover.unlink(missing_ok=True)
     below = chain_of(task.below) if task.kind == "delta" else ()
-    keep(task.store_root, task.partition, Warm((*below, (relative, digest)), warm_rows))
+    keep(task.store_root, task.partition, KeptRows((*below, (relative, digest)), kept_rows))
     under = task.below[-1].rows if task.kind == "delta" and task.below else {}
     bound = {store: under.get(store, 0) + count for store, count in written.items()}
     layer = Layer(
@@ -150,8 +150,8 @@ def _write(
     on_bad: OnBad | None,
 ) -> tuple[dict[str, int], dict[str, pa.Table]]:
     """`records`: topic -> the new records (offset, timestamp, key as text, value). Returns
-    the rows written per store, and the warm rows of the chain the new layer tops
-    (spark_pipeline/warm.py)."""
+    the rows written per store, and the kept rows of the chain the new layer tops
+    (spark_pipeline/kept.py)."""
     with _connection() as con:
         deltas = _stage(con, task, records, on_bad)
         if task.kind == "delta":
@@ -167,8 +167,8 @@ def _write_delta(
     created_ms: int,
 ) -> tuple[dict[str, int], dict[str, pa.Table]]:
     """A delta file (contracts/delta_file.py): each store's changed keys, their current rows
-    read from the base and the chain's warm rows."""
-    warm = warm_up(task.store_root, task.partition, task.below, task.stores)
+    read from the base and the chain's kept rows."""
+    held = kept_rows_of(task.store_root, task.partition, task.below, task.stores)
     frames = {s.name: delta_schema(s).empty_table() for s in task.stores if not deltas[s.name]}
     changing = [(n, s) for n, s in enumerate(task.stores) if s.name not in frames]
     reads_base = any(kept_for(store) for _, store in changing)
@@ -181,10 +181,10 @@ def _write_delta(
                 continue  # written with its store
             read = history_of(store) if store.versioned else store  # what the delta combines with
             sources = [(f"below0.{quoted(read.name)}", False)]
-            kept = warm.rows.get(read.name)
+            kept = held.rows.get(read.name)
             if kept is not None:
-                con.register(f"warm_{number}", kept)
-                sources.append((f"warm_{number}", False))
+                con.register(f"kept_{number}", kept)
+                sources.append((f"kept_{number}", False))
             try:
                 if store.versioned:
                     frames.update(_versions_delta(con, store, number, sources, deltas))
@@ -193,7 +193,7 @@ def _write_delta(
                 frames[store.name] = con.sql(sql).to_arrow_table().cast(delta_schema(store))
             finally:
                 if kept is not None:
-                    con.unregister(f"warm_{number}")
+                    con.unregister(f"kept_{number}")
     finally:
         if reads_base:
             con.execute("DETACH below0")
@@ -201,7 +201,7 @@ def _write_delta(
     header = DeltaHeader(task.partition, task.version, created_ms, dict(task.positions))
     write_delta(path, header, frames)
     rows = {name: frame.num_rows for name, frame in frames.items()}
-    return rows, fold(warm.rows, [frames], task.stores)
+    return rows, fold(held.rows, [frames], task.stores)
 
 
 def _write_base(
@@ -363,7 +363,7 @@ def _no_records() -> pa.Table:
     )
 
 
-# Where a store's current rows come from, oldest first: a relation (a layer's table, or warm
+# Where a store's current rows come from, oldest first: a relation (a layer's table, or kept
 # rows) and whether it marks deleted keys.
 Sources = list[tuple[str, bool]]
 
@@ -400,7 +400,7 @@ def _versions_delta(
     candidates: dict[str, str | None],
 ) -> dict[str, pa.Table]:
     """A versioned store's rows in a delta, and its history's (versions.py): `history` is
-    where the history's rows below are (the base's table and the warm rows)."""
+    where the history's rows below are (the base's table and the kept rows)."""
     merged = _versions(con, store, number, history, candidates, only_touched=True)
     held = history_of(store)
     return {

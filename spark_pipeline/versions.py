@@ -40,7 +40,7 @@ def candidates_sql(store: Store, records: str) -> str:
 
 
 def stream_sql(relations: list[str]) -> str:
-    """The newest valid_from of the history rows in `relations` (the layers below, or warm
+    """The newest valid_from of the history rows in `relations` (the layers below, or kept
     rows): a layer rewrites a version at the same valid_from, so this is the state's."""
     branches = " UNION ALL ".join(f"SELECT max({VALID_FROM}) AS m FROM {r}" for r in relations)
     return f"SELECT max(m) FROM ({branches})"

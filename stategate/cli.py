@@ -27,7 +27,7 @@ from stategate import cluster_commands, demo, exposure, logs, stopping, workers
 from topics import TopicsError, open_log
 
 if TYPE_CHECKING:
-    from spark_pipeline.session import LazySpark
+    from spark_pipeline.spark import LazySpark
 
 Command = Callable[[Project, argparse.Namespace], int]
 log = logging.getLogger("stategate")
@@ -274,7 +274,7 @@ def run_pipeline(project: Project, args: argparse.Namespace) -> int:
 
     from spark_pipeline.dead_letter import BadRecordError
     from spark_pipeline.job import run
-    from spark_pipeline.session import LazySpark, json_logging
+    from spark_pipeline.spark import LazySpark, json_logging
 
     logs.configure("pipeline", project.settings)
     stop = stopping.StopRequest().install()
@@ -333,9 +333,9 @@ def follow(
     metrics: str | None = None,
 ) -> None:
     """Run the continuous pipeline until the stop, then stop it cleanly."""
-    from spark_pipeline.stream import Follower
+    from spark_pipeline.loop import PipelineLoop
 
-    follower = Follower(project, spark, notify=notify)
+    follower = PipelineLoop(project, spark, notify=notify)
     if metrics is not None:
         follower.serve_metrics(metrics)
     stop.on_stop(follower.request_stop)

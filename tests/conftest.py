@@ -38,7 +38,7 @@ def spark() -> object:
     """One local Spark for the whole test session, started when a test first needs its
     executors (a run of a few thousand records is built in the driver, as the pipeline's
     would be): a start costs ~7 s and ~20 CPU-s, its Python workers ~10 CPU-s more."""
-    from spark_pipeline.session import LazySpark
+    from spark_pipeline.spark import LazySpark
 
     return LazySpark("local[2]")
 

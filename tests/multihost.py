@@ -126,7 +126,7 @@ class MultiHost:
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
             )
         deadline = time.monotonic() + READY_S
-        while b"spark_pipeline.stream: following " not in log.read_bytes():
+        while b"spark_pipeline.loop: following " not in log.read_bytes():
             if self.pipeline.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"the pipeline did not start:\n{log.read_text()[-3000:]}")
             time.sleep(0.5)

@@ -16,7 +16,7 @@ from contracts import project as projects
 from contracts.cluster_secret import secret_headers
 from contracts.project import Project
 from spark_pipeline import job
-from spark_pipeline.session import LazySpark
+from spark_pipeline.spark import LazySpark
 from stategate.launcher import Processes, free_ports, wait_serving
 from tests.projects import produce_test_events, write_project
 

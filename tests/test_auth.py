@@ -27,7 +27,7 @@ from websockets.sync.client import connect
 
 from contracts import project as projects
 from contracts.partitioner import partition_for
-from spark_pipeline.session import LazySpark
+from spark_pipeline.spark import LazySpark
 from stategate.launcher import free_ports
 from tests import oracle
 from tests.live import PROTOCOL, Socket, closed_code

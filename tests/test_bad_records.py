@@ -23,8 +23,8 @@ from contracts.partitioner import partition_for
 from contracts.project import Project, load
 from spark_pipeline import job
 from spark_pipeline.dead_letter import BadRecordError, dead_letter_path
-from spark_pipeline.session import LazySpark
-from spark_pipeline.stream import Follower
+from spark_pipeline.loop import PipelineLoop
+from spark_pipeline.spark import LazySpark
 from tests import progress
 from tests.chains import chain_state
 from tests.oracle import expected_store, layer_names
@@ -232,7 +232,7 @@ def test_the_follower_skips_bad_records_micro_batch_by_micro_batch(
     project = dataclasses.replace(project, settings=fast)
     produce_test_events(project, seed=8, n_bookings=80, n_trains=20)
     with progress.captured() as lines:
-        running = Follower(project, spark, notify=False)
+        running = PipelineLoop(project, spark, notify=False)
         running.start()
         try:
             wait_caught_up(project)

@@ -19,7 +19,7 @@ from contracts import eventlog
 from contracts.partitioner import partition_for
 from contracts.project import Project
 from spark_pipeline import job
-from spark_pipeline.session import LazySpark
+from spark_pipeline.spark import LazySpark
 from stategate import demo
 from stategate.demo import bookings
 from tests import oracle

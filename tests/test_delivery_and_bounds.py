@@ -29,7 +29,7 @@ from gateway.storage.switches import Switches
 from gateway.storage.sync import SnapshotSync
 from gateway.wire.peers import PeerClient, pooled
 from spark_pipeline import job
-from spark_pipeline.session import LazySpark
+from spark_pipeline.spark import LazySpark
 from stategate.launcher import Processes, free_ports, store_command
 from tests import oracle, wire
 from tests.nodes import Served, metric, serve

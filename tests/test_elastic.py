@@ -25,9 +25,9 @@ from contracts.coordination import State
 from contracts.eventlog import Record
 from contracts.partitioner import partition_for
 from spark_pipeline import job
+from spark_pipeline.loop import PipelineLoop
 from spark_pipeline.publish import notify_nodes
-from spark_pipeline.session import LazySpark
-from spark_pipeline.stream import Follower
+from spark_pipeline.spark import LazySpark
 from stategate.etcd import serving_settled
 from stategate.launcher import free_ports
 from tests import live, oracle, positions
@@ -58,7 +58,7 @@ class Elastic:
         )
         self.project = projects.load(path)
         produce_test_events(self.project, seed=5)
-        self.follower = Follower(self.project, spark) if follow else None
+        self.follower = PipelineLoop(self.project, spark) if follow else None
         if self.follower is not None:
             self.follower.start()
         else:

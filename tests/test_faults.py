@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from contracts.partitioner import partition_for
-from spark_pipeline.session import LazySpark
+from spark_pipeline.spark import LazySpark
 from tests import oracle, wire
 from tests.live import Socket
 from tests.nodes import Served, serve

@@ -21,7 +21,7 @@ import pytest
 
 from contracts import chains
 from contracts.project import Project, load
-from spark_pipeline.stream import CRASH_AT
+from spark_pipeline.loop import CRASH_AT
 from tests.oracle import expected_chain_positions
 from tests.projects import HOUR_MS, START_MS, produce_test_events, write_project
 from tests.test_stop import SPARK_STOP_S, stop

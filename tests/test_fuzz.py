@@ -42,7 +42,7 @@ from gateway.model.limits import SCAN_LOOKAHEAD
 from gateway.model.queries import Get, Prefix, Range, SubQuery, Windows, WindowsOfKey
 from gateway.wire.protocol import decode_answers, decode_request, encode_request
 from resolvers.schema.build import build_schema
-from spark_pipeline.session import LazySpark
+from spark_pipeline.spark import LazySpark
 from tests import oracle
 from tests.nodes import Served, serve
 

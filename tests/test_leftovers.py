@@ -7,7 +7,7 @@ from pathlib import Path
 
 from contracts.project import load
 from spark_pipeline import job
-from spark_pipeline.session import LazySpark
+from spark_pipeline.spark import LazySpark
 from tests.projects import produce_test_events, write_project
 from tests.unit.test_leftovers import layout
 

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from resolvers.schema.costs import PAGE_ROW_WEIGHT
-from spark_pipeline.session import LazySpark
+from spark_pipeline.spark import LazySpark
 from tests import oracle, wire
 from tests.nodes import Served, metric, serve
 

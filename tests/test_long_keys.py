@@ -17,7 +17,7 @@ from contracts import project as projects
 from contracts.eventlog import Record
 from contracts.partitioner import partition_for
 from spark_pipeline import job
-from spark_pipeline.session import LazySpark
+from spark_pipeline.spark import LazySpark
 from stategate.launcher import free_ports
 from tests import oracle, wire
 from tests.live import Socket

@@ -10,7 +10,7 @@ from contracts import eventlog
 from contracts import project as projects
 from contracts.eventlog import Record
 from spark_pipeline import job
-from spark_pipeline.session import LazySpark
+from spark_pipeline.spark import LazySpark
 from stategate.launcher import free_ports, wait_serving
 from tests import wire
 from tests.nodes import Nodes

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from contracts import project as projects
-from spark_pipeline.session import LazySpark
+from spark_pipeline.spark import LazySpark
 from stategate.kafka import Broker
 from stategate.launcher import free_ports
 from tests.kafka import create_topic

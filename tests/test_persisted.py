@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from contracts import project as projects
-from spark_pipeline.session import LazySpark
+from spark_pipeline.spark import LazySpark
 from stategate.launcher import free_ports, node_command
 from tests import oracle, wire
 from tests.live import Socket

@@ -23,7 +23,7 @@ from spark_pipeline.compaction import compact, rebase
 from spark_pipeline.job import run
 from spark_pipeline.plan import LogBehindError, plan_run
 from spark_pipeline.publish import notify_nodes, prune
-from spark_pipeline.session import LazySpark
+from spark_pipeline.spark import LazySpark
 from tests import progress
 from tests.chains import chain_state, opened
 from tests.oracle import (

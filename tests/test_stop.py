@@ -27,7 +27,7 @@ from contracts import eventlog
 from contracts import project as projects
 from contracts.project import Project
 from spark_pipeline import job
-from spark_pipeline.session import LazySpark
+from spark_pipeline.spark import LazySpark
 from stategate import demo
 from stategate.launcher import Processes, free_ports, store_command
 from tests.live import Socket, closed_code

@@ -19,8 +19,8 @@ from contracts import chains, eventlog
 from contracts.durable import locked
 from contracts.manifest import FRESH_LAYERS
 from contracts.project import Project, load
-from spark_pipeline.session import LazySpark
-from spark_pipeline.stream import Follower
+from spark_pipeline.loop import PipelineLoop
+from spark_pipeline.spark import LazySpark
 from tests import progress
 from tests.chains import chain_state
 from tests.oracle import expected_chain_positions, expected_positions, expected_store, layer_names
@@ -104,7 +104,7 @@ def stream_log() -> Iterator[list[str]]:
 @pytest.fixture(scope="module")
 def follower(
     spark: LazySpark, tmp_path_factory: pytest.TempPathFactory, stream_log: list[str]
-) -> Iterator[Follower]:
+) -> Iterator[PipelineLoop]:
     root = tmp_path_factory.mktemp("stream")
     project = load(write_project(root, ports=[18201, 18202, 18203]))
     fast = dataclasses.replace(
@@ -112,13 +112,13 @@ def follower(
     )
     project = dataclasses.replace(project, settings=fast)
     produce_test_events(project, seed=11, n_bookings=600, n_trains=200)
-    running = Follower(project, spark, notify=False)
+    running = PipelineLoop(project, spark, notify=False)
     running.start()
     yield running
     running.stop()
 
 
-def test_micro_batches_publish_what_the_oracle_computes(follower: Follower) -> None:
+def test_micro_batches_publish_what_the_oracle_computes(follower: PipelineLoop) -> None:
     project = follower.project
     first = wait_caught_up(project)
     assert all(len(e["layers"]) == 1 for e in first["partitions"].values()), "caught up: bases"
@@ -136,7 +136,7 @@ def test_micro_batches_publish_what_the_oracle_computes(follower: Follower) -> N
     assert follower.progress.batches >= 3 and follower.progress.records > 0
 
 
-def test_every_layer_counts_its_new_records_by_append_time(follower: Follower) -> None:
+def test_every_layer_counts_its_new_records_by_append_time(follower: PipelineLoop) -> None:
     """Each layer a batch wrote carries its new records counted by the append time the log
     stamped on them, the newest append time of the state up to it, and stage times no sooner
     than those appends; the pipeline's histogram counts every record it published once per
@@ -179,7 +179,7 @@ def test_every_layer_counts_its_new_records_by_append_time(follower: Follower) -
         time.sleep(0.05)
 
 
-def published_counts(follower: Follower) -> dict[str, float | None]:
+def published_counts(follower: PipelineLoop) -> dict[str, float | None]:
     """The records the follower's histogram counted at each of its stages."""
     return {
         stage: follower.registry.get_sample_value(
@@ -189,7 +189,7 @@ def published_counts(follower: Follower) -> dict[str, float | None]:
     }
 
 
-def test_compaction_folds_chains_beside_the_micro_batches(follower: Follower) -> None:
+def test_compaction_folds_chains_beside_the_micro_batches(follower: PipelineLoop) -> None:
     project = follower.project
     deadline = time.monotonic() + CAUGHT_UP_S
     while follower.progress.compactions == 0:
@@ -202,7 +202,7 @@ def test_compaction_folds_chains_beside_the_micro_batches(follower: Follower) ->
 
 
 def test_each_micro_batch_logs_its_records_partitions_and_positions(
-    follower: Follower, stream_log: list[str]
+    follower: PipelineLoop, stream_log: list[str]
 ) -> None:
     """One line per micro-batch, not per record: together they count the records produced,
     name the partitions that got them, and end at the raw log's positions."""
@@ -252,7 +252,7 @@ def batch_lines(lines: list[str]) -> list[tuple[int, int, list[int], dict[int, d
 
 
 def test_a_burst_past_driver_batch_records_runs_on_the_executors_capped(
-    follower: Follower, stream_log: list[str]
+    follower: PipelineLoop, stream_log: list[str]
 ) -> None:
     """More new records than driver_batch_records go to Spark's executors, at most about
     max_records_per_batch a micro-batch (every partition with records moves), and the chains

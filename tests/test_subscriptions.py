@@ -20,7 +20,7 @@ from contracts import eventlog
 from contracts.eventlog import Record
 from contracts.partitioner import partition_for
 from spark_pipeline import job
-from spark_pipeline.session import LazySpark
+from spark_pipeline.spark import LazySpark
 from tests import oracle, wire
 from tests.live import Socket, Unread, closed_code
 from tests.nodes import Served, serve

@@ -19,7 +19,7 @@ from contracts.partitioner import partition_for
 from contracts.positions import decode_token
 from spark_pipeline import compaction, job
 from spark_pipeline.publish import notify_nodes
-from spark_pipeline.session import LazySpark
+from spark_pipeline.spark import LazySpark
 from tests import oracle, wire
 from tests.nodes import Samples, Served, metric, serve
 from tests.projects import produce_test_events

@@ -21,7 +21,7 @@ from contracts.partitioner import partition_for
 from contracts.project import Project
 from gateway.model import cursors
 from spark_pipeline import job
-from spark_pipeline.session import LazySpark
+from spark_pipeline.spark import LazySpark
 from stategate.launcher import free_ports
 from tests import oracle, wire
 from tests.nodes import Nodes

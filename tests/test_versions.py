@@ -21,7 +21,7 @@ from contracts.manifest import read_manifest, write_manifest
 from contracts.partitioner import partition_for
 from spark_pipeline import compaction, job
 from spark_pipeline.publish import notify_nodes
-from spark_pipeline.session import LazySpark
+from spark_pipeline.spark import LazySpark
 from tests import oracle
 from tests.nodes import Served, metric, serve
 from tests.oracle import History, Version

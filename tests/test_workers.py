@@ -23,7 +23,7 @@ import pytest
 
 from gateway.workers.keeper import STUCK_CHECK_S, STUCK_S
 from spark_pipeline import job
-from spark_pipeline.session import LazySpark
+from spark_pipeline.spark import LazySpark
 from stategate.launcher import node_command, wait_serving
 from tests import oracle, wire
 from tests.live import Socket

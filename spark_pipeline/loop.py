@@ -47,7 +47,7 @@ from spark_pipeline.log_source import read_log, task_groups
 from spark_pipeline.plan import plan_run, stores_digest
 from spark_pipeline.progress import log_bad_records, positions
 from spark_pipeline.publish import Notifier, prune, sweep_temporaries
-from spark_pipeline.session import LazySpark
+from spark_pipeline.spark import LazySpark
 from topics import open_log
 
 log = logging.getLogger(__name__)
@@ -57,7 +57,7 @@ BATCHES = "stategate-batches"  # the loop's Spark job group, cancelled by a stop
 
 
 @dataclass
-class Progress:
+class LoopProgress:
     """What the continuous pipeline has done so far (logged after every micro-batch)."""
 
     batches: int = 0
@@ -68,7 +68,7 @@ class Progress:
     last: dict[str, object] = field(default_factory=dict)
 
 
-class Follower:
+class PipelineLoop:
     def __init__(
         self, project: Project, spark: SparkSession | LazySpark, notify: bool = True
     ) -> None:
@@ -76,7 +76,7 @@ class Follower:
         self._spark = spark if isinstance(spark, LazySpark) else LazySpark.of(spark)
         self.notify = notify
         self.store_dir = snapshot_dir(project)
-        self.progress = Progress()
+        self.progress = LoopProgress()
         self.stopping = threading.Event()
         self._loop: threading.Thread | None = None
         self._failure: BaseException | None = None  # what ended the loop, if not a stop

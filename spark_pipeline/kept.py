@@ -6,10 +6,10 @@ combined with each key's current row, which is the newest row among every layer 
 Reading every layer costs a little more with each delta (a read, a scan and a UNION
 branch each: along 48 deltas, bench.installs measured 159 ms a delta in the first half and
 258 ms in the second; 117 and 136 ms this way). A worker instead keeps, per partition, the
-newest row of each key its chain's deltas hold (`Warm`), and a new delta reads the base and
+newest row of each key its chain's deltas hold (`KeptRows`), and a new delta reads the base and
 that. The pipeline's driver and Spark's reused Python workers keep theirs across batches.
 
-Kept only for a chain it names layer by layer (path and sha256): a worker whose warm chain
+Kept only for a chain it names layer by layer (path and sha256): a worker whose kept chain
 is behind (executors built some layers) folds the missing deltas in; any other chain (a
 compaction, a rebuild, a layer rewritten after a crash) starts again from the base. A layer
 that is written but never published is harmless: the next task's chain does not name it.
@@ -32,12 +32,12 @@ Chain = tuple[tuple[str, str], ...]  # each layer's (path, sha256), base first
 
 
 @dataclass(frozen=True)
-class Warm:
+class KeptRows:
     chain: Chain
     rows: dict[str, pa.Table] = field(default_factory=dict)  # store -> newest row per key
 
 
-_KEPT: dict[tuple[str, int], Warm] = {}  # (store root, partition) -> its warm chain
+_KEPT: dict[tuple[str, int], KeptRows] = {}  # (store root, partition) -> its kept chain
 _LOCK = threading.Lock()  # a driver builds partitions in threads (batch.publish_here)
 
 
@@ -45,42 +45,42 @@ def chain_of(layers: tuple[Layer, ...]) -> Chain:
     return tuple((layer.path, layer.sha256) for layer in layers)
 
 
-def kept(store_root: str, partition: int) -> Warm | None:
+def kept(store_root: str, partition: int) -> KeptRows | None:
     with _LOCK:
         return _KEPT.get((store_root, partition))
 
 
-def keep(store_root: str, partition: int, warm: Warm) -> None:
+def keep(store_root: str, partition: int, held: KeptRows) -> None:
     with _LOCK:
-        _KEPT[(store_root, partition)] = warm
+        _KEPT[(store_root, partition)] = held
 
 
 def forget() -> None:
-    """Drop every warm chain (tests, and a worker that wants its memory back)."""
+    """Drop every kept chain (tests, and a worker that wants its memory back)."""
     with _LOCK:
         _KEPT.clear()
 
 
-def warm_up(
+def kept_rows_of(
     store_root: str, partition: int, below: tuple[Layer, ...], stores: tuple[Store, ...]
-) -> Warm:
-    """The warm chain of `below` (a base and its deltas): the one kept when it is `below` or
+) -> KeptRows:
+    """The kept chain of `below` (a base and its deltas): the one kept when it is `below` or
     leads to it, with the deltas it lacks folded in; else every delta of `below` folded."""
     chain = chain_of(below)
-    warm = kept(store_root, partition)
-    if warm is None or warm.chain != chain[: len(warm.chain)]:
-        warm = Warm(chain[:1])
-    missing = below[len(warm.chain) :]
+    held = kept(store_root, partition)
+    if held is None or held.chain != chain[: len(held.chain)]:
+        held = KeptRows(chain[:1])
+    missing = below[len(held.chain) :]
     if not missing or not any(kept_for(store) for store in stores):
-        return Warm(chain, warm.rows)
+        return KeptRows(chain, held.rows)
     read = [read_delta(Path(store_root) / layer.path)[1] for layer in missing]
-    return Warm(chain, fold(warm.rows, read, stores))
+    return KeptRows(chain, fold(held.rows, read, stores))
 
 
 def fold(
     rows: dict[str, pa.Table], deltas: list[dict[str, pa.Table]], stores: tuple[Store, ...]
 ) -> dict[str, pa.Table]:
-    """Warm `rows` with `deltas` (each a delta's tables by store, oldest first) on top: the
+    """KeptRows `rows` with `deltas` (each a delta's tables by store, oldest first) on top: the
     kept rows of the keys a delta does not hold, then the delta's, delta by delta (a hash
     anti-join in Arrow: no sort, and no SQL statement, whose fixed cost is ~10x the join's
     for a few hundred keys)."""
