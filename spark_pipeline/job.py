@@ -48,7 +48,7 @@ from spark_pipeline.batch import Published, publish, publish_here  # noqa: E402
 from spark_pipeline.log_source import read_log, task_groups  # noqa: E402
 from spark_pipeline.plan import RunPlan, plan_run  # noqa: E402
 from spark_pipeline.progress import log_bad_records, positions, size, stage_progress  # noqa: E402
-from spark_pipeline.publish import notify_nodes, prune, sweep_temporaries  # noqa: E402
+from spark_pipeline.publish import mirror, notify_nodes, prune, sweep_temporaries  # noqa: E402
 from spark_pipeline.spark import LazySpark, cancelled_on, spark_session  # noqa: E402
 from topics import open_log  # noqa: E402
 
@@ -135,6 +135,7 @@ def run(
             report.bad_records = published.bad
         if published.layers:
             write_manifest(store_dir, published.manifest)
+            mirror(project, published.manifest, events)
             prune(store_dir, published.manifest)
             log.info(
                 "published: the manifest names %d new layers (partitions %s)",

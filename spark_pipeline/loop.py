@@ -46,7 +46,7 @@ from spark_pipeline.job import run, snapshot_dir
 from spark_pipeline.log_source import read_log, task_groups
 from spark_pipeline.plan import plan_run, stores_digest
 from spark_pipeline.progress import log_bad_records, positions
-from spark_pipeline.publish import Notifier, prune, sweep_temporaries
+from spark_pipeline.publish import Notifier, mirror, prune, sweep_temporaries
 from spark_pipeline.spark import LazySpark
 from topics import open_log
 
@@ -232,6 +232,8 @@ class PipelineLoop:
     def _commit_one(self, published: Published) -> None:
         """Publish new layers (the caller holds the store's lock) and tell the nodes."""
         _commit(self.store_dir, published)
+        if published.layers:
+            mirror(self.project, published.manifest, self.events)
         for layer in published.layers.values():
             self.freshness.observe_all(layer.appended, layer.stages())
         if published.layers:

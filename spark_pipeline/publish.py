@@ -26,6 +26,7 @@ from contracts.manifest import Manifest
 from contracts.project import Node, Project
 from contracts.snapshot_file import parse_file_name, partition_folder
 from spark_pipeline.snapshot import temporary_of
+from topics import Log, TopicsError
 
 log = logging.getLogger(__name__)
 NOTIFY_TIMEOUT = httpx.Timeout(30.0, connect=3.0)  # a sync may download; a connect may not
@@ -75,6 +76,18 @@ def sweep_temporaries(store_dir: Path, grace_s: float = TEMPORARY_GRACE_S) -> li
                     part.unlink(missing_ok=True)
                     removed.append(part)
     return removed
+
+
+def mirror(project: Project, manifest: Manifest, events: Log) -> None:
+    """Commit how far each topic partition is published to the log's consumer group, for
+    the tools Kafka users watch (kafka-consumer-groups, lag exporters); a failure is a
+    warning, never a stop: the manifest is what is published."""
+    positions = [chains.position(project, manifest, p) for p in range(project.cluster.partitions)]
+    by_topic = {t: {p: at[t] for p, at in enumerate(positions)} for t in project.topics}
+    try:
+        events.published(by_topic)
+    except TopicsError as exc:
+        log.warning("the published positions are not mirrored: %s", exc)
 
 
 def notify_nodes(project: Project, partitions: set[int]) -> dict[str, str]:

@@ -5,8 +5,10 @@ oracle reads the same topics back with another client (kafka-python: tests/oracl
 The query suites of tests/test_queries.py, tests/test_by_value.py and tests/test_global.py
 run here as they are, on this module's cluster.
 
-And what a team with a Kafka cluster meets first: the pipeline refuses, in one line, topics
-that are missing or have another partition count than the project declares."""
+And what a team with a Kafka cluster meets: the pipeline refuses, in one line, topics that
+are missing or have another partition count than the project declares, and a build that
+needs records the log no longer holds; the published positions are the consumer group's
+committed offsets, as Kafka's tools read them."""
 
 from __future__ import annotations
 
@@ -17,14 +19,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka import TopicPartition as KafkaPartition
+from confluent_kafka.admin import AdminClient
+from kafka import KafkaAdminClient, TopicPartition
 
 from contracts import project as projects
+from contracts.partitioner import partition_for
 from spark_pipeline.spark import LazySpark
 from stategate.kafka import Broker
 from stategate.launcher import free_ports
+from tests import oracle
 from tests.kafka import create_topic
 from tests.nodes import Served, serve
-from tests.projects import write_project
+from tests.projects import produce_test_events, write_project
 from tests.test_by_value import (  # noqa: F401 (collected here, on this module's cluster)
     test_random_filters_and_orders_page_through_like_the_oracle,
     test_totals_of_random_filters_equal_the_oracle,
@@ -73,3 +80,43 @@ def test_the_pipeline_refuses_topics_unlike_the_projects_in_one_line(
     assert f"'{topics}trains' has 12 partitions, the project declares 9 " in line
     assert f"'{topics}trips' does not exist" in line and "bookings" not in line
     assert "Traceback" not in done.stderr
+
+
+def test_the_published_positions_are_the_groups_committed_offsets(served: Served) -> None:
+    """What kafka-consumer-groups and lag exporters show: the group's committed offset of
+    every partition is the position the manifest published (read by kafka-python)."""
+    project = served.project
+    assert project.kafka is not None
+    admin = KafkaAdminClient(bootstrap_servers=project.kafka.bootstrap)
+    try:
+        committed = admin.list_group_offsets(project.kafka.group)[project.kafka.group]
+    finally:
+        admin.close()
+    positions = oracle.expected_positions(project)
+    for topic in project.topics:
+        for partition in range(project.cluster.partitions):
+            where = TopicPartition(project.kafka.topic(topic), partition)
+            assert committed[where].offset == positions[partition][topic], where
+
+
+def test_records_gone_from_the_log_are_refused_not_skipped(kafka: Broker, tmp_path: Path) -> None:
+    """A build that needs records retention (here, a deletion) removed from a topic refuses
+    in one line naming the topic, the partition, the offset needed and the log's start."""
+    topics = prefix()
+    project = projects.load(write_project(tmp_path, free_ports(3), kafka=(kafka.bootstrap, topics)))
+    produce_test_events(project, seed=4, n_bookings=300, n_trains=40, n_trips=20)
+    partition = partition_for("C000001", "string", 9)
+    gone = KafkaPartition(f"{topics}bookings", partition, 3)
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+    admin.delete_records([gone])[gone].result(30)
+    command = [sys.executable, "-m", "stategate.cli", "pipeline", "--config", str(project.path)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr[-3000:]
+    line = done.stderr.strip().splitlines()[-1]
+    assert line == (
+        f"stategate: {topics}bookings partition {partition}: the state needs its records from "
+        "offset 0, but the log starts at offset 3 (retention or a deletion removed them): "
+        "they cannot be read again"
+    ), line
+    assert "Traceback" not in done.stderr
+    assert not (Path(project.snapshot_store) / "manifest.json").exists(), "nothing published"

@@ -44,6 +44,12 @@ class Log(Protocol):
         any thread: each reads with its own reader)."""
         ...
 
+    def published(self, positions: dict[str, dict[int, int]]) -> None:
+        """Tell the log how far the state is published, per topic and partition (Kafka: the
+        consumer group's committed offsets, the lag its tools show). Only a mirror: the
+        manifest stays the one record of what is published."""
+        ...
+
     def append(self, topic: str, records: Iterable[Record]) -> dict[int, int]:
         """Records that fit the declared topic (BadRecord otherwise, before any is written),
         routed by Kafka's default partitioner; returns the count per partition."""

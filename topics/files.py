@@ -36,6 +36,9 @@ class FileLog:
     def read(self, spans: Sequence[Span]) -> Iterator[pa.RecordBatch]:
         return read_spans(self.log_dir, spans)
 
+    def published(self, positions: dict[str, dict[int, int]]) -> None:
+        pass  # no tool reads a file log's progress
+
     def append(self, topic: str, records: Iterable[Record]) -> dict[int, int]:
         return eventlog.produce(self.log_dir, self.declared[topic], self.partitions, records)
 

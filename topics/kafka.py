@@ -119,14 +119,15 @@ class KafkaLog:
             for kafka_name in self.declared
             for p in range(self.partitions)
         }
-        return self._ends(asked)
+        return self._offsets(asked)
 
     def end_offset(self, topic: str, partition: int) -> int:
         asked = {TopicPartition(self.kafka_names[topic], partition): OffsetSpec.latest()}  # type: ignore[no-untyped-call]
-        return self._ends(asked)[topic][partition]
+        return self._offsets(asked)[topic][partition]
 
-    def _ends(self, asked: dict[TopicPartition, Any]) -> dict[str, dict[int, int]]:
-        """The last stable offset of each asked partition, in one ListOffsets call."""
+    def _offsets(self, asked: dict[TopicPartition, Any]) -> dict[str, dict[int, int]]:
+        """The offset each asked partition's spec names (latest: the last stable one; earliest:
+        the log's start), declared topic -> partition -> offset, in one ListOffsets call."""
         futures = self._admin.list_offsets(
             asked, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=CALL_S
         )
@@ -149,6 +150,7 @@ class KafkaLog:
             self._take(consumer, ends, held)
         finally:
             consumer.unassign()
+        self._check_start(wanted, held)
         for s in wanted:
             messages = held[(self.kafka_names[s.topic], s.partition)]
             if messages:
@@ -185,6 +187,29 @@ class KafkaLog:
                 missing = ", ".join(f"{t} partition {p} to {e}" for (t, p), e in open_.items())
                 raise TopicsError(f"Kafka sent nothing for {CALL_S:g} s while reading {missing}")
 
+    def _check_start(self, spans: list[Span], held: dict[tuple[str, int], list[Any]]) -> None:
+        """A span that began past its start (offsets have gaps: compaction, transaction
+        markers) is refused when its first records are gone from the log (retention, a
+        deletion): a silent skip would build state without them."""
+        suspect = {
+            TopicPartition(self.kafka_names[s.topic], s.partition): s
+            for s in spans
+            if not (found := held[(self.kafka_names[s.topic], s.partition)])
+            or found[0].offset() > s.start
+        }
+        if not suspect:
+            return
+        asked = {tp: OffsetSpec.earliest() for tp in suspect}  # type: ignore[no-untyped-call]
+        starts = self._offsets(asked)
+        for tp, span in suspect.items():
+            first = starts[span.topic][span.partition]
+            if first > span.start:
+                raise TopicsError(
+                    f"{tp.topic} partition {tp.partition}: the state needs its records from "
+                    f"offset {span.start}, but the log starts at offset {first} (retention or "
+                    "a deletion removed them): they cannot be read again"
+                )
+
     def _batch(self, span: Span, messages: list[Any]) -> pa.RecordBatch:
         key_type = self.key_types[span.topic]
         stamps = [m.timestamp() for m in messages]
@@ -219,6 +244,8 @@ class KafkaLog:
                     "enable.auto.commit": False,
                     "enable.partition.eof": True,
                     "isolation.level": "read_committed",
+                    # a start gone from the log: read from its start (then refused: _check_start)
+                    "auto.offset.reset": "earliest",
                     "fetch.wait.max.ms": 10,
                 }
             )
@@ -226,6 +253,20 @@ class KafkaLog:
             with self._lock:
                 self._consumers.append(consumer)
         return consumer
+
+    def published(self, positions: dict[str, dict[int, int]]) -> None:
+        offsets = [
+            TopicPartition(self.kafka_names[topic], p, offset)
+            for topic, by_partition in sorted(positions.items())
+            for p, offset in sorted(by_partition.items())
+            if offset > 0
+        ]
+        if not offsets:
+            return
+        try:
+            self._reader().commit(offsets=offsets, asynchronous=False)
+        except KafkaException as exc:
+            raise TopicsError(f"cannot commit to group {self.group!r}: {_said(exc)}") from exc
 
     # -- appending
 
