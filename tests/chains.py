@@ -20,7 +20,7 @@ from contracts import chains, eventlog
 from contracts.manifest import Layer
 from contracts.project import Project, Store
 from contracts.snapshot_file import key_columns
-from gateway.storage.row_select import columns
+from gateway.storage.memory.row_select import columns
 from spark_pipeline.snapshot import LayerTask, build_layer
 from tests.oracle import retained
 from tests.projects import produce_test_events

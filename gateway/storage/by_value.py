@@ -24,7 +24,7 @@ from gateway.model.filters import (
     Sort,
 )
 from gateway.model.queries import Select, Totals
-from gateway.storage.row_select import columns
+from gateway.storage.memory.row_select import columns
 
 Sql = tuple[str, list[Any]]
 _COMPARE = {"eq": "=", "ne": "<>", "lt": "<", "lte": "<=", "gt": ">", "gte": ">="}

@@ -38,9 +38,9 @@ from gateway.model.queries import (
 )
 from gateway.storage import by_value, history, windows
 from gateway.storage.layers import Overlay
-from gateway.storage.masks import vectorized
-from gateway.storage.ordered import indexed
-from gateway.storage.row_select import columns
+from gateway.storage.memory.masks import vectorized
+from gateway.storage.memory.ordered import indexed
+from gateway.storage.memory.row_select import columns
 from gateway.storage.snapshots import Snapshot, SnapshotCatalog
 
 

@@ -20,7 +20,7 @@ from contracts.clock import EARLIEST_MS
 from contracts.project import TOMBSTONE, VALID_FROM, VALID_TO, Store, history_of
 from contracts.snapshot_file import quoted
 from gateway.model.queries import Row, Versions
-from gateway.storage.key_runs import Timed
+from gateway.storage.memory.key_runs import Timed
 from gateway.storage.snapshots import Snapshot
 
 
@@ -29,7 +29,7 @@ def versions(
 ) -> list[Row]:
     """The versions of `query.key` valid at some time in [from, to], by valid_from, after
     `query.after`, at most `query.limit`: key, valid_from, valid_to, then the columns. From
-    the layers' indexes in memory (storage/key_runs.py) when every layer has one."""
+    the layers' indexes in memory (storage/memory/key_runs.py) when every layer has one."""
     indexes = snapshot.runs(history_of(store).name)
     if indexes is None:
         return versions_by_sql(cursor, snapshot, store, query)

@@ -36,10 +36,11 @@ from contracts.snapshot_file import (
     quoted,
 )
 from gateway.model.queries import Prefix, Range, Row, Select, Totals
-from gateway.storage import images, ordered, scans, summing
-from gateway.storage.key_runs import KeyRuns, newest_of
-from gateway.storage.lookup_table import Changed, LookupTable
-from gateway.storage.row_select import served
+from gateway.storage import images
+from gateway.storage.memory import ordered, scans, summing
+from gateway.storage.memory.key_runs import KeyRuns, newest_of
+from gateway.storage.memory.lookup_table import Changed, LookupTable
+from gateway.storage.memory.row_select import served
 
 LEVELS = "memory.main"  # where the hub keeps the levels' tables: its own database
 MAX_LEVELS = 3  # a scan asks each level (~1.5 ms each): more would cost reads what installs save
@@ -312,15 +313,15 @@ class LayeredTable:
         return self.base.nbytes + sum(level.nbytes for level in self.levels)
 
     def select(self, store: Store, query: Select) -> list[Row] | None:
-        """An ordered page from memory, or None when SQL must answer (storage/ordered.py)."""
+        """An ordered page from memory, or None when SQL must answer (storage/memory/ordered.py)."""
         return ordered.select(store, self.base, self.changed(), query)
 
     def scan(self, query: Range | Prefix) -> list[Row] | None:
-        """A page by key from memory, or None when SQL must answer (storage/scans.py)."""
+        """A page by key from memory, or None when SQL must answer (storage/memory/scans.py)."""
         return scans.page(self.base, self.levels, query)
 
     def totals(self, store: Store, query: Totals) -> Row:
-        """The partial totals (storage/summing.py)."""
+        """The partial totals (storage/memory/summing.py)."""
         return summing.totals(store, self.base, self.changed(), query)
 
     def changed(self) -> Changed:

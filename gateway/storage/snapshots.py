@@ -43,7 +43,6 @@ from contracts.snapshot_file import (
     quoted,
 )
 from gateway.storage import images
-from gateway.storage.key_runs import KeyRuns, newest_of
 from gateway.storage.layers import (
     LayeredTable,
     LayerError,
@@ -59,8 +58,9 @@ from gateway.storage.layers import (
     shared,
     to_merge,
 )
-from gateway.storage.lookup_table import LookupTable
-from gateway.storage.row_select import columns
+from gateway.storage.memory.key_runs import KeyRuns, newest_of
+from gateway.storage.memory.lookup_table import LookupTable
+from gateway.storage.memory.row_select import columns
 
 log = logging.getLogger(__name__)
 CLOSE_WAIT_S = 30.0  # the longest a stopping node waits for an install under way

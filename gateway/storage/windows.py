@@ -1,11 +1,11 @@
-"""One key's windows from the layers' indexes in memory (storage/key_runs.py), as the SQL of
+"""One key's windows from the layers' indexes in memory (storage/memory/key_runs.py), as the SQL of
 storage/execution.py would read them: each layer's rows of the key with a start in the span,
 a newer layer's row of a start replacing an older one's, rows a level deletes left out."""
 
 from __future__ import annotations
 
 from gateway.model.queries import Row, WindowsOfKey
-from gateway.storage.key_runs import Timed
+from gateway.storage.memory.key_runs import Timed
 from gateway.storage.snapshots import Snapshot
 
 

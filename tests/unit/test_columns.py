@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from gateway.storage.columns import ArrowColumn, CodedColumn, NumberColumn, column_of
+from gateway.storage.memory.columns import ArrowColumn, CodedColumn, NumberColumn, column_of
 
 
 def sample(kind: str, rng: random.Random, n: int) -> list[Any]:

@@ -12,8 +12,8 @@ import pyarrow as pa
 import pytest
 
 from gateway.storage import images
-from gateway.storage.key_runs import KeyRuns
-from gateway.storage.lookup_table import LookupTable
+from gateway.storage.memory.key_runs import KeyRuns
+from gateway.storage.memory.lookup_table import LookupTable
 
 ROWS = 5000
 

@@ -11,9 +11,11 @@ stategate        composition (CLI, demo, the ASGI app): any of them
 Inside gateway/, from the ground up: model (values and pure rules) and runtime (scheduling);
 wire (the internal protocol and transports); storage (snapshots, tables, execution, delivery);
 cluster (membership, status, routing, batching) and workers (a node's keeper and its
-followers: gateway/workers/); then the node, its service and its HTTP
-routes at the top. Inside resolvers/: schema (the typed fields), execution (operations, the
-executors, persisted documents, costs), transport (HTTP, WebSocket, live queries).
+followers: gateway/workers/); then the node, its service and its HTTP routes at the top.
+Inside gateway/storage/, from the ground up: memory (the in-memory engine), then the frame
+that answers sub-queries at its top. Inside resolvers/: schema (the typed fields), execution
+(operations, the executors, persisted documents, costs), transport (HTTP, WebSocket, live
+queries).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ FORBIDDEN = {
 # floor. A floor imports its own and the floors below it.
 FLOORS = {
     "gateway": [{"model", "runtime"}, {"wire"}, {"storage"}, {"cluster", "workers"}, {""}],
+    "gateway.storage": [{"memory"}, {""}],
     "resolvers": [{"schema"}, {"execution"}, {"transport"}, {""}],
 }
 
@@ -68,11 +71,10 @@ def tops(names: set[str]) -> set[str]:
 
 def floor_of(package: str, dotted: str) -> int:
     """The floor of a module or sub-package `package.<sub>...`; a name of the package's own
-    top (a module at its root) is its top floor."""
-    parts = dotted.split(".")
-    sub = parts[1] if len(parts) > 2 or (ROOT / package / parts[1]).is_dir() else ""
-    if len(parts) == 1:
-        sub = ""
+    top (a module at its root) is its top floor. `package` may be a sub-package itself
+    (gateway.storage), whose own sub-packages are its floors."""
+    below = dotted.split(".")[package.count(".") + 1 :]
+    sub = below[0] if len(below) > 1 or (below and (folder(package) / below[0]).is_dir()) else ""
     for number, floor in enumerate(FLOORS[package]):
         if sub in floor:
             return number
@@ -93,10 +95,14 @@ def test_packages_import_only_the_layers_below_them(package: str) -> None:
     assert {m: names for m, names in wrong.items() if names} == {}
 
 
+def folder(package: str) -> Path:
+    return ROOT.joinpath(*package.split("."))
+
+
 @pytest.mark.parametrize("package", sorted(FLOORS))
 def test_floors_import_only_their_own_and_the_floors_below(package: str) -> None:
     wrong = {}
-    for module in sorted((ROOT / package).rglob("*.py")):
+    for module in sorted(folder(package).rglob("*.py")):
         dotted = ".".join(module.relative_to(ROOT).with_suffix("").parts)
         if dotted.endswith(".__init__"):
             continue
@@ -113,7 +119,7 @@ def test_floors_import_only_their_own_and_the_floors_below(package: str) -> None
 
 @pytest.mark.parametrize("package", sorted(FLOORS))
 def test_every_sub_package_is_on_a_floor(package: str) -> None:
-    subs = {p.name for p in (ROOT / package).iterdir() if (p / "__init__.py").is_file()}
+    subs = {p.name for p in folder(package).iterdir() if (p / "__init__.py").is_file()}
     assert subs <= set().union(*FLOORS[package])
 
 
@@ -132,4 +138,7 @@ def test_a_floor_that_imports_one_above_it_is_found(tmp_path: Path) -> None:
     assert floor_of("gateway", "gateway.model.queries") < floor_of("gateway", "gateway.node")
     assert floor_of("resolvers", "resolvers.schema.stores") < floor_of(
         "resolvers", "resolvers.transport.live"
+    )
+    assert floor_of("gateway.storage", "gateway.storage.memory.scans") < floor_of(
+        "gateway.storage", "gateway.storage.execution"
     )

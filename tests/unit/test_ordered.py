@@ -1,4 +1,4 @@
-"""Ordered pages and totals from memory (gateway/storage/ordered.py, summing.py) equal
+"""Ordered pages and totals from memory (gateway/storage/memory/ordered.py, summing.py) equal
 storage's SQL for the same Select or Totals, over a base and two levels that replace and
 delete rows: random data with nulls, ties and Unicode, random filters, both directions,
 cursors taken from earlier pages, and walks long enough to give up (None, never a wrong
@@ -16,10 +16,11 @@ import pytest
 from contracts.project import Store, Topic
 from gateway.model.filters import KEY, AllOf, AnyOf, Condition, Filter, Not, Sort
 from gateway.model.queries import Select, Totals
-from gateway.storage import by_value, ordered
+from gateway.storage import by_value
 from gateway.storage.layers import LayeredTable
-from gateway.storage.lookup_table import LookupTable
-from gateway.storage.masks import vectorized
+from gateway.storage.memory import ordered
+from gateway.storage.memory.lookup_table import LookupTable
+from gateway.storage.memory.masks import vectorized
 
 # trip has few distinct values (kept as codes), note many (kept as Arrow strings)
 TOPIC = Topic(

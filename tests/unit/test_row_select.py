@@ -12,7 +12,7 @@ import duckdb
 import pytest
 
 from contracts.project import Project, load
-from gateway.storage.row_select import columns, served
+from gateway.storage.memory.row_select import columns, served
 from tests.projects import write_project
 from tests.unit.test_delta_file import frame
 

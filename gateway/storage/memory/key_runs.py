@@ -5,7 +5,7 @@ contracts/project.py: history_of).
 
 The rows (the time, then the rest as row_select.columns reads them) are sorted by key and
 time; a key's rows are one run of them. The index holds each distinct key once (a
-LookupTable of them: gateway/storage/lookup_table.py) with where its run starts, and finds
+LookupTable of them: gateway/storage/memory/lookup_table.py) with where its run starts, and finds
 times by bisecting the run's. A base's rows are written once to an Arrow IPC file and
 memory-mapped (`mapped`): the OS keeps the pages queries touch, not every row, in memory;
 the file is unlinked at once, so it goes with the last map of it and leaves nothing to clean
@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 
 from contracts.partitioner import Key
 from contracts.project import VALID_FROM
-from gateway.storage.lookup_table import LookupTable, index_keys
+from gateway.storage.memory.lookup_table import LookupTable, index_keys
 
 Timed = tuple[Any, ...]  # a row without its key: the time first
 

@@ -3,7 +3,7 @@ cost microseconds instead of a DuckDB query each.
 
 The key index is a sorted numpy array (int64 for integer keys, fixed-width UTF-8 bytes for
 string keys) searched with `searchsorted`; the other columns stay in the order the snapshot
-stores them, each in the form that reads fastest (gateway/storage/columns.py). String keys wider
+stores them, each in the form that reads fastest (storage/memory/columns.py). String keys wider
 than MAX_KEY_BYTES, or ending in NUL (numpy's fixed-width bytes drop trailing NULs), are not
 indexed: such a store keeps answering lookups with DuckDB.
 """
@@ -22,8 +22,8 @@ import pyarrow.compute as pc
 from contracts.partitioner import Key
 from contracts.project import Store
 from gateway.model.queries import Row
-from gateway.storage.columns import Column, column_of
-from gateway.storage.row_select import columns
+from gateway.storage.memory.columns import Column, column_of
+from gateway.storage.memory.row_select import columns
 
 MAX_KEY_BYTES = 64  # wider string keys are looked up with DuckDB (index memory is n x width)
 _INT64 = (-(2**63), 2**63 - 1)

@@ -1,5 +1,5 @@
 """A filter read over a table's columns a chunk of rows at a time (numpy masks), so that an
-ordered walk (gateway/storage/ordered.py) builds Python rows only for the rows that pass.
+ordered walk (gateway/storage/memory/ordered.py) builds Python rows only for the rows that pass.
 
 Numbers and booleans compare in numpy under their null mask; a string column kept as codes
 tests each distinct value once and looks the codes up; other strings, and the key, are
@@ -16,8 +16,8 @@ import numpy as np
 
 from contracts.project import Store
 from gateway.model.filters import KEY, AllOf, AnyOf, Condition, Filter, Not, predicate
-from gateway.storage.columns import CodedColumn, NumberColumn
-from gateway.storage.lookup_table import LookupTable
+from gateway.storage.memory.columns import CodedColumn, NumberColumn
+from gateway.storage.memory.lookup_table import LookupTable
 
 Mask = Callable[[np.ndarray], np.ndarray]  # row numbers -> which of them pass
 _NUMPY: dict[str, Callable[[np.ndarray, Any], np.ndarray]] = {

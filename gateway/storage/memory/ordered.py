@@ -1,6 +1,6 @@
 """Ordered pages from memory: a Select ordered by one indexed column (then by key) walks the
 base's rows in that column's sorted order (LookupTable.sorted_by), testing the filter on
-chunks of rows over the columns (gateway/storage/masks.py), skipping the keys the overlay
+chunks of rows over the columns (gateway/storage/memory/masks.py), skipping the keys the overlay
 replaced or deleted, and merges in the overlay's rows that pass. A walk that tests
 WALK_LIMIT rows without filling its page gives up (None): a filter that rare is answered by
 SQL, which scans once instead.
@@ -19,8 +19,8 @@ from contracts.project import Store
 from gateway.model.filters import KEY, Sort, field_index, predicate
 from gateway.model.merging import by_value
 from gateway.model.queries import Row, Select
-from gateway.storage.lookup_table import Changed, LookupTable
-from gateway.storage.masks import Mask, mask
+from gateway.storage.memory.lookup_table import Changed, LookupTable
+from gateway.storage.memory.masks import Mask, mask
 
 FIRST_CHUNK = 64  # rows tested at the first step of a walk; each step tests twice the last
 WALK_LIMIT = 65_536  # rows a walk may test before SQL is the cheaper way

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 from contracts.partitioner import Key
 from gateway.model.queries import Prefix, Range, Row
-from gateway.storage.lookup_table import LookupTable
+from gateway.storage.memory.lookup_table import LookupTable
 
 FIRST_CHUNK = 16  # rows read from a source at a time at first; each read takes twice the last
 

@@ -1,6 +1,6 @@
 """Totals from memory: a keyed store's partials (by_value.totals' row: count(*), then per
 column its count of values, sum, min and max) folded over the in-memory columns with numpy,
-the filter read as a mask (gateway/storage/masks.py), the base's rows the overlay replaces or
+the filter read as a mask (gateway/storage/memory/masks.py), the base's rows the overlay replaces or
 deletes left out and the overlay's rows that pass added. The same row SQL would give, in a
 fraction of its time: no statement, no projection, one pass per column.
 """
@@ -16,9 +16,9 @@ import pyarrow.compute as pc
 from contracts.project import FieldType, Store
 from gateway.model.filters import NUMBERS, ORDERED, field_index, predicate
 from gateway.model.queries import Row, Totals
-from gateway.storage.columns import ArrowColumn, CodedColumn, Column, NumberColumn
-from gateway.storage.lookup_table import Changed, LookupTable
-from gateway.storage.masks import mask
+from gateway.storage.memory.columns import ArrowColumn, CodedColumn, Column, NumberColumn
+from gateway.storage.memory.lookup_table import Changed, LookupTable
+from gateway.storage.memory.masks import mask
 
 EXACT_INT64 = 2**62  # an int64 sum whose float estimate stays below this cannot overflow
 
