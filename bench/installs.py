@@ -37,8 +37,8 @@ from contracts.manifest import Layer, read_manifest
 from contracts.partitioner import partition_for
 from contracts.project import Project, load
 from contracts.snapshot_file import partition_folder, relative_path
-from gateway.storage.layers import LocalLayer, merged
-from gateway.storage.snapshots import SnapshotCatalog
+from gateway.storage.catalog.layers import LocalLayer, merged
+from gateway.storage.catalog.snapshots import SnapshotCatalog
 from spark_pipeline import kept as kept_rows
 from spark_pipeline.snapshot import LayerTask, build_layer
 from stategate.demo.bookings import _fares, _values

@@ -44,8 +44,8 @@ from gateway.model.topology import TopologyView
 from gateway.runtime.lanes import Lanes, offload, sliced
 from gateway.runtime.stalls import Stalls
 from gateway.storage import execution
+from gateway.storage.catalog.snapshots import Snapshot, SnapshotCatalog
 from gateway.storage.lateness import LatenessWatch
-from gateway.storage.snapshots import Snapshot, SnapshotCatalog
 from gateway.storage.switches import Switches
 from gateway.storage.sync import SnapshotSync, StoreUnreachable
 from gateway.wire.peers import PeerClient, pooled

@@ -23,8 +23,8 @@ from contracts.project import Project
 from contracts.snapshot_file import relative_path
 from contracts.topology import Topology
 from gateway.model.topology import TopologyView
+from gateway.storage.catalog.snapshots import SnapshotCatalog
 from gateway.storage.lateness import LATE_WARN_S
-from gateway.storage.snapshots import SnapshotCatalog
 from gateway.storage.switches import Switches
 from gateway.storage.sync import SnapshotSync
 from gateway.wire.peers import PeerClient, pooled

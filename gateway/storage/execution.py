@@ -37,11 +37,11 @@ from gateway.model.queries import (
     WindowsOfKey,
 )
 from gateway.storage import by_value, history, windows
-from gateway.storage.layers import Overlay
+from gateway.storage.catalog.layers import Overlay
+from gateway.storage.catalog.snapshots import Snapshot, SnapshotCatalog
 from gateway.storage.memory.masks import vectorized
 from gateway.storage.memory.ordered import indexed
 from gateway.storage.memory.row_select import columns
-from gateway.storage.snapshots import Snapshot, SnapshotCatalog
 
 
 def execute(

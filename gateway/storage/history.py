@@ -20,8 +20,8 @@ from contracts.clock import EARLIEST_MS
 from contracts.project import TOMBSTONE, VALID_FROM, VALID_TO, Store, history_of
 from contracts.snapshot_file import quoted
 from gateway.model.queries import Row, Versions
+from gateway.storage.catalog.snapshots import Snapshot
 from gateway.storage.memory.key_runs import Timed
-from gateway.storage.snapshots import Snapshot
 
 
 def versions(

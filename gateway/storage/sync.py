@@ -29,8 +29,8 @@ from contracts.manifest import FILE_NAME, Layer, Manifest, PartitionEntry
 from contracts.project import Project
 from contracts.snapshot_file import FormatError, parse_file_name, partition_folder, relative_path
 from gateway.model.topology import TopologyView
-from gateway.storage.layers import LocalLayer
-from gateway.storage.snapshots import SnapshotCatalog, SnapshotError
+from gateway.storage.catalog.layers import LocalLayer
+from gateway.storage.catalog.snapshots import SnapshotCatalog, SnapshotError
 from gateway.storage.switches import Switches
 from gateway.wire.peer_errors import PeerError
 from gateway.wire.peers import PeerClient

@@ -5,8 +5,8 @@ a newer layer's row of a start replacing an older one's, rows a level deletes le
 from __future__ import annotations
 
 from gateway.model.queries import Row, WindowsOfKey
+from gateway.storage.catalog.snapshots import Snapshot
 from gateway.storage.memory.key_runs import Timed
-from gateway.storage.snapshots import Snapshot
 
 
 def of_key(snapshot: Snapshot, store: str, query: WindowsOfKey) -> list[Row] | None:

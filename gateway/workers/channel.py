@@ -27,7 +27,7 @@ import orjson
 from contracts.placement import Assignment
 from contracts.snapshot_file import Kind
 from contracts.topology import Topology
-from gateway.storage.layers import LevelImage, LocalLayer
+from gateway.storage.catalog.layers import LevelImage, LocalLayer
 
 log = logging.getLogger(__name__)
 AskKind = Literal["sync", "metrics"]

@@ -23,8 +23,8 @@ from typing import Any
 from contracts import chains
 from contracts.project import Project
 from gateway.model.topology import TopologyView
-from gateway.storage.layers import LevelImage, LocalLayer
-from gateway.storage.snapshots import SnapshotCatalog, SnapshotError
+from gateway.storage.catalog.layers import LevelImage, LocalLayer
+from gateway.storage.catalog.snapshots import SnapshotCatalog, SnapshotError
 from gateway.storage.switches import Switches
 from gateway.storage.sync import StoreUnreachable
 from gateway.workers.channel import (

@@ -2,7 +2,7 @@
 tells its followers (gateway/workers/follower.py) what it serves as it changes.
 
 A follower hears every chain the keeper serves as the list of its layer files, and its
-deltas as the keeper's levels, whose images it maps (gateway/storage/layers.py: one copy of
+deltas as the keeper's levels, whose images it maps (gateway/storage/catalog/layers.py: one copy of
 each level, one read and merge of each delta, whatever the workers). The keeper alone
 deletes files; a follower that finds one gone (the keeper moved on meanwhile) waits for the
 newer chain that made it go, which the keeper tells next. What it tells is each follower's
@@ -37,7 +37,7 @@ from typing import Any
 
 from gateway.cluster.coordinator import Coordinator
 from gateway.model.topology import TopologyView
-from gateway.storage.snapshots import SnapshotCatalog
+from gateway.storage.catalog.snapshots import SnapshotCatalog
 from gateway.storage.switches import Switches
 from gateway.storage.sync import SnapshotSync, StoreUnreachable
 from gateway.workers.channel import (

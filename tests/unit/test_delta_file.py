@@ -25,7 +25,7 @@ from contracts.delta_file import (
 )
 from contracts.project import Project, Store, load
 from contracts.snapshot_file import FORMAT, FormatError, key_columns, newest_rows, relative_path
-from gateway.storage.layers import LayerError, LocalLayer, read_deltas
+from gateway.storage.catalog.layers import LayerError, LocalLayer, read_deltas
 from tests.projects import write_project
 
 PARTITION = 2

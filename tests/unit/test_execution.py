@@ -20,10 +20,10 @@ from contracts.snapshot_file import columns as stored_columns
 from contracts.topology import Topology
 from gateway.model.queries import Get, Prefix, Query, Range, Row, SubQuery, Windows, WindowsOfKey
 from gateway.storage import execution
-from gateway.storage.layers import LayeredTable, LayerHeader, Level, LocalLayer, Overlay
+from gateway.storage.catalog.layers import LayeredTable, LayerHeader, Level, LocalLayer, Overlay
+from gateway.storage.catalog.snapshots import Base, Snapshot
 from gateway.storage.memory.lookup_table import MAX_KEY_BYTES, LookupTable
 from gateway.storage.memory.row_select import columns
-from gateway.storage.snapshots import Base, Snapshot
 from tests.projects import write_project
 
 MAX = "\U0010ffff"

@@ -1,4 +1,4 @@
-"""A base's tables written to an image and mapped back (gateway/storage/images.py) answer as
+"""A base's tables written to an image and mapped back (gateway/storage/catalog/images.py) answer as
 the tables they were written from, over the file's pages (no copy), and outlive the file's
 name; what is not an image is an ImageError."""
 
@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from gateway.storage import images
+from gateway.storage.catalog import images
 from gateway.storage.memory.key_runs import KeyRuns
 from gateway.storage.memory.lookup_table import LookupTable
 

@@ -12,7 +12,8 @@ Inside gateway/, from the ground up: model (values and pure rules) and runtime (
 wire (the internal protocol and transports); storage (snapshots, tables, execution, delivery);
 cluster (membership, status, routing, batching) and workers (a node's keeper and its
 followers: gateway/workers/); then the node, its service and its HTTP routes at the top.
-Inside gateway/storage/, from the ground up: memory (the in-memory engine), then the frame
+Inside gateway/storage/, from the ground up: memory (the in-memory engine), catalog (the
+snapshots served: the hub, the levels, images), then the frame
 that answers sub-queries at its top. Inside resolvers/: schema (the typed fields), execution
 (operations, the executors, persisted documents, costs), transport (HTTP, WebSocket, live
 queries).
@@ -47,7 +48,7 @@ FORBIDDEN = {
 # floor. A floor imports its own and the floors below it.
 FLOORS = {
     "gateway": [{"model", "runtime"}, {"wire"}, {"storage"}, {"cluster", "workers"}, {""}],
-    "gateway.storage": [{"memory"}, {""}],
+    "gateway.storage": [{"memory"}, {"catalog"}, {""}],
     "resolvers": [{"schema"}, {"execution"}, {"transport"}, {""}],
 }
 

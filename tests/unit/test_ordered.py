@@ -17,7 +17,7 @@ from contracts.project import Store, Topic
 from gateway.model.filters import KEY, AllOf, AnyOf, Condition, Filter, Not, Sort
 from gateway.model.queries import Select, Totals
 from gateway.storage import by_value
-from gateway.storage.layers import LayeredTable
+from gateway.storage.catalog.layers import LayeredTable
 from gateway.storage.memory import ordered
 from gateway.storage.memory.lookup_table import LookupTable
 from gateway.storage.memory.masks import vectorized

@@ -1,5 +1,5 @@
 """A node's catalog installing a chain delta by delta, each delta a level of its own and the
-levels merged by `settle` (gateway/storage/layers.py): after every install and every settle,
+levels merged by `settle` (gateway/storage/catalog/layers.py): after every install and every settle,
 every query kind over every store equals the oracle computed from the raw log at the chain's
 position, from memory and by SQL. The layer files are the pipeline's own
 (spark_pipeline/snapshot.py, without Spark)."""
@@ -17,9 +17,10 @@ from contracts.manifest import Layer
 from contracts.project import Project, Store, history_of, load
 from contracts.snapshot_file import relative_path
 from gateway.model.queries import Get, Range, Versions, Windows, WindowsOfKey
-from gateway.storage import execution, history, snapshots, windows
-from gateway.storage.layers import MAX_LEVELS, LevelImage, LocalLayer
-from gateway.storage.snapshots import Snapshot, SnapshotCatalog
+from gateway.storage import execution, history, windows
+from gateway.storage.catalog import snapshots
+from gateway.storage.catalog.layers import MAX_LEVELS, LevelImage, LocalLayer
+from gateway.storage.catalog.snapshots import Snapshot, SnapshotCatalog
 from tests.chains import WrittenChain
 from tests.oracle import Log
 from tests.projects import write_project

@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from contracts.placement import Assignment
 from contracts.topology import Topology
 from gateway.cluster.metrics import summed
-from gateway.storage.layers import LevelImage, LocalLayer
+from gateway.storage.catalog.layers import LevelImage, LocalLayer
 from gateway.workers.channel import (
     Ask,
     AskReply,

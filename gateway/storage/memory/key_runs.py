@@ -73,7 +73,7 @@ class KeyRuns:
         return index
 
     def __getstate__(self) -> dict[str, Any]:
-        """As an image holds it (gateway/storage/images.py): the times are the rows' own."""
+        """As an image holds it (gateway/storage/catalog/images.py): the times are the rows' own."""
         return {name: value for name, value in self.__dict__.items() if name != "_times"}
 
     def __setstate__(self, state: dict[str, Any]) -> None:

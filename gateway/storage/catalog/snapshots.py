@@ -1,5 +1,5 @@
 """The node's snapshots: one DuckDB hub connection, one read-only ATTACH per base file, one
-in-memory database per level of deltas (gateway/storage/layers.py), a cursor per thread, and
+in-memory database per level of deltas (gateway/storage/catalog/layers.py), a cursor per thread, and
 each keyed store's rows in memory for lookups.
 
 A partition's Snapshot is its chain as served: a Base and the Overlay of the deltas above
@@ -42,8 +42,8 @@ from contracts.snapshot_file import (
     partition_folder,
     quoted,
 )
-from gateway.storage import images
-from gateway.storage.layers import (
+from gateway.storage.catalog import images
+from gateway.storage.catalog.layers import (
     LayeredTable,
     LayerError,
     LayerHeader,
@@ -181,7 +181,7 @@ class SnapshotCatalog:
     ) -> None:
         self.folder = folder
         self._owns_files = owns_files  # False: another process deletes them (a follower's)
-        self._images = images  # bases' tables mapped from images (gateway/storage/images.py)
+        self._images = images  # bases' tables mapped from images (catalog/images.py)
         self.folder.mkdir(parents=True, exist_ok=True)
         self._project = project
         self._hub = duckdb.connect(":memory:", config={"threads": threads, "memory_limit": memory})

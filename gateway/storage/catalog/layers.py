@@ -36,7 +36,7 @@ from contracts.snapshot_file import (
     quoted,
 )
 from gateway.model.queries import Prefix, Range, Row, Select, Totals
-from gateway.storage import images
+from gateway.storage.catalog import images
 from gateway.storage.memory import ordered, scans, summing
 from gateway.storage.memory.key_runs import KeyRuns, newest_of
 from gateway.storage.memory.lookup_table import Changed, LookupTable
@@ -204,7 +204,7 @@ def shared(level: Level, path: Path) -> Level:
 
 
 def mapped(alias: str, path: Path) -> Level:
-    """A level from its image (gateway/storage/images.py); FileNotFoundError when the keeper
+    """A level from its image (gateway/storage/catalog/images.py); FileNotFoundError when the keeper
     let go of it, ImageError when it is not one."""
     try:
         header, span, frames, tables, deleted, newest, runs = images.load(path)
