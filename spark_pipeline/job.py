@@ -111,9 +111,7 @@ def run(
         if plan.changed:
             building = time.monotonic()
             _unless(stopping)
-            # a Kafka topic's records reach Spark's executors through Spark's Kafka source,
-            # which is not wired yet (issue 49): until then the driver builds them all
-            if project.settings.in_driver(report.records) or project.kafka is not None:
+            if project.settings.in_driver(report.records):
                 log.info("building %d layers in the driver", len(plan.changed))
                 published = publish_here(
                     project,

@@ -1,4 +1,4 @@
-"""The file log as a Spark data source written in Python (`pyspark.sql.datasource`):
+"""The log as a Spark data source written in Python (`pyspark.sql.datasource`):
 `spark.read.format("stategate_log")` with `start` and `end` offsets, for a one-shot run and
 the continuous pipeline's larger micro-batches.
 
@@ -7,16 +7,19 @@ snapshots publish. A read has one
 Spark partition per task group (`groups`, the cluster's task slots at most: a task costs
 Spark ~0.3 s whatever it holds, so nine small tasks on two slots cost far more than two):
 group g holds the records of every Kafka partition p with p % groups == g (`members`), of
-every topic, read straight from the segment files (topics/files.py), so the task that builds
-those partitions' layers gets exactly their records, with no shuffle. Rows are RECORDS
-(topics/records.py), as every read of the pipeline's.
+every topic, read by the task itself, from the segment files (topics/files.py) or from
+Kafka (topics/kafka.py: a consumer of the task's own, by offset range, no group), so the
+task that builds those partitions' layers gets exactly their records, with no shuffle. Rows
+are RECORDS (topics/records.py), as every read of the pipeline's.
 
 Options: `log_dir`, `topics` (JSON {topic: key type}), `partitions`, `groups`, `start` and
-`end` (JSON offsets: the read is [start, end) of each topic partition).
+`end` (JSON offsets: the read is [start, end) of each topic partition), and `kafka` (JSON of
+the project's [kafka]) when the topics are Kafka's.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,9 +29,11 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from contracts.project import Project
+from contracts.partitioner import KeyType
+from contracts.project import Kafka, Project
 from spark_pipeline.plan import RunPlan
 from topics.files import read_spans
+from topics.kafka import KafkaLog
 from topics.records import RECORDS, Span
 
 NAME = "stategate_log"
@@ -85,6 +90,9 @@ class LogBatchReader(DataSourceReader):
 
     def __init__(self, options: Mapping[str, str]) -> None:
         self.log_dir = Path(options["log_dir"])
+        self.key_types: dict[str, KeyType] = orjson.loads(options["topics"])
+        kafka = options.get("kafka")
+        self.kafka = None if kafka is None else Kafka(**orjson.loads(kafka))
         self.partitions_count = int(options["partitions"])
         self.groups = int(options["groups"])
         self.start: Offsets = orjson.loads(options["start"])
@@ -95,7 +103,14 @@ class LogBatchReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, Slice)
-        return read_spans(self.log_dir, partition.ranges)
+        if self.kafka is None:
+            yield from read_spans(self.log_dir, partition.ranges)
+            return
+        log = KafkaLog(self.kafka, self.partitions_count, self.key_types)
+        try:
+            yield from log.read(partition.ranges)
+        finally:
+            log.close()
 
 
 def slices(partitions: int, groups: int, start: Offsets, end: Offsets) -> list[Slice]:
@@ -118,13 +133,16 @@ def slices(partitions: int, groups: int, start: Offsets, end: Offsets) -> list[S
 def options(project: Project, start: dict[str, dict[int, int]], groups: int) -> dict[str, str]:
     """The source's options for a project, reading from `start` in `groups` tasks."""
     key_types = {name: topic.key_type for name, topic in project.topics.items()}
-    return {
+    found = {
         "log_dir": str(project.log_dir),
         "topics": orjson.dumps(key_types).decode(),
         "partitions": str(project.cluster.partitions),
         "groups": str(groups),
         "start": offsets_json(start),
     }
+    if project.kafka is not None:  # the tasks read the topics from Kafka (topics/kafka.py)
+        found["kafka"] = orjson.dumps(dataclasses.asdict(project.kafka)).decode()
+    return found
 
 
 def read_log(spark: SparkSession, project: Project, plan: RunPlan, groups: int) -> DataFrame:

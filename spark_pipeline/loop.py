@@ -188,18 +188,13 @@ class PipelineLoop:
             behind = plan.records(set(self.project.topics))
             if behind == 0:
                 return
-            until = None  # the executors build it
             if settings.in_driver(behind):
-                until = plan.until_now(self.events, self._spare(behind))
-            elif self.project.kafka is not None:  # Spark's Kafka source is not wired yet
-                until = plan.capped(settings.max_records_per_batch).until()  # (issue 49)
-            if until is not None:
                 published = publish_here(
                     self.project,
                     self.store_dir,
                     manifest,
                     self.events,
-                    until,
+                    plan.until_now(self.events, self._spare(behind)),
                     commit=self._commit_one,
                 )
             else:

@@ -373,7 +373,7 @@ def run_produce(project: Project, args: argparse.Namespace) -> int:
     held = signal.pthread_sigmask(signal.SIG_BLOCK, stopping.SIGNALS)
     events = open_log(project)
     try:
-        counts = events.append(topic.name, good)
+        counts = events.append(topic, good)
         summary = {"appended": sum(counts.values()), "refused": refused, "partitions": counts}
         print(json.dumps(summary), flush=True)
     except TopicsError as exc:

@@ -187,7 +187,7 @@ def produce_test_events(
         ]
         third = len(kept) // 3 + 1
         for i in range(0, len(kept), third):
-            log.append(name, kept[i : i + third])
+            log.append(topic, kept[i : i + third])
         counts[name] = len(kept)
     log.close()
     return counts

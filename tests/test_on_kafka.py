@@ -25,6 +25,7 @@ from kafka import KafkaAdminClient, TopicPartition
 
 from contracts import project as projects
 from contracts.partitioner import partition_for
+from spark_pipeline import job
 from spark_pipeline.spark import LazySpark
 from stategate.kafka import Broker
 from stategate.launcher import free_ports
@@ -41,6 +42,7 @@ from tests.test_global import (  # noqa: F401
     test_every_booking_joins_its_trip_as_the_log_says,
     test_every_node_answers_every_key_of_a_global_store_alone,
 )
+from tests.test_pipeline import assert_published_state_is_the_oracles
 from tests.test_queries import (  # noqa: F401
     test_batch_lookup_of_every_key_is_aligned_with_the_input,
     test_one_internal_request_per_owning_node,
@@ -49,6 +51,7 @@ from tests.test_queries import (  # noqa: F401
     test_window_query_of_one_key,
     test_windows_of_all_keys_paginate,
 )
+from tests.test_stream import manifest_of
 
 
 def prefix() -> str:
@@ -120,3 +123,19 @@ def test_records_gone_from_the_log_are_refused_not_skipped(kafka: Broker, tmp_pa
     ), line
     assert "Traceback" not in done.stderr
     assert not (Path(project.snapshot_store) / "manifest.json").exists(), "nothing published"
+
+
+def test_a_build_on_sparks_executors_reads_kafka_as_the_oracle_does(
+    spark: LazySpark, kafka: Broker, tmp_path: Path
+) -> None:
+    """A run past driver_batch_records is read and built by Spark's tasks, each reading its
+    partitions' offset ranges from Kafka itself: every chain's state and position is the
+    oracle's (tests/test_pipeline.py's check, the layers read back the plain way)."""
+    settings = "driver_batch_records = 0"  # everything on the executors
+    project = projects.load(
+        write_project(tmp_path, free_ports(3), kafka=(kafka.bootstrap, prefix()), settings=settings)
+    )
+    produce_test_events(project, seed=6)
+    report = job.run(project, spark, notify=False)
+    assert report.records > 0 and report.versions
+    assert_published_state_is_the_oracles(project, manifest_of(project))

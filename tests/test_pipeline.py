@@ -87,7 +87,7 @@ def _run_logged(project: Project, spark: LazySpark) -> dict:
 
 def test_first_run_builds_every_partition_as_the_oracle_says(project: Project, first: dict):
     assert first["report"].versions == {c: (None, 1) for c in range(chains.count(project))}
-    _assert_published_state_is_the_oracles(project, first["manifest"])
+    assert_published_state_is_the_oracles(project, first["manifest"])
 
 
 def test_a_run_logs_each_partitions_offsets_records_and_layer(
@@ -165,7 +165,7 @@ def test_second_run_adds_a_delta_to_the_partitions_with_new_records_only(
     # no file of the first run was touched, the changed partitions' v1 included
     for path, digest in first["digests"].items():
         assert second["digests"][path] == digest
-    _assert_published_state_is_the_oracles(project, second["manifest"])
+    assert_published_state_is_the_oracles(project, second["manifest"])
 
 
 def test_a_run_without_new_records_changes_nothing(
@@ -251,7 +251,7 @@ def test_notify_posts_to_the_nodes_hosting_changed_partitions(tmp_path: Path):
     assert seen == [("/internal/sync", "test-secret")]
 
 
-def _assert_published_state_is_the_oracles(project: Project, manifest: dict) -> None:
+def assert_published_state_is_the_oracles(project: Project, manifest: dict) -> None:
     store_dir = _store(project)
     positions, tops = expected_positions(project), expected_chain_positions(project)
     expected = {name: expected_store(project, name) for name in layer_names(project)}
@@ -342,7 +342,7 @@ def test_compaction_folds_a_chain_into_a_base_at_the_same_version(project: Proje
         assert (base["kind"], base["version"]) == ("base", 2)
         folded = second["manifest"]["partitions"][str(p)]["layers"]
         assert base["position"] == folded[-1]["position"]
-    _assert_published_state_is_the_oracles(project, _manifest(project))
+    assert_published_state_is_the_oracles(project, _manifest(project))
 
 
 def test_rebase_keeps_the_deltas_published_while_a_compaction_ran() -> None:
@@ -374,4 +374,4 @@ def test_a_run_folds_a_chain_due_for_compaction_into_its_new_layer(
     assert report.layers == {2: "base"}  # [v1, v2] is due: v3 folds it
     (base,) = _manifest(project)["partitions"]["2"]["layers"]
     assert base["version"] == 3
-    _assert_published_state_is_the_oracles(project, _manifest(project))
+    assert_published_state_is_the_oracles(project, _manifest(project))

@@ -16,7 +16,7 @@ from typing import Protocol
 
 import pyarrow as pa
 
-from contracts.project import Project
+from contracts.project import Project, Topic
 from contracts.records import Record
 from topics.records import Span
 
@@ -50,7 +50,7 @@ class Log(Protocol):
         manifest stays the one record of what is published."""
         ...
 
-    def append(self, topic: str, records: Iterable[Record]) -> dict[int, int]:
+    def append(self, topic: Topic, records: Iterable[Record]) -> dict[int, int]:
         """Records that fit the declared topic (BadRecord otherwise, before any is written),
         routed by Kafka's default partitioner; returns the count per partition."""
         ...
@@ -63,7 +63,8 @@ def open_log(project: Project) -> Log:
     if project.kafka is not None:
         from topics.kafka import KafkaLog
 
-        return KafkaLog(project)
+        key_types = {name: topic.key_type for name, topic in project.topics.items()}
+        return KafkaLog(project.kafka, project.cluster.partitions, key_types)
     from topics.files import FileLog
 
     return FileLog(project)

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from contracts import eventlog
-from contracts.project import Project
+from contracts.project import Project, Topic
 from contracts.records import Record
 from topics.records import RECORDS, Span, readable
 
@@ -18,7 +18,6 @@ class FileLog:
     def __init__(self, project: Project) -> None:
         self.log_dir = project.log_dir
         self.topics = sorted(project.topics)
-        self.declared = project.topics
         self.partitions = project.cluster.partitions
 
     def check(self) -> None:
@@ -39,8 +38,8 @@ class FileLog:
     def published(self, positions: dict[str, dict[int, int]]) -> None:
         pass  # no tool reads a file log's progress
 
-    def append(self, topic: str, records: Iterable[Record]) -> dict[int, int]:
-        return eventlog.produce(self.log_dir, self.declared[topic], self.partitions, records)
+    def append(self, topic: Topic, records: Iterable[Record]) -> dict[int, int]:
+        return eventlog.produce(self.log_dir, topic, self.partitions, records)
 
     def close(self) -> None:
         pass

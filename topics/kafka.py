@@ -31,8 +31,8 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec  # type: ignore[attr-defined]
 
-from contracts.partitioner import serialize_key
-from contracts.project import Project
+from contracts.partitioner import KeyType, serialize_key
+from contracts.project import Kafka, Topic
 from contracts.records import Record, fit
 from topics import TopicsError
 from topics.records import RECORDS, Span, key_text, readable
@@ -43,14 +43,15 @@ BATCH_MESSAGES = 10_000  # records taken from librdkafka per call
 
 
 class KafkaLog:
-    def __init__(self, project: Project) -> None:
-        kafka = project.kafka
-        assert kafka is not None
-        self.partitions = project.cluster.partitions
-        self.kafka_names = {name: kafka.topic(name) for name in sorted(project.topics)}
+    """The declared topics (declared name -> key type) of `partitions` partitions each, in
+    the cluster `kafka` names: all a reader needs, in the driver or in a Spark task."""
+
+    def __init__(self, kafka: Kafka, partitions: int, key_types: dict[str, KeyType]) -> None:
+        self.partitions = partitions
+        self.kafka = kafka
+        self.kafka_names = {name: kafka.topic(name) for name in sorted(key_types)}
         self.declared = {k: name for name, k in self.kafka_names.items()}
-        self.key_types = {name: t.key_type for name, t in project.topics.items()}
-        self.topics = project.topics
+        self.key_types = key_types
         self.settings: dict[str, str | int | float | bool] = {
             "bootstrap.servers": kafka.bootstrap,
             **kafka.client,
@@ -270,10 +271,9 @@ class KafkaLog:
 
     # -- appending
 
-    def append(self, topic: str, records: Iterable[Record]) -> dict[int, int]:
+    def append(self, declared: Topic, records: Iterable[Record]) -> dict[int, int]:
         """Produce records that fit the topic (BadRecord otherwise, before any is sent) with
         Java's partitioner; returns the count per partition once every one is acknowledged."""
-        declared = self.topics[topic]
         fitted = [fit(declared, r) for r in records]
         producer = self._writer()
         counts: dict[int, int] = {}
@@ -285,7 +285,7 @@ class KafkaLog:
             else:
                 counts[message.partition()] = counts.get(message.partition(), 0) + 1
 
-        name = self.kafka_names[topic]
+        name = self.kafka_names[declared.name]
         for record in fitted:
             key = serialize_key(record.key, declared.key_type)
             value = None if record.value is None else orjson.dumps(record.value)
