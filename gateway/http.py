@@ -36,7 +36,7 @@ from gateway.model import limits
 from gateway.model.queries import keys_of
 from gateway.node import GatewayNode
 from gateway.runtime.lanes import SLICE, offload
-from gateway.storage.sync import StoreUnreachable
+from gateway.storage.delivery.sync import StoreUnreachable
 from gateway.wire.protocol import ProtocolError, decode_request, encode_answers
 
 MAX_STATUS_WAIT_S = 60.0  # longest a peer's status request may wait for a switch

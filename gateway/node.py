@@ -45,9 +45,9 @@ from gateway.runtime.lanes import Lanes, offload, sliced
 from gateway.runtime.stalls import Stalls
 from gateway.storage import execution
 from gateway.storage.catalog.snapshots import Snapshot, SnapshotCatalog
-from gateway.storage.lateness import LatenessWatch
-from gateway.storage.switches import Switches
-from gateway.storage.sync import SnapshotSync, StoreUnreachable
+from gateway.storage.delivery.lateness import LatenessWatch
+from gateway.storage.delivery.switches import Switches
+from gateway.storage.delivery.sync import SnapshotSync, StoreUnreachable
 from gateway.wire.peers import PeerClient, pooled
 from gateway.workers.follower import Follower
 from gateway.workers.keeper import Keeper

@@ -24,9 +24,9 @@ from contracts.snapshot_file import relative_path
 from contracts.topology import Topology
 from gateway.model.topology import TopologyView
 from gateway.storage.catalog.snapshots import SnapshotCatalog
-from gateway.storage.lateness import LATE_WARN_S
-from gateway.storage.switches import Switches
-from gateway.storage.sync import SnapshotSync
+from gateway.storage.delivery.lateness import LATE_WARN_S
+from gateway.storage.delivery.switches import Switches
+from gateway.storage.delivery.sync import SnapshotSync
 from gateway.wire.peers import PeerClient, pooled
 from spark_pipeline import job
 from spark_pipeline.spark import LazySpark

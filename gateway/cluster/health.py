@@ -1,8 +1,9 @@
 """What this node knows of its peers: liveness, and each peer's snapshot positions.
 
 Each peer's status is watched by a blocking poll: the peer answers as soon as it switches a
-version (gateway/storage/switches.py), and after `health_interval_s` when nothing changed. So a node
-hears of a peer's switch within one round trip, and of its liveness at least that often.
+version (gateway/storage/delivery/switches.py), and after `health_interval_s` when nothing
+changed. So a node hears of a peer's switch within one round trip, and of its liveness at
+least that often.
 The partitions a peer switched are reported to this node's Switches. A failed call marks
 a peer down at once and a successful one marks it up; listeners (the live subscriptions,
 resolvers/transport/live.py) hear of a peer that is back, which is not a switch.
@@ -32,7 +33,7 @@ from contracts.topology import Topology
 from gateway.cluster.status import NodeStatus, PartitionState
 from gateway.model.topology import TopologyView
 from gateway.runtime.stalls import Stalls
-from gateway.storage.switches import Switches
+from gateway.storage.delivery.switches import Switches
 from gateway.wire.peer_errors import PeerError, PeerUnreachable, PoolExhausted
 from gateway.wire.peers import PeerClient
 from gateway.wire.protocol import ProtocolError

@@ -38,7 +38,7 @@ class NodeState:
     fenced: Callable[[], bool]
     global_stores: Callable[[], tuple[int, dict[str, int]]]  # layer bytes, store -> in memory
     histories: Callable[[], dict[str, int]]  # versioned store -> its history's bytes in memory
-    late: Callable[[], dict[int, float]]  # chain -> seconds late (gateway/storage/lateness.py)
+    late: Callable[[], dict[int, float]]  # chain -> seconds late (storage/delivery/lateness.py)
 
 
 class NodeMetrics:

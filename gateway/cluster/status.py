@@ -42,7 +42,7 @@ class NodeStatus:
     partitions: dict[int, PartitionState]
     sync_errors: dict[int, str]
     internal_requests: int
-    changes: int  # counts the node's version switches (gateway/storage/switches.py)
+    changes: int  # counts the node's version switches (gateway/storage/delivery/switches.py)
     live: LiveCounts
 
     def to_json(self) -> bytes:

@@ -25,8 +25,8 @@ from contracts.project import Project
 from gateway.model.topology import TopologyView
 from gateway.storage.catalog.layers import LevelImage, LocalLayer
 from gateway.storage.catalog.snapshots import SnapshotCatalog, SnapshotError
-from gateway.storage.switches import Switches
-from gateway.storage.sync import StoreUnreachable
+from gateway.storage.delivery.switches import Switches
+from gateway.storage.delivery.sync import StoreUnreachable
 from gateway.workers.channel import (
     BEAT_S,
     LINE_LIMIT,

@@ -38,8 +38,8 @@ from typing import Any
 from gateway.cluster.coordinator import Coordinator
 from gateway.model.topology import TopologyView
 from gateway.storage.catalog.snapshots import SnapshotCatalog
-from gateway.storage.switches import Switches
-from gateway.storage.sync import SnapshotSync, StoreUnreachable
+from gateway.storage.delivery.switches import Switches
+from gateway.storage.delivery.sync import SnapshotSync, StoreUnreachable
 from gateway.workers.channel import (
     LINE_LIMIT,
     Ask,

@@ -4,9 +4,9 @@ changes, and pushed only when its result did.
 Identical subscriptions (same document, operation, variables and authorization) form one
 Cohort, evaluated once and fanned out to all its subscribers. A cohort is evaluated when it
 is created, then whenever a partition it read switches version, on this node or on a peer
-(gateway/storage/switches.py), and when a peer hosting a partition its last result failed on
-is reachable again (gateway/cluster/health.py): a restarted replica serving the snapshots it
-had switches nothing. No timer: a replica behind a bound, or without the partition yet,
+(gateway/storage/delivery/switches.py), and when a peer hosting a partition its last result
+failed on is reachable again (gateway/cluster/health.py): a restarted replica serving the
+snapshots it had switches nothing. No timer: a replica behind a bound, or without the partition yet,
 answers after a switch; a failure that neither event ends (a replica's store exception, this
 node's own pool exhausted) waits for the next of them. The cohorts due at once are evaluated
 together: their reads join one routed batch, so each owning node gets one internal request.

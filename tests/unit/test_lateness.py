@@ -1,6 +1,6 @@
 """A replica behind what the pipeline published is named once, by partition, with the
 version and position served and published, and its seconds late are read at every check
-(gateway/storage/lateness.py)."""
+(gateway/storage/delivery/lateness.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from contracts.clock import now_ms
 from contracts.manifest import Layer, Manifest, PartitionEntry
-from gateway.storage.lateness import LATE_WARN_S, LatenessWatch, late
+from gateway.storage.delivery.lateness import LATE_WARN_S, LatenessWatch, late
 
 
 def chain(top: int, published_ms: int) -> PartitionEntry:
@@ -42,7 +42,7 @@ def test_the_watch_warns_once_when_a_stall_starts_and_says_when_it_ends(
     serving = {0: 1}
     manifest = Manifest({0: chain(2, now_ms() - int(LATE_WARN_S * 1000) - 1000)})
     watch = LatenessWatch(lambda: manifest, lambda: serving, time.monotonic)
-    with caplog.at_level(logging.INFO, logger="gateway.storage.lateness"):
+    with caplog.at_level(logging.INFO, logger="gateway.storage.delivery.lateness"):
         watch.check()
         watch.check()
         assert watch.seconds()[0] > LATE_WARN_S
@@ -58,7 +58,7 @@ def test_the_watch_warns_once_when_a_stall_starts_and_says_when_it_ends(
 def test_a_sync_that_finishes_no_round_is_named(caplog: pytest.LogCaptureFixture) -> None:
     last = time.monotonic() - LATE_WARN_S - 1
     watch = LatenessWatch(Manifest, dict, lambda: last)
-    with caplog.at_level(logging.WARNING, logger="gateway.storage.lateness"):
+    with caplog.at_level(logging.WARNING, logger="gateway.storage.delivery.lateness"):
         watch.check()
         watch.check()
     (record,) = caplog.records

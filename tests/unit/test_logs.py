@@ -44,12 +44,14 @@ def lines(stream: io.StringIO) -> list[dict[str, object]]:
 
 
 def test_a_json_line_has_the_documented_fields(captured: io.StringIO) -> None:
-    logging.getLogger("gateway.storage.sync").warning("partition %s not updated: %s", 3, "gone")
+    logging.getLogger("gateway.storage.delivery.sync").warning(
+        "partition %s not updated: %s", 3, "gone"
+    )
     (line,) = lines(captured)
     assert list(line) == ["ts", "level", "source", "logger", "message"]
     assert RFC3339_MS.match(str(line["ts"]))
     assert line["level"] == "WARNING" and line["source"] == "node7"
-    assert line["logger"] == "gateway.storage.sync"
+    assert line["logger"] == "gateway.storage.delivery.sync"
     assert line["message"] == "partition 3 not updated: gone"
 
 

@@ -12,7 +12,7 @@ import pytest
 from contracts.project import Project, load
 from gateway.cluster.health import Membership
 from gateway.runtime.stalls import STALL_S, TICK_S, Stalls
-from gateway.storage.switches import Switches
+from gateway.storage.delivery.switches import Switches
 from gateway.wire.mock import Call, MockTransport
 from gateway.wire.peer_errors import PeerUnreachable
 from gateway.wire.peers import PeerClient

@@ -22,7 +22,7 @@ from gateway.cluster.metrics import NodeMetrics
 from gateway.cluster.routing import Router
 from gateway.model.queries import Answer, Get, SubQuery
 from gateway.model.topology import TopologyView
-from gateway.storage.switches import Switches
+from gateway.storage.delivery.switches import Switches
 from gateway.wire.hop import ClosedByPeer, HopTransport, read_reply
 from gateway.wire.mock import Call, MockTransport
 from gateway.wire.peer_errors import PeerRefused, PeerUnreachable

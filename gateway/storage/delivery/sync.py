@@ -31,7 +31,7 @@ from contracts.snapshot_file import FormatError, parse_file_name, partition_fold
 from gateway.model.topology import TopologyView
 from gateway.storage.catalog.layers import LocalLayer
 from gateway.storage.catalog.snapshots import SnapshotCatalog, SnapshotError
-from gateway.storage.switches import Switches
+from gateway.storage.delivery.switches import Switches
 from gateway.wire.peer_errors import PeerError
 from gateway.wire.peers import PeerClient
 
@@ -81,7 +81,7 @@ class SnapshotSync:
         self._on_disk: frozenset[int] = frozenset()  # unserved partitions whose base is here
         self._lock = asyncio.Lock()
         self._remote = "://" in project.snapshot_url
-        self.synced_at = time.monotonic()  # when its last round ended (gateway/storage/lateness.py)
+        self.synced_at = time.monotonic()  # when its last round ended (delivery/lateness.py)
 
     async def run_once(self, force: bool = False) -> dict[int, int]:
         """Install every newer version the manifest lists; returns partition -> version.
