@@ -34,8 +34,8 @@ network:
 	@(command -v nft && command -v ip) >/dev/null || (apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nftables iproute2 >/dev/null)
 
-# Apache Kafka's broker and Spark's Kafka source, from Maven Central (Java 17 and Maven are
-# on the machine): fetched once into ~/.cache/stategate, then found there (stategate/kafka.py).
+# Apache Kafka's broker, from Maven Central (Java 17 and Maven are on the machine): fetched
+# once into ~/.cache/stategate, then found there (stategate/kafka.py).
 kafka: setup
 	$(PY) -m stategate.kafka fetch > /dev/null
 

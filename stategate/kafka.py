@@ -2,12 +2,11 @@
 controller in one JVM, no ZooKeeper) run from Maven Central's jars, on loopback ports and a
 data folder of its own, stopped and started again like a machine.
 
-    python -m stategate.kafka fetch       # the broker's and Spark's Kafka source's jars, once
+    python -m stategate.kafka fetch       # the broker's jars, once
 
 Jars are fetched once with Maven into the cache (`$STATEGATE_CACHE`, else
 ~/.cache/stategate): a folder per artifact set, complete once its stamp file is written, so a
-second run starts no Maven at all. Kafka 4.4.0 is the newest Maven Central serves here;
-Spark's Kafka source is 4.2.0, the version of the pinned pyspark (pyproject.toml).
+second run starts no Maven at all. Kafka 4.4.0 is the newest Maven Central serves here.
 
 A broker starts in 2-4 s on 2 cores (C1 only, serial GC, a 256 MiB heap) and logs WARN and
 its ready line to <folder>/server.log. Its records carry the broker's append time
@@ -34,7 +33,6 @@ from stategate.launcher import free_ports
 
 KAFKA_VERSION = "4.4.0"
 LOG4J_VERSION = "2.25.5"  # kafka-server 4.4.0's log4j-core: its slf4j 1.7 binding matches it
-SPARK_KAFKA_VERSION = "4.2.0"  # spark-sql-kafka-0-10_2.13: pyspark's own version
 READY_LINE = b"Kafka Server started"  # KafkaRaftServer, once the broker is unfenced
 READY_S = 90.0
 STOP_S = 15.0
@@ -46,7 +44,6 @@ class Artifact:
     group: str
     name: str
     version: str
-    alone: bool = False  # without its own dependencies (Spark's jars: pyspark ships them)
 
 
 # The broker: kafka_2.13 brings every jar it runs on but a logging binding; without
@@ -54,15 +51,6 @@ class Artifact:
 BROKER = (
     Artifact("org.apache.kafka", "kafka_2.13", KAFKA_VERSION),
     Artifact("org.apache.logging.log4j", "log4j-slf4j-impl", LOG4J_VERSION),
-)
-# Spark's Kafka source: the four jars a pip-installed pyspark lacks.
-SPARK_KAFKA = (
-    Artifact("org.apache.spark", "spark-sql-kafka-0-10_2.13", SPARK_KAFKA_VERSION, alone=True),
-    Artifact(
-        "org.apache.spark", "spark-token-provider-kafka-0-10_2.13", SPARK_KAFKA_VERSION, alone=True
-    ),
-    Artifact("org.apache.kafka", "kafka-clients", "3.9.2", alone=True),  # what 4.2.0 names
-    Artifact("org.apache.commons", "commons-pool2", "2.13.1", alone=True),
 )
 
 _POM = """<?xml version="1.0" encoding="UTF-8"?>
@@ -78,12 +66,8 @@ _POM = """<?xml version="1.0" encoding="UTF-8"?>
 </project>
 """
 _DEPENDENCY = """    <dependency>
-      <groupId>{group}</groupId><artifactId>{name}</artifactId><version>{version}</version>{alone}
+      <groupId>{group}</groupId><artifactId>{name}</artifactId><version>{version}</version>
     </dependency>"""
-_ALONE = (
-    "\n      <exclusions><exclusion><groupId>*</groupId><artifactId>*</artifactId></exclusion>"
-    "</exclusions>"
-)
 _LOG4J2 = """status = warn
 appender.file.type = File
 appender.file.name = FILE
@@ -112,10 +96,8 @@ def jars(name: str, artifacts: tuple[Artifact, ...]) -> Path:
         return folder
     folder.parent.mkdir(parents=True, exist_ok=True)
     dependencies = "\n".join(
-        _DEPENDENCY.format(group=a.group, name=a.name, version=a.version,
-                           alone=_ALONE if a.alone else "")
-        for a in artifacts
-    )  # fmt: skip
+        _DEPENDENCY.format(group=a.group, name=a.name, version=a.version) for a in artifacts
+    )
     with tempfile.TemporaryDirectory(dir=folder.parent) as work:
         pom = Path(work) / "pom.xml"
         pom.write_text(_POM.format(name=name, dependencies=dependencies))
@@ -133,12 +115,6 @@ def jars(name: str, artifacts: tuple[Artifact, ...]) -> Path:
 
 def broker_jars() -> Path:
     return jars(f"kafka-{KAFKA_VERSION}", BROKER)
-
-
-def spark_kafka_jars() -> list[str]:
-    """The jars to give Spark (`spark.jars`) for its Kafka source."""
-    folder = jars(f"spark-kafka-{SPARK_KAFKA_VERSION}", SPARK_KAFKA)
-    return sorted(str(path) for path in folder.glob("*.jar"))
 
 
 def cluster_id() -> str:
@@ -290,7 +266,6 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     try:
         print(broker_jars())
-        print("\n".join(spark_kafka_jars()))
     except RuntimeError as exc:
         print(f"stategate: {exc}", file=sys.stderr)
         return 2
