@@ -401,9 +401,12 @@ class SnapshotCatalog:
         """Merge the newest levels of each partition's overlay where they have grown as
         large as the level below them (layers.to_merge), off the install's path: the merged
         snapshot serves the same version, and replaces the current one only if no install
-        came in meanwhile."""
+        came in meanwhile. And delete the level images let go of LEVEL_DELETE_DELAY_S ago:
+        the sync settles at each round, so a handed-over partition's images go then, not at
+        whatever release comes next."""
         with self._work():
             self._settle()
+        self._delete_due()
 
     def _settle(self) -> None:
         for partition, snapshot in self.current().items():
