@@ -48,7 +48,6 @@ class KafkaLog:
 
     def __init__(self, kafka: Kafka, partitions: int, key_types: dict[str, KeyType]) -> None:
         self.partitions = partitions
-        self.kafka = kafka
         self.kafka_names = {name: kafka.topic(name) for name in sorted(key_types)}
         self.declared = {k: name for name, k in self.kafka_names.items()}
         self.key_types = key_types
