@@ -302,6 +302,7 @@ def parse(raw: dict[str, Any], path: Path, *, serving: bool = True) -> Project:
     log = Table(top.get("log", dict, {}), "[log]", ("dir",))
     snapshots = Table(top.get("snapshots", dict, {}), "[snapshots]", ("store", "url"))
     store_dir = str(base / snapshots.get("store", str, "snapshots"))
+    settings = _settings(top.get("settings", dict, {}))
     return Project(
         path=path,
         log_dir=base / log.get("dir", str, "log"),
@@ -310,16 +311,21 @@ def parse(raw: dict[str, Any], path: Path, *, serving: bool = True) -> Project:
         topics=topics,
         stores=stores,
         cluster=_cluster(Table(top.get("cluster", dict, {}), "[cluster]", CLUSTER), base, serving),
-        settings=_settings(top.get("settings", dict, {})),
+        settings=settings,
         pages_dir=_pages(Table(top.get("pages", dict, {}), "[pages]", ("dir",)), base, serving),
         access=_access(top.optional("auth", dict), base, stores),
-        kafka=_kafka(top.optional("kafka", dict)),
+        kafka=_kafka(top.optional("kafka", dict), settings),
     )
 
 
-def _kafka(raw: object) -> Kafka | None:
+def _kafka(raw: object, settings: Settings) -> Kafka | None:
     if raw is None:
         return None
+    if settings.log_end == "log":
+        raise ConfigError(
+            "[settings] log_end = 'log' reads the file log's end, and [kafka] names the log: "
+            "set log_end = 'published'"
+        )
     table = Table(raw, "[kafka]", KAFKA)
     bootstrap = table.get("bootstrap", str)
     if not all(_HOST_PORT.fullmatch(server) for server in bootstrap.split(",")):

@@ -407,3 +407,32 @@ def test_only_the_commands_that_call_or_serve_nodes_need_the_cluster_secret(
     monkeypatch.setenv("STATEGATE_TEST_NEVER_SET", "s")
     assert main(["node", "--node", "n1", "--config", str(path)]) == 2
     assert "[pages]: dir must be a folder" in capsys.readouterr().err
+
+
+def test_a_kafka_table_names_the_cluster_and_passes_client_properties(tmp_path: Path) -> None:
+    text = BASE + (
+        '[kafka]\nbootstrap = "b1:9092,b2:9093"\nprefix = "prod."\n'
+        '[kafka.client]\n"security.protocol" = "SASL_SSL"\n'
+        '[kafka.spark]\n"kafka.sasl.mechanism" = "PLAIN"\n'
+    )
+    kafka = load(write(tmp_path, text)).kafka
+    assert kafka is not None and kafka.bootstrap == "b1:9092,b2:9093"
+    assert kafka.group == "stategate" and kafka.topic("orders") == "prod.orders"
+    assert kafka.client == {"security.protocol": "SASL_SSL"}
+    assert kafka.spark == {"kafka.sasl.mechanism": "PLAIN"}
+    assert load(write(tmp_path, BASE)).kafka is None  # the file log
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ('[kafka]\nbootstrap = "b1"\n', "bootstrap must be host:port[,host:port...], not 'b1'"),
+        ('[kafka]\nprefix = "p."\n', "[kafka]: bootstrap is missing"),
+        ('[kafka]\nbootstrap = "b:1"\nbrokers = 3\n', "[kafka]: unknown entry 'brokers'"),
+        ('[kafka]\nbootstrap = "b:1"\n[kafka.client]\nacks = 1\n', "kafka]: client.acks must be"),
+        ('[settings]\nlog_end = "log"\n[kafka]\nbootstrap = "b:1"\n', "log_end = 'published'"),
+    ],
+)
+def test_a_kafka_table_that_cannot_be_is_one_line(tmp_path: Path, table: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load(write(tmp_path, BASE + table))
