@@ -36,12 +36,13 @@ from gateway.model.queries import (
     Windows,
     WindowsOfKey,
 )
-from gateway.storage import by_value, history, windows
+from gateway.storage import history, windows
 from gateway.storage.catalog.layers import Overlay
 from gateway.storage.catalog.snapshots import Snapshot, SnapshotCatalog
 from gateway.storage.memory.masks import vectorized
 from gateway.storage.memory.ordered import indexed
 from gateway.storage.memory.row_select import columns
+from gateway.storage.sql import statements
 
 
 def execute(
@@ -168,7 +169,7 @@ def _answer(
             answer.rows = run(catalog.cursor(), snapshot, store, q.query)
         except duckdb.Error as exc:
             return answer.fail(Failure.STORE_EXCEPTION, f"{type(exc).__name__}: {exc}")
-        except by_value.UnknownField as exc:
+        except statements.UnknownField as exc:
             return answer.fail(Failure.UNKNOWN_QUERY_TYPE, str(exc))
     return answer
 
@@ -269,11 +270,11 @@ def _by_value(
     cursor: duckdb.DuckDBPyConnection, snapshot: Snapshot, store: Store, query: Select | Totals
 ) -> list[Row]:
     overlay = None if snapshot.overlay is None else snapshot.overlay.table(cursor, store)
-    rows = by_value.source(store, f'{snapshot.base.alias}."{store.name}"', overlay)
+    rows = statements.source(store, f'{snapshot.base.alias}."{store.name}"', overlay)
     if isinstance(query, Select):
-        sql, args = by_value.select(store, rows, query)
+        sql, args = statements.select(store, rows, query)
     else:
-        sql, args = by_value.totals(store, rows, query)
+        sql, args = statements.totals(store, rows, query)
     return [list(row) for row in cursor.execute(sql, args).fetchall()]
 
 

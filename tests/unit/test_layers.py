@@ -48,7 +48,7 @@ FORBIDDEN = {
 # floor. A floor imports its own and the floors below it.
 FLOORS = {
     "gateway": [{"model", "runtime"}, {"wire"}, {"storage"}, {"cluster", "workers"}, {""}],
-    "gateway.storage": [{"memory"}, {"catalog"}, {"delivery"}, {""}],
+    "gateway.storage": [{"memory"}, {"catalog"}, {"sql", "delivery"}, {""}],
     "resolvers": [{"schema"}, {"execution"}, {"transport"}, {""}],
 }
 

@@ -16,11 +16,11 @@ import pytest
 from contracts.project import Store, Topic
 from gateway.model.filters import KEY, AllOf, AnyOf, Condition, Filter, Not, Sort
 from gateway.model.queries import Select, Totals
-from gateway.storage import by_value
 from gateway.storage.catalog.layers import LayeredTable
 from gateway.storage.memory import ordered
 from gateway.storage.memory.lookup_table import LookupTable
 from gateway.storage.memory.masks import vectorized
+from gateway.storage.sql import statements
 
 # trip has few distinct values (kept as codes), note many (kept as Arrow strings)
 TOPIC = Topic(
@@ -99,7 +99,7 @@ def random_filter(rng: random.Random) -> Filter | None:
 
 
 def sql_page(connection: duckdb.DuckDBPyConnection, query: Select) -> list[list[Any]]:
-    sql, args = by_value.select(STORE, by_value.source(STORE, "b", "o"), query)
+    sql, args = statements.select(STORE, statements.source(STORE, "b", "o"), query)
     return [list(row) for row in connection.execute(sql, args).fetchall()]
 
 
@@ -143,7 +143,7 @@ def test_a_walk_past_its_limit_gives_way_to_sql(monkeypatch: pytest.MonkeyPatch)
 
 
 def sql_totals(connection: duckdb.DuckDBPyConnection, query: Totals) -> list[Any]:
-    sql, args = by_value.totals(STORE, by_value.source(STORE, "b", "o"), query)
+    sql, args = statements.totals(STORE, statements.source(STORE, "b", "o"), query)
     return list(connection.execute(sql, args).fetchall()[0])
 
 
