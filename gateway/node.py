@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
 from contracts import chains
@@ -39,15 +38,14 @@ from gateway.cluster.status import (
     ReplicaInfo,
     key_routes,
 )
-from gateway.model.queries import Answer, SubQuery, keys_of
 from gateway.model.topology import TopologyView
-from gateway.runtime.lanes import Lanes, offload, sliced
+from gateway.runtime.lanes import Lanes
 from gateway.runtime.stalls import Stalls
-from gateway.storage import execution
 from gateway.storage.catalog.snapshots import Snapshot, SnapshotCatalog
 from gateway.storage.delivery.lateness import LatenessWatch
 from gateway.storage.delivery.switches import Switches
 from gateway.storage.delivery.sync import SnapshotSync, StoreUnreachable
+from gateway.storage.execution import LocalExecution
 from gateway.wire.peers import PeerClient, pooled
 from gateway.workers.follower import Follower
 from gateway.workers.keeper import Keeper
@@ -149,6 +147,7 @@ class GatewayNode:
             else None
         )
         self.key_routes = key_routes(project)
+        self.execute_local = LocalExecution(self.catalog, project, node_id, self.topology)
         self.router = Router(
             project,
             node_id,
@@ -174,7 +173,6 @@ class GatewayNode:
             ),
             node_wide=self.follower is None,
         )
-        self.pool = ThreadPoolExecutor(settings.query_threads, thread_name_prefix="query")
         self.internal_requests = 0
         self.live = LiveCounts()
         self._tasks: list[asyncio.Task[None]] = []
@@ -293,52 +291,9 @@ class GatewayNode:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await self.peers.aclose()
-        self.pool.shutdown(wait=True)
+        self.execute_local.close()
         self.lanes.close()
         await asyncio.to_thread(self.catalog.close)  # waits for a sync thread still at work
-
-    async def execute_local(self, subqueries: list[SubQuery]) -> list[Answer]:
-        """Answer sub-queries from this node's snapshots: what memory answers at once (lookups,
-        pages by an indexed column), the rest one pool task per partition (DuckDB releases
-        the GIL, so partitions run in parallel)."""
-        if not all(execution.in_memory(self.catalog, self.project, q) for q in subqueries):
-            return await self._execute_pooled(subqueries)
-        answers = await offload(self._execute_in_memory, subqueries, items=keys_of(subqueries))
-        left = [q for q, answer in zip(subqueries, answers, strict=True) if answer is None]
-        pooled = iter(await self._execute_pooled(left) if left else ())
-        return [answer or next(pooled) for answer in answers]
-
-    async def _execute_pooled(self, subqueries: list[SubQuery]) -> list[Answer]:
-        loop = asyncio.get_running_loop()
-        by_partition: dict[int, list[SubQuery]] = {}
-        for q in subqueries:
-            by_partition.setdefault(q.partition, []).append(q)
-        topology = self.topology.current
-        batches = await asyncio.gather(
-            *(
-                loop.run_in_executor(
-                    self.pool,
-                    execution.execute,
-                    self.catalog,
-                    self.project,
-                    topology,
-                    self.id,
-                    group,
-                )
-                for group in by_partition.values()
-            )
-        )
-        answered = {a.id: a for batch in batches for a in batch}
-        return [answered[q.id] for q in subqueries]
-
-    def _execute_in_memory(self, subqueries: list[SubQuery]) -> list[Answer | None]:
-        answers: list[Answer | None] = []
-        topology = self.topology.current
-        for some in sliced(subqueries, size=1):
-            answers += execution.execute_in_memory(
-                self.catalog, self.project, topology, self.id, list(some)
-            )
-        return answers
 
     def behind(self, answered: dict[tuple[int, str], int]) -> bool:
         """Whether a node answered a chain at a version older than one this node knows it

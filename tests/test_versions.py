@@ -1,4 +1,4 @@
-"""Versioned stores (KIP-889; spark_pipeline/versions.py, gateway/storage/history.py): the
+"""Versioned stores (KIP-889; spark_pipeline/versions.py, gateway/storage/memory/history.py): the
 version of a key valid at a time, and every version valid within a span, on every node,
 through a base, its deltas and a compaction, against the oracle computed from the raw log
 (tests/oracle.py: history). The log holds random trains over six hours out of order (4h of

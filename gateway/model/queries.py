@@ -3,18 +3,31 @@
 A sub-query asks one partition of one store one query; its answer is rows, or a failure with
 one of contracts.errors.Failure's reasons. Rows are lists: key, [window start,] then the
 store's columns (Store.columns); a version's: key, valid from, valid to, then the columns.
+An engine of a node (memory, SQL) that cannot answer a query says NOT_HERE, and the next one
+is asked (gateway/storage/execution.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from enum import Enum
+from typing import Any, Final
 
 from contracts.errors import Failure
 from contracts.partitioner import Key
 from gateway.model.filters import Filter, Sort
 
 Row = list[Any]
+
+
+class NotHere(Enum):
+    """What an engine says of a query it cannot answer: the next engine will."""
+
+    NOT_HERE = "not here"
+
+
+NOT_HERE: Final = NotHere.NOT_HERE
+Rows = list[Row] | NotHere  # an engine's answer to a query
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,15 +1,21 @@
-"""Answering sub-queries from this node's snapshots: lookups, pages by key, ordered pages,
-totals, a key's windows and versions from memory where it holds them; everything else with
-one SQL statement per sub-query.
+"""Answering sub-queries from this node's snapshots: one frame for every query kind, and a
+table of the handlers that answer each kind, by engine (Kafka Streams' QUERY_HANDLER_MAP).
 
-Snapshots are sorted by key (and window start), so every statement below is a range
-predicate DuckDB prunes with zone maps, and a scan reads only its page plus one row.
+The frame checks what every kind needs (the store exists, this node is the partition's
+active when that is required, a snapshot is leased, it is up to the bound and young enough),
+then asks the query kind's handlers, memory's (storage/memory/) first, then SQL's
+(storage/sql/): a handler answers rows, or NOT_HERE and the next one is asked. Whether a
+sub-query may run on the event loop (microseconds, no thread hop) is decided once, before it
+runs (`on_loop`); there only memory is asked, and what it leaves goes to the query pool.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import replace
+import asyncio
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from enum import Enum
 from typing import Any
 
 import duckdb
@@ -19,30 +25,65 @@ from contracts.clock import duration, instant, now_ms
 from contracts.errors import Failure
 from contracts.positions import satisfies
 from contracts.project import Project, Store, history_of
-from contracts.snapshot_file import DELETED, key_columns
 from contracts.topology import Topology
-from gateway.model.filters import KEY, Sort
 from gateway.model.queries import (
+    NOT_HERE,
     Answer,
     Get,
+    NotHere,
     Prefix,
     Query,
     Range,
     Row,
+    Rows,
     Select,
     SubQuery,
     Totals,
     Versions,
     Windows,
     WindowsOfKey,
+    keys_of,
 )
-from gateway.storage import history, windows
-from gateway.storage.catalog.layers import Overlay
+from gateway.model.topology import TopologyView
+from gateway.runtime.lanes import offload, sliced
+from gateway.storage.catalog.layers import LayeredTable
 from gateway.storage.catalog.snapshots import Snapshot, SnapshotCatalog
+from gateway.storage.memory import history, windows
 from gateway.storage.memory.masks import vectorized
 from gateway.storage.memory.ordered import indexed
-from gateway.storage.memory.row_select import columns
-from gateway.storage.sql import statements
+from gateway.storage.sql import reads, statements
+
+
+class Engine(Enum):
+    MEMORY = "memory"
+    SQL = "sql"
+
+
+EVERY_ENGINE = (Engine.MEMORY, Engine.SQL)  # in the order they are asked
+ON_THE_LOOP = (Engine.MEMORY,)
+
+
+@dataclass(slots=True)
+class Reading:
+    """What a handler reads: a partition's leased snapshot on this node, the store asked,
+    and this thread's cursor on the hub (SQL's)."""
+
+    node: str
+    partition: int
+    snapshot: Snapshot
+    store: Store
+    cursor: Callable[[], duckdb.DuckDBPyConnection]
+
+
+Handler = Callable[[Reading, Any], Rows]
+
+
+class Refused(Exception):
+    """A query the store cannot answer whatever the engine (a time its history lost)."""
+
+    def __init__(self, failure: Failure, message: str) -> None:
+        super().__init__(message)
+        self.failure = failure
 
 
 def execute(
@@ -52,56 +93,37 @@ def execute(
     node_id: str,
     subqueries: Sequence[SubQuery],
 ) -> list[Answer]:
-    """Run a batch of sub-queries on this node (blocking); an answer says whether the node
-    is its partition's active in `topology`."""
-    return [_answer(catalog, project, topology, node_id, q) for q in subqueries]
+    """Run a batch of sub-queries on this node (blocking), every engine asked; an answer
+    says whether the node is its partition's active in `topology`."""
+    answers = []
+    for q in subqueries:
+        answer = _answer(catalog, project, topology, node_id, q, EVERY_ENGINE)
+        assert answer is not NOT_HERE  # SQL answers every kind
+        answers.append(answer)
+    return answers
 
 
-def execute_in_memory(
+def execute_on_loop(
     catalog: SnapshotCatalog,
     project: Project,
     topology: Topology,
     node_id: str,
     subqueries: Sequence[SubQuery],
-) -> list[Answer | None]:
-    """Like execute, for sub-queries that are in_memory: None for one that turned out to
-    need SQL (an ordered walk that gave up), for the caller to run off the event loop."""
-    answers: list[Answer | None] = []
-    for q in subqueries:
-        try:
-            answers.append(_answer(catalog, project, topology, node_id, q, memory_only=True))
-        except _NeedsSql:
-            answers.append(None)
-    return answers
+) -> list[Answer | NotHere]:
+    """Like execute, memory alone asked (sub-queries `on_loop` let through): NOT_HERE for
+    one memory left, for the pool to run."""
+    return [_answer(catalog, project, topology, node_id, q, ON_THE_LOOP) for q in subqueries]
 
 
-class _NeedsSql(Exception):
-    """Memory could not answer a sub-query that was to run on the event loop."""
-
-
-def in_memory(catalog: SnapshotCatalog, project: Project, q: SubQuery) -> bool:
-    """Whether a sub-query is one the current snapshot answers from memory, so that it can
-    run on the event loop (microseconds, no thread hop): a lookup, a page by key, a key's
-    versions or windows, or a page ordered by an indexed column whose filter numpy tests
-    whole (a walk bounded by ordered.WALK_LIMIT)."""
+def on_loop(catalog: SnapshotCatalog, project: Project, q: SubQuery) -> bool:
+    """Whether a sub-query runs on the event loop: its kind's memory handler answers it at
+    once from the current snapshot (ON_LOOP), or at worst says NOT_HERE as fast."""
     store = project.stores.get(q.store)
-    snapshot = None if store is None else catalog.get(chains.of(project, store, q.partition))
-    if snapshot is None or store is None:
+    quick = ON_LOOP.get(type(q.query))
+    if store is None or quick is None:
         return False
-    if isinstance(q.query, Versions):
-        return snapshot.runs(history_of(store).name) is not None
-    if isinstance(q.query, WindowsOfKey):
-        return snapshot.runs(store.name) is not None
-    table = snapshot.tables.get(q.store)
-    if table is None:
-        return False
-    if isinstance(q.query, Get | Range | Prefix):
-        return True  # a scan memory cannot answer falls to SQL off the event loop
-    return (
-        isinstance(q.query, Select)
-        and indexed(store, q.query) is not None
-        and vectorized(q.query.where, table.base, store)
-    )
+    snapshot = catalog.get(chains.of(project, store, q.partition))
+    return snapshot is not None and quick(snapshot, store, q.query)
 
 
 def _answer(
@@ -110,8 +132,8 @@ def _answer(
     topology: Topology,
     node_id: str,
     q: SubQuery,
-    memory_only: bool = False,
-) -> Answer:
+    engines: tuple[Engine, ...],
+) -> Answer | NotHere:
     store = project.stores.get(q.store)
     # every node holds all of a global store: none is a standby for it
     active = topology.active(q.partition) == node_id or (store is not None and store.is_global)
@@ -125,240 +147,217 @@ def _answer(
             return answer.fail(Failure.NOT_PRESENT, f"{node_id} has no snapshot of {q.partition}")
         answer.version, answer.offsets = snapshot.version, snapshot.offsets
         answer.appended_ms = snapshot.appended_ms
-        if not satisfies(snapshot.offsets, q.bound):
-            return answer.fail(
-                Failure.NOT_UP_TO_BOUND,
-                f"partition {q.partition} on {node_id} is at {snapshot.offsets}, "
-                f"the bound asks for {q.bound}",
-            )
-        if q.max_age_ms is not None:
-            age_ms = now_ms() - snapshot.created_ms
-            if age_ms > q.max_age_ms:
-                return answer.fail(
-                    Failure.NOT_UP_TO_BOUND,
-                    f"partition {q.partition} on {node_id} is a snapshot {age_ms} ms old, "
-                    f"maxAgeMs is {q.max_age_ms}",
-                )
-        if isinstance(q.query, Versions):
-            return _versions(catalog, snapshot, store, q, answer)
-        if isinstance(q.query, WindowsOfKey):
-            indexed = windows.of_key(snapshot, store.name, q.query)
-            if indexed is not None:
-                answer.rows = indexed
-                return answer
-        table = snapshot.tables.get(store.name)
-        if table is not None and isinstance(q.query, Get):
-            answer.rows = table.get(q.query.keys)
-            return answer
-        if table is not None and isinstance(q.query, Range | Prefix):
-            answer.rows = table.scan(q.query)
-            if answer.rows is not None:
-                return answer
-            if memory_only:
-                raise _NeedsSql
-        if table is not None and isinstance(q.query, Select):
-            answer.rows = table.select(store, q.query)
-            if answer.rows is not None:
-                return answer
-            if memory_only:
-                raise _NeedsSql
-        if table is not None and isinstance(q.query, Totals):
-            answer.rows = [table.totals(store, q.query)]
-            return answer
+        stale = _stale(snapshot, q, node_id)
+        if stale is not None:
+            return answer.fail(Failure.NOT_UP_TO_BOUND, stale)
+        reading = Reading(node_id, q.partition, snapshot, store, catalog.cursor)
         try:
-            answer.rows = run(catalog.cursor(), snapshot, store, q.query)
+            rows = _rows(reading, q.query, engines)
+        except Refused as exc:
+            return answer.fail(exc.failure, str(exc))
         except duckdb.Error as exc:
             return answer.fail(Failure.STORE_EXCEPTION, f"{type(exc).__name__}: {exc}")
         except statements.UnknownField as exc:
             return answer.fail(Failure.UNKNOWN_QUERY_TYPE, str(exc))
+    if rows is NOT_HERE:
+        return NOT_HERE
+    answer.rows = rows
     return answer
 
 
-def _versions(
-    catalog: SnapshotCatalog, snapshot: Snapshot, store: Store, q: SubQuery, answer: Answer
-) -> Answer:
-    """A versioned store's versions of a key (storage/history.py), for times its history
-    still holds."""
-    assert isinstance(q.query, Versions)
+def _rows(reading: Reading, query: Query, engines: tuple[Engine, ...]) -> Rows:
+    """The rows of the first engine's handler that answers."""
+    kind = type(query)
+    for engine in engines:
+        handler = HANDLERS.get((kind, engine))
+        if handler is not None:
+            rows = handler(reading, query)
+            if rows is not NOT_HERE:
+                return rows
+    return NOT_HERE
+
+
+def _stale(snapshot: Snapshot, q: SubQuery, node_id: str) -> str | None:
+    """Why the snapshot is behind what the sub-query accepts (None: it is not)."""
+    if not satisfies(snapshot.offsets, q.bound):
+        return (
+            f"partition {q.partition} on {node_id} is at {snapshot.offsets}, "
+            f"the bound asks for {q.bound}"
+        )
+    if q.max_age_ms is not None:
+        age_ms = now_ms() - snapshot.created_ms
+        if age_ms > q.max_age_ms:
+            return (
+                f"partition {q.partition} on {node_id} is a snapshot {age_ms} ms old, "
+                f"maxAgeMs is {q.max_age_ms}"
+            )
+    return None
+
+
+def _table(read: Callable[[LayeredTable, Store, Any], Rows]) -> Handler:
+    """A memory handler of a keyed store's rows: NOT_HERE when the snapshot holds none
+    (keys too wide to index)."""
+
+    def handler(r: Reading, query: Any) -> Rows:
+        table = r.snapshot.tables.get(r.store.name)
+        return NOT_HERE if table is None else read(table, r.store, query)
+
+    return handler
+
+
+def _windows_of_key(r: Reading, query: WindowsOfKey) -> Rows:
+    runs = r.snapshot.runs(r.store.name)
+    return NOT_HERE if runs is None else windows.of_key(runs, query)
+
+
+def _versions(r: Reading, query: Versions) -> Rows:
+    runs = r.snapshot.runs(history_of(r.store).name)
+    return NOT_HERE if runs is None else history.versions(runs, _in_history(r, query))
+
+
+def _sql(read: Callable[[duckdb.DuckDBPyConnection, Snapshot, Store, Any], list[Row]]) -> Handler:
+    """A SQL handler: it answers every query of its kind."""
+
+    def handler(r: Reading, query: Any) -> Rows:
+        return read(r.cursor(), r.snapshot, r.store, query)
+
+    return handler
+
+
+def _versions_by_sql(r: Reading, query: Versions) -> Rows:
+    return reads.versions(r.cursor(), r.snapshot, r.store, _in_history(r, query))
+
+
+def _in_history(r: Reading, query: Versions) -> Versions:
+    """A versioned store's query, from the oldest time its history holds when it names
+    none; Refused when the store keeps no history, or not back to that time."""
+    store = r.store
     if not store.versioned:
-        return answer.fail(Failure.UNKNOWN_QUERY_TYPE, f"{store.name} keeps no history")
-    horizon, asked = snapshot.horizon(store), q.query
-    if asked.from_ms is None and horizon is not None:  # from the oldest time it holds
-        asked = replace(asked, from_ms=horizon)
-    if horizon is not None and asked.from_ms is not None and asked.from_ms < horizon:
-        return answer.fail(
+        raise Refused(Failure.UNKNOWN_QUERY_TYPE, f"{store.name} keeps no history")
+    horizon = r.snapshot.horizon(store)
+    if query.from_ms is None and horizon is not None:  # from the oldest time it holds
+        query = replace(query, from_ms=horizon)
+    if horizon is not None and query.from_ms is not None and query.from_ms < horizon:
+        raise Refused(
             Failure.OUTSIDE_HISTORY,
             f"{store.name} keeps {duration(store.history_ms)} of history by event time: "
-            f"partition {q.partition} on {answer.node} answers for {instant(horizon)} and "
-            f"later, not {instant(asked.from_ms)}",
+            f"partition {r.partition} on {r.node} answers for {instant(horizon)} and "
+            f"later, not {instant(query.from_ms)}",
         )
-    try:
-        answer.rows = history.versions(catalog.cursor(), snapshot, store, asked)
-    except duckdb.Error as exc:
-        return answer.fail(Failure.STORE_EXCEPTION, f"{type(exc).__name__}: {exc}")
-    return answer
+    return query
 
 
-def run(
-    cursor: duckdb.DuckDBPyConnection, snapshot: Snapshot, store: Store, query: Query
-) -> list[Row]:
-    """Answer a query from the snapshot's base and, when it has deltas, its overlay: the
-    overlay's rows replace the base's of the same key.
-
-    A page of n rows needs, of the overlay, its first n + D rows (D: its deleted rows), and of
-    the base its first n + (overlay rows fetched): every row up to the page's last key is
-    then in hand, and so is every overlay row that could shadow one of them (_changed)."""
-    if isinstance(query, Select) and query.where is None and query.order == (Sort(KEY),):
-        last = None if query.after is None else query.after[0]
-        query = Range(None, None, query.limit, last)
-    if isinstance(query, Select | Totals):
-        return _by_value(cursor, snapshot, store, query)
-    if isinstance(query, Versions):
-        return history.versions(cursor, snapshot, store, query)
-    predicate = _predicate(query)
-    where, args, order, limit = predicate
-    cols = ", ".join(columns(store))
-    base = f'{snapshot.base.alias}."{store.name}"'
-    if snapshot.overlay is None:
-        return _fetch(cursor, base, cols, where, args, order, limit)
-    changed = _changed(cursor, snapshot.overlay, store, cols, predicate)
-    more = None if limit is None else limit + len(changed)
-    rows = _fetch(cursor, base, cols, where, args, order, more)
-    return layered(rows, changed, len(key_columns(store)), limit)
+MEMORY, SQL = Engine.MEMORY, Engine.SQL
+HANDLERS: dict[tuple[type[Query], Engine], Handler] = {
+    (Get, MEMORY): _table(lambda table, store, q: table.get(q.keys)),
+    (Range, MEMORY): _table(lambda table, store, q: table.scan(q)),
+    (Prefix, MEMORY): _table(lambda table, store, q: table.scan(q)),
+    (Select, MEMORY): _table(lambda table, store, q: table.select(store, q)),
+    (Totals, MEMORY): _table(lambda table, store, q: [table.totals(store, q)]),
+    (WindowsOfKey, MEMORY): _windows_of_key,
+    (Versions, MEMORY): _versions,
+    (Get, SQL): _sql(reads.keyed),
+    (Range, SQL): _sql(reads.keyed),
+    (Prefix, SQL): _sql(reads.keyed),
+    (Windows, SQL): _sql(reads.keyed),
+    (WindowsOfKey, SQL): _sql(reads.keyed),
+    (Select, SQL): _sql(reads.select),
+    (Totals, SQL): _sql(reads.totals),
+    (Versions, SQL): _versions_by_sql,
+}
 
 
-Predicate = tuple[str, list[Any], str, int | None]  # WHERE, its arguments, ORDER BY, LIMIT
+def _has_table(snapshot: Snapshot, store: Store, query: Any) -> bool:
+    return store.name in snapshot.tables
 
 
-def _changed(
-    cursor: duckdb.DuckDBPyConnection,
-    overlay: Overlay,
-    store: Store,
-    cols: str,
-    predicate: Predicate,
-) -> list[Row]:
-    """The overlay's rows that pass `where` (the newest of each key, `_deleted` last): its
-    first n + D in `order`, D the deleted rows of all its levels.
-
-    A row of the merged levels ranks no higher in its own level than among them, so each
-    level's first n + D rows hold the first n + D of the merge, and every newer row of
-    their keys."""
-    where, args, order, limit = predicate
-    n = None if limit is None else limit + overlay.deleted(store.name)
-    tables = overlay.tables(cursor, store)
-    if len(tables) == 1:
-        return _fetch(cursor, tables[0], f"{cols}, {DELETED}", where, args, order, n)
-    page = "" if n is None else f" ORDER BY {order} LIMIT {int(n)}"
-    branches = " UNION ALL ".join(
-        f"SELECT * FROM (SELECT {cols}, {DELETED}, {i} AS _layer FROM {table} WHERE {where}{page})"
-        for i, table in enumerate(tables)
+def _walks_whole(snapshot: Snapshot, store: Store, query: Select) -> bool:
+    """An ordered page by an indexed column whose filter numpy tests whole: a walk bounded
+    by ordered.WALK_LIMIT."""
+    table = snapshot.tables.get(store.name)
+    return (
+        table is not None
+        and indexed(store, query) is not None
+        and vectorized(query.where, table.base, store)
     )
-    by = f"{order}, " if order else ""
-    sql = f"SELECT * FROM ({branches}) ORDER BY {by}_layer DESC"
-    width = len(key_columns(store))
-    newest: list[Row] = []
-    seen: set[tuple[Any, ...]] = set()
-    for row in cursor.execute(sql, args * len(tables)).fetchall():
-        identity = row[:width]
-        if identity not in seen:
-            seen.add(identity)
-            newest.append(list(row[:-1]))
-    return newest if n is None else newest[:n]
 
 
-def _by_value(
-    cursor: duckdb.DuckDBPyConnection, snapshot: Snapshot, store: Store, query: Select | Totals
-) -> list[Row]:
-    overlay = None if snapshot.overlay is None else snapshot.overlay.table(cursor, store)
-    rows = statements.source(store, f'{snapshot.base.alias}."{store.name}"', overlay)
-    if isinstance(query, Select):
-        sql, args = statements.select(store, rows, query)
-    else:
-        sql, args = statements.totals(store, rows, query)
-    return [list(row) for row in cursor.execute(sql, args).fetchall()]
+# The kinds whose memory handler may run on the event loop, and when. Totals and all keys'
+# windows never do: they read every row.
+ON_LOOP: dict[type[Query], Callable[[Snapshot, Store, Any], bool]] = {
+    Get: _has_table,
+    Range: _has_table,  # a scan memory cannot answer goes to the pool: NOT_HERE
+    Prefix: _has_table,
+    Select: _walks_whole,
+    WindowsOfKey: lambda snapshot, store, q: snapshot.runs(store.name) is not None,
+    Versions: lambda snapshot, store, q: snapshot.runs(history_of(store).name) is not None,
+}
 
 
-def layered(rows: list[Row], changed: list[Row], width: int, limit: int | None) -> list[Row]:
-    """Base rows under the overlay's `changed` rows (`_deleted` last), in key order."""
-    if not changed:
-        return rows if limit is None else rows[:limit]
-    replaced = {tuple(row[:width]) for row in changed}
-    merged = [row for row in rows if tuple(row[:width]) not in replaced]
-    merged.extend(row[:-1] for row in changed if not row[-1])
-    merged.sort(key=lambda row: tuple(row[:width]))
-    return merged if limit is None else merged[:limit]
+def by_sql(
+    cursor: duckdb.DuckDBPyConnection, snapshot: Snapshot, store: Store, query: Query
+) -> Rows:
+    """A query answered by its SQL handler alone (tests pin memory against it)."""
+    reading = Reading("", snapshot.partition, snapshot, store, lambda: cursor)
+    return HANDLERS[(type(query), SQL)](reading, query)
 
 
-def _fetch(
-    cursor: duckdb.DuckDBPyConnection,
-    table: str,
-    cols: str,
-    where: str,
-    args: list[Any],
-    order: str,
-    limit: int | None,
-) -> list[Row]:
-    sql = f"SELECT {cols} FROM {table} WHERE {where}"
-    if order:
-        sql += f" ORDER BY {order}"
-    if limit is not None:
-        sql += f" LIMIT {int(limit)}"
-    return [list(row) for row in cursor.execute(sql, args).fetchall()]
+class LocalExecution:
+    """This node's answers to a batch of sub-queries: on the event loop what `on_loop` lets
+    through, the rest (and what memory left there) one pool task per partition, where every
+    engine is asked (DuckDB releases the GIL, so partitions run in parallel)."""
 
+    def __init__(
+        self, catalog: SnapshotCatalog, project: Project, node_id: str, topology: TopologyView
+    ) -> None:
+        self.catalog = catalog
+        self.project = project
+        self.node_id = node_id
+        self.topology = topology
+        self.pool = ThreadPoolExecutor(project.settings.query_threads, thread_name_prefix="query")
 
-def _predicate(query: Get | WindowsOfKey | Range | Prefix | Windows) -> Predicate:
-    """WHERE clause, its arguments, ORDER BY and LIMIT of a query."""
-    match query:
-        case Get(keys) if len(keys) == 1:
-            return "key = ?", list(keys), "", None
-        case Get(keys):
-            return "key IN (SELECT unnest(?))", [list(keys)], "", None
-        case WindowsOfKey(key, from_ms, to_ms):
-            return (
-                "key = ? AND window_start BETWEEN ? AND ?",
-                [key, from_ms, to_ms],
-                "window_start",
-                None,
+    async def __call__(self, subqueries: list[SubQuery]) -> list[Answer]:
+        if not all(on_loop(self.catalog, self.project, q) for q in subqueries):
+            return await self._pooled(subqueries)
+        answers = await offload(self._on_loop, subqueries, items=keys_of(subqueries))
+        left = [q for q, answer in zip(subqueries, answers, strict=True) if answer is NOT_HERE]
+        pooled = iter(await self._pooled(left) if left else ())
+        return [next(pooled) if answer is NOT_HERE else answer for answer in answers]
+
+    def _on_loop(self, subqueries: list[SubQuery]) -> list[Answer | NotHere]:
+        answers: list[Answer | NotHere] = []
+        topology = self.topology.current
+        for some in sliced(subqueries, size=1):
+            answers += execute_on_loop(
+                self.catalog, self.project, topology, self.node_id, list(some)
             )
-        case Windows(from_ms, to_ms, limit, after):
-            terms = ["window_start BETWEEN ? AND ?"]
-            args: list[Any] = [from_ms, to_ms]
-            if after is not None:
-                terms.append("(key > ? OR (key = ? AND window_start > ?))")
-                args += [after[0], after[0], after[1]]
-            return " AND ".join(terms), args, "key, window_start", limit
-        case Prefix(prefix, limit, after):
-            terms, args = ["key >= ?", "starts_with(key, ?)"], [prefix, prefix]
-            upper = prefix_upper_bound(prefix)
-            if upper is not None:
-                terms.append("key < ?")
-                args.append(upper)
-            return _after(terms, args, after), args, "key", limit
-        case Range(low, high, limit, after):
-            terms, args = [], []
-            for term, value in (("key >= ?", low), ("key <= ?", high)):
-                if value is not None:
-                    terms.append(term)
-                    args.append(value)
-            return _after(terms, args, after), args, "key", limit
+        return answers
 
+    async def _pooled(self, subqueries: list[SubQuery]) -> list[Answer]:
+        loop = asyncio.get_running_loop()
+        by_partition: dict[int, list[SubQuery]] = {}
+        for q in subqueries:
+            by_partition.setdefault(q.partition, []).append(q)
+        topology = self.topology.current
+        batches = await asyncio.gather(
+            *(
+                loop.run_in_executor(
+                    self.pool,
+                    execute,
+                    self.catalog,
+                    self.project,
+                    topology,
+                    self.node_id,
+                    group,
+                )
+                for group in by_partition.values()
+            )
+        )
+        answered = {a.id: a for batch in batches for a in batch}
+        return [answered[q.id] for q in subqueries]
 
-def _after(terms: list[str], args: list[Any], after: object) -> str:
-    if after is not None:
-        terms.append("key > ?")
-        args.append(after)
-    return " AND ".join(terms) or "true"
-
-
-def prefix_upper_bound(prefix: str) -> str | None:
-    """The smallest string greater than every string starting with `prefix` (None: none)."""
-    stripped = prefix.rstrip("\U0010ffff")
-    if not stripped:
-        return None
-    last = ord(stripped[-1]) + 1
-    if 0xD800 <= last <= 0xDFFF:  # skip surrogates, which UTF-8 cannot encode
-        last = 0xE000
-    return stripped[:-1] + chr(last)
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
 
 
 def _standby(topology: Topology, node_id: str, partition: int) -> str:

@@ -18,12 +18,23 @@ from contracts.errors import Failure
 from contracts.project import Project, Store, load
 from contracts.snapshot_file import columns as stored_columns
 from contracts.topology import Topology
-from gateway.model.queries import Get, Prefix, Query, Range, Row, SubQuery, Windows, WindowsOfKey
+from gateway.model.queries import (
+    NOT_HERE,
+    Get,
+    Prefix,
+    Query,
+    Range,
+    Row,
+    SubQuery,
+    Windows,
+    WindowsOfKey,
+)
 from gateway.storage import execution
 from gateway.storage.catalog.layers import LayeredTable, LayerHeader, Level, LocalLayer, Overlay
 from gateway.storage.catalog.snapshots import Base, Snapshot
 from gateway.storage.memory.lookup_table import MAX_KEY_BYTES, LookupTable
 from gateway.storage.memory.row_select import columns
+from gateway.storage.sql import reads
 from tests.projects import write_project
 
 MAX = "\U0010ffff"
@@ -43,7 +54,9 @@ class Fixture:
     rows: dict[str, list[Row]]  # store -> expected rows (as a query returns them), by key
 
     def run(self, store: str, query: Query) -> list[Row]:
-        return execution.run(self.cursor, self.snapshot, self.project.stores[store], query)
+        rows = execution.by_sql(self.cursor, self.snapshot, self.project.stores[store], query)
+        assert rows is not NOT_HERE
+        return rows
 
 
 def random_string_key(rng: random.Random) -> str:
@@ -264,8 +277,8 @@ def test_range_returns_the_first_rows_between_its_bounds_after_the_cursor(
     # bounds numpy's fixed-width bytes would misread, or of the other kind: SQL answers
     awkward = ["a\x00", "\ud800"] if fx.project.stores[store].key_type == "string" else ["7"]
     for bound in awkward:
-        assert memory.scan(Range(bound, None, 5)) is None
-        assert memory.scan(Range(None, None, 5, bound)) is None
+        assert memory.scan(Range(bound, None, 5)) is NOT_HERE
+        assert memory.scan(Range(None, None, 5, bound)) is NOT_HERE
 
 
 def random_prefix(rng: random.Random, fx: Fixture) -> str:
@@ -321,7 +334,7 @@ def test_prefix_upper_bound_separates_the_keys_with_the_prefix_from_the_others()
     for _ in range(3000):
         prefix = random_string_key(rng)
         text = prefix[: rng.randrange(0, len(prefix) + 1)] + random_string_key(rng)
-        upper = execution.prefix_upper_bound(prefix)
+        upper = reads.prefix_upper_bound(prefix)
         if upper is None:
             assert prefix.rstrip(MAX) == ""
             continue

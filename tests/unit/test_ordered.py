@@ -15,7 +15,7 @@ import pytest
 
 from contracts.project import Store, Topic
 from gateway.model.filters import KEY, AllOf, AnyOf, Condition, Filter, Not, Sort
-from gateway.model.queries import Select, Totals
+from gateway.model.queries import NOT_HERE, Select, Totals
 from gateway.storage.catalog.layers import LayeredTable
 from gateway.storage.memory import ordered
 from gateway.storage.memory.lookup_table import LookupTable
@@ -118,7 +118,7 @@ def test_memory_pages_equal_sql_pages(seed: int) -> None:
             query = Select(where, order, limit, after)
             expected = sql_page(connection, query)
             got = table.select(STORE, query)
-            if got is not None:
+            if got is not NOT_HERE:
                 answered += 1
                 assert got == expected, (query, got[:3], expected[:3])
             if len(expected) < limit:
@@ -131,15 +131,15 @@ def test_memory_pages_equal_sql_pages(seed: int) -> None:
 def test_a_select_memory_cannot_answer_is_none() -> None:
     _, table = build(random.Random(1))
     by_two = (Sort("price"), Sort("seats"), Sort(KEY))
-    assert table.select(STORE, Select(None, by_two, 5)) is None
-    assert table.select(STORE, Select(None, (Sort(KEY),), 5)) is None
+    assert table.select(STORE, Select(None, by_two, 5)) is NOT_HERE
+    assert table.select(STORE, Select(None, (Sort(KEY),), 5)) is NOT_HERE
 
 
 def test_a_walk_past_its_limit_gives_way_to_sql(monkeypatch: pytest.MonkeyPatch) -> None:
     _, table = build(random.Random(2))
     monkeypatch.setattr(ordered, "WALK_LIMIT", 100)
     never = Condition("trip", "eq", "no such trip")
-    assert table.select(STORE, Select(never, (Sort("price"), Sort(KEY)), 5)) is None
+    assert table.select(STORE, Select(never, (Sort("price"), Sort(KEY)), 5)) is NOT_HERE
 
 
 def sql_totals(connection: duckdb.DuckDBPyConnection, query: Totals) -> list[Any]:
@@ -161,7 +161,7 @@ def test_memory_totals_equal_sql_totals(seed: int) -> None:
 
 
 def test_only_a_filter_numpy_tests_whole_runs_on_the_event_loop() -> None:
-    """execution.in_memory runs a walk on the loop only when no value of it is tested in
+    """execution.on_loop runs a walk on the loop only when no value of it is tested in
     Python: numbers and coded strings are, Arrow strings and keys are not."""
     _, table = build(random.Random(3))
     base = table.base

@@ -17,10 +17,12 @@ from contracts.manifest import Layer
 from contracts.project import Project, Store, history_of, load
 from contracts.snapshot_file import relative_path
 from gateway.model.queries import Get, Range, Versions, Windows, WindowsOfKey
-from gateway.storage import execution, history, windows
+from gateway.storage import execution
 from gateway.storage.catalog import snapshots
 from gateway.storage.catalog.layers import MAX_LEVELS, LevelImage, LocalLayer
 from gateway.storage.catalog.snapshots import Snapshot, SnapshotCatalog
+from gateway.storage.memory import history, windows
+from gateway.storage.sql import reads
 from tests.chains import WrittenChain
 from tests.oracle import Log
 from tests.projects import write_project
@@ -98,11 +100,12 @@ def check(
             assert horizon == max(row[1] for row in expected) - declared.history_ms
             keys = sorted({row[0] for row in expected})
             every = [Versions(key, horizon, 2**62, 10**6) for key in keys]
-            got = [row for asked in every for row in run(catalog, snapshot, declared, asked)]
+            runs = snapshot.runs(history_of(declared).name)
+            assert runs is not None, "answered from memory"
+            got = [row for asked in every for row in history.versions(runs, asked)]
             same(got, [[r[0], r[1], r[2], *r[4:]] for r in expected if not r[3]])
-            assert snapshot.runs(history_of(declared).name) is not None, "answered from memory"
             cursor = catalog.cursor()
-            read = [history.versions_by_sql(cursor, snapshot, declared, a) for a in every]
+            read = [reads.versions(cursor, snapshot, declared, a) for a in every]
             by_sql = [row for rows in read for row in rows]
             same(by_sql, got)
             continue
@@ -143,21 +146,22 @@ def check(
 def check_windows_of_keys(
     catalog: SnapshotCatalog, snapshot: Snapshot, store: Store, expected: list
 ) -> None:
-    """Each key's windows in its middle third, from memory (storage/windows.py) and by SQL."""
-    assert snapshot.runs(store.name) is not None, "answered from memory"
+    """Each key's windows in its middle third, from memory (storage/memory/windows.py) and by
+    SQL."""
+    runs = snapshot.runs(store.name)
+    assert runs is not None, "answered from memory"
     for key in sorted({row[0] for row in expected}):
         mine = [row for row in expected if row[0] == key]
         low, high = mine[len(mine) // 3][1], mine[2 * len(mine) // 3][1]
         asked = WindowsOfKey(key, low, high)
-        got = windows.of_key(snapshot, store.name, asked)
-        assert got is not None
+        got = windows.of_key(runs, asked)
         same(got, [row for row in mine if low <= row[1] <= high])
         same(run(catalog, snapshot, store, asked), got)
-        assert windows.of_key(snapshot, store.name, WindowsOfKey(key, high + 1, high)) == []
+        assert windows.of_key(runs, WindowsOfKey(key, high + 1, high)) == []
 
 
 def run(catalog: SnapshotCatalog, snapshot: Snapshot, store: Store, query: object) -> list:
-    return execution.run(catalog.cursor(), snapshot, store, query)  # type: ignore[arg-type]
+    return execution.by_sql(catalog.cursor(), snapshot, store, query)  # type: ignore[arg-type,return-value]
 
 
 def pages(catalog: SnapshotCatalog, snapshot: Snapshot, store: Store, query: object) -> list:

@@ -35,7 +35,7 @@ from contracts.snapshot_file import (
     newest_rows,
     quoted,
 )
-from gateway.model.queries import Prefix, Range, Row, Select, Totals
+from gateway.model.queries import Prefix, Range, Row, Rows, Select, Totals
 from gateway.storage.catalog import images
 from gateway.storage.memory import ordered, scans, summing
 from gateway.storage.memory.key_runs import KeyRuns, newest_of
@@ -312,12 +312,12 @@ class LayeredTable:
         """The memory its rows take: the base's and every level's."""
         return self.base.nbytes + sum(level.nbytes for level in self.levels)
 
-    def select(self, store: Store, query: Select) -> list[Row] | None:
-        """An ordered page from memory, or None when SQL must answer (storage/memory/ordered.py)."""
+    def select(self, store: Store, query: Select) -> Rows:
+        """An ordered page from memory, or NOT_HERE (storage/memory/ordered.py)."""
         return ordered.select(store, self.base, self.changed(), query)
 
-    def scan(self, query: Range | Prefix) -> list[Row] | None:
-        """A page by key from memory, or None when SQL must answer (storage/memory/scans.py)."""
+    def scan(self, query: Range | Prefix) -> Rows:
+        """A page by key from memory, or NOT_HERE (storage/memory/scans.py)."""
         return scans.page(self.base, self.levels, query)
 
     def totals(self, store: Store, query: Totals) -> Row:

@@ -2,8 +2,8 @@
 base's rows in that column's sorted order (LookupTable.sorted_by), testing the filter on
 chunks of rows over the columns (gateway/storage/memory/masks.py), skipping the keys the overlay
 replaced or deleted, and merges in the overlay's rows that pass. A walk that tests
-WALK_LIMIT rows without filling its page gives up (None): a filter that rare is answered by
-SQL, which scans once instead.
+WALK_LIMIT rows without filling its page gives up (NOT_HERE): a filter that rare is answered
+by SQL, which scans once instead.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import numpy as np
 from contracts.project import Store
 from gateway.model.filters import KEY, Sort, field_index, predicate
 from gateway.model.merging import by_value
-from gateway.model.queries import Row, Select
+from gateway.model.queries import NOT_HERE, Row, Rows, Select
 from gateway.storage.memory.lookup_table import Changed, LookupTable
 from gateway.storage.memory.masks import Mask, mask
 
@@ -35,12 +35,12 @@ def indexed(store: Store, query: Select) -> tuple[str, bool] | None:
     return None
 
 
-def select(store: Store, base: LookupTable, changed: Changed, query: Select) -> list[Row] | None:
-    """The page, or None when memory cannot answer it (not indexed, or a walk too long)."""
+def select(store: Store, base: LookupTable, changed: Changed, query: Select) -> Rows:
+    """The page, or NOT_HERE when memory cannot answer it (not indexed, or a walk too long)."""
     by = indexed(store, query)
     rows = base.sorted_by.get(by) if by else None
     if rows is None:
-        return None
+        return NOT_HERE
     sort_key = by_value(store, query.order)
     passes = _passes(store, query)
     fresh = [row[:-1] for row in changed.rows if not row[-1] and passes(row[:-1])]
@@ -51,8 +51,8 @@ def select(store: Store, base: LookupTable, changed: Changed, query: Select) -> 
         fresh = [row for row in fresh if sort_key(row) > after]
     keep = None if query.where is None else mask(query.where, base, store)
     kept = _walk(base, rows[start:], query.limit, keep, changed.keys)
-    if kept is None:
-        return None
+    if kept is NOT_HERE:
+        return NOT_HERE
     fresh.sort(key=sort_key)
     merged = heapq.merge(kept, fresh, key=sort_key)
     return [row for _, row in zip(range(query.limit), merged, strict=False)]
@@ -60,14 +60,14 @@ def select(store: Store, base: LookupTable, changed: Changed, query: Select) -> 
 
 def _walk(
     base: LookupTable, rows: np.ndarray, limit: int, keep: Mask | None, shadowed: frozenset[Any]
-) -> list[Row] | None:
+) -> Rows:
     """The first `limit` rows of `rows` that `keep` keeps and the overlay does not shadow,
-    read in chunks that double; None past WALK_LIMIT rows."""
+    read in chunks that double; NOT_HERE past WALK_LIMIT rows."""
     found: list[Row] = []
     at, step = 0, max(FIRST_CHUNK, limit)
     while len(found) < limit and at < len(rows):
         if at >= WALK_LIMIT:
-            return None
+            return NOT_HERE
         chunk = rows[at : at + step]
         if keep is not None:
             chunk = chunk[keep(chunk)]

@@ -1,7 +1,7 @@
 """Pages by key from memory: a Range or Prefix of a keyed store reads the base and each level
 of the overlay from the page's first key on, in key order, and merges them as an LSM read
 does: of each key, the newest level's row wins, and a deleted row hides the key. The rows
-SQL would give (storage/execution.run), without a statement per level: a scan costs its page,
+SQL would give (storage/sql/reads.py), without a statement per level: a scan costs its page,
 however many levels there are.
 """
 
@@ -11,7 +11,7 @@ import heapq
 from collections.abc import Callable, Iterator, Sequence
 
 from contracts.partitioner import Key
-from gateway.model.queries import Prefix, Range, Row
+from gateway.model.queries import NOT_HERE, Prefix, Range, Row, Rows
 from gateway.storage.memory.lookup_table import LookupTable
 
 FIRST_CHUNK = 16  # rows read from a source at a time at first; each read takes twice the last
@@ -19,16 +19,14 @@ FIRST_CHUNK = 16  # rows read from a source at a time at first; each read takes 
 Span = tuple[int, int]  # sorted positions [start, stop) of a table
 
 
-def page(
-    base: LookupTable, levels: Sequence[LookupTable], query: Range | Prefix
-) -> list[Row] | None:
-    """The page, or None when a bound is one the index cannot compare (SQL answers).
+def page(base: LookupTable, levels: Sequence[LookupTable], query: Range | Prefix) -> Rows:
+    """The page, or NOT_HERE when a bound is one the index cannot compare (SQL answers).
     `levels` are the overlay's, oldest first; their rows end with the deleted flag."""
     sources: list[Iterator[tuple[Key, int, Row]]] = []
     for rank, table in enumerate([base, *levels]):
         span = _span(table, query)
         if span is None:
-            return None
+            return NOT_HERE
         sources.append(_rows(table, span, rank, deleted=rank > 0))
     inside = _inside(query)
     found: list[Row] = []
