@@ -7,6 +7,7 @@ gateway/model/queries.py is a ProtocolError: the receiver answers 400, the calle
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -138,34 +139,66 @@ def _encode_filter(where: Filter | None) -> Any:
 
 def _decode_query(raw: object) -> Query:
     item = _array(raw, "query")
-    kind = item[0] if item else None
-    if kind == "get" and len(item) == 2:
-        return Get(tuple(_key(k) for k in _array(item[1], "keys")))
-    if kind == "window" and len(item) == 4:
-        return WindowsOfKey(_key(item[1]), _int(item[2]), _int(item[3]))
-    if kind == "versions" and len(item) == 6:
-        since = None if item[5] is None else _int(item[5])
-        first = None if item[2] is None else _int(item[2])
-        return Versions(_key(item[1]), first, _int(item[3]), _int(item[4]), since)
-    if kind == "range" and len(item) == 5:
-        return Range(_opt_key(item[1]), _opt_key(item[2]), _int(item[3]), _opt_key(item[4]))
-    if kind == "prefix" and len(item) == 4:
-        return Prefix(_str(item[1]), _int(item[2]), None if item[3] is None else _str(item[3]))
-    if kind == "windows" and len(item) == 5:
-        after = None
-        if item[4] is not None:
-            key, start = _array(item[4], "after", 2)
-            after = (_key(key), _int(start))
-        return Windows(_int(item[1]), _int(item[2]), _int(item[3]), after)
-    if kind == "select" and len(item) == 6:
-        order = tuple(Sort(_str(f), d is True) for f, d in (_array(s, "sort", 2) for s in
-                      _array(item[2], "order")))  # fmt: skip
-        last = None if item[4] is None else tuple(map(_value, _array(item[4], "after")))
-        where, window = _decode_filter(item[1], 0), _decode_window(item[5])
-        return Select(where, order, _int(item[3]), last, window)
-    if kind == "totals" and len(item) == 3:
-        return Totals(_decode_filter(item[1], 0), _decode_window(item[2]))
-    raise ProtocolError(f"not a query: {str(raw)[:80]}")
+    kind = item[0] if item and isinstance(item[0], str) else None
+    found = QUERY_DECODERS.get(kind) if kind else None
+    if found is None or len(item) != found[0]:
+        raise ProtocolError(f"not a query: {str(raw)[:80]}")
+    return found[1](item)
+
+
+def _get(item: list[Any]) -> Get:
+    return Get(tuple(_key(k) for k in _array(item[1], "keys")))
+
+
+def _windows_of_key(item: list[Any]) -> WindowsOfKey:
+    return WindowsOfKey(_key(item[1]), _int(item[2]), _int(item[3]))
+
+
+def _versions(item: list[Any]) -> Versions:
+    since = None if item[5] is None else _int(item[5])
+    first = None if item[2] is None else _int(item[2])
+    return Versions(_key(item[1]), first, _int(item[3]), _int(item[4]), since)
+
+
+def _range(item: list[Any]) -> Range:
+    return Range(_opt_key(item[1]), _opt_key(item[2]), _int(item[3]), _opt_key(item[4]))
+
+
+def _prefix(item: list[Any]) -> Prefix:
+    return Prefix(_str(item[1]), _int(item[2]), None if item[3] is None else _str(item[3]))
+
+
+def _windows(item: list[Any]) -> Windows:
+    after = None
+    if item[4] is not None:
+        key, start = _array(item[4], "after", 2)
+        after = (_key(key), _int(start))
+    return Windows(_int(item[1]), _int(item[2]), _int(item[3]), after)
+
+
+def _select(item: list[Any]) -> Select:
+    order = tuple(Sort(_str(f), d is True) for f, d in (_array(s, "sort", 2) for s in
+                  _array(item[2], "order")))  # fmt: skip
+    last = None if item[4] is None else tuple(map(_value, _array(item[4], "after")))
+    where, window = _decode_filter(item[1], 0), _decode_window(item[5])
+    return Select(where, order, _int(item[3]), last, window)
+
+
+def _totals(item: list[Any]) -> Totals:
+    return Totals(_decode_filter(item[1], 0), _decode_window(item[2]))
+
+
+# Each query kind's name on the wire (_encode_query's), the length of its array, its decoder.
+QUERY_DECODERS: dict[str, tuple[int, Callable[[list[Any]], Query]]] = {
+    "get": (2, _get),
+    "window": (4, _windows_of_key),
+    "versions": (6, _versions),
+    "range": (5, _range),
+    "prefix": (4, _prefix),
+    "windows": (5, _windows),
+    "select": (6, _select),
+    "totals": (3, _totals),
+}
 
 
 def _decode_window(raw: object) -> tuple[int, int] | None:
