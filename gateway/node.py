@@ -38,7 +38,7 @@ from gateway.cluster.status import (
     ReplicaInfo,
     key_routes,
 )
-from gateway.model.topology import TopologyView
+from gateway.model.topology_view import TopologyView
 from gateway.runtime.lanes import Lanes
 from gateway.runtime.stalls import Stalls
 from gateway.storage.catalog.snapshots import Snapshot, SnapshotCatalog

@@ -22,7 +22,7 @@ from contracts.positions import decode_token, encode_token
 from contracts.project import Project
 from contracts.snapshot_file import relative_path
 from contracts.topology import Topology
-from gateway.model.topology import TopologyView
+from gateway.model.topology_view import TopologyView
 from gateway.storage.catalog.snapshots import SnapshotCatalog
 from gateway.storage.delivery.lateness import LATE_WARN_S
 from gateway.storage.delivery.switches import Switches

@@ -19,7 +19,7 @@ from contracts.placement import Assignment, Replica
 from contracts.project import Project
 from contracts.topology import Topology
 from gateway.cluster.coordinator import ElasticCoordinator
-from gateway.model.topology import TopologyView
+from gateway.model.topology_view import TopologyView
 from tests.coordinator import Etcd
 from tests.projects import write_project
 

@@ -23,7 +23,7 @@ from gateway.cluster.health import Membership
 from gateway.cluster.metrics import NodeMetrics
 from gateway.cluster.routing import Router
 from gateway.model.queries import Answer, Get, Range, SubQuery
-from gateway.model.topology import TopologyView
+from gateway.model.topology_view import TopologyView
 from gateway.storage.delivery.switches import Switches
 from gateway.wire.peer_errors import PeerError, PeerUnreachable
 from gateway.wire.peers import PeerClient, pooled

@@ -35,7 +35,7 @@ from contracts.placement import Assignment, Replica
 from contracts.project import Project
 from contracts.settings import Settings
 from contracts.topology import Topology
-from gateway.model.topology import TopologyView
+from gateway.model.topology_view import TopologyView
 
 log = logging.getLogger(__name__)
 RETRY_S = 1.0  # wait before reconnecting to a coordinator that failed

@@ -31,7 +31,7 @@ from contracts.clock import now_ms
 from contracts.project import Project
 from contracts.topology import Topology
 from gateway.cluster.status import NodeStatus, PartitionState
-from gateway.model.topology import TopologyView
+from gateway.model.topology_view import TopologyView
 from gateway.runtime.stalls import Stalls
 from gateway.storage.delivery.switches import Switches
 from gateway.wire.peer_errors import PeerError, PeerUnreachable, PoolExhausted

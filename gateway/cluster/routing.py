@@ -36,7 +36,7 @@ from gateway.cluster.health import Membership
 from gateway.cluster.log_end import LogEnd
 from gateway.cluster.metrics import NodeMetrics
 from gateway.model.queries import Answer, SubQuery
-from gateway.model.topology import TopologyView
+from gateway.model.topology_view import TopologyView
 from gateway.wire.peer_errors import PeerError, PeerRefused
 from gateway.wire.peers import PeerClient
 from gateway.wire.protocol import ProtocolError

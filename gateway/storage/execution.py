@@ -44,7 +44,7 @@ from gateway.model.queries import (
     WindowsOfKey,
     keys_of,
 )
-from gateway.model.topology import TopologyView
+from gateway.model.topology_view import TopologyView
 from gateway.runtime.lanes import offload, sliced
 from gateway.storage.catalog.layers import LayeredTable
 from gateway.storage.catalog.snapshots import Snapshot, SnapshotCatalog
@@ -78,7 +78,7 @@ class Reading:
 Handler = Callable[[Reading, Any], Rows]
 
 
-class Refused(Exception):
+class Unanswerable(Exception):
     """A query the store cannot answer whatever the engine (a time its history lost)."""
 
     def __init__(self, failure: Failure, message: str) -> None:
@@ -153,7 +153,7 @@ def _answer(
         reading = Reading(node_id, q.partition, snapshot, store, catalog.cursor)
         try:
             rows = _rows(reading, q.query, engines)
-        except Refused as exc:
+        except Unanswerable as exc:
             return answer.fail(exc.failure, str(exc))
         except duckdb.Error as exc:
             return answer.fail(Failure.STORE_EXCEPTION, f"{type(exc).__name__}: {exc}")
@@ -230,15 +230,15 @@ def _versions_by_sql(r: Reading, query: Versions) -> Rows:
 
 def _in_history(r: Reading, query: Versions) -> Versions:
     """A versioned store's query, from the oldest time its history holds when it names
-    none; Refused when the store keeps no history, or not back to that time."""
+    none; Unanswerable when the store keeps no history, or not back to that time."""
     store = r.store
     if not store.versioned:
-        raise Refused(Failure.UNKNOWN_QUERY_TYPE, f"{store.name} keeps no history")
+        raise Unanswerable(Failure.UNKNOWN_QUERY_TYPE, f"{store.name} keeps no history")
     horizon = r.snapshot.horizon(store)
     if query.from_ms is None and horizon is not None:  # from the oldest time it holds
         query = replace(query, from_ms=horizon)
     if horizon is not None and query.from_ms is not None and query.from_ms < horizon:
-        raise Refused(
+        raise Unanswerable(
             Failure.OUTSIDE_HISTORY,
             f"{store.name} keeps {duration(store.history_ms)} of history by event time: "
             f"partition {r.partition} on {r.node} answers for {instant(horizon)} and "

@@ -22,7 +22,7 @@ from typing import Any
 
 from contracts import chains
 from contracts.project import Project
-from gateway.model.topology import TopologyView
+from gateway.model.topology_view import TopologyView
 from gateway.storage.catalog.layers import LevelImage, LocalLayer
 from gateway.storage.catalog.snapshots import SnapshotCatalog, SnapshotError
 from gateway.storage.delivery.switches import Switches

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.cluster.coordinator import Coordinator
-from gateway.model.topology import TopologyView
+from gateway.model.topology_view import TopologyView
 from gateway.storage.catalog.snapshots import SnapshotCatalog
 from gateway.storage.delivery.switches import Switches
 from gateway.storage.delivery.sync import SnapshotSync, StoreUnreachable

@@ -20,7 +20,7 @@ from gateway.cluster.health import Membership
 from gateway.cluster.metrics import NodeMetrics
 from gateway.cluster.routing import Router
 from gateway.model.queries import Answer, Get, Prefix, Query, Range, SubQuery, Windows, WindowsOfKey
-from gateway.model.topology import TopologyView
+from gateway.model.topology_view import TopologyView
 from gateway.storage.delivery.switches import Switches
 from gateway.wire.mock import Call, MockTransport
 from gateway.wire.peers import PeerClient

@@ -8,7 +8,7 @@ from pathlib import Path
 from contracts import placement
 from contracts.project import load
 from contracts.topology import Topology
-from gateway.model.topology import TopologyView
+from gateway.model.topology_view import TopologyView
 from tests.projects import write_project
 
 

@@ -21,7 +21,7 @@ from gateway.cluster.log_end import LogEnd
 from gateway.cluster.metrics import NodeMetrics
 from gateway.cluster.routing import Router
 from gateway.model.queries import Answer, Get, SubQuery
-from gateway.model.topology import TopologyView
+from gateway.model.topology_view import TopologyView
 from gateway.storage.delivery.switches import Switches
 from gateway.wire.hop import ClosedByPeer, HopTransport, read_reply
 from gateway.wire.mock import Call, MockTransport

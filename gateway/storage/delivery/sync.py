@@ -28,7 +28,7 @@ from contracts.freshness import Delays
 from contracts.manifest import FILE_NAME, Layer, Manifest, PartitionEntry
 from contracts.project import Project
 from contracts.snapshot_file import FormatError, parse_file_name, partition_folder, relative_path
-from gateway.model.topology import TopologyView
+from gateway.model.topology_view import TopologyView
 from gateway.storage.catalog.layers import LocalLayer
 from gateway.storage.catalog.snapshots import SnapshotCatalog, SnapshotError
 from gateway.storage.delivery.switches import Switches
