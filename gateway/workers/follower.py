@@ -23,8 +23,9 @@ from typing import Any
 from contracts import chains
 from contracts.project import Project
 from gateway.model.topology_view import TopologyView
+from gateway.storage.catalog.hub import SnapshotError
 from gateway.storage.catalog.layers import LevelImage, LocalLayer
-from gateway.storage.catalog.snapshots import SnapshotCatalog, SnapshotError
+from gateway.storage.catalog.snapshots import SnapshotCatalog
 from gateway.storage.delivery.switches import Switches
 from gateway.storage.delivery.sync import StoreUnreachable
 from gateway.workers.channel import (

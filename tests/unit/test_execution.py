@@ -30,8 +30,9 @@ from gateway.model.queries import (
     WindowsOfKey,
 )
 from gateway.storage import execution
+from gateway.storage.catalog.hub import Base
 from gateway.storage.catalog.layers import LayeredTable, LayerHeader, Level, LocalLayer, Overlay
-from gateway.storage.catalog.snapshots import Base, Snapshot
+from gateway.storage.catalog.snapshots import Snapshot
 from gateway.storage.memory.lookup_table import MAX_KEY_BYTES, LookupTable
 from gateway.storage.memory.row_select import columns
 from gateway.storage.sql import reads

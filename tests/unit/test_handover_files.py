@@ -13,7 +13,7 @@ import pytest
 
 from contracts.project import load
 from contracts.snapshot_file import parse_file_name, relative_path
-from gateway.storage.catalog import snapshots
+from gateway.storage.catalog import hub
 from gateway.storage.catalog.layers import LocalLayer
 from gateway.storage.catalog.snapshots import SnapshotCatalog
 from tests.chains import WrittenChain
@@ -27,7 +27,7 @@ DELAY_S = 0.2
 def test_a_partition_handed_over_leaves_no_file_once_its_last_query_ends(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(snapshots, "LEVEL_DELETE_DELAY_S", DELAY_S)
+    monkeypatch.setattr(hub, "LEVEL_DELETE_DELAY_S", DELAY_S)
     project = load(write_project(tmp_path, [1, 2, 3], partitions=3))
     catalog = SnapshotCatalog(tmp_path / "node", project, 1, "256MB", images=True)
     try:

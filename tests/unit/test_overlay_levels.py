@@ -18,7 +18,7 @@ from contracts.project import Project, Store, history_of, load
 from contracts.snapshot_file import relative_path
 from gateway.model.queries import Get, Range, Versions, Windows, WindowsOfKey
 from gateway.storage import execution
-from gateway.storage.catalog import snapshots
+from gateway.storage.catalog import hub
 from gateway.storage.catalog.layers import MAX_LEVELS, LevelImage, LocalLayer
 from gateway.storage.catalog.snapshots import Snapshot, SnapshotCatalog
 from gateway.storage.memory import history, windows
@@ -228,13 +228,13 @@ def test_a_follower_serves_the_keepers_levels_from_their_images(
     the log says after every install and every settle, also from a level whose image the
     keeper deleted once it let go of it. A level whose image is gone already is read from
     its deltas."""
-    monkeypatch.setattr(snapshots, "LEVEL_DELETE_DELAY_S", 0.0)
+    monkeypatch.setattr(hub, "LEVEL_DELETE_DELAY_S", 0.0)
     folder = tmp_path / "node"
     keeper = SnapshotCatalog(folder, project, 1, "256MB", images=True)
     follower = SnapshotCatalog(folder, project, 1, "256MB", owns_files=False, images=True)
     reads: list[object] = []
-    read = follower._read
-    monkeypatch.setattr(follower, "_read", lambda *args: reads.append(args) or read(*args))
+    read = follower._hub.read
+    monkeypatch.setattr(follower._hub, "read", lambda *args: reads.append(args) or read(*args))
     chain, oracle = WrittenChain(project, tmp_path / "store", chain_id), Log(project)
     local: list[LocalLayer] = []
     try:

@@ -1,15 +1,14 @@
-"""The node's snapshots: one DuckDB hub connection, one read-only ATTACH per base file, one
-in-memory database per level of deltas (gateway/storage/catalog/layers.py), a cursor per thread, and
-each keyed store's rows in memory for lookups.
+"""The node's snapshots as it serves them: each partition's current Snapshot, installed,
+settled, leased and released; its files and tables are the hub's (storage/catalog/hub.py).
 
 A partition's Snapshot is its chain as served: a Base and the Overlay of the deltas above
-it. A new delta makes a new Snapshot over the same Base and the same levels, plus a level of
-its own (only the delta is read); `settle` later replaces it by one whose newest levels are
-merged. A new base (a rebuild, or a compaction at the same version) makes a new Base. A
-query leases the partition's current snapshot; installing a new one switches the pointer at
-once and retires the old one, which is released when its last lease ends; a level goes with
-the last snapshot that reads it, and a base with the last snapshot over it. A query in
-flight therefore always finishes on the version it started with.
+it (storage/catalog/layers.py). A new delta makes a new Snapshot over the same Base and the
+same levels, plus a level of its own (only the delta is read); `settle` later replaces it by
+one whose newest levels are merged. A new base (a rebuild, or a compaction at the same
+version) makes a new Base. A query leases the partition's current snapshot; installing a new
+one switches the pointer at once and retires the old one, which is released when its last
+lease ends; a level goes with the last snapshot that reads it, and a base with the last
+snapshot over it. A query in flight therefore always finishes on the version it started with.
 
 Partitions here are chains (contracts/chains.py): a partition's own id for its partitioned
 stores, another for its global stores.
@@ -18,11 +17,9 @@ stores, another for its global stores.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import logging
 import os
 import threading
-import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -31,69 +28,24 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from contracts import chains
 from contracts.clock import now_ms
 from contracts.project import Project, Store, history_of
-from contracts.snapshot_file import (
-    FormatError,
-    key_columns,
-    literal,
-    parse_file_name,
-    partition_folder,
-    quoted,
-)
-from gateway.storage.catalog import images
+from contracts.snapshot_file import parse_file_name, partition_folder
+from gateway.storage.catalog.hub import Base, DuckDBHub, SnapshotError
 from gateway.storage.catalog.layers import (
     LayeredTable,
-    LayerError,
     LayerHeader,
     Level,
     LevelImage,
     LocalLayer,
     Overlay,
-    mapped,
     merged,
-    read_deltas,
-    read_header,
-    shared,
     to_merge,
 )
-from gateway.storage.memory.key_runs import KeyRuns, newest_of
-from gateway.storage.memory.lookup_table import LookupTable
-from gateway.storage.memory.row_select import columns
+from gateway.storage.memory.key_runs import KeyRuns
 
 log = logging.getLogger(__name__)
 CLOSE_WAIT_S = 30.0  # the longest a stopping node waits for an install under way
-# A level's image outlives the level in the keeper by this long, for a follower still mapping
-# the chain it was told (Kafka's file.delete.delay.ms does the same for a log's segments).
-LEVEL_DELETE_DELAY_S = 10.0
-
-
-Tables = tuple[dict[str, LookupTable], dict[str, int], dict[str, int], dict[str, KeyRuns]]
-
-
-def image_of(base: Path) -> Path:
-    """Where a base's image is (a hidden name: one left by a crash is a stray at start)."""
-    return base.with_name(f".{base.name}.image")
-
-
-class SnapshotError(Exception):
-    """A chain of layer files that cannot be served (unreadable, wrong partition, missing
-    tables)."""
-
-
-@dataclass(eq=False)
-class Base:
-    layer: LocalLayer
-    alias: str  # its ATTACH in the hub
-    header: LayerHeader
-    tables: dict[str, LookupTable]  # keyed stores, in memory
-    rows: dict[str, int] = field(default_factory=dict)  # every store's
-    newest: dict[str, int] = field(default_factory=dict)  # history -> its newest valid_from
-    runs: dict[str, KeyRuns] = field(default_factory=dict)  # indexed windows and histories
-    files: set[Path] = field(default_factory=set)  # its file and the deltas installed over it
-    users: int = 0  # snapshots over it not yet released
-    keep: bool = False  # its layer files stay on disk once it is closed (`drop`)
 
 
 @dataclass(eq=False)
@@ -180,18 +132,11 @@ class SnapshotCatalog:
         images: bool = False,
     ) -> None:
         self.folder = folder
-        self._owns_files = owns_files  # False: another process deletes them (a follower's)
-        self._images = images  # bases' tables mapped from images (catalog/images.py)
-        self.folder.mkdir(parents=True, exist_ok=True)
+        self._hub = DuckDBHub(folder, project, threads, memory, owns_files, images)
         self._project = project
-        self._hub = duckdb.connect(":memory:", config={"threads": threads, "memory_limit": memory})
-        self._memory = memory
         self._lock = threading.Lock()
         self._current: dict[int, Snapshot] = {}
-        self._local = threading.local()
-        self._serial = itertools.count(1)
         self._working = 0  # installs and settles under way in sync threads
-        self._doomed: list[tuple[float, Path]] = []  # level images to delete, and when
         self._idle = threading.Condition()
 
     def open_existing(self, partitions: list[int]) -> None:
@@ -276,7 +221,7 @@ class SnapshotCatalog:
         return serving
 
     def _load(self, partition: int, chain: list[LocalLayer]) -> Snapshot:
-        base = self._open_base(partition, chain[0])
+        base = self._hub.open_base(partition, chain[0])
         try:
             return self._over(partition, base, None, chain, chain[1:])
         except SnapshotError:
@@ -302,7 +247,7 @@ class SnapshotCatalog:
             held = {lv.image: lv for lv in current.overlay.levels} if current.overlay else {}
             base = current.base
         else:
-            held, base = {}, self._open_base(partition, chain[0])
+            held, base = {}, self._hub.open_base(partition, chain[0])
         mapped_now: list[Level] = []
         overlay: list[Level] = []
         deltas = chain[1:]
@@ -310,13 +255,13 @@ class SnapshotCatalog:
             for told in levels:
                 found = held.get(told.path)
                 if found is None:
-                    found = self._map(partition, told, deltas[: told.span])
+                    found = self._hub.map(partition, told, deltas[: told.span])
                     mapped_now.append(found)
                 overlay.append(found)
                 deltas = deltas[told.span :]
         except SnapshotError:
             for level in mapped_now:
-                level.drop(self._hub)
+                self._hub.drop(level)
             if base.users == 0:
                 self._close_base(base)
             raise
@@ -327,22 +272,6 @@ class SnapshotCatalog:
         with self._lock:
             base.files.update(layer.path for layer in chain[1:])
         return snapshot
-
-    def _map(self, partition: int, level: LevelImage, deltas: list[LocalLayer]) -> Level:
-        """The keeper's level from its image, or read from its deltas when the image is gone
-        (the keeper let go of the level LEVEL_DELETE_DELAY_S ago) or unreadable."""
-        stores = self._stores(partition)
-        try:
-            found = mapped(self._alias(partition), level.path)
-        except (OSError, images.ImageError) as exc:
-            log.info("partition %s: %s; its deltas read instead", partition, exc)
-            found = self._read(partition, deltas)[1]
-        try:
-            if found.image is None:  # read here; a mapped level was indexed by the keeper
-                found.index(stores)
-        except (duckdb.Error, pa.ArrowException) as exc:
-            raise SnapshotError(f"partition {partition}: {exc}") from exc
-        return found
 
     def _extend(self, partition: int, current: Snapshot, chain: list[LocalLayer]) -> Snapshot:
         deltas = chain[len(current.layers) :]
@@ -360,10 +289,10 @@ class SnapshotCatalog:
         `previous`: only the deltas are read."""
         overlay = previous
         if deltas:
-            header, level = self._read(partition, deltas)
+            header, level = self._hub.read(partition, deltas)
             try:
-                level.index(self._stores(partition))
-                level = self._shared(partition, level)
+                level.index(self._hub.stores(partition))
+                level = self._hub.share(partition, level)
             except (duckdb.Error, pa.ArrowException) as exc:
                 raise SnapshotError(f"partition {partition}: {exc}") from exc
             overlay = Overlay(header, (*(previous.levels if previous else ()), level))
@@ -371,12 +300,6 @@ class SnapshotCatalog:
         with self._lock:
             base.files.update(layer.path for layer in deltas)
         return snapshot
-
-    def _read(self, partition: int, deltas: list[LocalLayer]) -> tuple[LayerHeader, Level]:
-        try:
-            return read_deltas(self._alias(partition), deltas, partition, self._stores(partition))
-        except (LayerError, FormatError, pa.ArrowException) as exc:
-            raise SnapshotError(f"partition {partition}: {exc}") from exc
 
     def _snapshot(
         self,
@@ -406,7 +329,7 @@ class SnapshotCatalog:
         whatever release comes next."""
         with self._work():
             self._settle()
-        self._delete_due()
+        self._hub.delete_due()
 
     def _settle(self) -> None:
         for partition, snapshot in self.current().items():
@@ -416,10 +339,10 @@ class SnapshotCatalog:
                 continue
             kept, merging = overlay.levels[:-count], overlay.levels[-count:]
             try:
-                stores = self._stores(partition)
-                level = merged(self._alias(partition), merging, stores)
+                stores = self._hub.stores(partition)
+                level = merged(self._hub.alias(partition), merging, stores)
                 level.index(stores)
-                level = self._shared(partition, level)
+                level = self._hub.share(partition, level)
             except (duckdb.Error, pa.ArrowException) as exc:
                 log.warning("partition %s: levels not merged: %s", partition, exc)
                 continue
@@ -434,120 +357,6 @@ class SnapshotCatalog:
                 stale = snapshot if swapped else settled
                 stale.retired = True
             self._release_if_unused(stale)
-
-    def _shared(self, partition: int, level: Level) -> Level:
-        """With images, the level as every worker maps it (written once, by the keeper)."""
-        if not (self._images and self._owns_files):
-            return level
-        path = self.folder / partition_folder(partition) / f".{level.alias}.{os.getpid()}.level"
-        try:
-            return shared(level, path)
-        except (OSError, images.ImageError) as exc:
-            log.warning("%s: no image written (%s): the workers read its deltas", path.name, exc)
-            path.unlink(missing_ok=True)
-            return level
-
-    def _alias(self, partition: int) -> str:
-        """A new name for a level's tables in the hub."""
-        return f"o{partition}_{next(self._serial)}"
-
-    def _open_base(self, partition: int, layer: LocalLayer) -> Base:
-        """Attach a base file and read its keyed stores into memory."""
-        alias = f"b{partition}_{next(self._serial)}"
-        cursor = self._hub.cursor()
-        try:
-            cursor.execute(f"ATTACH {literal(str(layer.path))} AS {alias} (READ_ONLY)")
-        except duckdb.Error as exc:
-            raise SnapshotError(f"cannot open {layer.path.name}: {exc}") from exc
-        try:
-            header = read_header(cursor, alias, partition, layer)
-            self._check_stores(cursor, alias, partition)
-            tables, rows, newest, runs = self._tables_of(layer.path, partition)
-        except (duckdb.Error, SnapshotError, LayerError, FormatError) as exc:
-            self._detach(alias)
-            raise SnapshotError(
-                f"{layer.path.name} is not a base of partition {partition}: {exc}"
-            ) from exc
-        finally:
-            # Reading a base goes through whole tables in Arrow; what Arrow's allocator
-            # keeps of them after (tens of MiB a node) goes back to the OS.
-            pa.default_memory_pool().release_unused()
-        files = {layer.path, image_of(layer.path)} if self._images else {layer.path}
-        return Base(layer, alias, header, tables, rows, newest, runs, files=files)
-
-    def _stores(self, chain: int) -> tuple[Store, ...]:
-        return chains.stores(self._project, chain)
-
-    def _check_stores(self, cursor: duckdb.DuckDBPyConnection, alias: str, chain: int) -> None:
-        tables = {
-            r[0]
-            for r in cursor.execute(
-                "SELECT table_name FROM duckdb_tables() WHERE database_name = ?", [alias]
-            ).fetchall()
-        }
-        missing = [s.name for s in self._stores(chain) if s.name not in tables]
-        if missing:
-            raise SnapshotError(f"stores {missing} are missing")
-
-    def _tables_of(self, path: Path, chain: int) -> Tables:
-        """A base's tables: from its image when there is one, else read (and, with images,
-        written to one by the process that owns the files, then mapped from it)."""
-        if not self._images:
-            return self._load_tables(path, chain)
-        image = image_of(path)
-        try:
-            found: Tables = images.load(image)
-            return found
-        except FileNotFoundError:
-            pass
-        except images.ImageError as exc:
-            log.warning("%s: %s; read again", path.name, exc)
-        tables = self._load_tables(path, chain)
-        if not self._owns_files:
-            return tables
-        try:
-            images.save(tables, image)
-            mapped: Tables = images.load(image)
-        except (OSError, images.ImageError) as exc:
-            log.warning("%s: no image written (%s): this process holds its tables", path.name, exc)
-            return tables
-        return mapped
-
-    def _load_tables(self, path: Path, chain: int) -> tuple[
-        dict[str, LookupTable], dict[str, int], dict[str, int], dict[str, KeyRuns]
-    ]:  # fmt: skip
-        """The keyed stores of a file, read by a DuckDB instance of their own (closed after),
-        so that the hub's buffer pool does not keep every row of them; every store's row
-        count; each history's newest valid_from; the windows' and histories' rows indexed."""
-        loaded, rows, newest, runs = {}, {}, {}, {}
-        config: dict[str, str | bool | int | float | list[str]] = {
-            "threads": 1,
-            "memory_limit": self._memory,
-        }
-        with duckdb.connect(":memory:", config=config) as connection:
-            connection.execute(f"ATTACH {literal(str(path))} AS snapshot (READ_ONLY)")
-            for store in self._stores(chain):
-                if store.kind in ("window", "versions"):
-                    found = connection.sql(
-                        f"SELECT {', '.join(columns(store))} FROM snapshot.{quoted(store.name)} "
-                        f"ORDER BY {', '.join(key_columns(store))}"
-                    ).to_arrow_table()
-                    rows[store.name] = found.num_rows
-                    last = newest_of(found) if store.kind == "versions" else None
-                    if last is not None:
-                        newest[store.name] = last
-                    integers = store.key_type != "string"
-                    indexed = KeyRuns.mapped(found, integers, path.parent)
-                    if indexed is not None:
-                        runs[store.name] = indexed
-                    continue
-                table = LookupTable.load(connection, "snapshot", store)
-                rows[store.name] = 0 if table is None else table.rows
-                if table is None:
-                    log.info("%s: keys too wide for the in-memory index", store.name)
-                else:
-                    loaded[store.name] = table
-        return loaded, rows, newest, runs
 
     @contextmanager
     def lease(self, partition: int) -> Iterator[Snapshot | None]:
@@ -579,10 +388,7 @@ class SnapshotCatalog:
 
     def cursor(self) -> duckdb.DuckDBPyConnection:
         """This thread's cursor on the hub (duckdb refuses one connection on two threads)."""
-        cursor = getattr(self._local, "cursor", None)
-        if cursor is None:
-            cursor = self._local.cursor = self._hub.cursor()
-        return cursor
+        return self._hub.cursor()
 
     def get(self, partition: int) -> Snapshot | None:
         """The partition's current snapshot (a single dict read: no lock needed)."""
@@ -605,7 +411,7 @@ class SnapshotCatalog:
                     found.disk += layer.path.stat().st_size
             for name, table in snapshot.tables.items():
                 found.memory[name] = found.memory.get(name, 0) + table.nbytes
-            for store in self._stores(chain):
+            for store in self._hub.stores(chain):
                 runs = snapshot.runs(store.name) if store.kind == "window" else None
                 held = sum(r.nbytes for r in runs or ())
                 found.memory[store.name] = found.memory.get(store.name, 0) + held
@@ -637,12 +443,9 @@ class SnapshotCatalog:
         stopping node cancels its sync task, but not the thread that task was waiting on."""
         with self._idle:
             self._idle.wait_for(lambda: self._working == 0, timeout=CLOSE_WAIT_S)
-        self._hub.close()
-        if self._owns_files:  # the images of the levels it serves go too: they are its own
-            with self._lock:
-                serving = [s.overlay.levels for s in self._current.values() if s.overlay]
-            self._doomed += [(0.0, lv.image) for levels in serving for lv in levels if lv.image]
-        self._delete_due(everything=True)
+        with self._lock:
+            serving = [s.overlay.levels for s in self._current.values() if s.overlay]
+        self._hub.close([lv.image for levels in serving for lv in levels if lv.image])
 
     @contextmanager
     def _work(self) -> Iterator[None]:
@@ -669,41 +472,16 @@ class SnapshotCatalog:
                 if level.users == 0:
                     unused.append(level)
         for level in unused:  # levels are shared by the snapshots of one chain
-            level.drop(self._hub)
-            if self._owns_files and level.image is not None:
-                self._doomed.append((time.monotonic() + LEVEL_DELETE_DELAY_S, level.image))
-        self._delete_due()
+            self._hub.release(level)
+        self._hub.delete_due()
         if base_done:
             self._close_base(base)
 
-    def _delete_due(self, everything: bool = False) -> None:
-        """Delete the images of levels let go of LEVEL_DELETE_DELAY_S ago (or all of them)."""
-        now = time.monotonic()
-        with self._lock:
-            due = [path for at, path in self._doomed if everything or at <= now]
-            self._doomed = [
-                (at, path) for at, path in self._doomed if not (everything or at <= now)
-            ]
-        for path in due:
-            path.unlink(missing_ok=True)
-
     def _close_base(self, base: Base) -> None:
-        """Detach a base no snapshot uses and delete its files (a delta a newer chain shares
-        stays)."""
-        self._detach(base.alias)
-        if not self._owns_files:
-            return
+        """Let go of a base no snapshot uses, with its files but those of the chains served."""
         with self._lock:
             in_use = {layer.path for s in self._current.values() for layer in s.layers}
-        for path in base.files - in_use:
-            if not (base.keep and parse_file_name(path.name)):
-                path.unlink(missing_ok=True)
-
-    def _detach(self, alias: str) -> None:
-        try:
-            self._hub.cursor().execute(f"DETACH {alias}")
-        except duckdb.Error as exc:  # already detached, or never attached
-            log.debug("detach %s: %s", alias, exc)
+        self._hub.close_base(base, in_use)
 
     def _remove_strays(self, partitions: list[int]) -> None:
         """Delete older versions and unfinished downloads left by an earlier run."""

@@ -29,8 +29,9 @@ from contracts.manifest import FILE_NAME, Layer, Manifest, PartitionEntry
 from contracts.project import Project
 from contracts.snapshot_file import FormatError, parse_file_name, partition_folder, relative_path
 from gateway.model.topology_view import TopologyView
+from gateway.storage.catalog.hub import SnapshotError
 from gateway.storage.catalog.layers import LocalLayer
-from gateway.storage.catalog.snapshots import SnapshotCatalog, SnapshotError
+from gateway.storage.catalog.snapshots import SnapshotCatalog
 from gateway.storage.delivery.switches import Switches
 from gateway.wire.peer_errors import PeerError
 from gateway.wire.peers import PeerClient
