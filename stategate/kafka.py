@@ -155,6 +155,9 @@ def server_properties(data: Path, port: int, controller_port: int) -> str:
         "log.cleaner.threads": 1,
         "log.cleaner.dedupe.buffer.size": 8 << 20,  # 128 MiB by default, on the heap
         "log.index.size.max.bytes": 1 << 20,  # preallocated per partition: 10 MiB by default
+        # every record kept: a week's retention by record time would delete the demo's and
+        # the tests' history (timestamps days or months old) at the first check, 5 min in
+        "log.retention.ms": -1,
         # a restarted broker waits for its old registration's session (9 s by default)
         "broker.session.timeout.ms": 2000,
         "broker.heartbeat.interval.ms": 500,

@@ -288,6 +288,11 @@ def expected_chain_positions(project: Project) -> dict[int, dict[str, int]]:
 
 
 def _end(project: Project, topic: str, partition: int) -> int:
+    """The position after the partition's last record: with Kafka, its end (offsets have
+    gaps there: a transaction's markers, the aborted ones' records)."""
+    if project.kafka is not None:
+        kafka_records(project, topic, partition)
+        return _KAFKA[(project.kafka.bootstrap, project.kafka.topic(topic), partition)][0]
     offsets = [r["offset"] for r in _records(project, topic, partition, ())]
     return max(offsets) + 1 if offsets else 0
 

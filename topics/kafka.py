@@ -162,17 +162,23 @@ class KafkaLog:
         ends: dict[tuple[str, int], int],
         held: dict[tuple[str, int], list[Any]],
     ) -> None:
-        """Consume until every span's position reaches its end (or CALL_S without progress)."""
+        """Consume until every span's position reaches its end; TopicsError on a fatal error,
+        or after CALL_S without progress."""
         open_ = dict(ends)
         quiet_since = time.monotonic()
+        said = ""  # librdkafka's last error, if any
         while open_:
             messages = consumer.consume(num_messages=BATCH_MESSAGES, timeout=POLL_S)
             for message in messages:
                 error = message.error()
                 if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        continue
-                    raise TopicsError(f"reading {message.topic()}: {error.str()}")
+                    if error.fatal():
+                        raise TopicsError(f"reading {message.topic()}: {error.str()}")
+                    # a partition's end, or what librdkafka retries itself (a leader moving):
+                    # reading goes on, bounded by CALL_S without progress
+                    if error.code() != KafkaError._PARTITION_EOF:
+                        said = error.str()
+                    continue
                 key = (message.topic(), message.partition())
                 offset = message.offset()
                 if key in open_ and offset is not None and offset < open_[key]:
@@ -185,7 +191,10 @@ class KafkaLog:
                     del open_[(tp.topic, tp.partition)]
             if open_ and time.monotonic() - quiet_since > CALL_S:
                 missing = ", ".join(f"{t} partition {p} to {e}" for (t, p), e in open_.items())
-                raise TopicsError(f"Kafka sent nothing for {CALL_S:g} s while reading {missing}")
+                raise TopicsError(
+                    f"Kafka sent nothing for {CALL_S:g} s while reading {missing}"
+                    + (f" (it said: {said})" if said else "")
+                )
 
     def _check_start(self, spans: list[Span], held: dict[tuple[str, int], list[Any]]) -> None:
         """A span that began past its start (offsets have gaps: compaction, transaction
