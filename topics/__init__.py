@@ -18,12 +18,8 @@ import pyarrow as pa
 
 from contracts.project import Project, Topic
 from contracts.records import Record
+from topics.errors import TopicsError as TopicsError
 from topics.records import Span
-
-
-class TopicsError(Exception):
-    """The log, or a topic in it, is not what the project declares or cannot be reached:
-    one line that says which and how."""
 
 
 class Log(Protocol):

@@ -34,7 +34,7 @@ from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec  # type: ign
 from contracts.partitioner import KeyType, serialize_key
 from contracts.project import Kafka, Topic
 from contracts.records import Record, fit
-from topics import TopicsError
+from topics.errors import TopicsError
 from topics.records import RECORDS, Span, key_text, readable
 
 CALL_S = 30.0  # the longest one call to the cluster may take before it is an error
