@@ -35,9 +35,9 @@ network:
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nftables iproute2 >/dev/null)
 
 # Apache Kafka's broker, from Maven Central (Java 17 and Maven are on the machine): fetched
-# once into ~/.cache/stategate, then found there (stategate/kafka.py).
+# once into ~/.cache/stategate, then found there (stategate/broker.py).
 kafka: setup
-	$(PY) -m stategate.kafka fetch > /dev/null
+	$(PY) -m stategate.broker fetch > /dev/null
 
 demo: setup
 	$(PY) -m stategate.cli demo

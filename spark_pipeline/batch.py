@@ -46,7 +46,7 @@ from spark_pipeline.log_source import ddl, members
 from spark_pipeline.plan import Until, stores_digest
 from spark_pipeline.snapshot import LayerTask, build_layer
 from topics import Log
-from topics.records import RECORDS, Span
+from topics.batches import RECORDS, Span
 
 DRIVER_THREADS = os.cpu_count() or 1  # a batch in the driver builds a partition per thread
 

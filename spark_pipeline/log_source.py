@@ -10,7 +10,7 @@ group g holds the records of every Kafka partition p with p % groups == g (`memb
 every topic, read by the task itself, from the segment files (topics/files.py) or from
 Kafka (topics/kafka.py: a consumer of the task's own, by offset range, no group), so the
 task that builds those partitions' layers gets exactly their records, with no shuffle. Rows
-are RECORDS (topics/records.py), as every read of the pipeline's.
+are RECORDS (topics/batches.py), as every read of the pipeline's.
 
 Options: `log_dir`, `topics` (JSON {topic: key type}), `partitions`, `groups`, `start` and
 `end` (JSON offsets: the read is [start, end) of each topic partition), and `kafka` (JSON of
@@ -32,9 +32,9 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from contracts.partitioner import KeyType
 from contracts.project import Kafka, Project
 from spark_pipeline.plan import RunPlan
+from topics.batches import RECORDS, Span
 from topics.files import read_spans
 from topics.kafka import KafkaLog
-from topics.records import RECORDS, Span
 
 NAME = "stategate_log"
 _SQL_TYPES = {pa.string(): "string", pa.int32(): "int", pa.int64(): "long", pa.float64(): "double"}

@@ -45,7 +45,7 @@ def spark() -> object:
 
 @pytest.fixture(scope="session")
 def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
-    """One real Kafka broker for the test process (stategate/kafka.py), started when a test
+    """One real Kafka broker for the test process (stategate/broker.py), started when a test
     first needs it: 2-4 s, ~170 MiB."""
     from tests.kafka import started
 

@@ -1,4 +1,4 @@
-"""A real Kafka broker for the tests (stategate/kafka.py), one per test process, started by the
+"""A real Kafka broker for the tests (stategate/broker.py), one per test process, started by the
 first test that needs it; and the plain clients a test produces and reads with."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from stategate.kafka import Broker
+from stategate.broker import Broker
 
 CLIENT_S = 30.0  # the longest a test waits for the broker to answer
 

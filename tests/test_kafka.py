@@ -1,4 +1,4 @@
-"""The Kafka every end-to-end test will read (stategate/kafka.py), against what stategate assumes
+"""The Kafka every end-to-end test will read (stategate/broker.py), against what stategate assumes
 of it: a key lands where contracts/partitioner.py says, produced by confluent-kafka (with
 Java's partitioner) and by kafka-python alike; records carry the broker's append time; and a
 broker killed with -9 comes back with every record."""
@@ -14,7 +14,7 @@ from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME
 from kafka import KafkaProducer
 
 from contracts.partitioner import partition_for, serialize_key
-from stategate.kafka import Broker
+from stategate.broker import Broker
 from tests.kafka import create_topic, producer, read_all, started
 from tests.projects import SPECIAL_CUSTOMERS, SPECIAL_TRAINS
 

@@ -1,5 +1,5 @@
 """The state built from Kafka topics answers every query kind as the oracle says: the project's
-topics live in a real broker (stategate/kafka.py), the test events are produced to it with
+topics live in a real broker (stategate/broker.py), the test events are produced to it with
 Java's partitioner, the pipeline reads them by offset range (topics/kafka.py), and the
 oracle reads the same topics back with another client (kafka-python: tests/oracle.py).
 The query suites of tests/test_queries.py, tests/test_by_value.py and tests/test_global.py
@@ -27,7 +27,7 @@ from contracts import project as projects
 from contracts.partitioner import partition_for
 from spark_pipeline import job
 from spark_pipeline.spark import LazySpark
-from stategate.kafka import Broker
+from stategate.broker import Broker
 from stategate.launcher import free_ports
 from tests import oracle
 from tests.kafka import create_topic

@@ -11,7 +11,7 @@ import pyarrow.compute as pc
 from contracts import eventlog
 from contracts.project import Project, Topic
 from contracts.records import Record
-from topics.records import RECORDS, Span, readable
+from topics.batches import RECORDS, Span, readable
 
 
 class FileLog:

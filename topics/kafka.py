@@ -34,8 +34,8 @@ from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec  # type: ign
 from contracts.partitioner import KeyType, serialize_key
 from contracts.project import Kafka, Topic
 from contracts.records import Record, fit
-from topics.errors import TopicsError
-from topics.records import RECORDS, Span, key_text, readable
+from topics.batches import RECORDS, Span, key_text, readable
+from topics.log import TopicsError
 
 CALL_S = 30.0  # the longest one call to the cluster may take before it is an error
 POLL_S = 0.1  # a read waits this long for more records before it checks its spans

@@ -1,4 +1,4 @@
-"""A Kafka record's key as the pipeline reads it (topics/records.py): the text of what the
+"""A Kafka record's key as the pipeline reads it (topics/batches.py): the text of what the
 declared type's serializer wrote, and for bytes no such serializer writes, text that the
 record rule refuses as a key of the type (spark_pipeline/checks.py), never another key."""
 
@@ -9,7 +9,7 @@ import re
 import pytest
 
 from contracts.partitioner import serialize_key
-from topics.records import key_text
+from topics.batches import key_text
 
 DECIMAL = re.compile(r"-?\d+")
 

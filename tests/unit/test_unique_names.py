@@ -10,9 +10,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = ("contracts", "topics", "gateway", "resolvers", "spark_pipeline", "stategate")
-# Names issue 49's Kafka work gave two modules, to be renamed with it: topics/kafka.py and
-# stategate/kafka.py (the broker the tests run), topics/records.py and contracts/records.py.
-PENDING = {"kafka.py", "records.py"}
 
 
 def modules() -> list[Path]:
@@ -22,7 +19,7 @@ def modules() -> list[Path]:
 def test_no_two_modules_share_a_file_name() -> None:
     found = defaultdict(list)
     for module in modules():
-        if module.name != "__init__.py" and module.name not in PENDING:
+        if module.name != "__init__.py":
             found[module.name].append(str(module.relative_to(ROOT)))
     assert {name: paths for name, paths in found.items() if len(paths) > 1} == {}
 

@@ -2,7 +2,7 @@
 controller in one JVM, no ZooKeeper) run from Maven Central's jars, on loopback ports and a
 data folder of its own, stopped and started again like a machine.
 
-    python -m stategate.kafka fetch       # the broker's jars, once
+    python -m stategate.broker fetch       # the broker's jars, once
 
 Jars are fetched once with Maven into the cache (`$STATEGATE_CACHE`, else
 ~/.cache/stategate): a folder per artifact set, complete once its stamp file is written, so a
@@ -263,7 +263,7 @@ def _ends_with_parent() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m stategate.kafka")
+    parser = argparse.ArgumentParser(prog="python -m stategate.broker")
     parser.add_argument("action", choices=["fetch"])
     parser.parse_args(argv)
     started = time.monotonic()
