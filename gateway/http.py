@@ -148,10 +148,10 @@ async def status(request: Request) -> Response:
 async def sync(request: Request) -> Response:
     node = node_of(request)
     try:
-        installed = await node.sync.run_once(force=True)
+        installed = await node.delivery.run_once(force=True)
     except StoreUnreachable as exc:
         return error_response(502, "STORE_UNREACHABLE", f"the snapshot store: {exc}")
-    body = {"node": node.id, "installed": installed, "errors": node.sync.errors}
+    body = {"node": node.id, "installed": installed, "errors": node.delivery.errors}
     return Response(
         orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS), media_type="application/json"
     )
@@ -180,7 +180,7 @@ async def ready(request: Request) -> Response:
         message = f"{node.id} has no snapshot yet of partitions {missing}" + (
             f" (of the global stores: {unglobal})" if unglobal else ""
         )
-        errors = sorted(set(node.sync.errors.values()))
+        errors = sorted(set(node.delivery.errors.values()))
         return error_response(503, "NOT_READY", "; ".join([message, *errors]))
     versions = {str(p): serving[p].version for p in hosted}
     return JSONResponse({"node": node.id, "ready": True, "versions": versions})

@@ -1,4 +1,5 @@
-"""One gateway node: its snapshots, its view of the peers, its router, and their lifecycle."""
+"""One gateway node: its parts, as its role's builder made them (gateway/assembly.py), its
+view of the peers, its router, and their lifecycle."""
 
 from __future__ import annotations
 
@@ -6,26 +7,19 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import Protocol
 
 from contracts import chains
 from contracts.clock import now_ms
-from contracts.coordination import Coordination, Member
 from contracts.placement import Assignment, Replica
 from contracts.positions import satisfies
 from contracts.project import Project
 from contracts.topology import Topology
+from gateway.assembly import NodeAsks, assemble
 from gateway.auth import Authenticator
 from gateway.cluster.batching import RequestBatch
-from gateway.cluster.coordinator import (
-    Coordinator,
-    ElasticCoordinator,
-    StaticCoordinator,
-    coordinator_timeout,
-)
 from gateway.cluster.health import Membership
 from gateway.cluster.log_end import LogEnd, LogFileEnd, PublishedEnd
-from gateway.cluster.metrics import NodeMetrics, NodeState, summed
+from gateway.cluster.metrics import NodeMetrics, NodeState
 from gateway.cluster.routing import Router
 from gateway.cluster.status import (
     ASSIGNMENT_HEADER,
@@ -38,113 +32,38 @@ from gateway.cluster.status import (
     ReplicaInfo,
     key_routes,
 )
-from gateway.model.topology_view import TopologyView
 from gateway.runtime.lanes import Lanes
 from gateway.runtime.stalls import Stalls
-from gateway.storage.catalog.snapshots import Snapshot, SnapshotCatalog
-from gateway.storage.delivery.lateness import LatenessWatch
-from gateway.storage.delivery.switches import Switches
-from gateway.storage.delivery.sync import SnapshotSync, StoreUnreachable
+from gateway.storage.catalog.snapshots import Snapshot
+from gateway.storage.delivery.sync import StoreUnreachable
 from gateway.storage.execution import LocalExecution
-from gateway.wire.peers import PeerClient, pooled
-from gateway.workers.follower import Follower
-from gateway.workers.keeper import Keeper
 from gateway.workers.roles import ALONE, Role
 
 log = logging.getLogger(__name__)
-FOLLOWERS_EXTRA_S = 5.0  # a stopping keeper waits for its followers' requests, and this
-
-
-class Delivery(Protocol):
-    """Where the node's snapshots come from: the snapshot store (SnapshotSync), or the
-    node's keeper (a follower's: gateway/workers/follower.py)."""
-
-    errors: dict[int, str]
-
-    def held(self) -> list[int]: ...
-
-    async def run_once(self, force: bool = False) -> dict[int, int]: ...
-
-    async def run_forever(self) -> None: ...
-
-    def log_end(self, topic: str, partition: int) -> int | None: ...
-
-    def store_rows(self) -> dict[str, int]: ...
-
-    def hand_over(self, partition: int) -> None: ...
 
 
 class GatewayNode:
     def __init__(self, project: Project, node_id: str, role: Role = ALONE) -> None:
         self.project = project
         self.id = node_id
-        self.config = project.cluster.node(node_id)
         self.authenticator = Authenticator(project.access, project.settings.max_token_lifetime_s)
-        settings = project.settings
-        self.catalog = SnapshotCatalog(
-            self.config.data_dir / "snapshots",
-            project,
-            threads=settings.duckdb_threads,
-            memory=settings.duckdb_memory_limit,
-            owns_files=role.kind != "follower",
-            images=role.kind != "alone",
-        )
-        self.peers = PeerClient(project.cluster.secret, pooled(settings))
-        self.switches = Switches()
-        self.stalls = Stalls()
         self.metrics = NodeMetrics()
-        self.follower: Follower | None = None
-        self.sync: Delivery
-        if role.lifeline is not None:  # a follower
-            self.topology = TopologyView(_unplaced(project))
-            self.follower = Follower(
-                role.channel,
-                role.lifeline,
-                project,
-                node_id,
-                self.catalog,
-                self.topology,
-                self.switches,
-                self.metrics.exposition,
-            )
-            self.coordinator: Coordinator = self.follower
-            self.sync = self.follower
-        else:
-            self.topology, self.coordinator = self._coordinated()
-            self.sync = SnapshotSync(
-                project,
-                node_id,
-                self.topology,
-                self.catalog,
-                self.peers,
-                self.switches,
-                self.metrics.freshness,
-            )
-        self.lateness = (
-            LatenessWatch(lambda: sync.manifest, self._versions, lambda: sync.synced_at)
-            if isinstance(sync := self.sync, SnapshotSync)
-            else None
+        parts = assemble(
+            project, node_id, role, self.metrics, NodeAsks(self._caught_up, self.exposition)
         )
+        core = parts.core
+        self.catalog, self.topology = core.catalog, core.topology
+        self.switches, self.peers = core.switches, core.peers
+        self.coordinator, self.delivery = parts.coordinator, parts.delivery
+        self.duties = parts.duties
+        self.stalls = Stalls()
         self.membership = Membership(project, node_id, self.peers, self.switches, self.stalls)
         self.lanes = Lanes()
+        settings = project.settings
         self.log_end: LogEnd = (
             LogFileEnd(project.log_dir, settings.health_interval_s)
             if settings.log_end == "log"
-            else PublishedEnd(self.sync.log_end, self._positions)
-        )
-        self.keeper = (
-            Keeper(
-                role.channel,
-                role.followers,
-                self.catalog,
-                self.topology,
-                self.coordinator,
-                self.sync,
-                self.switches,
-                self.exposition,
-            )
-            if role.followers is not None and isinstance(self.sync, SnapshotSync)
-            else None
+            else PublishedEnd(self.delivery.log_end, self._positions)
         )
         self.key_routes = key_routes(project)
         self.execute_local = LocalExecution(self.catalog, project, node_id, self.topology)
@@ -169,35 +88,15 @@ class GatewayNode:
                 lambda: self.id in self.topology.current.fenced,
                 self._global_footprint,
                 self.catalog.history_memory,
-                self.lateness.seconds if self.lateness else dict,
+                self.duties.late,
             ),
-            node_wide=self.follower is None,
+            node_wide=self.duties.joins,
         )
         self.internal_requests = 0
         self.live = LiveCounts()
         self._tasks: list[asyncio.Task[None]] = []
         self._fetching: set[asyncio.Task[None]] = set()
         self._warming_since: dict[int, float] = {}  # partition -> when assigned to warm up
-
-    def _coordinated(self) -> tuple[TopologyView, Coordinator]:
-        """The node's topology and who keeps it: the project file, or the coordinator."""
-        cluster = self.project.cluster
-        if cluster.coordinator is None:
-            view = TopologyView(Topology.static(cluster))
-            return view, StaticCoordinator(view)
-        me = Member(self.id, self.config.address)
-        first = Topology.unassigned(cluster.partitions, cluster.replicas, {me.id: me.address})
-        view = TopologyView(first)
-        coordination = Coordination(
-            cluster.coordinator, cluster.name, coordinator_timeout(self.project.settings)
-        )
-        return view, ElasticCoordinator(
-            self.project, coordination, me, view, self._caught_up, self._holds
-        )
-
-    def _holds(self) -> frozenset[int]:
-        """The partitions whose data this node has, as it tells the leader."""
-        return self.sync.holding() if isinstance(self.sync, SnapshotSync) else frozenset()
 
     def _caught_up(self, assignment: Assignment) -> frozenset[Replica]:
         """The warm-ups whose node holds its partition at least as far as the partition's
@@ -229,7 +128,7 @@ class GatewayNode:
         """Hand over what this node no longer holds; fetch what it was given."""
         held, holds = set(before.assigned_to(self.id)), set(after.assigned_to(self.id))
         for partition in sorted(held - holds):
-            self.sync.hand_over(partition)
+            self.delivery.hand_over(partition)
         if holds - held:
             task = asyncio.create_task(self._fetch_assigned())
             self._fetching.add(task)
@@ -249,41 +148,27 @@ class GatewayNode:
 
     async def _fetch_assigned(self) -> None:
         try:
-            await self.sync.run_once(force=True)
+            await self.delivery.run_once(force=True)
         except StoreUnreachable as exc:
             log.warning("snapshot store unreachable: %s", exc)
 
     async def start(self) -> None:
-        if self.follower is not None:
-            await self.follower.start()  # serves what the keeper serves, then goes on
-            self.membership.follow(self.topology)
-            self._tasks = [
-                asyncio.create_task(self.stalls.watch_forever()),
-                asyncio.create_task(self.membership.watch_forever()),
-            ]
-            return
-        self.topology.listen(self._counted)
-        await self.coordinator.start()
+        if self.duties.joins:
+            self.topology.listen(self._counted)
+        await self.coordinator.start()  # a follower's: serves what the keeper serves
         self.membership.follow(self.topology)
-        self.topology.listen(self._moved)  # the first assignment is delivered just below
-        await asyncio.to_thread(self.catalog.open_existing, self.sync.held())
-        try:
-            await self.sync.run_once()
-        except StoreUnreachable as exc:
-            log.warning("snapshot store unreachable at start: %s", exc)
+        if self.duties.joins:
+            self.topology.listen(self._moved)  # the first assignment is delivered just below
+        await self.duties.open()
         self._tasks = [
             asyncio.create_task(self.stalls.watch_forever()),
             asyncio.create_task(self.membership.watch_forever()),
-            asyncio.create_task(self.sync.run_forever()),
+            *(asyncio.create_task(loop()) for loop in self.duties.loops()),
         ]
-        if self.lateness is not None:
-            self._tasks.append(asyncio.create_task(self.lateness.watch_forever()))
-        if self.keeper is not None:  # followers start from what this process serves now
-            await self.keeper.start()
+        await self.duties.started()
 
     async def stop(self) -> None:
-        if self.keeper is not None:  # its followers first: they let go of its files
-            await self.keeper.stop(self.project.settings.request_timeout_s + FOLLOWERS_EXTRA_S)
+        await self.duties.stop()
         await self.coordinator.stop()
         self.switches.close()
         for task in self._tasks:
@@ -308,14 +193,10 @@ class GatewayNode:
                 return True
         return False
 
-    def _versions(self) -> dict[int, int]:
-        """The version of each chain this node serves."""
-        return {chain: snapshot.version for chain, snapshot in self.catalog.current().items()}
-
     def store_rows(self, store: str) -> int:
         """A store's rows in the whole cluster, as the pipeline published them: the same on
         every node (a scan's cost, and so its verdict, must not depend on the node asked)."""
-        return self.sync.store_rows().get(store, 0)
+        return self.delivery.store_rows().get(store, 0)
 
     def request_batch(self, authorization: str | None) -> RequestBatch:
         return RequestBatch(
@@ -351,7 +232,7 @@ class GatewayNode:
         return NodeStatus(
             node=self.id,
             partitions={p: _state(s) for p, s in sorted(self.catalog.current().items())},
-            sync_errors=dict(self.sync.errors),
+            sync_errors=dict(self.delivery.errors),
             internal_requests=self.internal_requests,
             changes=self.switches.changes,
             live=self.live,
@@ -360,12 +241,7 @@ class GatewayNode:
     async def exposition(self) -> bytes:
         """The node's metrics: with workers, each one's summed (the keeper's scrape asks
         its followers; a follower's asks the keeper)."""
-        if self.follower is not None:
-            return await self.follower.node_metrics()
-        own = self.metrics.exposition()
-        if self.keeper is None:
-            return own
-        return summed([own.decode(), *await self.keeper.follower_metrics()])
+        return await self.duties.exposition(self.metrics.exposition)
 
     def answer_headers(self) -> list[tuple[bytes, bytes]]:
         """NODE_HEADER and ASSIGNMENT_HEADER, as an answer carries them."""
@@ -428,13 +304,6 @@ class GatewayNode:
                 return None
             lags.append(max(0, end - offset))
         return sum(lags)
-
-
-def _unplaced(project: Project) -> Topology:
-    """A follower's topology until its keeper tells the one it holds."""
-    cluster = project.cluster
-    addresses = {n.id: n.address for n in cluster.nodes}
-    return Topology.unassigned(cluster.partitions, cluster.replicas, addresses)
 
 
 def _state(snapshot: Snapshot) -> PartitionState:

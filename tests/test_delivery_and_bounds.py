@@ -25,6 +25,7 @@ from contracts.topology import Topology
 from gateway.model.topology_view import TopologyView
 from gateway.storage.catalog.snapshots import SnapshotCatalog
 from gateway.storage.delivery.lateness import LATE_WARN_S
+from gateway.storage.delivery.node_core import NodeCore
 from gateway.storage.delivery.switches import Switches
 from gateway.storage.delivery.sync import SnapshotSync
 from gateway.wire.peers import PeerClient, pooled
@@ -319,7 +320,8 @@ def synced(
         peers = PeerClient(project.cluster.secret, pooled(project.settings))
         try:
             topology = TopologyView(Topology.static(project.cluster))
-            await steps(SnapshotSync(project, "node1", topology, catalog, peers, Switches()))
+            core = NodeCore(project, "node1", topology, catalog, Switches(), peers)
+            await steps(SnapshotSync(core))
         finally:
             await peers.aclose()
 

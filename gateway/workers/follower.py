@@ -21,12 +21,9 @@ from collections.abc import Callable
 from typing import Any
 
 from contracts import chains
-from contracts.project import Project
-from gateway.model.topology_view import TopologyView
 from gateway.storage.catalog.hub import SnapshotError
 from gateway.storage.catalog.layers import LevelImage, LocalLayer
-from gateway.storage.catalog.snapshots import SnapshotCatalog
-from gateway.storage.delivery.switches import Switches
+from gateway.storage.delivery.node_core import NodeCore
 from gateway.storage.delivery.sync import StoreUnreachable
 from gateway.workers.channel import (
     BEAT_S,
@@ -54,20 +51,16 @@ class Follower:
         self,
         address: str,
         lifeline: Lifeline,
-        project: Project,
-        node_id: str,
-        catalog: SnapshotCatalog,
-        view: TopologyView,
-        switches: Switches,
+        core: NodeCore,
         metrics: Callable[[], bytes],
     ) -> None:
         self.address = address
         self.lifeline = lifeline
-        self.project = project
-        self.node_id = node_id
-        self.catalog = catalog
-        self.view = view
-        self.switches = switches
+        self.project = core.project
+        self.node_id = core.node_id
+        self.catalog = core.catalog
+        self.view = core.topology
+        self.switches = core.switches
         self.metrics = metrics  # this worker's own
         self.connected = True
         self.errors: dict[int, str] = {}

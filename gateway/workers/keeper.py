@@ -36,9 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.cluster.coordinator import Coordinator
-from gateway.model.topology_view import TopologyView
-from gateway.storage.catalog.snapshots import SnapshotCatalog
-from gateway.storage.delivery.switches import Switches
+from gateway.storage.delivery.node_core import NodeCore
 from gateway.storage.delivery.sync import SnapshotSync, StoreUnreachable
 from gateway.workers.channel import (
     LINE_LIMIT,
@@ -77,20 +75,18 @@ class Keeper:
         self,
         address: str,
         followers: Followers,
-        catalog: SnapshotCatalog,
-        view: TopologyView,
+        core: NodeCore,
         coordinator: Coordinator,
         sync: SnapshotSync,
-        switches: Switches,
         metrics: Callable[[], Awaitable[bytes]],  # the node's, every worker's summed
     ) -> None:
         self.address = address
         self.followers = followers
-        self.catalog = catalog
-        self.view = view
+        self.catalog = core.catalog
+        self.view = core.topology
         self.coordinator = coordinator
         self.sync = sync
-        self.switches = switches
+        self.switches = core.switches
         self.metrics = metrics
         self._links: dict[Link, _Heard] = {}
         self._pids: dict[Link, int] = {}  # each follower's at the other end

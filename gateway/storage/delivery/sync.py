@@ -26,15 +26,11 @@ from contracts import chains
 from contracts.clock import now_ms
 from contracts.freshness import Delays
 from contracts.manifest import FILE_NAME, Layer, Manifest, PartitionEntry
-from contracts.project import Project
 from contracts.snapshot_file import FormatError, parse_file_name, partition_folder, relative_path
-from gateway.model.topology_view import TopologyView
 from gateway.storage.catalog.hub import SnapshotError
 from gateway.storage.catalog.layers import LocalLayer
-from gateway.storage.catalog.snapshots import SnapshotCatalog
-from gateway.storage.delivery.switches import Switches
+from gateway.storage.delivery.node_core import NodeCore
 from gateway.wire.peer_errors import PeerError
-from gateway.wire.peers import PeerClient
 
 log = logging.getLogger(__name__)
 _CHUNK = 1 << 20
@@ -59,29 +55,20 @@ class _Refusal:
 
 
 class SnapshotSync:
-    def __init__(
-        self,
-        project: Project,
-        node_id: str,
-        topology: TopologyView,
-        catalog: SnapshotCatalog,
-        peers: PeerClient,
-        switches: Switches,
-        freshness: Delays | None = None,
-    ) -> None:
-        self.project = project
-        self.node_id = node_id
-        self.topology = topology
-        self.catalog = catalog
-        self.peers = peers
-        self.switches = switches
+    def __init__(self, core: NodeCore, freshness: Delays | None = None) -> None:
+        self.project = core.project
+        self.node_id = core.node_id
+        self.topology = core.topology
+        self.catalog = core.catalog
+        self.peers = core.peers
+        self.switches = core.switches
         self.freshness = freshness or Delays()
         self.manifest = Manifest()
         self.errors: dict[int, str] = {}
         self._refused: dict[int, _Refusal] = {}
         self._on_disk: frozenset[int] = frozenset()  # unserved partitions whose base is here
         self._lock = asyncio.Lock()
-        self._remote = "://" in project.snapshot_url
+        self._remote = "://" in core.project.snapshot_url
         self.synced_at = time.monotonic()  # when its last round ended (delivery/lateness.py)
 
     async def run_once(self, force: bool = False) -> dict[int, int]:
