@@ -11,12 +11,13 @@ stategate        composition (CLI, demo, the ASGI app): any of them
 Inside gateway/, from the ground up: model (values and pure rules) and runtime (scheduling);
 wire (the internal protocol and transports); storage (snapshots, tables, execution, delivery);
 cluster (membership, status, routing, batching) and workers (a node's keeper and its
-followers: gateway/workers/); then the node, its service and its HTTP routes at the top.
-Inside gateway/storage/, from the ground up: memory (the in-memory engine), catalog (the
-snapshots served: the hub, the levels, images), then the frame
-that answers sub-queries at its top. Inside resolvers/: schema (the typed fields), execution
-(operations, the executors, persisted documents, costs), transport (HTTP, WebSocket, live
-queries).
+followers: gateway/workers/); then the node, the parts each role builds for it, its service
+and its HTTP routes at the top. Inside gateway/storage/, from the ground up: memory (the
+in-memory engine); catalog (the snapshots served: the DuckDB hub, the levels, images); sql
+(the SQL engine) and delivery (sync, switches, lateness); then the frame that answers
+sub-queries (execution.py) at its top. Inside resolvers/: schema (the typed fields),
+execution (operations, the executors, persisted documents, costs), transport (HTTP,
+WebSocket, live queries).
 """
 
 from __future__ import annotations
