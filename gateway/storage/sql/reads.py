@@ -31,11 +31,69 @@ from gateway.storage.memory import history
 from gateway.storage.memory.row_select import columns
 from gateway.storage.sql import statements
 
-Keyed = Get | WindowsOfKey | Range | Prefix | Windows  # the kinds read by a key predicate
+Predicate = tuple[str, list[Any], str, int | None]  # WHERE, its arguments, ORDER BY, LIMIT
+
+
+def get(
+    cursor: duckdb.DuckDBPyConnection, snapshot: Snapshot, store: Store, query: Get
+) -> list[Row]:
+    """The rows of these keys."""
+    if len(query.keys) == 1:
+        return keyed(cursor, snapshot, store, ("key = ?", list(query.keys), "", None))
+    predicate = ("key IN (SELECT unnest(?))", [list(query.keys)], "", None)
+    return keyed(cursor, snapshot, store, predicate)
+
+
+def windows_of_key(
+    cursor: duckdb.DuckDBPyConnection, snapshot: Snapshot, store: Store, query: WindowsOfKey
+) -> list[Row]:
+    """One key's windows, by start."""
+    where = "key = ? AND window_start BETWEEN ? AND ?"
+    args: list[Any] = [query.key, query.from_ms, query.to_ms]
+    return keyed(cursor, snapshot, store, (where, args, "window_start", None))
+
+
+def windows(
+    cursor: duckdb.DuckDBPyConnection, snapshot: Snapshot, store: Store, query: Windows
+) -> list[Row]:
+    """A page of every key's windows, by key and start."""
+    terms = ["window_start BETWEEN ? AND ?"]
+    args: list[Any] = [query.from_ms, query.to_ms]
+    if query.after is not None:
+        terms.append("(key > ? OR (key = ? AND window_start > ?))")
+        args += [query.after[0], query.after[0], query.after[1]]
+    predicate = (" AND ".join(terms), args, "key, window_start", query.limit)
+    return keyed(cursor, snapshot, store, predicate)
+
+
+def prefix(
+    cursor: duckdb.DuckDBPyConnection, snapshot: Snapshot, store: Store, query: Prefix
+) -> list[Row]:
+    """A page of the keys that start with a prefix."""
+    terms, args = ["key >= ?", "starts_with(key, ?)"], [query.prefix, query.prefix]
+    upper = prefix_upper_bound(query.prefix)
+    if upper is not None:
+        terms.append("key < ?")
+        args.append(upper)
+    predicate = (_after(terms, args, query.after), args, "key", query.limit)
+    return keyed(cursor, snapshot, store, predicate)
+
+
+def key_range(
+    cursor: duckdb.DuckDBPyConnection, snapshot: Snapshot, store: Store, query: Range
+) -> list[Row]:
+    """A page of the keys between two bounds."""
+    terms, args = [], []
+    for term, value in (("key >= ?", query.low), ("key <= ?", query.high)):
+        if value is not None:
+            terms.append(term)
+            args.append(value)
+    predicate = (_after(terms, args, query.after), args, "key", query.limit)
+    return keyed(cursor, snapshot, store, predicate)
 
 
 def keyed(
-    cursor: duckdb.DuckDBPyConnection, snapshot: Snapshot, store: Store, query: Keyed
+    cursor: duckdb.DuckDBPyConnection, snapshot: Snapshot, store: Store, predicate: Predicate
 ) -> list[Row]:
     """Rows by key from the snapshot's base and, when it has deltas, its overlay: the
     overlay's rows replace the base's of the same key.
@@ -43,7 +101,6 @@ def keyed(
     A page of n rows needs, of the overlay, its first n + D rows (D: its deleted rows), and of
     the base its first n + (overlay rows fetched): every row up to the page's last key is
     then in hand, and so is every overlay row that could shadow one of them (_changed)."""
-    predicate = _predicate(query)
     where, args, order, limit = predicate
     cols = ", ".join(columns(store))
     base = f'{snapshot.base.alias}."{store.name}"'
@@ -62,7 +119,7 @@ def select(
     key."""
     if query.where is None and query.order == (Sort(KEY),):
         last = None if query.after is None else query.after[0]
-        return keyed(cursor, snapshot, store, Range(None, None, query.limit, last))
+        return key_range(cursor, snapshot, store, Range(None, None, query.limit, last))
     sql, args = statements.select(store, _source(cursor, snapshot, store), query)
     return [list(row) for row in cursor.execute(sql, args).fetchall()]
 
@@ -109,9 +166,6 @@ def versions(
         if held is None or held[-1] < row[-1]:
             found[row[0]] = row
     return history.valid(query, [found[start][:-1] for start in sorted(found)])
-
-
-Predicate = tuple[str, list[Any], str, int | None]  # WHERE, its arguments, ORDER BY, LIMIT
 
 
 def _changed(
@@ -176,43 +230,6 @@ def _fetch(
     if limit is not None:
         sql += f" LIMIT {int(limit)}"
     return [list(row) for row in cursor.execute(sql, args).fetchall()]
-
-
-def _predicate(query: Keyed) -> Predicate:
-    """WHERE clause, its arguments, ORDER BY and LIMIT of a query."""
-    match query:
-        case Get(keys) if len(keys) == 1:
-            return "key = ?", list(keys), "", None
-        case Get(keys):
-            return "key IN (SELECT unnest(?))", [list(keys)], "", None
-        case WindowsOfKey(key, from_ms, to_ms):
-            return (
-                "key = ? AND window_start BETWEEN ? AND ?",
-                [key, from_ms, to_ms],
-                "window_start",
-                None,
-            )
-        case Windows(from_ms, to_ms, limit, after):
-            terms = ["window_start BETWEEN ? AND ?"]
-            args: list[Any] = [from_ms, to_ms]
-            if after is not None:
-                terms.append("(key > ? OR (key = ? AND window_start > ?))")
-                args += [after[0], after[0], after[1]]
-            return " AND ".join(terms), args, "key, window_start", limit
-        case Prefix(prefix, limit, after):
-            terms, args = ["key >= ?", "starts_with(key, ?)"], [prefix, prefix]
-            upper = prefix_upper_bound(prefix)
-            if upper is not None:
-                terms.append("key < ?")
-                args.append(upper)
-            return _after(terms, args, after), args, "key", limit
-        case Range(low, high, limit, after):
-            terms, args = [], []
-            for term, value in (("key >= ?", low), ("key <= ?", high)):
-                if value is not None:
-                    terms.append(term)
-                    args.append(value)
-            return _after(terms, args, after), args, "key", limit
 
 
 def _after(terms: list[str], args: list[Any], after: object) -> str:
