@@ -99,29 +99,58 @@ def decode_answers(body: bytes) -> list[Answer]:
 
 
 def _encode_query(query: Query) -> list[Any]:
-    match query:
-        case Get(keys):
-            return ["get", list(keys)]
-        case WindowsOfKey(key, from_ms, to_ms):
-            return ["window", key, from_ms, to_ms]
-        case Versions(key, from_ms, to_ms, limit, after):
-            return ["versions", key, from_ms, to_ms, limit, after]
-        case Range(low, high, limit, after):
-            return ["range", low, high, limit, after]
-        case Prefix(prefix, limit, after):
-            return ["prefix", prefix, limit, after]
-        case Windows(from_ms, to_ms, limit, after):
-            return ["windows", from_ms, to_ms, limit, None if after is None else list(after)]
-        case Select(where, order, limit, after, window):
-            sorts = [[sort.field, sort.descending] for sort in order]
-            last = None if after is None else list(after)
-            return ["select", _encode_filter(where), sorts, limit, last, _window(window)]
-        case Totals(where, window):
-            return ["totals", _encode_filter(where), _window(window)]
+    encoded: list[Any] = QUERY_ENCODERS[type(query)](query)
+    return encoded
 
 
-def _window(window: tuple[int, int] | None) -> list[int] | None:
-    return None if window is None else list(window)
+def _write_get(q: Get) -> list[Any]:
+    return ["get", list(q.keys)]
+
+
+def _write_windows_of_key(q: WindowsOfKey) -> list[Any]:
+    return ["window", q.key, q.from_ms, q.to_ms]
+
+
+def _write_versions(q: Versions) -> list[Any]:
+    return ["versions", q.key, q.from_ms, q.to_ms, q.limit, q.after]
+
+
+def _write_range(q: Range) -> list[Any]:
+    return ["range", q.low, q.high, q.limit, q.after]
+
+
+def _write_prefix(q: Prefix) -> list[Any]:
+    return ["prefix", q.prefix, q.limit, q.after]
+
+
+def _write_windows(q: Windows) -> list[Any]:
+    return ["windows", q.from_ms, q.to_ms, q.limit, _listed(q.after)]
+
+
+def _write_select(q: Select) -> list[Any]:
+    sorts = [[sort.field, sort.descending] for sort in q.order]
+    return ["select", _encode_filter(q.where), sorts, q.limit, _listed(q.after), _listed(q.window)]
+
+
+def _write_totals(q: Totals) -> list[Any]:
+    return ["totals", _encode_filter(q.where), _listed(q.window)]
+
+
+# Each query kind as an array on the wire, its name first (QUERY_DECODERS reads it back).
+QUERY_ENCODERS: dict[type[Query], Callable[[Any], list[Any]]] = {
+    Get: _write_get,
+    WindowsOfKey: _write_windows_of_key,
+    Versions: _write_versions,
+    Range: _write_range,
+    Prefix: _write_prefix,
+    Windows: _write_windows,
+    Select: _write_select,
+    Totals: _write_totals,
+}
+
+
+def _listed(values: tuple[Any, ...] | None) -> list[Any] | None:
+    return None if values is None else list(values)
 
 
 def _encode_filter(where: Filter | None) -> Any:
@@ -146,29 +175,29 @@ def _decode_query(raw: object) -> Query:
     return found[1](item)
 
 
-def _get(item: list[Any]) -> Get:
+def _read_get(item: list[Any]) -> Get:
     return Get(tuple(_key(k) for k in _array(item[1], "keys")))
 
 
-def _windows_of_key(item: list[Any]) -> WindowsOfKey:
+def _read_windows_of_key(item: list[Any]) -> WindowsOfKey:
     return WindowsOfKey(_key(item[1]), _int(item[2]), _int(item[3]))
 
 
-def _versions(item: list[Any]) -> Versions:
+def _read_versions(item: list[Any]) -> Versions:
     since = None if item[5] is None else _int(item[5])
     first = None if item[2] is None else _int(item[2])
     return Versions(_key(item[1]), first, _int(item[3]), _int(item[4]), since)
 
 
-def _range(item: list[Any]) -> Range:
+def _read_range(item: list[Any]) -> Range:
     return Range(_opt_key(item[1]), _opt_key(item[2]), _int(item[3]), _opt_key(item[4]))
 
 
-def _prefix(item: list[Any]) -> Prefix:
+def _read_prefix(item: list[Any]) -> Prefix:
     return Prefix(_str(item[1]), _int(item[2]), None if item[3] is None else _str(item[3]))
 
 
-def _windows(item: list[Any]) -> Windows:
+def _read_windows(item: list[Any]) -> Windows:
     after = None
     if item[4] is not None:
         key, start = _array(item[4], "after", 2)
@@ -176,7 +205,7 @@ def _windows(item: list[Any]) -> Windows:
     return Windows(_int(item[1]), _int(item[2]), _int(item[3]), after)
 
 
-def _select(item: list[Any]) -> Select:
+def _read_select(item: list[Any]) -> Select:
     order = tuple(Sort(_str(f), d is True) for f, d in (_array(s, "sort", 2) for s in
                   _array(item[2], "order")))  # fmt: skip
     last = None if item[4] is None else tuple(map(_value, _array(item[4], "after")))
@@ -184,20 +213,20 @@ def _select(item: list[Any]) -> Select:
     return Select(where, order, _int(item[3]), last, window)
 
 
-def _totals(item: list[Any]) -> Totals:
+def _read_totals(item: list[Any]) -> Totals:
     return Totals(_decode_filter(item[1], 0), _decode_window(item[2]))
 
 
 # Each query kind's name on the wire (_encode_query's), the length of its array, its decoder.
 QUERY_DECODERS: dict[str, tuple[int, Callable[[list[Any]], Query]]] = {
-    "get": (2, _get),
-    "window": (4, _windows_of_key),
-    "versions": (6, _versions),
-    "range": (5, _range),
-    "prefix": (4, _prefix),
-    "windows": (5, _windows),
-    "select": (6, _select),
-    "totals": (3, _totals),
+    "get": (2, _read_get),
+    "window": (4, _read_windows_of_key),
+    "versions": (6, _read_versions),
+    "range": (5, _read_range),
+    "prefix": (4, _read_prefix),
+    "windows": (5, _read_windows),
+    "select": (6, _read_select),
+    "totals": (3, _read_totals),
 }
 
 
