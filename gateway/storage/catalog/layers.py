@@ -8,7 +8,7 @@ level of its own, so installing it costs what the delta holds, not what the chai
 (a binary counter: at most log2 of the chain's deltas levels, each row merged that many
 times). A lookup reads the levels newest first and the base for the keys none holds
 (LayeredTable); SQL reads find each level's rows in tables of the hub named by its `alias`
-(gateway/storage/execution.py merges them with the base's).
+(gateway/storage/sql/reads.py merges them with the base's).
 """
 
 from __future__ import annotations
