@@ -18,7 +18,7 @@ from operator import itemgetter
 from typing import Any
 
 from contracts.positions import Position, merge, of_partition
-from contracts.project import Store
+from contracts.project import FieldType, Store
 from gateway.model.filters import NUMBERS, Sort, field_index, type_of
 from gateway.model.queries import Answer, Row, SubQuery
 
@@ -108,24 +108,28 @@ class FieldTotals:
 
 def totals(parts: Iterable[Part], store: Store) -> tuple[int, dict[str, FieldTotals]]:
     """The row count and each column's totals over the partitions that answered, from their
-    partials (by_value.totals: count(*), then count, sum, min, max per column)."""
+    partials (sql/statements.totals: count(*), then count, sum, min, max per column)."""
     partials = [answer.rows[0] for _, answer in parts if answer.ok and answer.rows]
-    fields = {}
-    for i, (name, kind) in enumerate(store.columns.items()):
-        at = 1 + 4 * i
-        own = [p[at : at + 4] for p in partials if p[at]]  # partitions with a value
-        count = sum(p[0] for p in own)
-        sums = [p[1] for p in own]
-        total: int | float | None = None
-        if kind == "double" and own and None not in sums:
-            total = sum(sums)
-            total = total if math.isfinite(total) else None
-        elif kind in NUMBERS and own:
-            total = sum(int(s) for s in sums)  # exact: queries.Totals
-        fields[name] = FieldTotals(
-            count,
-            total,
-            min((p[2] for p in own if p[2] is not None), default=None),
-            max((p[3] for p in own if p[3] is not None), default=None),
-        )
+    fields = {
+        name: _field_totals([p[1 + 4 * i : 5 + 4 * i] for p in partials if p[1 + 4 * i]], kind)
+        for i, (name, kind) in enumerate(store.columns.items())
+    }
     return sum(p[0] for p in partials), fields
+
+
+def _field_totals(own: list[Row], kind: FieldType) -> FieldTotals:
+    """One column's totals from the partials (count, sum, min, max) of the partitions where
+    it has a value."""
+    sums = [p[1] for p in own]
+    total: int | float | None = None
+    if kind == "double" and own and None not in sums:
+        total = sum(sums)
+        total = total if math.isfinite(total) else None
+    elif kind in NUMBERS and own:
+        total = sum(int(s) for s in sums)  # exact: queries.Totals
+    return FieldTotals(
+        sum(p[0] for p in own),
+        total,
+        min((p[2] for p in own if p[2] is not None), default=None),
+        max((p[3] for p in own if p[3] is not None), default=None),
+    )
