@@ -119,6 +119,9 @@ class Batch:
     rebuild: bool  # the stores changed: every partition gets a base from its whole log
     compact: bool  # a due chain is folded into the new layer (else a compactor does it)
     groups: int  # the task groups the records come in (log_source.members)
+    # topic -> partition -> where the executors' read stopped (the plan's ends): a partition's
+    # new position, whatever its last record's offset (Kafka's offsets have gaps)
+    ends: dict[str, dict[int, int]] = field(default_factory=dict)
 
     def published(self, partition: int) -> dict[str, int]:
         """Where the partition's new records start, per topic (0 everywhere to rebuild)."""
@@ -134,14 +137,15 @@ def publish(
     manifest: Manifest,
     records: DataFrame,
     groups: int,
+    ends: dict[str, dict[int, int]],
     rebuild: bool = False,
     compact: bool = True,
 ) -> Published:
     """Write a layer for each partition with new `records` (rows of log_source.SCHEMA, one
-    Spark partition per task group of `groups`; records below the published positions are
-    ignored), or for every partition when rebuilding or when some were never published;
-    returns the new manifest, not yet written."""
-    batch = Batch(project, str(store_dir), manifest, rebuild, compact, groups)
+    Spark partition per task group of `groups`, read up to `ends`; records below the
+    published positions are ignored), or for every partition when rebuilding or when some
+    were never published; returns the new manifest, not yet written."""
+    batch = Batch(project, str(store_dir), manifest, rebuild, compact, groups, ends)
     try:
         built = records.mapInArrow(lambda batches: _build(batch, batches), ddl(_BUILT)).collect()
     except Exception as exc:
@@ -183,7 +187,7 @@ def publish_here(
         table = pa.Table.from_batches(log.read(spans), RECORDS)
         return [
             row
-            for built in _build_partition(batch, partition, table, read_ms)
+            for built in _build_partition(batch, partition, table, read_ms, ends)
             for row in built.to_pylist()
         ]
 
@@ -259,20 +263,22 @@ def _build(batch: Batch, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Recor
     if not found <= set(held):
         raise RuntimeError(f"task {group} received records of partitions {found - set(held)}")
     for partition in held:
-        yield from _build_partition(batch, partition, table, read_ms)
+        ends = {topic: by_p.get(partition, 0) for topic, by_p in batch.ends.items()}
+        yield from _build_partition(batch, partition, table, read_ms, ends)
 
 
 def _build_partition(
-    batch: Batch, partition: int, group: pa.Table, read_ms: int
+    batch: Batch, partition: int, group: pa.Table, read_ms: int, ends: dict[str, int]
 ) -> Iterator[pa.RecordBatch]:
     """The new layers of one partition: of each of its chains (contracts/chains.py) whose
-    topics have new records, or that has none yet."""
+    topics' positions moved, or that has none yet. A topic's new position is where its read
+    stopped (`ends`), not its last record's offset + 1: Kafka's offsets have gaps (a
+    transaction's markers, an aborted one's records), and those past the last record
+    would otherwise be read again at every batch."""
     started = time.monotonic()
     records, appended = _fresh(batch, partition, group)
-    positions = batch.published(partition)
-    for topic, table in records.items():
-        if len(table):
-            positions[topic] = int(pc.max(table.column("offset")).as_py()) + 1
+    published = batch.published(partition)
+    positions = {t: max(at, ends.get(t, at)) for t, at in published.items()}
     ids = chains.of_partition(batch.project, partition)
     present = [c for c in ids if c in batch.manifest.partitions]
     if not batch.rebuild and present and present != ids:
@@ -284,7 +290,7 @@ def _build_partition(
     for chain in ids:
         topics = chains.topics(batch.project, chain)
         entry = None if batch.rebuild else batch.manifest.partitions.get(chain)
-        if entry is not None and not any(len(records.get(t, ())) for t in topics):
+        if entry is not None and all(positions[t] == published[t] for t in topics):
             continue
         kind: Kind = "delta"
         if entry is None or (batch.compact and due_for_compaction(entry, batch.project.settings)):

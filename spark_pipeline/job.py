@@ -177,7 +177,9 @@ def _publish_on_executors(
         groups = task_groups(spark, project.cluster.partitions)
         records = read_log(spark, project, plan, groups)
         _unless(stopping)
-        return publish(project, spark, store_dir, manifest, records, groups, plan.rebuild)
+        return publish(
+            project, spark, store_dir, manifest, records, groups, plan.ends, plan.rebuild
+        )
 
 
 def _sweep(store_dir: Path) -> None:

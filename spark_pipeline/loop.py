@@ -211,6 +211,7 @@ class PipelineLoop:
                     manifest,
                     records,
                     self._groups,
+                    plan.ends,
                     compact=False,
                 )
                 self._commit_one(published)

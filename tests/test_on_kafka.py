@@ -18,7 +18,9 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import orjson
 import pytest
+from confluent_kafka import Producer
 from confluent_kafka import TopicPartition as KafkaPartition
 from confluent_kafka.admin import AdminClient
 from kafka import KafkaAdminClient, TopicPartition
@@ -32,7 +34,7 @@ from stategate.launcher import free_ports
 from tests import oracle
 from tests.kafka import create_topic
 from tests.nodes import Served, serve
-from tests.projects import produce_test_events, write_project
+from tests.projects import START_MS, produce_test_events, write_project
 from tests.test_by_value import (  # noqa: F401 (collected here, on this module's cluster)
     test_random_filters_and_orders_page_through_like_the_oracle,
     test_totals_of_random_filters_equal_the_oracle,
@@ -139,3 +141,36 @@ def test_a_build_on_sparks_executors_reads_kafka_as_the_oracle_does(
     report = job.run(project, spark, notify=False)
     assert report.records > 0 and report.versions
     assert_published_state_is_the_oracles(project, manifest_of(project))
+
+
+def test_an_aborted_transactions_records_reach_no_store(
+    spark: LazySpark, kafka: Broker, tmp_path: Path
+) -> None:
+    """read_committed: a transaction aborted around a committed one leaves offsets the state
+    skips (its records, and every transaction's marker), and the published position is the
+    log's end, past the last marker: a position is the next offset to read, not a count."""
+    topics = prefix()
+    project = projects.load(write_project(tmp_path, free_ports(3), kafka=(kafka.bootstrap, topics)))
+    produce_test_events(project, seed=7, n_bookings=300, n_trains=300, n_trips=120)
+    name = f"{topics}bookings"
+    sender = Producer({"bootstrap.servers": kafka.bootstrap, "partitioner": "murmur2_random",
+                       "transactional.id": f"{topics}tx"})  # fmt: skip
+    sender.init_transactions(30)
+    for commit, price in ((False, 1.0), (True, 2.0), (False, 3.0)):
+        sender.begin_transaction()
+        value = orjson.dumps({"trip": "Köln→Bonn", "price": price, "seats": 1})
+        sender.produce(name, value, b"C000001", timestamp=START_MS)
+        sender.flush(30)
+        if commit:
+            sender.commit_transaction(30)
+        else:
+            sender.abort_transaction(30)
+    del sender  # librdkafka's handle: its threads would outlive the broker
+    job.run(project, spark, notify=False)
+    manifest = manifest_of(project)
+    assert_published_state_is_the_oracles(project, manifest)  # positions: the log's ends
+    p = partition_for("C000001", "string", 9)
+    rows = {r[0]: r for r in oracle.expected_store(project, "latestBooking")[p]}
+    assert rows["C000001"][2] == 2.0, "the committed transaction's price, no aborted one's"
+    state = oracle.kafka_records(project, "bookings", p)
+    assert manifest["log_end"]["bookings"][str(p)] > state[-1]["offset"] + 1, "a gap at the end"
