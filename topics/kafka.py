@@ -16,6 +16,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import orjson
@@ -57,7 +58,9 @@ class KafkaLog:
         }
         self.group = kafka.group
         self._admin = AdminClient(self.settings)
-        self._local = threading.local()  # a thread's own consumer: one is not shared
+        # consumers lent to one read at a time (librdkafka's may not be shared by threads):
+        # each micro-batch's build threads are new, so a thread's own would pile up
+        self._idle: list[Consumer] = []
         self._consumers: list[Consumer] = []
         self._lock = threading.Lock()
         self._producer: Producer | None = None
@@ -141,15 +144,15 @@ class KafkaLog:
         wanted = [s for s in spans if s.end > s.start]
         if not wanted:
             return
-        consumer = self._reader()
         ends = {(self.kafka_names[s.topic], s.partition): s.end for s in wanted}
         held: dict[tuple[str, int], list[Any]] = {key: [] for key in ends}
-        consumer.assign([TopicPartition(t, p, s.start) for s in wanted
-                         for t, p in [(self.kafka_names[s.topic], s.partition)]])  # fmt: skip
-        try:
-            self._take(consumer, ends, held)
-        finally:
-            consumer.unassign()
+        with self._lent() as consumer:
+            consumer.assign([TopicPartition(t, p, s.start) for s in wanted
+                             for t, p in [(self.kafka_names[s.topic], s.partition)]])  # fmt: skip
+            try:
+                self._take(consumer, ends, held)
+            finally:
+                consumer.unassign()
         self._check_start(wanted, held)
         for s in wanted:
             messages = held[(self.kafka_names[s.topic], s.partition)]
@@ -242,9 +245,11 @@ class KafkaLog:
             schema=RECORDS,
         )  # fmt: skip
 
-    def _reader(self) -> Consumer:
-        """This thread's consumer (librdkafka's may not be shared by threads)."""
-        consumer: Consumer | None = getattr(self._local, "consumer", None)
+    @contextmanager
+    def _lent(self) -> Iterator[Consumer]:
+        """An idle consumer, or a new one, for the caller alone until it is done."""
+        with self._lock:
+            consumer = self._idle.pop() if self._idle else None
         if consumer is None:
             consumer = Consumer(
                 {
@@ -258,10 +263,13 @@ class KafkaLog:
                     "fetch.wait.max.ms": 10,
                 }
             )
-            self._local.consumer = consumer
             with self._lock:
                 self._consumers.append(consumer)
-        return consumer
+        try:
+            yield consumer
+        finally:
+            with self._lock:
+                self._idle.append(consumer)
 
     def published(self, positions: dict[str, dict[int, int]]) -> None:
         offsets = [
@@ -273,7 +281,8 @@ class KafkaLog:
         if not offsets:
             return
         try:
-            self._reader().commit(offsets=offsets, asynchronous=False)
+            with self._lent() as consumer:
+                consumer.commit(offsets=offsets, asynchronous=False)
         except KafkaException as exc:
             raise TopicsError(f"cannot commit to group {self.group!r}: {_said(exc)}") from exc
 
@@ -317,10 +326,9 @@ class KafkaLog:
 
     def close(self) -> None:
         with self._lock:
-            consumers, self._consumers = self._consumers, []
+            consumers, self._consumers, self._idle = self._consumers, [], []
         for consumer in consumers:
             consumer.close()
-        self._local = threading.local()
         if self._producer is not None:
             self._producer.flush(CALL_S)
             self._producer = None
