@@ -118,7 +118,8 @@ def broker_jars() -> Path:
 
 
 def cluster_id() -> str:
-    """What `kafka-storage random-uuid` prints, without a JVM: a UUID in unpadded base64."""
+    """What `kafka-storage random-uuid` prints, without a JVM: a UUID in unpadded base64 (it
+    may start with '-': pass it as `--cluster-id=...`, never as an argument of its own)."""
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
@@ -194,7 +195,13 @@ class Broker:
         jvm = [*JVM, f"-Dlog4j2.configurationFile={logging}", f"-Dkafka.logs.dir={self.folder}",
                f"-Djava.io.tmpdir={self.folder / 'tmp'}"]  # fmt: skip
         if not (self.folder / "logs" / "meta.properties").exists():
-            format_ = ["kafka.tools.StorageTool", "format", "-t", cluster_id(), "-c", str(config)]
+            format_ = [
+                "kafka.tools.StorageTool",
+                "format",
+                f"--cluster-id={cluster_id()}",
+                "-c",
+                str(config),
+            ]
             done = subprocess.run(_java(lib, jvm, format_), capture_output=True, text=True)
             if done.returncode != 0:
                 raise RuntimeError(f"kafka-storage format failed: {done.stdout}{done.stderr}")
