@@ -20,10 +20,11 @@ from contracts import chains
 from contracts.cluster_secret import SECRET_HEADER
 from contracts.positions import decode_token, encode_token
 from contracts.project import Project
-from contracts.snapshot_file import relative_path
+from contracts.snapshot_file import partition_folder, relative_path
 from contracts.topology import Topology
 from gateway.model.topology_view import TopologyView
 from gateway.storage.catalog.snapshots import SnapshotCatalog
+from gateway.storage.delivery import sync as delivery_sync
 from gateway.storage.delivery.lateness import LATE_WARN_S
 from gateway.storage.delivery.node_core import NodeCore
 from gateway.storage.delivery.switches import Switches
@@ -391,6 +392,49 @@ def test_a_partition_that_comes_back_reuses_its_layers_and_stale_ones_go(
     synced(project, catalog, steps)
     assert left[back].exists() and left[other].exists()
     assert not stale.exists()
+
+
+def test_a_partition_handed_over_is_served_for_linger_s_unless_given_back(
+    served: Served, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A partition the assignment takes from a node is still served LINGER_S (for peers
+    whose view of the move lags) and then dropped with its files; one given back within
+    LINGER_S is served on, its files never deleted (README: Warm-up before handover)."""
+    monkeypatch.setattr(delivery_sync, "LINGER_S", 0.5)
+    project, _, _ = own_store(served, tmp_path)
+    gone, back = project.cluster.hosted_by("node1")[:2]
+    catalog = SnapshotCatalog(tmp_path / "node1", project, 1, "256MB")
+
+    def without(topology: Topology, partitions: set[int], later: int) -> Topology:
+        """`topology` `later` versions on, with node1 serving none of `partitions`."""
+        placement = tuple(
+            tuple(n for n in nodes if n != "node1" or p not in partitions)
+            for p, nodes in enumerate(topology.assignment.serving)
+        )
+        none = ((),) * len(placement)
+        moved = dataclasses.replace(
+            topology.assignment, version=topology.version + later, serving=placement,
+            warming=none, target=placement,
+        )  # fmt: skip
+        return dataclasses.replace(topology, assignment=moved)
+
+    async def steps(sync: SnapshotSync) -> None:
+        await sync.run_once()
+        before = sync.topology.current
+        files = {p: list((catalog.folder / partition_folder(p)).iterdir()) for p in (gone, back)}
+        sync.topology.update(without(before, {gone, back}, 1))
+        for p in (gone, back):
+            sync.hand_over(p)
+        await sync.run_once()
+        assert {gone, back} <= set(catalog.current()), "dropped before LINGER_S"
+        sync.topology.update(without(before, {gone}, 2))  # `back` given back
+        await asyncio.sleep(0.6)
+        await sync.run_once()
+        assert gone not in catalog.current() and back in catalog.current()
+        assert not any(p.exists() for p in files[gone]), "its files stayed"
+        assert all(p.exists() for p in files[back]), "a partition given back lost its files"
+
+    synced(project, catalog, steps)
 
 
 def test_a_node_starts_on_the_newest_file_that_opens(served: Served, tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ from contracts import project as projects
 from contracts.coordination import State
 from contracts.eventlog import Record
 from contracts.partitioner import partition_for
+from gateway.storage.delivery.sync import LINGER_S
 from spark_pipeline import job
 from spark_pipeline.loop import PipelineLoop
 from spark_pipeline.publish import notify_nodes
@@ -295,7 +296,7 @@ def test_the_cluster_scales_3_5_2_while_every_query_kind_is_read_and_subscribed(
             for node in ("node3", "node4", "node5"):  # what a node handed over, it deleted
                 # (every node holds every global chain while it runs: contracts/chains.py)
                 kept = lambda node=node: layer_files(elastic, node)  # noqa: E731
-                wait_until(lambda kept=kept: not kept(), f"{node} kept {kept()}")
+                wait_until(lambda kept=kept: not kept(), f"{node} kept {kept()}", LINGER_S + 10)
                 elastic.nodes.processes.stop(node)
             ends = elastic.produce_watched()  # each subscription must push its key's new value
             elastic.settled({"node1", "node2"})

@@ -35,6 +35,10 @@ from gateway.wire.peer_errors import PeerError
 log = logging.getLogger(__name__)
 _CHUNK = 1 << 20
 MIB = 1 << 20
+# How long a partition handed over is still served here: a peer whose view of the assignment
+# is older than this node's (a second behind, or just back from a network partition) still
+# finds its data, and an assignment that gives it straight back fetches nothing again.
+LINGER_S = 10.0
 
 
 class DeliveryError(Exception):
@@ -54,6 +58,15 @@ class _Refusal:
     retry_at: float  # time.monotonic()
 
 
+@dataclass(frozen=True)
+class _Linger:
+    """A partition handed over and still served: until when, and whether this node was away
+    (its lease expired) when it was taken away."""
+
+    until: float  # time.monotonic()
+    away: bool
+
+
 class SnapshotSync:
     def __init__(self, core: NodeCore, freshness: Delays | None = None) -> None:
         self.project = core.project
@@ -67,6 +80,7 @@ class SnapshotSync:
         self.errors: dict[int, str] = {}
         self._refused: dict[int, _Refusal] = {}
         self._on_disk: frozenset[int] = frozenset()  # unserved partitions whose base is here
+        self._lingering: dict[int, _Linger] = {}  # handed over, still served until it ends
         self._lock = asyncio.Lock()
         self._remote = "://" in core.project.snapshot_url
         self.synced_at = time.monotonic()  # when its last round ended (delivery/lateness.py)
@@ -134,11 +148,18 @@ class SnapshotSync:
         return self._on_disk.union(served)
 
     def hand_over(self, partition: int) -> None:
-        """Stop serving a partition this node no longer holds; its files go once the queries
-        under way let go of it. An assignment made while this node was away (its lease
-        expired) may give the partition back once the node is registered again: its layer
-        files stay then, as an earlier run's do (`_sweep`)."""
-        away = self.topology.current.away(self.node_id)
+        """Stop holding a partition: it is still served for LINGER_S, for the peers that do
+        not know of the move yet, then dropped (`_let_go_of_unassigned`) unless it was given
+        back meanwhile."""
+        if partition in self.catalog.current() and partition not in self._lingering:
+            away = self.topology.current.away(self.node_id)
+            self._lingering[partition] = _Linger(time.monotonic() + LINGER_S, away)
+
+    def _drop(self, partition: int, away: bool) -> None:
+        """Stop serving a partition; its files go once the queries under way let go of it.
+        An assignment made while this node was away (its lease expired) may give the
+        partition back once the node is registered again: its layer files stay then, as an
+        earlier run's do (`_sweep`)."""
         on_disk = self._on_disk | {partition} if away else self._on_disk - {partition}
         self._on_disk = on_disk  # a whole set replaced: `_sweep` runs in a thread
         if self.catalog.drop(partition, keep_files=away):
@@ -147,11 +168,18 @@ class SnapshotSync:
             self.switches.dropped(chains.partition(self.project, partition))
 
     def _let_go_of_unassigned(self) -> None:
-        """Hand over what an install finished after the assignment took it away (the
-        download began while this node still held the partition)."""
+        """Drop what was handed over LINGER_S ago and not given back, and hand over what an
+        install finished after the assignment took it away (the download began while this
+        node still held the partition)."""
         held = set(self.held())
+        for partition in set(self._lingering) & held:
+            del self._lingering[partition]  # given back: served on, its files reused
         for partition in sorted(set(self.catalog.current()) - held):
             self.hand_over(partition)
+            linger = self._lingering[partition]
+            if time.monotonic() >= linger.until:
+                del self._lingering[partition]
+                self._drop(partition, linger.away or self.topology.current.away(self.node_id))
 
     def _refuse(
         self, partition: int, entry: PartitionEntry, last: _Refusal | None, exc: Exception
