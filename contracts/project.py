@@ -44,7 +44,7 @@ MAX_PORT = 65535
 
 # What each table of the file may hold; [settings] is checked by contracts/settings.py.
 TABLES = ("log", "kafka", "snapshots", "pages", "cluster", "topics", "stores", "settings", "auth")
-KAFKA = ("bootstrap", "group", "prefix", "client", "spark")
+KAFKA = ("bootstrap", "group", "prefix", "client")
 KAFKA_GROUP = "stategate"
 CLUSTER = ("partitions", "replicas", "secret", "secret_env", "nodes", "coordinator", "name")
 _HOST_PORT = re.compile(r"[^\s:,]+:\d{1,5}")
@@ -228,14 +228,13 @@ class Cluster:
 @dataclass(frozen=True)
 class Kafka:
     """[kafka]: the Kafka cluster the declared topics live in (README: Kafka). Its client
-    properties pass through as they are: `client` to librdkafka (the pipeline's driver,
-    `stategate produce`), `spark` to the Java client of Spark's Kafka source."""
+    properties pass through to librdkafka as they are, in every client stategate opens: the
+    pipeline's driver and Spark tasks, `stategate produce`."""
 
     bootstrap: str  # host:port[,host:port...]
     group: str = KAFKA_GROUP  # the consumer group the published positions are committed to
     prefix: str = ""  # the declared topic `t` is the Kafka topic prefix + t
     client: dict[str, str] = field(default_factory=dict)
-    spark: dict[str, str] = field(default_factory=dict)
 
     def topic(self, name: str) -> str:
         """The Kafka topic of the declared topic `name`."""
@@ -335,7 +334,6 @@ def _kafka(raw: object, settings: Settings) -> Kafka | None:
         table.get("group", str, KAFKA_GROUP),
         table.get("prefix", str, ""),
         table.strings("client", {}),
-        table.strings("spark", {}),
     )
 
 

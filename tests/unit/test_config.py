@@ -413,13 +413,11 @@ def test_a_kafka_table_names_the_cluster_and_passes_client_properties(tmp_path: 
     text = BASE + (
         '[kafka]\nbootstrap = "b1:9092,b2:9093"\nprefix = "prod."\n'
         '[kafka.client]\n"security.protocol" = "SASL_SSL"\n'
-        '[kafka.spark]\n"kafka.sasl.mechanism" = "PLAIN"\n'
     )
     kafka = load(write(tmp_path, text)).kafka
     assert kafka is not None and kafka.bootstrap == "b1:9092,b2:9093"
     assert kafka.group == "stategate" and kafka.topic("orders") == "prod.orders"
     assert kafka.client == {"security.protocol": "SASL_SSL"}
-    assert kafka.spark == {"kafka.sasl.mechanism": "PLAIN"}
     assert load(write(tmp_path, BASE)).kafka is None  # the file log
 
 
