@@ -50,7 +50,7 @@ from spark_pipeline.plan import RunPlan, plan_run  # noqa: E402
 from spark_pipeline.progress import log_bad_records, positions, size, stage_progress  # noqa: E402
 from spark_pipeline.publish import mirror, notify_nodes, prune, sweep_temporaries  # noqa: E402
 from spark_pipeline.spark import LazySpark, cancelled_on, spark_session  # noqa: E402
-from topics import open_log  # noqa: E402
+from topics import Log, open_log  # noqa: E402
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ def run(
         manifest = read_manifest(store_dir)
         plan = plan_run(project, manifest, events)
         report = RunReport(records=plan.records(topics), rebuild=plan.rebuild)
-        _log_plan(project, plan, report.records)
+        _log_plan(project, events, plan, report.records)
         published = Published(manifest)
         if plan.changed:
             building = time.monotonic()
@@ -194,11 +194,11 @@ def _unless(stopping: threading.Event) -> None:
         raise StopRequested("stopped before the layers were built: nothing was published")
 
 
-def _log_plan(project: Project, plan: RunPlan, records: int) -> None:
+def _log_plan(project: Project, events: Log, plan: RunPlan, records: int) -> None:
     """What the run reads: the offset range and record count of each topic partition."""
     log.info(
-        "reading the log %s: %d new records, %d of %d partitions get a new layer%s",
-        project.log_dir,
+        "reading %s: %d new records, %d of %d partitions get a new layer%s",
+        events.where,
         records,
         len(plan.changed),
         project.cluster.partitions,

@@ -98,12 +98,13 @@ class PipelineLoop:
         """Follow the log from the published positions; when a partition was never published
         or the store declarations are new, catch up with a one-shot run first (a rebuild when
         the stores changed). Returns without following when a stop came meanwhile."""
-        self.events.check()
         with locked(self.store_dir):
             sweep_temporaries(self.store_dir)
         if not extendable(self.project, read_manifest(self.store_dir)):
             log.info("catching up with a one-shot run first (new snapshots or new stores)")
             run(self.project, self._spark, notify=self.notify, stopping=self.stopping)
+        else:
+            self.events.check()  # as the one-shot run does first
         if self.stopping.is_set():
             return
         manifest = read_manifest(self.store_dir)

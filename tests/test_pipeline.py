@@ -109,7 +109,9 @@ def test_a_run_logs_each_partitions_offsets_records_and_layer(
             p: (records[p], ends[p]) for p in changed
         }
         total, count = sum(records.values()), len(changed)
-        read = f"reading the log {project.log_dir}: {total} new records, {count} of 9 partitions"
+        read = (
+            f"reading the file log {project.log_dir}: {total} new records, {count} of 9 partitions"
+        )
         assert any(line.startswith(read) for line in lines), lines
         built = len(done["report"].layers)  # the partitions' chains (contracts/chains.py)
         assert (

@@ -17,6 +17,7 @@ from topics.batches import RECORDS, Span, readable
 class FileLog:
     def __init__(self, project: Project) -> None:
         self.log_dir = project.log_dir
+        self.where = f"the file log {project.log_dir}"
         self.topics = sorted(project.topics)
         self.partitions = project.cluster.partitions
 

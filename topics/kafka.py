@@ -57,6 +57,7 @@ class KafkaLog:
             **kafka.client,
         }
         self.group = kafka.group
+        self.where = f"Kafka at {kafka.bootstrap}"
         self._admin = AdminClient(self.settings)
         # consumers lent to one read at a time (librdkafka's may not be shared by threads):
         # each micro-batch's build threads are new, so a thread's own would pile up

@@ -19,6 +19,8 @@ class TopicsError(Exception):
 
 
 class Log(Protocol):
+    where: str  # the log, as a message names it: "Kafka at host:port", "the file log <dir>"
+
     def check(self) -> None:
         """Every declared topic is there as declared (else one line saying what differs)."""
         ...
