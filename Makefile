@@ -39,11 +39,11 @@ network:
 kafka: setup
 	$(PY) -m stategate.broker fetch > /dev/null
 
-demo: setup
+demo: setup kafka
 	$(PY) -m stategate.cli demo
 
 # The demo's cluster made elastic: an etcd of its own, and the command that adds a node.
-demo-elastic: setup coordinator
+demo-elastic: setup coordinator kafka
 	$(PY) -m stategate.cli demo --elastic
 
 lint: setup

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import struct
+import threading
 from collections import defaultdict
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
@@ -179,6 +180,8 @@ def _records(
 
 
 _KAFKA: dict[tuple[str, str, int], tuple[int, list[dict]]] = {}  # its end, its records
+_CONSUMERS: dict[str, KafkaConsumer] = {}  # one per cluster: a new one costs a connection
+_READING = threading.Lock()
 
 
 def kafka_records(project: Project, topic: str, partition: int) -> list[dict]:
@@ -188,13 +191,15 @@ def kafka_records(project: Project, topic: str, partition: int) -> list[dict]:
     assert project.kafka is not None
     name = project.kafka.topic(topic)
     where = TopicPartition(name, partition)
-    consumer = KafkaConsumer(
-        bootstrap_servers=project.kafka.bootstrap,
-        enable_auto_commit=False,
-        isolation_level="read_committed",
-        value_deserializer=None,
-    )
-    try:
+    with _READING:
+        consumer = _CONSUMERS.get(project.kafka.bootstrap)
+        if consumer is None:
+            consumer = _CONSUMERS[project.kafka.bootstrap] = KafkaConsumer(
+                bootstrap_servers=project.kafka.bootstrap,
+                enable_auto_commit=False,
+                isolation_level="read_committed",
+                value_deserializer=None,
+            )
         end = consumer.end_offsets([where])[where]
         cached = _KAFKA.get((project.kafka.bootstrap, name, partition))
         if cached is not None and cached[0] == end:
@@ -204,10 +209,9 @@ def kafka_records(project: Project, topic: str, partition: int) -> list[dict]:
         rows: list[dict] = []
         while consumer.position(where) < end:
             for message in consumer.poll(timeout_ms=1000).get(where, []):
-                rows.append(_kafka_row(project.topics[topic].key_type, message))
-    finally:
-        consumer.close()
-    _KAFKA[(project.kafka.bootstrap, name, partition)] = (end, rows)
+                if message.offset < end:
+                    rows.append(_kafka_row(project.topics[topic].key_type, message))
+        _KAFKA[(project.kafka.bootstrap, name, partition)] = (end, rows)
     return rows
 
 
@@ -218,13 +222,13 @@ def _kafka_row(key_type: str, message: ConsumerRecord) -> dict:
     elif key is not None:
         key = key.decode()
     value = message.value
-    appended = message.timestamp if message.timestamp_type == 1 else None  # LogAppendTime
+    # the broker's append time (LogAppendTime), or its producer's (CreateTime: KIP-613)
     return {
         "offset": message.offset,
         "timestamp": message.timestamp,
         "key": key,
         "value": None if value is None else _decoded(value.decode()),
-        eventlog.APPEND_MS: appended,
+        eventlog.APPEND_MS: message.timestamp,
     }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 from pathlib import Path
 
 from contracts import project as projects
@@ -12,7 +13,7 @@ from contracts.project import Project
 from stategate import demo
 from stategate.launcher import free_ports
 from topics import open_log
-from topics.kafka import KafkaLog
+from topics.kafka import EVENT_TIME, KafkaLog
 
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z, a window boundary
 HOUR_MS = 3_600_000
@@ -146,12 +147,15 @@ def write_project(
     return path
 
 
-def demo_project(folder: Path) -> Project:
-    """The demo's own project file and dashboard (stategate/demo/), on free ports."""
-    project = demo.prepare(folder, fresh=False)
+def demo_project(folder: Path, bootstrap: str | None = None) -> Project:
+    """The demo's own project file and dashboard (stategate/demo/), on free ports: its topics
+    on the Kafka broker at `bootstrap`, or in the file log without one."""
+    project = demo.prepare(folder, fresh=False, bootstrap=bootstrap)
     text = project.path.read_text()
     for node, port in zip(project.cluster.nodes, free_ports(3), strict=True):
         text = text.replace(node.address, f"127.0.0.1:{port}")
+    if bootstrap is None:
+        text = re.sub(r"\[kafka\]\nbootstrap = .*\n", '[log]\ndir = "log"\n', text, count=1)
     project.path.write_text(text)
     return projects.load(project.path)
 
@@ -176,7 +180,7 @@ def produce_test_events(
     counts = {}
     log = open_log(project)
     if isinstance(log, KafkaLog):  # event time is the producer's: windows are by it
-        log.create({"message.timestamp.type": "CreateTime"})
+        log.create(EVENT_TIME)
     for name, records in (("bookings", bookings), ("trains", trains), ("trips", trips)):
         topic = project.topics[name]
         partitions = project.cluster.partitions

@@ -15,16 +15,19 @@ from urllib.parse import quote
 import pytest
 from playwright.sync_api import Page, sync_playwright
 
-from contracts import eventlog
+from contracts.clock import now_ms
 from contracts.partitioner import partition_for
 from contracts.project import Project
+from contracts.records import Record
 from spark_pipeline import job
 from spark_pipeline.spark import LazySpark
 from stategate import demo
+from stategate.broker import Broker
 from stategate.demo import bookings
 from tests import oracle
 from tests.nodes import Nodes
 from tests.projects import demo_project
+from topics import open_log
 
 CHROMIUM = "/usr/bin/chromium"
 # As Debian's Chromium must run here: no sandbox as root, nothing started in the background.
@@ -42,10 +45,12 @@ VISIBLE_WITHIN_MS = 2000
 
 
 @pytest.fixture(scope="module")
-def cluster(spark: LazySpark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nodes]:
+def cluster(
+    spark: LazySpark, kafka: Broker, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Nodes]:
     if shutil.which(CHROMIUM) is None:
         pytest.fail(f"{CHROMIUM} is missing: `make test` installs Debian's chromium package")
-    project = demo_project(tmp_path_factory.mktemp("dashboard"))
+    project = demo_project(tmp_path_factory.mktemp("dashboard"), kafka.bootstrap)
     bookings.generate(project, customers=400, events=4000, end_ms=demo.END_MS)
     job.run(project, spark, notify=False)
     nodes = Nodes(project, project.path.parent)
@@ -68,12 +73,8 @@ def leaders(project: Project) -> list[tuple[str, int]]:
 
 
 def newest_append(project: Project) -> int:
-    """When the log appended its newest record, as its segments say."""
-    return max(
-        record["append_ms"]
-        for p in range(project.cluster.partitions)
-        for record in eventlog.read(project.log_dir, "bookings", p)
-    )
+    """When the log appended its newest record, as the oracle reads it."""
+    return max(record["append_ms"] for record in oracle.records(project, "bookings"))
 
 
 def timetable_entry(project: Project, trip: str) -> str:
@@ -87,10 +88,11 @@ def timetable_entry(project: Project, trip: str) -> str:
 
 def book(project: Project, key: str, value: dict[str, object]) -> None:
     """Produce one booking now, as a producer would."""
-    record = eventlog.Record(key, value, eventlog.now_ms())
-    eventlog.produce(
-        project.log_dir, project.topics["bookings"], project.cluster.partitions, [record]
-    )
+    log = open_log(project)
+    try:
+        log.append(project.topics["bookings"], [Record(key, value, now_ms())])
+    finally:
+        log.close()
 
 
 def shown(page: Page) -> list[tuple[str, int]]:
@@ -132,9 +134,10 @@ def test_the_dashboard_is_local_and_its_leaderboard_moves(
             + "')"
         )
 
-        ranked = sorted(totals_of(project), key=lambda k: (-totals_of(project)[k][1], k))
+        totals = totals_of(project)
+        ranked = sorted(totals, key=lambda k: (-totals[k][1], k))
         key = ranked[TOP + 5]  # off the board, until it books a lot
-        count = totals_of(project)[key][0]
+        count = totals[key][0]
         book(project, key, {"trip": "Berlin→Hamburg", "price": 99_999.0, "seats": 2})
         job.run(project, spark)  # publishes, then tells the nodes
         published = time.monotonic()

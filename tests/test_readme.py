@@ -53,6 +53,7 @@ from contracts.coordination import State
 from contracts.partitioner import partition_for
 from contracts.project import Project
 from stategate import demo
+from stategate.broker import Broker
 from stategate.demo import bookings
 from stategate.launcher import free_ports, wait_serving
 from tests.coordinator import Etcd
@@ -228,8 +229,8 @@ def start_nodes(nodes: Nodes) -> None:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    project = demo_project(tmp_path_factory.mktemp("readme"))
+def cluster(kafka: Broker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    project = demo_project(tmp_path_factory.mktemp("readme"), kafka.bootstrap)
     operations = f'[settings]\noperations = "{ROOT / "clients" / "operations.graphql"}"\n'
     project.path.write_text(merged(project.path.read_text(), operations))
     project = projects.load(project.path)
@@ -515,14 +516,17 @@ def run_toml(example: Example, cluster: Cluster) -> None:
     """A whole project file is the demo's (the README says so); a fragment, added to the
     cluster's project file, loads."""
     folder = cluster.root
-    if "log" in tomllib.loads(example.text):
+    if {"cluster", "topics"} <= tomllib.loads(example.text).keys():
         readme, template = folder / "readme.toml", folder / "template.toml"
         readme.write_text(example.text)
         template.write_text(demo.PROJECT_TEMPLATE.read_text())
         assert dataclasses.replace(projects.load(readme), path=template) == projects.load(template)
         return
     path = folder / f"{example.id.replace('@', '-')}.toml"
-    path.write_text(merged(cluster.project.path.read_text(), example.text))
+    text = cluster.project.path.read_text()
+    if "kafka" in tomllib.loads(example.text):  # another cluster: in place of the broker's
+        text = re.sub(r"(?m)^\[kafka\]\n(?:[^\[\n].*\n)*", "", text)
+    path.write_text(merged(text, example.text))
     projects.load(path)
 
 
@@ -588,9 +592,12 @@ def test_the_elastic_examples_add_a_node_drain_one_and_resume_elsewhere(
 def elastic_cluster(cluster: Cluster, folder: Path, toml: Example, etcd: Etcd) -> Cluster:
     """The demo's project on other ports, reading the cluster's log and snapshots, made
     elastic by the README's lines."""
+    assert cluster.project.kafka is not None
     project = demo_project(folder)
     text = project.path.read_text()
-    text = text.replace('dir = "log"', f'dir = "{cluster.project.log_dir}"')
+    text = text.replace(
+        '[log]\ndir = "log"', f'[kafka]\nbootstrap = "{cluster.project.kafka.bootstrap}"'
+    )
     text = text.replace('store = "snapshots"', f'store = "{cluster.project.snapshot_store}"')
     text = merged(text, ELASTIC_SETTINGS)
     values = places(project, **{"127.0.0.1:2379": etcd.url.removeprefix("etcd://")})

@@ -205,17 +205,28 @@ def test_the_demo_stops_every_process_it_started(tmp_path: Path, when: str) -> N
         if when == "starting":  # Spark is starting, the nodes are not yet
             wait_for(b"starting the continuous pipeline", log, proc, START_S)
             deadline = time.monotonic() + START_S
-            while not any(p.name() == "java" for p in psutil.Process(proc.pid).children(True)):
+            while "spark" not in jvms(proc):
                 assert time.monotonic() < deadline
                 time.sleep(0.1)
         else:
             wait_for(b"The cluster is up", log, proc, START_S)
             names = [p.name() for p in psutil.Process(proc.pid).children(recursive=True)]
-            assert names.count("java") == 1 and len(names) >= 5, names  # + pipeline, 3 nodes
+            assert sorted(jvms(proc)) == ["kafka", "spark"], names
+            assert len(names) >= 6, names  # and the pipeline, 3 nodes
         stop(proc, SPARK_STOP_S)
     finally:
         kill_tree(proc)
     assert "Traceback" not in log.read_text(), log.read_text()[-3000:]
+
+
+def jvms(proc: subprocess.Popen[bytes]) -> list[str]:
+    """The JVMs among the process's descendants: Kafka's broker, Spark's driver."""
+    found = []
+    for child in psutil.Process(proc.pid).children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if child.name() == "java":
+                found.append("kafka" if "kafka.Kafka" in child.cmdline() else "spark")
+    return found
 
 
 # A server for the launcher: for `seconds` it loads (logging a line every 0.3 s, or working

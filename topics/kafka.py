@@ -8,11 +8,17 @@ of an aborted one never; the end offsets are the last stable ones. A position is
 offset to read, never a count: offsets have gaps (transaction markers, compacted topics), so
 a span is done once the consumer's position reaches its end, whatever it held.
 
+A record's timestamp is its event time and also stands for its append time (freshness,
+contracts/freshness.py): on a topic with LogAppendTime it is the broker's append; on one
+that keeps its producers' CreateTime (Kafka's default), the producer's, as Kafka Streams'
+record-e2e-latency counts it (KIP-613). `timestamp_types` says which each topic keeps.
+
 librdkafka's errors become TopicsError here, once, with one line naming what failed.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -22,7 +28,6 @@ from typing import Any
 import orjson
 import pyarrow as pa
 from confluent_kafka import (
-    TIMESTAMP_LOG_APPEND_TIME,
     Consumer,
     IsolationLevel,
     KafkaError,
@@ -30,7 +35,12 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec  # type: ignore[attr-defined]
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    ConfigResource,
+    NewTopic,
+    OffsetSpec,
+)
 
 from contracts.partitioner import KeyType, serialize_key
 from contracts.project import Kafka, Topic
@@ -38,9 +48,14 @@ from contracts.records import Record, fit
 from topics.batches import RECORDS, Span, key_text, readable
 from topics.log import TopicsError
 
+log = logging.getLogger(__name__)
 CALL_S = 30.0  # the longest one call to the cluster may take before it is an error
 POLL_S = 0.1  # a read waits this long for more records before it checks its spans
 BATCH_MESSAGES = 10_000  # records taken from librdkafka per call
+# A topic whose records keep their producers' timestamps (Kafka's default): history produced
+# with the times it happened (the demo's bookings, the tests' events)
+CREATE_TIME = "CreateTime"
+EVENT_TIME = {"message.timestamp.type": CREATE_TIME}
 
 
 class KafkaLog:
@@ -87,6 +102,24 @@ class KafkaLog:
                 )  # fmt: skip
         if wrong:
             raise TopicsError(f"the Kafka topics differ from the project's: {'; '.join(wrong)}")
+        producers = sorted(k for k, kind in self.timestamp_types().items() if kind == CREATE_TIME)
+        if producers:
+            log.info(
+                "%s keep their producers' timestamps (CreateTime): freshness counts from them "
+                "(KIP-613), not from the broker's append (LogAppendTime)",
+                ", ".join(repr(k) for k in producers),
+            )
+
+    def timestamp_types(self) -> dict[str, str]:
+        """Each Kafka topic's message.timestamp.type: CreateTime or LogAppendTime."""
+        resources = [ConfigResource("topic", k) for k in self.kafka_names.values()]
+        futures = self._admin.describe_configs(resources, request_timeout=CALL_S)
+        return {
+            resource.name: _result(future, f"the configs of {resource.name!r}")[
+                "message.timestamp.type"
+            ].value
+            for resource, future in futures.items()
+        }
 
     def create(self, config: dict[str, str] | None = None) -> None:
         """Create the declared topics that do not exist yet (the demo's and the tests'; a
@@ -225,7 +258,7 @@ class KafkaLog:
 
     def _batch(self, span: Span, messages: list[Any]) -> pa.RecordBatch:
         key_type = self.key_types[span.topic]
-        stamps = [m.timestamp() for m in messages]
+        stamps = [m.timestamp() for m in messages]  # (type, ms)
         values = [m.value() for m in messages]
         return pa.RecordBatch.from_arrays(
             [
@@ -238,10 +271,7 @@ class KafkaLog:
                     [None if v is None else v.decode("utf-8", "replace") for v in values],
                     pa.string(),
                 )),
-                pa.array(
-                    [ms if kind == TIMESTAMP_LOG_APPEND_TIME else None for kind, ms in stamps],
-                    pa.int64(),
-                ),
+                pa.array([ms for _, ms in stamps], pa.int64()),  # append_ms: module docstring
             ],
             schema=RECORDS,
         )  # fmt: skip

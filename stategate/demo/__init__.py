@@ -1,8 +1,9 @@
 """The demo: a railway operator's bookings on a 3-node loopback cluster.
 
 Its project file and example query ship with the package; `stategate demo` writes the
-project file into a working folder (default .demo/), generates a week of bookings there,
-starts the continuous pipeline (`stategate pipeline --follow`) and the nodes, keeps producing
+project file into a working folder (default .demo/), starts a Kafka broker of its own there
+(stategate/broker.py), produces a week of bookings to it on the first run, starts the
+continuous pipeline (`stategate pipeline --follow`) and the nodes, keeps producing
 live bookings at a modest rate, and prints how to query them and where the live dashboard
 is (stategate/demo/dashboard/, served by every node at /pages/). With --elastic, the cluster
 has a coordinator, an etcd of its own, and one command adds a node (stategate/demo/elastic.py).
@@ -18,6 +19,7 @@ import shutil
 import subprocess
 import sys
 import time
+import tomllib
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,14 +28,17 @@ import httpx
 from websockets.sync.client import connect
 from websockets.typing import Subprotocol
 
-from contracts import eventlog
 from contracts import project as projects
+from contracts.clock import now_ms
 from contracts.project import Project
+from contracts.records import Record
 from stategate import etcd as coordinator
 from stategate import logs, stopping
+from stategate.broker import Broker
 from stategate.demo import elastic
 from stategate.etcd import Etcd
 from stategate.launcher import Processes, probes
+from topics import open_log
 
 HERE = Path(__file__).resolve().parent
 PROJECT_TEMPLATE = HERE / "stategate.toml"
@@ -41,6 +46,7 @@ PROJECT_TEMPLATE = HERE / "stategate.toml"
 PROTOCOL = Subprotocol("graphql-transport-ws")
 END_MS = int(datetime(2026, 11, 1, tzinfo=UTC).timestamp() * 1000)
 PIPELINE_STOP_S = 60.0  # the pipeline lets its micro-batch finish (up to 30 s), then stops Spark
+GENERATED = "generated"  # in the demo's folder once its bookings are all in Kafka
 log = logging.getLogger(__name__)
 
 
@@ -58,9 +64,11 @@ def example_query() -> str:
     return (HERE / "example.graphql").read_text()
 
 
-def prepare(folder: Path, fresh: bool, coordinator: str | None = None) -> Project:
+def prepare(
+    folder: Path, fresh: bool, coordinator: str | None = None, bootstrap: str | None = None
+) -> Project:
     """The demo project in `folder` (written from the template; emptied first if fresh),
-    elastic with a `coordinator`."""
+    elastic with a `coordinator`, on the Kafka broker at `bootstrap`."""
     if fresh and folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -70,6 +78,9 @@ def prepare(folder: Path, fresh: bool, coordinator: str | None = None) -> Projec
     if coordinator is not None:
         entries = elastic.coordinator_entries(coordinator)
         text = text.replace("[cluster]\n", f"[cluster]\n{entries}", 1)
+    if bootstrap is not None:
+        template = tomllib.loads(text)["kafka"]["bootstrap"]
+        text = text.replace(f'"{template}"', f'"{bootstrap}"', 1)
     path.write_text(header + text)
     shutil.copytree(HERE / "dashboard", folder / "dashboard", dirs_exist_ok=True)
     return projects.load(path)
@@ -95,20 +106,21 @@ def _run(folder: Path, options: Options, stop: stopping.StopRequest) -> int:
     from stategate.demo import bookings
 
     etcd = Etcd(folder / "etcd") if options.elastic else None  # new ports each run
-    project = prepare(folder, options.fresh, etcd.url if etcd else None)
+    generated = (folder / GENERATED).exists() and not options.fresh
+    broker = Broker(folder / "kafka")  # new ports each run, its records kept
+    project = prepare(folder, not generated, etcd.url if etcd else None, broker.bootstrap)
     logs.configure("demo", project.settings)
-    if not project.log_dir.exists():
-        customers, events = options.customers, options.events
-        print(f"generating {events} bookings of {customers} customers ...", flush=True)
-        try:
-            bookings.generate(project, customers=customers, events=events, end_ms=END_MS)
-        except BaseException:  # a half-generated log would be taken as whole next time
-            shutil.rmtree(project.log_dir, ignore_errors=True)
-            raise
     pipeline: subprocess.Popen[bytes] | None = None
     nodes = Processes(logs=None)
     live = bookings.LiveBookings(project, options.customers, options.rate)
     try:
+        print(f"starting Kafka ({broker.bootstrap}, its data in {broker.folder}) ...", flush=True)
+        broker.start()
+        if not generated:  # a half-produced week would be taken as whole: a fresh one next time
+            customers, events = options.customers, options.events
+            print(f"producing {events} bookings of {customers} customers ...", flush=True)
+            bookings.generate(project, customers=customers, events=events, end_ms=END_MS)
+            (folder / GENERATED).touch()
         if etcd is not None:
             print(f"starting etcd ({etcd.url}) ...", flush=True)
             etcd.start()
@@ -133,6 +145,7 @@ def _run(folder: Path, options: Options, stop: stopping.StopRequest) -> int:
         stop.raising = False  # a signal now must not cut the clean-up short
         live.stop()
         _stop(pipeline, nodes)
+        broker.stop()
         if etcd is not None:
             etcd.stop()
 
@@ -263,12 +276,11 @@ def _check_live(project: Project, timeout_s: float = 60) -> int:
             sockets[node.id] = ws
         value = {"trip": "Berlin→Hamburg", "price": 42.0, "seats": 1}
         produced = time.monotonic()
-        eventlog.produce(
-            project.log_dir,
-            project.topics["bookings"],
-            project.cluster.partitions,
-            [eventlog.Record(key, value, eventlog.now_ms())],
-        )
+        log = open_log(project)
+        try:
+            log.append(project.topics["bookings"], [Record(key, value, now_ms())])
+        finally:
+            log.close()
         for node_id, ws in sockets.items():
             try:
                 pushed = json.loads(ws.recv(max(0.1, timeout_s - (time.monotonic() - produced))))

@@ -15,14 +15,15 @@ import gc
 import itertools
 import random
 import threading
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from contracts import eventlog
-from contracts.eventlog import Record
-from contracts.partitioner import partition_for
+from contracts.clock import now_ms
 from contracts.project import Project, Topic
+from contracts.records import Record
+from topics import Log, open_log
+from topics.kafka import EVENT_TIME, KafkaLog
 
 TOPIC = "bookings"
 TRIPS = "trips"
@@ -51,31 +52,39 @@ def generate(
     seed: int = 1,
     end_ms: int | None = None,
 ) -> dict[int, int]:
-    """Append `events` bookings to the project's log; returns the record count per partition."""
+    """Append `events` bookings to the project's log; returns the record count per partition.
+    Kafka topics are created first, keeping the producers' timestamps (CreateTime): a
+    booking's time is when it was made, a week back for most."""
     topic = project.topics.get(TOPIC)
     if topic is None:
         raise ValueError(f"the demo data needs a topic named {TOPIC!r}")
-    with _no_gc():  # millions of short-lived dicts: the cyclic GC would cost a quarter of the time
-        return _generate(project, topic, customers, events, random.Random(seed), end_ms)
+    log = open_log(project)
+    try:
+        if isinstance(log, KafkaLog):
+            log.create(EVENT_TIME)
+        with _no_gc():  # millions of short-lived dicts: the cyclic GC would cost a quarter
+            return _generate(project, log, topic, customers, events, random.Random(seed), end_ms)
+    finally:
+        log.close()
 
 
 def _generate(
     project: Project,
+    log: Log,
     topic: Topic,
     customers: int,
     events: int,
     rng: random.Random,
     end_ms: int | None,
 ) -> dict[int, int]:
-    start = (eventlog.now_ms() if end_ms is None else end_ms) - WEEK_MS
+    start = (now_ms() if end_ms is None else end_ms) - WEEK_MS
     step = WEEK_MS / events
     by_rank = list(range(customers))  # customers from the busiest to the quietest
     rng.shuffle(by_rank)
     cum_weights = list(itertools.accumulate((r + ZIPF_OFFSET) ** -1.1 for r in range(customers)))
     fares = _fares(rng)
     if TRIPS in project.topics:  # its own generator: the bookings stay as they were
-        _timetable(project, fares, random.Random(rng.random()), start)
-    keys: dict[int, tuple[str, int]] = {}  # customer -> (key, partition): keys repeat a lot
+        _timetable(project, log, fares, random.Random(rng.random()), start)
     counts: Counter[int] = Counter()
     # Every customer books at least once (when there are enough events), the rest is skewed.
     everyone = by_rank if events >= customers else []
@@ -84,17 +93,13 @@ def _generate(
     for first in range(0, events, CHUNK):
         size = min(CHUNK, events - first)
         who = bookers[first : first + size]
-        for customer in set(who).difference(keys):
-            key = f"C{customer:06d}"
-            keys[customer] = (key, partition_for(key, "string", project.cluster.partitions))
         when = [start + int((first + i + rng.random()) * step) for i in range(size)]
-        batches: dict[int, list[Record]] = defaultdict(list)
-        for customer, value, timestamp in zip(who, _values(rng, fares, size), when, strict=True):
-            key, partition = keys[customer]
-            batches[partition].append(Record(key, value, timestamp))
-        for partition, batch in sorted(batches.items()):
-            eventlog.append(project.log_dir, topic, partition, batch)
-            counts[partition] += len(batch)
+        values = _values(rng, fares, size)
+        records = [
+            Record(f"C{customer:06d}", value, timestamp)
+            for customer, value, timestamp in zip(who, values, when, strict=True)
+        ]
+        counts.update(log.append(topic, records))
     return dict(sorted(counts.items()))
 
 
@@ -116,15 +121,14 @@ def _fares(rng: random.Random) -> list[tuple[str, float]]:
 
 
 def _timetable(
-    project: Project, fares: list[tuple[str, float]], rng: random.Random, at_ms: int
+    project: Project, log: Log, fares: list[tuple[str, float]], rng: random.Random, at_ms: int
 ) -> None:
     """Every trip's timetable record, a few withdrawn right after."""
     entries = [Record(trip, _entry(rng, fare), at_ms) for trip, fare in fares]
     withdrawn = [
         Record(trip, None, at_ms + 1) for trip, _ in fares if rng.random() < WITHDRAWN_RATE
     ]
-    topic = project.topics[TRIPS]
-    eventlog.produce(project.log_dir, topic, project.cluster.partitions, entries + withdrawn)
+    log.append(project.topics[TRIPS], entries + withdrawn)
 
 
 def _entry(rng: random.Random, fare: float) -> dict[str, object]:
@@ -177,26 +181,31 @@ class LiveBookings:
             self._thread.join(10)
 
     def _run(self) -> None:
+        log = open_log(self.project)
+        try:
+            self._produce(log)
+        finally:
+            log.close()
+
+    def _produce(self, log: Log) -> None:
         topic = self.project.topics[TOPIC]
         weights = [(r + ZIPF_OFFSET) ** -1.1 for r in range(self.customers)]
         every = LIVE_TICK_S
         while not self._stop.wait(every):
             size = max(1, round(self.rate * every))
             who = self._rng.choices(range(self.customers), weights=weights, k=size)
-            now = eventlog.now_ms()
+            now = now_ms()
             records = [
                 Record(f"C{customer:06d}", value, now)
                 for customer, value in zip(who, _values(self._rng, self._fares, size), strict=True)
             ]
-            eventlog.produce(self.project.log_dir, topic, self.project.cluster.partitions, records)
+            log.append(topic, records)
             self.appended += size
             if TRIPS in self.project.topics and self._rng.random() < LIVE_RETIMING_RATE:
-                self._retime(now)
+                log.append(self.project.topics[TRIPS], [self._retimed(now)])
 
-    def _retime(self, now: int) -> None:
+    def _retimed(self, now: int) -> Record:
         """A new fare for one trip: the timetable, a global store, changes live too."""
         trip, fare = self._rng.choice(self._fares)
         fare *= 0.8 + 0.4 * self._rng.random()
-        record = Record(trip, _entry(self._rng, fare), now)
-        topic = self.project.topics[TRIPS]
-        eventlog.produce(self.project.log_dir, topic, self.project.cluster.partitions, [record])
+        return Record(trip, _entry(self._rng, fare), now)
