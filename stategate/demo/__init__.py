@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import re
 import shlex
 import shutil
 import subprocess
@@ -47,6 +48,10 @@ PROTOCOL = Subprotocol("graphql-transport-ws")
 END_MS = int(datetime(2026, 11, 1, tzinfo=UTC).timestamp() * 1000)
 PIPELINE_STOP_S = 60.0  # the pipeline lets its micro-batch finish (up to 30 s), then stops Spark
 GENERATED = "generated"  # in the demo's folder once its bookings are all in Kafka
+# The pipeline's lines the terminal shows while it builds: its own and its log's, but one per
+# partition; the line that says it follows the log ends the wait.
+PROGRESS = re.compile(rb" pipeline (?:spark_pipeline|topics)[\w.]*: (?!partition \d)(.*)")
+FOLLOWING = b"spark_pipeline.loop: following "
 log = logging.getLogger(__name__)
 
 
@@ -111,7 +116,7 @@ def _run(folder: Path, options: Options, stop: stopping.StopRequest) -> int:
     project = prepare(folder, not generated, etcd.url if etcd else None, broker.bootstrap)
     logs.configure("demo", project.settings)
     pipeline: subprocess.Popen[bytes] | None = None
-    nodes = Processes(logs=None)
+    nodes = Processes(logs=folder / "logs")
     live = bookings.LiveBookings(project, options.customers, options.rate)
     try:
         print(f"starting Kafka ({broker.bootstrap}, its data in {broker.folder}) ...", flush=True)
@@ -181,8 +186,20 @@ def _follow(project: Project, log: Path) -> subprocess.Popen[bytes]:
 
 
 def _wait_published(project: Project, pipeline: subprocess.Popen[bytes], log: Path) -> None:
-    """Until the pipeline has caught up with the log and follows it."""
-    while b"following" not in log.read_bytes():
+    """Until the pipeline has caught up with the log and follows it, its progress lines
+    echoed meanwhile (what it reads, its Spark stage's tasks, what it published)."""
+    seen = 0
+    while True:
+        with open(log, "rb") as out:
+            out.seek(seen)
+            new = out.read()
+        lines = new[: new.rfind(b"\n") + 1]
+        seen += len(lines)
+        for line in lines.splitlines():
+            if said := PROGRESS.search(line):
+                print(f"  pipeline: {said.group(1).decode(errors='replace')}", flush=True)
+        if FOLLOWING in lines:
+            return
         if pipeline.poll() is not None:
             raise RuntimeError(f"the pipeline stopped:\n{log.read_text()[-3000:]}")
         time.sleep(0.5)
@@ -201,6 +218,8 @@ def _instructions(project: Project, rate: float) -> str:
         f"GraphQL playground: {url}/graphql   (any node answers any query; subscriptions too)",
         f"Partition map:      {url}/cluster",
         f"Project file:       {project.path}",
+        f"Logs:               {project.path.parent / 'logs'}/node*.log, "
+        f"{project.path.parent / 'pipeline.log'}",
         "",
         "Try this in the playground:",
         example_query(),
