@@ -79,8 +79,7 @@ def _generate(
 ) -> dict[int, int]:
     start = (now_ms() if end_ms is None else end_ms) - WEEK_MS
     step = WEEK_MS / events
-    by_rank = list(range(customers))  # customers from the busiest to the quietest
-    rng.shuffle(by_rank)
+    by_rank = _by_rank(customers, rng)
     cum_weights = list(itertools.accumulate((r + ZIPF_OFFSET) ** -1.1 for r in range(customers)))
     fares = _fares(rng)
     if TRIPS in project.topics:  # its own generator: the bookings stay as they were
@@ -101,6 +100,13 @@ def _generate(
         ]
         counts.update(log.append(topic, records))
     return dict(sorted(counts.items()))
+
+
+def _by_rank(customers: int, rng: random.Random) -> list[int]:
+    """The customers from the busiest to the quietest: the first draw of the week's `rng`."""
+    by_rank = list(range(customers))
+    rng.shuffle(by_rank)
+    return by_rank
 
 
 @contextmanager
@@ -160,14 +166,19 @@ def _values(
 
 class LiveBookings:
     """Appends new bookings at `rate` per second, timestamped now, until stopped: the demo's
-    stream keeps moving while it runs."""
+    stream keeps moving while it runs. Customers book as often as in the week `generate`
+    made with `week_seed`: the busiest of the week, its top customers by revenue, book most,
+    so the leaderboard moves."""
 
-    def __init__(self, project: Project, customers: int, rate: float, seed: int = 2) -> None:
+    def __init__(
+        self, project: Project, customers: int, rate: float, seed: int = 2, week_seed: int = 1
+    ) -> None:
         self.project = project
         self.customers = customers
         self.rate = rate
         self.appended = 0
         self._rng = random.Random(seed)
+        self._by_rank = _by_rank(customers, random.Random(week_seed))
         self._fares = _fares(self._rng)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="live-bookings", daemon=True)
@@ -193,7 +204,7 @@ class LiveBookings:
         every = LIVE_TICK_S
         while not self._stop.wait(every):
             size = max(1, round(self.rate * every))
-            who = self._rng.choices(range(self.customers), weights=weights, k=size)
+            who = self._rng.choices(self._by_rank, weights=weights, k=size)
             now = now_ms()
             records = [
                 Record(f"C{customer:06d}", value, now)
