@@ -251,7 +251,9 @@ function renderHourly(result, range) {
     }, el("svg:title", {}, label)));
     if (i % 3 === 0) svg.append(el("svg:text", { class: "axis", x: x + step / 2, y: H - 6, "text-anchor": "middle" }, hh(t)));
   });
-  chart.replaceChildren(svg);
+  const note = result.windows.length ? null : el("p", { class: "muted" },
+    `${result.key} booked nothing in the last 24 hours: each booking shows here as it arrives.`);
+  chart.replaceChildren(...[note, svg].filter((c) => c != null));
   if (result.failure) setErrors("hourlyRevenue", [`${result.key}: ${result.failure}`]);
 }
 
