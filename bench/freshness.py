@@ -3,9 +3,14 @@ node reflecting it, while producers append at a steady rate; what one micro-batc
 what the read mix costs meanwhile, beside the same mix on the idle cluster.
 
     python -m bench.freshness --workload main --rate 1000 --seconds 60
+    python -m bench.freshness --workload main --kafka --rate 10000   # on a Kafka broker
 
 It runs on a copy of a built workload (.bench/fresh-<name>/: log and snapshots), so the other
-measurements keep their state. Visibility is read from positions, not guessed: an append to
+measurements keep their state; with --kafka, on a broker of its own there, the log's records
+copied into its topics first (bench/on_kafka.py), the producer producing to Kafka (an append
+is the producer's acknowledgement), and beside it the anchor: a plain consumer of the same
+topic in a process of its own, timing each tick's last record from its acknowledgement to
+its arrival. Visibility is read from positions, not guessed: an append to
 partition p ending at offset o is visible once a query's meta says p's position is past o.
 A poller asks a scan of every partition on the nodes in turn every POLL_S; its answer's
 arrival time counts (an upper bound, by the poll period at most). A subscriber to the same
@@ -20,6 +25,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
+import contextlib
 import dataclasses
 import multiprocessing
 import os
@@ -41,6 +48,7 @@ import websockets
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.driver import graphql_operation, http_client, percentile, run_async
+from bench.on_kafka import onto_kafka
 from bench.procs import NodeProcesses
 from bench.queries import body
 from bench.workload import BENCH_DIR, NAMES, Workload, with_workers
@@ -49,6 +57,7 @@ from contracts.eventlog import Record
 from contracts.freshness import STAGES, Delays
 from contracts.partitioner import partition_for
 from contracts.project import Project
+from stategate.broker import Broker
 from stategate.demo.bookings import _fares, _values
 
 POLL_S = 0.2  # a poll costs the nodes a scan of every partition: 5 a second, not 20
@@ -78,6 +87,7 @@ class Freshness:
     rate: int
     seconds: float
     pipeline_nice: int = 0  # the pipeline's niceness (0: as the nodes)
+    log: str = "file"  # or "kafka"
     appended: int = 0
     appended_per_s: float = 0.0  # records the producer appended a second (it may fall behind)
     ticks_late: int = 0  # producer ticks that started over a tick late (it fell behind)
@@ -87,6 +97,12 @@ class Freshness:
     visible_during_reads_p50_s: float | None = None  # appends while 4 clients were reading
     pushed_p50_s: float | None = None  # append -> a subscription's push showing it, as visible
     pushed_p99_s: float | None = None
+    # lag bounded: the p50 of the appends of the run's first third, and of its last
+    visible_first_third_p50_s: float | None = None
+    visible_last_third_p50_s: float | None = None
+    # Kafka: the same appends, acknowledged -> read by a plain consumer of the topic
+    anchor_p50_s: float | None = None
+    anchor_p99_s: float | None = None
     not_visible: int = 0
     batch_seconds_p50: float | None = None
     batch_records_p50: float | None = None
@@ -165,8 +181,9 @@ class Producer:
         self.behind = 0  # ticks that started late: the producer could not keep up
         context = multiprocessing.get_context("spawn")
         self._results = context.SimpleQueue()
+        target = _produce_kafka if project.kafka is not None else _produce
         self._process = context.Process(
-            target=_produce, args=(*self.args, self._results), name="producer", daemon=True
+            target=target, args=(*self.args, self._results), name="producer", daemon=True
         )
 
     def start(self) -> None:
@@ -211,6 +228,118 @@ def _produce(project: Project, customers: int, rate: int, seconds: float, result
             end = base + len(records)
             appends.append(Append(time.perf_counter(), partition, end, len(records)))
     results.put((appends, behind))
+
+
+def _produce_kafka(
+    project: Project, customers: int, rate: int, seconds: float, results: Any
+) -> None:
+    """As `_produce`, to Kafka: each record's append is its acknowledgement, served while the
+    producer waits for its next tick (a tick's append: its partition's last acknowledgement)."""
+    import random
+
+    from confluent_kafka import Producer as KafkaProducer
+
+    assert project.kafka is not None
+    rng = random.Random(7)
+    fares = _fares(rng)
+    topic = project.kafka.topic("bookings")
+    producer = KafkaProducer({"bootstrap.servers": project.kafka.bootstrap, **project.kafka.client,
+                              "partitioner": "murmur2_random", "linger.ms": 5})  # fmt: skip
+    acks: list[tuple[int, float, int, int]] = []  # (tick, at, partition, offset)
+    per_tick = max(1, round(rate * TICK_S))
+    behind = 0
+    started = time.perf_counter()
+    tick = 0
+    while (now := time.perf_counter()) - started < seconds:
+        due = started + tick * TICK_S
+        while now < due:  # acknowledgements are timed as they come
+            producer.poll(due - now)
+            now = time.perf_counter()
+        if now - due > TICK_S:
+            behind += 1
+        stamp = eventlog.now_ms()
+        acked = _acked(acks, tick)
+        for value in _values(rng, fares, per_tick):
+            key = f"C{rng.randrange(customers):06d}".encode()
+            value_ = orjson.dumps(value) if value is not None else None
+            producer.produce(topic, value_, key, timestamp=stamp, on_delivery=acked)
+        producer.poll(0)
+        tick += 1
+    producer.flush(30)
+    ticks: dict[tuple[int, int], Append] = {}
+    for t, at, partition, offset in acks:
+        last = ticks.get((t, partition))
+        if last is None:
+            ticks[(t, partition)] = Append(at, partition, offset + 1, 1)
+        else:
+            ticks[(t, partition)] = Append(max(at, last.at), partition,
+                                           max(offset + 1, last.end), last.records + 1)  # fmt: skip
+    results.put((sorted(ticks.values(), key=lambda a: a.at), behind))
+
+
+def _acked(acks: list[tuple[int, float, int, int]], tick: int) -> Any:
+    """The delivery callback of a tick's records: (tick, when, partition, offset)."""
+
+    def delivered(error: Any, message: Any) -> None:
+        if error is None:
+            acks.append((tick, time.perf_counter(), message.partition(), message.offset()))
+
+    return delivered
+
+
+class Anchor:
+    """A plain Kafka consumer of the bookings topic in a process of its own, from the end
+    on: when each record arrived (time.perf_counter(), the producer's clock too)."""
+
+    def __init__(self, project: Project) -> None:
+        assert project.kafka is not None
+        context = multiprocessing.get_context("spawn")
+        self._results = context.SimpleQueue()
+        self._stop = context.Event()
+        self._ready = context.Event()
+        args = (project.kafka.bootstrap, project.kafka.topic("bookings"),
+                project.cluster.partitions, self._ready, self._stop, self._results)  # fmt: skip
+        self._process = context.Process(target=_consume, args=args, name="anchor", daemon=True)
+        self.arrivals: dict[int, list[tuple[int, float]]] = {}  # partition -> (offset, at)
+
+    def start(self) -> None:
+        self._process.start()
+        self._ready.wait(60)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.arrivals = self._results.get()
+        self._process.join()
+
+    def delays(self, appends: list[Append]) -> list[float]:
+        """Seconds from each append to the arrival of its last record."""
+        found = []
+        for append in appends:
+            arrived = self.arrivals.get(append.partition, [])
+            i = bisect.bisect_left(arrived, (append.end - 1, -1.0))
+            if i < len(arrived):
+                found.append(arrived[i][1] - append.at)
+        return found
+
+
+def _consume(
+    bootstrap: str, topic: str, partitions: int, ready: Any, stop: Any, results: Any
+) -> None:
+    from confluent_kafka import OFFSET_END, Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-anchor",
+                         "enable.auto.commit": False, "fetch.wait.max.ms": 10})  # fmt: skip
+    consumer.assign([TopicPartition(topic, p, OFFSET_END) for p in range(partitions)])
+    arrivals: dict[int, list[tuple[int, float]]] = defaultdict(list)
+    consumer.consume(num_messages=1, timeout=1.0)  # joined, positions at the end
+    ready.set()
+    while not stop.is_set():
+        for message in consumer.consume(num_messages=10_000, timeout=0.05):
+            partition, offset = message.partition(), message.offset()
+            if message.error() is None and partition is not None and offset is not None:
+                arrivals[partition].append((offset, time.perf_counter()))
+    consumer.close()
+    results.put(dict(arrivals))
 
 
 async def poll_positions(
@@ -306,12 +435,32 @@ def measure(
     logs: Path,
     pipeline_nice: int = 0,
     workers: int | None = None,
+    kafka: bool = False,
 ) -> Freshness:
-    """`workers`: each node's (None: the setting's default, one per core)."""
+    """`workers`: each node's (None: the setting's default, one per core); `kafka`: on a
+    broker of its own, its topics a copy of the workload's log."""
     project = copy_workload(workload)
-    if workers is not None:
-        project = with_workers(project, workers)
-    result = Freshness(workload.name, rate, seconds, pipeline_nice)
+    with contextlib.ExitStack() as stack:
+        if kafka:
+            broker = Broker(project.path.parent / "kafka")
+            broker.start()
+            stack.callback(broker.stop)
+            project = onto_kafka(project, broker.bootstrap)
+        if workers is not None:
+            project = with_workers(project, workers)
+        return _measure(workload, project, rate, seconds, logs, pipeline_nice)
+
+
+def _measure(
+    workload: Workload,
+    project: Project,
+    rate: int,
+    seconds: float,
+    logs: Path,
+    pipeline_nice: int,
+) -> Freshness:
+    log = "kafka" if project.kafka is not None else "file"
+    result = Freshness(workload.name, rate, seconds, pipeline_nice, log)
     nodes = NodeProcesses.gateway(project, logs / f"fresh-{workload.name}")
     pipeline_log = logs / f"fresh-{workload.name}-pipeline.log"
     pipeline_log.unlink(missing_ok=True)
@@ -339,6 +488,9 @@ def measure(
             target=lambda: pushes.extend(asyncio.run(subscribe_positions(ws, stop))), daemon=True
         )
         subscriber.start()
+        anchor = Anchor(project) if project.kafka is not None else None
+        if anchor is not None:
+            anchor.start()
         producer.start()
         poller.start()
         time.sleep(min(10.0, seconds / 4))  # the pipeline settles into the rate
@@ -347,6 +499,11 @@ def measure(
         reads_to = time.perf_counter()
         producer.join()
         time.sleep(10)  # the last appends get published
+        if anchor is not None:
+            anchor.stop()
+            if anchored := sorted(anchor.delays(producer.appends)):
+                result.anchor_p50_s = round(percentile(anchored, 50), 4)
+                result.anchor_p99_s = round(percentile(anchored, 99), 4)
         stop.set()
         poller.join()
         subscriber.join()
@@ -366,6 +523,11 @@ def measure(
             result.visible_max_s = round(delays[-1], 3)
         if busy:
             result.visible_during_reads_p50_s = round(percentile(busy, 50), 3)
+        third = len(producer.appends) // 3
+        if first := sorted(visibility(producer.appends[:third], polls)):
+            result.visible_first_third_p50_s = round(percentile(first, 50), 3)
+        if last := sorted(visibility(producer.appends[-third:], polls)):
+            result.visible_last_third_p50_s = round(percentile(last, 50), 3)
         if pushed := sorted(visibility(apart, pushes)):
             result.pushed_p50_s = round(percentile(pushed, 50), 3)
             result.pushed_p99_s = round(percentile(pushed, 99), 3)
@@ -423,13 +585,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--pipeline-nice", type=int, default=0, help="the pipeline's niceness")
     parser.add_argument("--workers", type=int, help="each node's (default: one per core)")
+    parser.add_argument("--kafka", action="store_true", help="on a Kafka broker of its own")
     args = parser.parse_args(argv)
     workload = Workload.built(args.workload)
     if workload is None:
         print(f"build the {args.workload} workload first: python -m bench.run", file=sys.stderr)
         return 2
     logs = BENCH_DIR / "logs"
-    result = measure(workload, args.rate, args.seconds, logs, args.pipeline_nice, args.workers)
+    logs.mkdir(parents=True, exist_ok=True)
+    result = measure(
+        workload, args.rate, args.seconds, logs, args.pipeline_nice, args.workers, args.kafka
+    )
     print(orjson.dumps(result.as_dict(), option=orjson.OPT_INDENT_2).decode())
     return 0
 

@@ -73,6 +73,7 @@ from bench.workload import (
 )
 
 RESULTS = BENCH_DIR / "results.json"
+SUSTAINED_RATE = 10_000  # events/s the pipeline must keep up with on Kafka (issue 49)
 GW_ONE = "gw a. one key"
 GW_ONE_NODE = "gw a. one key, node1 only"
 GW_LIST = "gw b. 1000 keys, one list"
@@ -134,6 +135,7 @@ class Results:
     versus: list[Stats] = field(default_factory=list)
     peer: dict[str, Any] = field(default_factory=dict)
     memory: dict[str, Any] = field(default_factory=dict)
+    sustained: freshness.Freshness | None = None  # SUSTAINED_RATE on the main workload
     freshness: list[freshness.Freshness] = field(default_factory=list)
     recovery: recovery.Recovery | None = None
     installs: installs.Installs | None = None
@@ -814,6 +816,7 @@ def freshness_comparisons(r: Results) -> list[report.Comparison]:
     main, small = r.freshness[0], r.freshness[-1]
     return [
         *freshness_rows(main),
+        *sustained_rows(r.sustained),
         *(stage_row(stage, delays) for stage, delays in main.stages.items()),
         *(freshness_rows(small) if small is not main else []),
         *recovery_rows(r.recovery),
@@ -837,6 +840,31 @@ def freshness_comparisons(r: Results) -> list[report.Comparison]:
     ]
 
 
+def sustained_rows(run: freshness.Freshness | None) -> list[report.Comparison]:
+    """Issue 49's sustained rate: the producer (a process of its own) keeps it up, and the
+    lag stays bounded: the appends of the run's last third are visible as soon as those of
+    its first."""
+    if run is None:
+        return []
+    name = f"{run.workload} on Kafka, {run.rate} events/s for {run.seconds:g} s:"
+    detail = (
+        f"visible p50 {run.visible_p50_s} s, p99 {run.visible_p99_s} s, max {run.visible_max_s}"
+        f" s; {run.ticks_late} producer ticks late; {run.not_visible} appends never seen; "
+        f"micro-batch p50 {run.batch_seconds_p50} s ({run.batch_records_p50} records); "
+        f"load {run.load}"
+    )
+    return [
+        at_least(f"{name} appended", run.appended_per_s, 0.95 * run.rate, "/s", detail),
+        at_most(
+            f"{name} visible p50, last third / first third",
+            ratio(run.visible_last_third_p50_s, run.visible_first_third_p50_s),
+            1.5,
+            "x",
+            f"{run.visible_first_third_p50_s} s -> {run.visible_last_third_p50_s} s; {detail}",
+        ),
+    ]
+
+
 def freshness_rows(run: freshness.Freshness) -> list[report.Comparison]:
     """Issue 25's targets on one workload: visible on any node, installed on every replica
     (the nodes' histograms, every worker's), pushed to a subscriber."""
@@ -847,9 +875,16 @@ def freshness_rows(run: freshness.Freshness) -> list[report.Comparison]:
     )
     installed = run.stages.get("installed", {})
     every = f"{installed.get('records', 0):.0f} records counted, the read mix's included"
-    name = f"{run.workload}: append ->"
+    name = f"{run.workload} on {run.log}: append ->"
     pushed = f"p99 {run.pushed_p99_s} s"
+    anchor = f"the same appends read by a plain consumer of the topic, p99 {run.anchor_p99_s} s"
     return [
+        info(
+            f"{name} read by a plain Kafka consumer (the anchor), p50",
+            run.anchor_p50_s,
+            "s",
+            anchor,
+        ),  # fmt: skip
         at_most(f"{name} visible on any node, p50", run.visible_p50_s, 1.5, "s", detail),
         at_most(f"{name} visible on any node, p99", run.visible_p99_s, 3, "s", detail),
         at_most(f"{name} installed on every replica, p50", installed.get("p50_s"), 1.5, "s", every),
@@ -1026,9 +1061,12 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_freshness:
         seconds = 20.0 if args.quick else 60.0
         for w in (main_w, small_w):
-            log(f"freshness: {w.name}, {args.rate} events/s for {seconds:g} s ...")
-            results.freshness.append(freshness.measure(w, args.rate, seconds, logs))
+            log(f"freshness: {w.name} on Kafka, {args.rate} events/s for {seconds:g} s ...")
+            results.freshness.append(freshness.measure(w, args.rate, seconds, logs, kafka=True))
             log("  " + json.dumps(results.freshness[-1].as_dict()))
+        log(f"sustained: {main_w.name} on Kafka, {SUSTAINED_RATE} events/s for {seconds:g} s ...")
+        results.sustained = freshness.measure(main_w, SUSTAINED_RATE, seconds, logs, kafka=True)
+        log("  " + json.dumps(results.sustained.as_dict()))
         log(f"recovery: kill -9 of the pipeline at {args.rate} events/s, then a restart ...")
         results.recovery = recovery.measure(main_w, args.rate, logs)
         log("  " + json.dumps(results.recovery.as_dict()))
