@@ -53,6 +53,7 @@ from topics import open_log
 log = logging.getLogger(__name__)
 CRASH_AT = "STATEGATE_CRASH_AT"  # tests: die at this point of a micro-batch (see _crash_point)
 STOP_GRACE_S = 30.0  # how long a stop waits for the micro-batch under way
+TOPICS_CHECK_S = 5.0  # how often the loop checks the topics are still as declared
 BATCHES = "stategate-batches"  # the loop's Spark job group, cancelled by a stop past the grace
 
 
@@ -164,11 +165,17 @@ class PipelineLoop:
         )
 
     def _follow(self) -> None:
-        """The loop: a micro-batch, then the rest of `trigger_interval_s`, until the stop."""
+        """The loop: a micro-batch, then the rest of `trigger_interval_s`, until the stop;
+        every TOPICS_CHECK_S, the topics checked again first (a partition added to one maps
+        keys elsewhere: the loop ends, refusing, before it publishes past it)."""
         interval = self.project.settings.trigger_interval_s
+        checked = time.monotonic()
         try:
             while not self.stopping.is_set():
                 started = time.monotonic()
+                if started - checked >= TOPICS_CHECK_S:
+                    self.events.check()
+                    checked = started
                 self._publish()
                 self.stopping.wait(max(0.0, interval - (time.monotonic() - started)))
         except Exception as exc:

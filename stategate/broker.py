@@ -154,6 +154,7 @@ def server_properties(data: Path, port: int, controller_port: int) -> str:
         "background.threads": 2,
         "num.recovery.threads.per.data.dir": 1,
         "log.cleaner.threads": 1,
+        "log.cleaner.backoff.ms": 1000,  # a compacted topic's dirty segments: within a second
         "log.cleaner.dedupe.buffer.size": 8 << 20,  # 128 MiB by default, on the heap
         "log.index.size.max.bytes": 1 << 20,  # preallocated per partition: 10 MiB by default
         # every record kept: a week's retention by record time would delete the demo's and

@@ -215,6 +215,13 @@ def kafka_records(project: Project, topic: str, partition: int) -> list[dict]:
     return rows
 
 
+def forget_kafka() -> None:
+    """Read every Kafka partition again next time: compaction changed what they hold while
+    their ends stayed."""
+    with _READING:
+        _KAFKA.clear()
+
+
 def _kafka_row(key_type: str, message: ConsumerRecord) -> dict:
     key = message.key
     if key is not None and key_type != "string":

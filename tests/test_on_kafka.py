@@ -12,8 +12,10 @@ committed offsets, as Kafka's tools read them."""
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,12 +24,15 @@ import orjson
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka import TopicPartition as KafkaPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, NewPartitions
 from kafka import KafkaAdminClient, TopicPartition
 
 from contracts import project as projects
-from contracts.partitioner import partition_for
+from contracts.partitioner import KeyType, partition_for
+from contracts.project import Project
+from contracts.records import Record
 from spark_pipeline import job
+from spark_pipeline.loop import TOPICS_CHECK_S
 from spark_pipeline.spark import LazySpark
 from stategate.broker import Broker
 from stategate.launcher import free_ports
@@ -54,6 +59,8 @@ from tests.test_queries import (  # noqa: F401
     test_windows_of_all_keys_paginate,
 )
 from tests.test_stream import manifest_of
+from topics import open_log
+from topics.kafka import EVENT_TIME, KafkaLog
 
 
 def prefix() -> str:
@@ -85,6 +92,95 @@ def test_the_pipeline_refuses_topics_unlike_the_projects_in_one_line(
     assert f"'{topics}trains' has 12 partitions, the project declares 9 " in line
     assert f"'{topics}trips' does not exist" in line and "bookings" not in line
     assert "Traceback" not in done.stderr
+
+
+def test_partitions_added_while_following_stop_the_pipeline_in_one_line(
+    kafka: Broker, tmp_path: Path
+) -> None:
+    """Keys of a topic given more partitions map elsewhere: the pipeline, following, notices
+    within TOPICS_CHECK_S and ends with one line saying the state must be rebuilt; what it
+    published stays as it was."""
+    topics = prefix()
+    project = projects.load(write_project(tmp_path, free_ports(3), kafka=(kafka.bootstrap, topics)))
+    produce_test_events(project, seed=8, n_bookings=200, n_trains=100, n_trips=50)
+    command = [sys.executable, "-m", "stategate.cli", "pipeline", "--config", str(project.path)]
+    log = tmp_path / "pipeline.log"
+    with open(log, "wb") as out:
+        follow = subprocess.Popen([*command, "--follow"], stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 180
+        while b"spark_pipeline.loop: following " not in log.read_bytes():
+            assert follow.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.2)
+        published = manifest_of(project)
+        admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+        added = admin.create_partitions([NewPartitions(f"{topics}trains", 12)])
+        added[f"{topics}trains"].result(30)
+        follow.wait(TOPICS_CHECK_S + 30)
+    finally:
+        follow.kill()
+    last = log.read_text().strip().splitlines()[-1]
+    assert follow.returncode == 2, log.read_text()[-3000:]
+    assert last == (
+        f"stategate: the Kafka topics differ from the project's: '{topics}trains' has 12 "
+        "partitions, the project declares 9 (partitions were added: rebuild the state)"
+    )
+    assert "Traceback" not in log.read_text()
+    assert manifest_of(project) == published
+
+
+COMPACTED = {
+    **EVENT_TIME,
+    "cleanup.policy": "compact",
+    "segment.ms": "100",  # the active segment is never cleaned: roll it at once
+    "min.cleanable.dirty.ratio": "0.01",
+    "min.compaction.lag.ms": "0",
+    "delete.retention.ms": "100",  # tombstones go too
+}
+
+
+def test_a_compacted_topic_builds_the_state_of_what_compaction_left(
+    spark: LazySpark, kafka: Broker, tmp_path: Path
+) -> None:
+    """cleanup.policy=compact: the cleaner keeps each key's last record, and offsets have gaps
+    where the others were; a build from offset 0 reads what is left (every store as the
+    oracle computes it from the same compacted topics), and each position is the log's end."""
+    topics = prefix()
+    project = projects.load(write_project(tmp_path, free_ports(3), kafka=(kafka.bootstrap, topics)))
+    log = open_log(project)
+    assert isinstance(log, KafkaLog)
+    log.create(COMPACTED)
+    counts = produce_test_events(project, seed=9, n_bookings=900, n_trains=300, n_trips=60)
+    time.sleep(0.3)  # past segment.ms: a record now starts each partition's next segment
+    for topic in project.topics.values():
+        log.append(topic, _one_tombstone_per_partition(topic.key_type))
+    log.close()
+    deadline = time.monotonic() + 60
+    while (left := _records_left(project, "bookings")) >= counts["bookings"]:
+        assert time.monotonic() < deadline, f"not compacted: {left} of {counts['bookings']}"
+        time.sleep(0.5)
+    time.sleep(3)  # every partition's turn (one cleaner thread)
+    oracle.forget_kafka()
+    job.run(project, spark, notify=False)
+    assert_published_state_is_the_oracles(project, manifest_of(project))
+
+
+def _one_tombstone_per_partition(key_type: KeyType, partitions: int = 9) -> list[Record]:
+    """A tombstone of a key never produced, for each partition."""
+    keys: dict[int, object] = {}
+    for i in itertools.count(10**6):
+        key = i if key_type != "string" else f"roll-{i}"
+        keys.setdefault(partition_for(key, key_type, partitions), key)
+        if len(keys) == partitions:
+            return [Record(key, None, START_MS) for key in keys.values()]
+    raise AssertionError("unreachable")
+
+
+def _records_left(project: Project, topic: str) -> int:
+    """The records the topic holds now (offsets have gaps: not its end)."""
+    oracle.forget_kafka()
+    partitions = range(project.cluster.partitions)
+    return sum(len(oracle.kafka_records(project, topic, p)) for p in partitions)
 
 
 def test_the_published_positions_are_the_groups_committed_offsets(served: Served) -> None:

@@ -12,6 +12,7 @@ from contracts import eventlog
 from contracts.project import Project, Topic
 from contracts.records import Record
 from topics.batches import RECORDS, Span, readable
+from topics.log import TopicsError
 
 
 class FileLog:
@@ -47,14 +48,23 @@ class FileLog:
 
 
 def read_spans(log_dir: Path, spans: Sequence[Span]) -> Iterator[pa.RecordBatch]:
-    """The spans' records, one Arrow batch per segment, with the key as text."""
+    """The spans' records, one Arrow batch per segment, with the key as text. The file log's
+    offsets are dense: a span whose records start past its start is refused (the snapshots
+    were built from another log, or segments were deleted)."""
     for partition, topic, start, end in spans:
+        first = True
         for path in eventlog.segments_from(log_dir, topic, partition, start):
             table = eventlog.read_segment(path)
             offsets = table.column("offset")
             table = table.filter(pc.and_(pc.greater_equal(offsets, start), pc.less(offsets, end)))
             if table.num_rows == 0:
                 continue
+            if first and (found := table.column("offset")[0].as_py()) != start:
+                raise TopicsError(
+                    f"{topic}-{partition}: the file log's records start at offset {found}, "
+                    f"the snapshots are at {start}: they were built from another log"
+                )
+            first = False
             yield pa.RecordBatch.from_arrays(
                 [
                     pa.array([topic] * table.num_rows, pa.string()),

@@ -73,6 +73,7 @@ class KafkaLog:
         }
         self.group = kafka.group
         self.where = f"Kafka at {kafka.bootstrap}"
+        self._noted = False  # whether check() said which topics keep CreateTime
         self._admin = AdminClient(self.settings)
         # consumers lent to one read at a time (librdkafka's may not be shared by threads):
         # each micro-batch's build threads are new, so a thread's own would pile up
@@ -102,6 +103,9 @@ class KafkaLog:
                 )  # fmt: skip
         if wrong:
             raise TopicsError(f"the Kafka topics differ from the project's: {'; '.join(wrong)}")
+        if self._noted:
+            return
+        self._noted = True
         producers = sorted(k for k, kind in self.timestamp_types().items() if kind == CREATE_TIME)
         if producers:
             log.info(

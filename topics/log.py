@@ -22,7 +22,8 @@ class Log(Protocol):
     where: str  # the log, as a message names it: "Kafka at host:port", "the file log <dir>"
 
     def check(self) -> None:
-        """Every declared topic is there as declared (else one line saying what differs)."""
+        """Every declared topic is there as declared (else one line saying what differs):
+        at start, and while following (partitions added would map keys elsewhere)."""
         ...
 
     def end_offsets(self) -> dict[str, dict[int, int]]:
