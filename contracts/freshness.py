@@ -1,9 +1,10 @@
 """How fresh the served state is (README: Freshness).
 
 The log stamps each record with the time it appended it (contracts/eventlog.py, Kafka's
-LogAppendTime; on a Kafka topic that keeps CreateTime, its producer's time: topics/kafka.py). A layer carries its new records counted by append time (`AppendTimes`), the
-times of the stages it passed in the pipeline, and the append time of the newest record in
-the state up to it. From these, the pipeline and every node count records by their delay
+LogAppendTime; on a Kafka topic that keeps CreateTime, its producer's time: topics/kafka.py).
+A layer carries its new records counted by append time (`AppendTimes`), the times of the
+stages it passed in the pipeline, and the append time of the newest record in the state up
+to it. From these, the pipeline and every node count records by their delay
 from append to each STAGE in one Prometheus histogram, `stategate_freshness_seconds`.
 """
 
