@@ -345,9 +345,9 @@ class _BadRecords:
         if topic.name in self.handled:
             return
         self.handled.add(topic.name)
-        policy, root = self.batch.project.settings.bad_records, Path(self.batch.store_root)
+        root = Path(self.batch.store_root)
         counts = self.counts[topic.name] = Counter()
-        dead_letter.handle(policy, root, topic, self.partition, found, counts)
+        dead_letter.handle(self.batch.project, root, topic, self.partition, found, counts)
 
     def counted(self, topics: tuple[str, ...]) -> BadCounts:
         """Those of `topics` not reported yet (a chain's row of _BUILT reports them)."""

@@ -7,7 +7,8 @@ Streams' deserialization exception handler does:
   (a micro-batch built in the driver publishes each partition as it is done: those built
   before may be published, each whole);
 - "skip": the record is left out of every store, counted by topic and reason, and written to
-  <snapshot store>/dead-letter/<topic>-<partition>.jsonl with its position.
+  <snapshot store>/dead-letter/<topic>-<partition>.jsonl with its position; with Kafka, to
+  the topic's dead-letter topic (<topic>.dead-letter, same partition: topics/kafka.py).
 
 A dead-letter file holds one JSON object per line, in offset order: topic, partition, offset,
 timestamp, key, value (the JSON text as the log holds it), reason, message. Appending is
@@ -26,9 +27,12 @@ from typing import NoReturn
 import orjson
 
 from contracts.durable import locked
-from contracts.project import Topic
+from contracts.project import Project, Topic
 from contracts.records import DECIMAL, BadRecord, read
 from spark_pipeline.checks import BadRow
+from topics import open_log
+from topics.batches import Letter
+from topics.kafka import KafkaLog
 
 FOLDER = "dead-letter"
 _TAIL_BYTES = 65536  # read back this much at a time to find a file's last line
@@ -40,20 +44,33 @@ class BadRecordError(RuntimeError):
 
 
 def handle(
-    policy: str,
+    project: Project,
     store_root: Path,
     topic: Topic,
     partition: int,
     rows: list[BadRow],
     counts: Counter[str],
 ) -> None:
-    """Fail on the first bad record, or write them all to the dead-letter file and count
-    them by reason into `counts`."""
-    if policy == "fail":
+    """Fail on the first bad record, or write them all to the dead-letter file (or topic)
+    and count them by reason into `counts`."""
+    if project.settings.bad_records == "fail":
         refuse(topic, partition, rows[0])
-    path = dead_letter_path(store_root, topic.name, partition)
-    append(path, [(row.offset, _line(topic, partition, row)) for row in rows])
+    if project.kafka is not None:
+        _to_kafka(project, topic, partition, rows)
+    else:
+        path = dead_letter_path(store_root, topic.name, partition)
+        append(path, [(row.offset, _line(topic, partition, row)) for row in rows])
     counts.update(row.reason for row in rows)
+
+
+def _to_kafka(project: Project, topic: Topic, partition: int, rows: list[BadRow]) -> None:
+    log = open_log(project)
+    assert isinstance(log, KafkaLog)
+    letters = [Letter(*row, explain(topic, row)) for row in rows]
+    try:
+        log.dead_letters(topic.name, partition, letters)
+    finally:
+        log.close()
 
 
 def refuse(topic: Topic, partition: int, row: BadRow) -> NoReturn:

@@ -13,10 +13,12 @@ committed offsets, as Kafka's tools read them."""
 from __future__ import annotations
 
 import itertools
+import shutil
 import subprocess
 import sys
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -37,7 +39,7 @@ from spark_pipeline.spark import LazySpark
 from stategate.broker import Broker
 from stategate.launcher import free_ports
 from tests import oracle
-from tests.kafka import create_topic
+from tests.kafka import create_topic, producer, read_all
 from tests.nodes import Served, serve
 from tests.projects import START_MS, produce_test_events, write_project
 from tests.test_by_value import (  # noqa: F401 (collected here, on this module's cluster)
@@ -60,7 +62,16 @@ from tests.test_queries import (  # noqa: F401
 )
 from tests.test_stream import manifest_of
 from topics import open_log
-from topics.kafka import EVENT_TIME, KafkaLog
+from topics.kafka import (
+    DEAD_LETTER_SUFFIX,
+    ERROR_MESSAGE,
+    ERROR_REASON,
+    EVENT_TIME,
+    SOURCE_OFFSET,
+    SOURCE_PARTITION,
+    SOURCE_TOPIC,
+    KafkaLog,
+)
 
 
 def prefix() -> str:
@@ -181,6 +192,59 @@ def _records_left(project: Project, topic: str) -> int:
     oracle.forget_kafka()
     partitions = range(project.cluster.partitions)
     return sum(len(oracle.kafka_records(project, topic, p)) for p in partitions)
+
+
+BAD = {  # (key, value) -> its reason, as another producer might write them
+    (b"b1", b'{"trip": "x", "price": "cheap", "seats": 1}'): "wrong_type",
+    (b"b5", b"not json"): "not_json",
+    (b"b4", b'{"trip": "y", "unknownField": 1}'): "unknown_field",
+}
+
+
+def test_bad_records_skipped_go_to_the_dead_letter_topic_once_with_why_in_headers(
+    spark: LazySpark, kafka: Broker, tmp_path: Path
+) -> None:
+    """bad_records = "skip" on Kafka: each bad record goes to `<topic>.dead-letter`, its
+    partition's, with its key, value and timestamp as read and its source and reason in its
+    headers; a build from scratch reads them again and writes none twice."""
+    topics = prefix()
+    project = projects.load(write_project(tmp_path, free_ports(3), kafka=(kafka.bootstrap, topics)))
+    produce_test_events(project, seed=10, n_bookings=100, n_trains=50, n_trips=20)
+    sender = producer(kafka)
+    for key, value in BAD:
+        sender.produce(f"{topics}bookings", value, key, timestamp=START_MS)
+    sender.flush(30)
+    del sender
+    sources = {
+        (m.key(), m.value()): (p, m.offset())
+        for p, m in read_all(kafka, f"{topics}bookings", 9)
+        if (m.key(), m.value()) in BAD
+    }
+    assert len(sources) == len(BAD)
+    report = job.run(project, spark, notify=False)
+    assert report.bad_records == {"bookings": Counter(BAD.values())}
+    letters = _dead_letters(kafka, f"{topics}bookings{DEAD_LETTER_SUFFIX}")
+    assert sorted(letters) == sorted(BAD)
+    for record, (partition, headers, timestamp) in letters.items():
+        source_partition, offset = sources[record]
+        assert partition == source_partition and timestamp == START_MS
+        assert headers[SOURCE_TOPIC] == f"{topics}bookings".encode()
+        assert headers[SOURCE_PARTITION] == str(partition).encode()
+        assert headers[SOURCE_OFFSET] == str(offset).encode()
+        assert headers[ERROR_REASON] == BAD[record].encode()
+        assert headers[ERROR_MESSAGE]
+    shutil.rmtree(project.snapshot_store)
+    report = job.run(project, spark, notify=False)  # every record read again
+    assert report.bad_records == {"bookings": Counter(BAD.values())}
+    assert len(list(read_all(kafka, f"{topics}bookings{DEAD_LETTER_SUFFIX}", 9))) == len(BAD)
+
+
+def _dead_letters(kafka: Broker, topic: str) -> dict[tuple[bytes, bytes], tuple]:
+    """(key, value) -> (partition, headers, timestamp) of each record of the topic."""
+    return {
+        (m.key(), m.value()): (p, dict(m.headers() or []), m.timestamp()[1])
+        for p, m in read_all(kafka, topic, 9)
+    }
 
 
 def test_the_published_positions_are_the_groups_committed_offsets(served: Served) -> None:

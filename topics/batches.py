@@ -70,3 +70,14 @@ def readable(values: pa.Array) -> pa.Array:
             with contextlib.suppress(ValueError):  # not JSON: a bad record (checks.py)
                 texts[i] = json.dumps(replaced(json.loads(texts[i])), ensure_ascii=False)
     return pa.array(texts, pa.string())
+
+
+class Letter(NamedTuple):
+    """A bad record on its way to a dead-letter topic: as the log held it, and why."""
+
+    offset: int
+    timestamp: int | None
+    key: str | None  # as text
+    value: str | None  # JSON text, or what the log held
+    reason: str
+    message: str

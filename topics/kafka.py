@@ -45,7 +45,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 from contracts.partitioner import KeyType, serialize_key
 from contracts.project import Kafka, Topic
 from contracts.records import Record, fit
-from topics.batches import RECORDS, Span, key_text, readable
+from topics.batches import RECORDS, Letter, Span, key_text, readable
 from topics.log import TopicsError
 
 log = logging.getLogger(__name__)
@@ -54,6 +54,13 @@ POLL_S = 0.1  # a read waits this long for more records before it checks its spa
 BATCH_MESSAGES = 10_000  # records taken from librdkafka per call
 # A topic whose records keep their producers' timestamps (Kafka's default): history produced
 # with the times it happened (the demo's bookings, the tests' events)
+# A bad record skipped (settings.bad_records = "skip") goes to `<topic>.dead-letter`, same
+# partition, its key, value and timestamp as read, where it came from and why in its headers.
+DEAD_LETTER_SUFFIX = ".dead-letter"
+SOURCE_TOPIC, SOURCE_PARTITION, SOURCE_OFFSET = (
+    "stategate.source.topic", "stategate.source.partition", "stategate.source.offset",
+)  # fmt: skip
+ERROR_REASON, ERROR_MESSAGE = "stategate.error.reason", "stategate.error.message"
 CREATE_TIME = "CreateTime"
 EVENT_TIME = {"message.timestamp.type": CREATE_TIME}
 
@@ -352,6 +359,76 @@ class KafkaLog:
             raise TopicsError(f"Kafka did not take every record of {name!r}: {failed[:3]}")
         return dict(sorted(counts.items()))
 
+    # -- dead letters
+
+    def dead_letters(self, declared: str, partition: int, letters: Sequence[Letter]) -> int:
+        """Produce to the topic's dead-letter topic (DEAD_LETTER_SUFFIX, created when missing,
+        partition for partition) the letters whose offsets are past the last one it holds: a
+        batch read again after a crash writes none twice. Returns how many it produced."""
+        name = self.kafka_names[declared] + DEAD_LETTER_SUFFIX
+        self._create_dead_letter_topic(name)
+        last = self._last_source_offset(name, partition)
+        fresh = [letter for letter in letters if letter.offset > last]
+        if not fresh:
+            return 0
+        producer = self._writer()
+        failed: list[str] = []
+
+        def delivered(error: KafkaError | None, _message: Any) -> None:
+            if error is not None:
+                failed.append(error.str())
+
+        for letter in fresh:
+            headers: list[tuple[str, str | bytes | None]] = [
+                (SOURCE_TOPIC, self.kafka_names[declared].encode()),
+                (SOURCE_PARTITION, str(partition).encode()),
+                (SOURCE_OFFSET, str(letter.offset).encode()),
+                (ERROR_REASON, letter.reason.encode()),
+                (ERROR_MESSAGE, letter.message.encode()),
+            ]
+            value = None if letter.value is None else letter.value.encode()
+            key = None if letter.key is None else letter.key.encode()
+            producer.produce(name, value, key, partition=partition, timestamp=letter.timestamp or 0,
+                             headers=headers, on_delivery=delivered)  # fmt: skip
+        if producer.flush(CALL_S) or failed:
+            raise TopicsError(f"Kafka did not take every dead letter of {name!r}: {failed[:3]}")
+        return len(fresh)
+
+    def _create_dead_letter_topic(self, name: str) -> None:
+        metadata = self._admin.list_topics(timeout=CALL_S)
+        if name in metadata.topics and metadata.topics[name].error is None:
+            return
+        # a letter keeps the bad record's timestamp, whatever the broker's default
+        new = NewTopic(name, num_partitions=self.partitions, replication_factor=-1,
+                       config=EVENT_TIME)  # fmt: skip
+        future = self._admin.create_topics([new], operation_timeout=CALL_S)[name]
+        try:
+            future.result(CALL_S)
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            if isinstance(error, KafkaError) and error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                return  # another task created it meanwhile
+            what = f"cannot create the dead-letter topic {name!r}: {_said(exc)}"
+            raise TopicsError(what) from exc
+
+    def _last_source_offset(self, name: str, partition: int) -> int:
+        """The source offset of the dead-letter partition's last letter; -1 for none."""
+        with self._lent() as consumer:
+            low, high = _watermarks(consumer, TopicPartition(name, partition))
+            if high <= low:
+                return -1
+            consumer.assign([TopicPartition(name, partition, high - 1)])
+            try:
+                deadline = time.monotonic() + CALL_S
+                while time.monotonic() < deadline:
+                    for message in consumer.consume(num_messages=1, timeout=POLL_S):
+                        if message.error() is None:
+                            found = dict(message.headers() or [])
+                            return int(found[SOURCE_OFFSET] or b"-1")
+            finally:
+                consumer.unassign()
+        raise TopicsError(f"cannot read the last dead letter of {name!r} partition {partition}")
+
     def _writer(self) -> Producer:
         if self._producer is None:
             self._producer = Producer(
@@ -367,6 +444,35 @@ class KafkaLog:
         if self._producer is not None:
             self._producer.flush(CALL_S)
             self._producer = None
+
+
+# What a partition answers while its topic is being created (its leader not elected yet)
+_NO_LEADER_YET = frozenset({
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+})  # fmt: skip
+
+
+def _watermarks(consumer: Consumer, where: TopicPartition) -> tuple[int, int]:
+    """The partition's low and high offsets; retried while its leader is not known yet (a
+    topic just created), up to CALL_S."""
+    deadline = time.monotonic() + CALL_S
+    while True:
+        try:
+            found = consumer.get_watermark_offsets(where, CALL_S)
+            if found is None:
+                raise TopicsError(f"Kafka did not answer for the offsets of {where.topic}")
+            return int(found[0]), int(found[1])
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            retriable = isinstance(error, KafkaError) and (
+                error.retriable() or error.code() in _NO_LEADER_YET
+            )
+            if not retriable or time.monotonic() > deadline:
+                raise TopicsError(f"the offsets of {where.topic} partition "
+                                  f"{where.partition}: {_said(exc)}") from exc  # fmt: skip
+            time.sleep(POLL_S)
 
 
 def _result(future: Any, what: str) -> Any:
