@@ -51,6 +51,9 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
 
     broker = started(tmp_path_factory.mktemp("kafka"))
     yield broker
+    from tests.oracle import close_kafka
+
+    close_kafka()
     broker.stop()
 
 

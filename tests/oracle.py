@@ -215,6 +215,16 @@ def kafka_records(project: Project, topic: str, partition: int) -> list[dict]:
     return rows
 
 
+def close_kafka() -> None:
+    """Close the oracle's Kafka consumers (before their brokers stop: they would try to
+    reconnect, and log it, until the process ends)."""
+    with _READING:
+        for consumer in _CONSUMERS.values():
+            consumer.close()
+        _CONSUMERS.clear()
+        _KAFKA.clear()
+
+
 def forget_kafka() -> None:
     """Read every Kafka partition again next time: compaction changed what they hold while
     their ends stayed."""
