@@ -36,6 +36,7 @@ log = logging.getLogger("stategate")
 NEEDS_SPARK = ("demo", "pipeline")
 SERVING = ("node", "pipeline", "store")  # the commands that call or serve nodes
 STORE_GRACE_S = 10  # how long a stopping store server lets downloads under way go on
+DRAIN_WAIT_S = 600.0  # `cluster drain --wait`: the longest it waits for the node to hold nothing
 NO_SPARK = (
     "stategate: {} needs Spark, which a node's install leaves out: "
     "pip install 'stategate[pipeline]'"
@@ -106,6 +107,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     cluster.add_argument("action", choices=["status", "drain", "undrain", "rebalance"])
     cluster.add_argument("node", nargs="?", help="drain, undrain: the node")
+    cluster.add_argument(
+        "--wait",
+        nargs="?",
+        type=float,
+        const=DRAIN_WAIT_S,
+        metavar="SECONDS",
+        help=f"drain: return once the node holds nothing (at most {DRAIN_WAIT_S:g} s, or SECONDS)",
+    )
     cluster.add_argument("--config", required=True)
 
     pipeline = commands.add_parser("pipeline", help="compute and publish the state snapshots")
@@ -251,7 +260,10 @@ def run_cluster(project: Project, args: argparse.Namespace) -> int:
     if args.action in ("drain", "undrain") and not args.node:
         print(f"stategate: cluster {args.action} needs the node", file=sys.stderr)
         return 2
-    return cluster_commands.run(project, args.action, args.node)
+    if args.wait is not None and args.action != "drain":
+        print("stategate: --wait goes with cluster drain", file=sys.stderr)
+        return 2
+    return cluster_commands.run(project, args.action, args.node, args.wait)
 
 
 def _grace_s(settings: Settings) -> int:

@@ -1,12 +1,13 @@
 """`stategate cluster status|drain|undrain|rebalance`: an elastic cluster as its coordinator
 holds it (contracts/coordination.py). Each prints one JSON document, or one line saying what
-is wrong and exits 2, having changed nothing."""
+is wrong and exits 2, having changed nothing. `drain --wait` returns once the node may stop."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import sys
+import time
 from typing import Any
 
 from contracts import placement
@@ -14,8 +15,13 @@ from contracts.coordination import Coordination, CoordinatorError, State
 from contracts.placement import PlacementError
 from contracts.project import Project
 
+DRAIN_POLL_S = 0.5  # how often `drain --wait` reads the assignment
 
-def run(project: Project, action: str, node: str | None) -> int:
+
+def run(project: Project, action: str, node: str | None, wait_s: float | None = None) -> int:
+    """`wait_s`: for a drain, wait up to that long until the node holds nothing (then it may
+    stop), saying on stderr how many partitions are left as that changes; 1 if it still
+    holds some then."""
     cluster = project.cluster
     if cluster.coordinator is None:
         print(
@@ -26,15 +32,21 @@ def run(project: Project, action: str, node: str | None) -> int:
         return 2
     coordination = Coordination(cluster.coordinator, cluster.name)
     try:
-        body = asyncio.run(_act(coordination, action, node))
+        body = asyncio.run(_act(coordination, action, node, wait_s))
     except (CoordinatorError, PlacementError) as exc:
         print(f"stategate: {exc}", file=sys.stderr)
         return 2
     print(json.dumps(body, indent=2))
-    return 0
+    left = body.get("left", [])
+    if left:
+        print(f"stategate: {node} still holds partitions {left} after {wait_s:g} s: "
+              "the drain goes on", file=sys.stderr)  # fmt: skip
+    return 1 if left else 0
 
 
-async def _act(coordination: Coordination, action: str, node: str | None) -> dict[str, Any]:
+async def _act(
+    coordination: Coordination, action: str, node: str | None, wait_s: float | None
+) -> dict[str, Any]:
     await coordination.connect()
     try:
         state = await coordination.read()
@@ -43,6 +55,10 @@ async def _act(coordination: Coordination, action: str, node: str | None) -> dic
             _check_drain(state, node)
             await coordination.drain(node)
             state = await coordination.read()
+            if wait_s is not None:
+                state = await _drained(coordination, node, wait_s)
+                left = _held(state, node)
+                return {**status(state), "left": left} if left else status(state)
         elif action == "undrain":
             assert node is not None
             if node not in state.draining:
@@ -55,6 +71,26 @@ async def _act(coordination: Coordination, action: str, node: str | None) -> dic
         return status(state)
     finally:
         await coordination.close()
+
+
+async def _drained(coordination: Coordination, node: str, wait_s: float) -> State:
+    """The state once `node` holds nothing (every replica it had serves elsewhere), or as
+    it is after `wait_s`; how many partitions it holds said on stderr as that changes."""
+    deadline = time.monotonic() + wait_s
+    said: int | None = None
+    while True:
+        state = await coordination.read()
+        held = _held(state, node)
+        if held and len(held) != said:
+            print(f"{node}: {len(held)} partitions left to move", file=sys.stderr, flush=True)
+            said = len(held)
+        if not held or time.monotonic() >= deadline:
+            return state
+        await asyncio.sleep(DRAIN_POLL_S)
+
+
+def _held(state: State, node: str) -> list[int]:
+    return [] if state.assignment is None else state.assignment.assigned_to(node)
 
 
 def _check_drain(state: State, node: str) -> None:

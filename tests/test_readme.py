@@ -579,6 +579,8 @@ def test_the_elastic_examples_add_a_node_drain_one_and_resume_elsewhere(
         placed(etcd, elastic, {"node1", "node2", "node3"})
         read = elastic.nodes.gql("node2", '{ customerTotals(key: "C000001") { key } }')
         run_sh(section[1], elastic)
+        drained = etcd.read(elastic.project.cluster.name).assignment
+        assert drained is not None and not drained.assigned_to("node2"), "drain --wait returned"
         placed(etcd, elastic, {"node1", "node3", "node4"})
         variables = {"k": "C000001", "token": read["extensions"]["consistencyToken"]}
         first = run_graphql(section[2], elastic, "node4", variables)
