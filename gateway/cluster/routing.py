@@ -91,17 +91,7 @@ class Router:
         pending = list(subqueries)
         pause, waited = BOUND_PAUSE_S, 0.0
         while pending:
-            by_node: dict[str, list[SubQuery]] = defaultdict(list)
-            behind: list[SubQuery] = []
-            for q in pending:
-                node = self._next_replica(q, tried[q.id])
-                if node is None and self._catching_up(q, done.get(q.id), waited):
-                    behind.append(q)
-                elif node is None:
-                    done.setdefault(q.id, self._unanswerable(q))
-                else:
-                    tried[q.id].add(node)
-                    by_node[node].append(q)
+            by_node, behind = self._round(pending, tried, done, waited)
             if not by_node and behind:  # every replica is behind: wait for one, ask again
                 await asyncio.sleep(pause)
                 waited, pause = waited + pause, pause * 2
@@ -112,29 +102,67 @@ class Router:
             if not by_node:
                 break
             trace.rounds.append({n: len(qs) for n, qs in by_node.items()})
-            # peers first: this node's share may run on the loop at once (lookups, walks)
-            # and must not hold the peers' requests back
-            calls = [self._call(n, by_node[n], authorization)
-                     for n in sorted(by_node, key=lambda n: n == self.node_id)]  # fmt: skip
-            batches = [await calls[0]] if len(calls) == 1 else await asyncio.gather(*calls)
-            by_id = {q.id: q for qs in by_node.values() for q in qs}
-            pending = behind
-            for answer in (a for answers in batches for a in answers):
-                if not _hides(answer, done.get(answer.id)):
-                    done[answer.id] = answer  # a failure stands unless a later one says more
-                if answer.failure is not None and answer.failure.retryable:
-                    self.metrics.failovers.labels(answer.node or "none", answer.failure).inc()
-                    log.log(
-                        logging.INFO if answer.failure in _ASKED_FOR else logging.WARNING,
-                        "partition %s on %s failed (%s): %s",
-                        by_id[answer.id].partition,
-                        answer.node,
-                        answer.failure,
-                        answer.message,
-                    )
-                    pending.append(by_id[answer.id])
+            pending = behind + await self._ask(by_node, done, authorization)
         trace.millis = (time.perf_counter() - started) * 1000
         return done, trace
+
+    def _round(
+        self,
+        pending: list[SubQuery],
+        tried: dict[int, set[str]],
+        done: dict[int, Answer],
+        waited: float,
+    ) -> tuple[dict[str, list[SubQuery]], list[SubQuery]]:
+        """Where each pending sub-query goes this round (node -> its sub-queries), and those
+        whose every replica is behind a bound worth waiting for; one no replica is left to
+        answer gets its failure in `done`."""
+        by_node: dict[str, list[SubQuery]] = defaultdict(list)
+        behind: list[SubQuery] = []
+        for q in pending:
+            node = self._next_replica(q, tried[q.id])
+            if node is None and self._catching_up(q, done.get(q.id), waited):
+                behind.append(q)
+            elif node is None:
+                done.setdefault(q.id, self._unanswerable(q))
+            else:
+                tried[q.id].add(node)
+                by_node[node].append(q)
+        return by_node, behind
+
+    async def _ask(
+        self,
+        by_node: dict[str, list[SubQuery]],
+        done: dict[int, Answer],
+        authorization: str | None,
+    ) -> list[SubQuery]:
+        """One internal request per node, all at once, their answers into `done`; returns the
+        sub-queries whose replica failed in a way the next one may not (to ask it next)."""
+        # peers first: this node's share may run on the loop at once (lookups, walks)
+        # and must not hold the peers' requests back
+        calls = [self._call(n, by_node[n], authorization)
+                 for n in sorted(by_node, key=lambda n: n == self.node_id)]  # fmt: skip
+        batches = [await calls[0]] if len(calls) == 1 else await asyncio.gather(*calls)
+        by_id = {q.id: q for qs in by_node.values() for q in qs}
+        again = []
+        for answer in (a for answers in batches for a in answers):
+            if not _hides(answer, done.get(answer.id)):
+                done[answer.id] = answer  # a failure stands unless a later one says more
+            if answer.failure is not None and answer.failure.retryable:
+                self._failed_over(by_id[answer.id], answer)
+                again.append(by_id[answer.id])
+        return again
+
+    def _failed_over(self, q: SubQuery, answer: Answer) -> None:
+        assert answer.failure is not None
+        self.metrics.failovers.labels(answer.node or "none", answer.failure).inc()
+        log.log(
+            logging.INFO if answer.failure in _ASKED_FOR else logging.WARNING,
+            "partition %s on %s failed (%s): %s",
+            q.partition,
+            answer.node,
+            answer.failure,
+            answer.message,
+        )
 
     def replicas(self, q: SubQuery) -> list[str]:
         """The replicas of the sub-query's partition worth asking, in the order they are tried.
