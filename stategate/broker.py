@@ -123,11 +123,25 @@ def cluster_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
-def server_properties(data: Path, port: int, controller_port: int) -> str:
+@dataclass(frozen=True)
+class Quorum:
+    """Who a broker is among the KRaft nodes (each a broker and a controller): its id, every
+    controller's address, the cluster's id, and how many replicas a partition has."""
+
+    node_id: int = 1
+    voters: str = ""  # id@host:port,...; "" for a broker alone
+    cluster: str = ""  # "" for a new id when formatting
+    replicas: int = 1
+
+
+def server_properties(data: Path, port: int, controller_port: int, quorum: Quorum) -> str:
+    replicas = quorum.replicas
+    in_sync = min(2, replicas)  # a write needs 2 of 3 replicas: one broker may be lost
     properties: dict[str, object] = {
         "process.roles": "broker,controller",
-        "node.id": 1,
-        "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
+        "node.id": quorum.node_id,
+        "controller.quorum.voters": quorum.voters
+        or f"{quorum.node_id}@127.0.0.1:{controller_port}",
         "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
         "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
         "controller.listener.names": "CONTROLLER",
@@ -137,16 +151,16 @@ def server_properties(data: Path, port: int, controller_port: int) -> str:
         "log.message.timestamp.type": "LogAppendTime",
         "auto.create.topics.enable": "false",
         "num.partitions": 1,
-        "default.replication.factor": 1,
-        "min.insync.replicas": 1,
-        # internal topics of one replica and partition (50 partitions by default: seconds)
-        "offsets.topic.replication.factor": 1,
+        "default.replication.factor": replicas,
+        "min.insync.replicas": in_sync,
+        # internal topics of one partition (50 by default: seconds), replicated as the rest
+        "offsets.topic.replication.factor": replicas,
         "offsets.topic.num.partitions": 1,
-        "transaction.state.log.replication.factor": 1,
-        "transaction.state.log.min.isr": 1,
+        "transaction.state.log.replication.factor": replicas,
+        "transaction.state.log.min.isr": in_sync,
         "transaction.state.log.num.partitions": 1,
-        "share.coordinator.state.topic.replication.factor": 1,
-        "share.coordinator.state.topic.min.isr": 1,
+        "share.coordinator.state.topic.replication.factor": replicas,
+        "share.coordinator.state.topic.min.isr": in_sync,
         "share.coordinator.state.topic.num.partitions": 1,
         "group.initial.rebalance.delay.ms": 0,
         "num.network.threads": 2,
@@ -163,19 +177,26 @@ def server_properties(data: Path, port: int, controller_port: int) -> str:
         # a restarted broker waits for its old registration's session (9 s by default)
         "broker.session.timeout.ms": 2000,
         "broker.heartbeat.interval.ms": 500,
-        "controlled.shutdown.enable": "false",  # one node: no leader to move first
+        "controlled.shutdown.enable": replicas > 1,  # alone: no leader to move first
     }
-    return "".join(f"{key}={value}\n" for key, value in properties.items())
+    return "".join(f"{key}={str(value).lower() if isinstance(value, bool) else value}\n"
+                   for key, value in properties.items())  # fmt: skip
 
 
 class Broker:
     """One KRaft broker in `folder`: formatted on its first start, its data kept across
     stops (a restart recovers every record, after kill -9 too)."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, quorum: Quorum | None = None) -> None:
         self.folder = folder
         self.port, self.controller_port = free_ports(2)
+        self.quorum = quorum or Quorum()
         self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def voter(self) -> str:
+        """This node as a controller.quorum.voters entry."""
+        return f"{self.quorum.node_id}@127.0.0.1:{self.controller_port}"
 
     @property
     def bootstrap(self) -> str:
@@ -186,10 +207,16 @@ class Broker:
         return self.folder / "server.log"
 
     def start(self) -> None:
+        self.wait_ready(self.launch())
+
+    def launch(self) -> int:
+        """Start the JVM without waiting for it; returns where its log's new lines begin."""
         lib = broker_jars()
         self.folder.mkdir(parents=True, exist_ok=True)
         config = self.folder / "server.properties"
-        config.write_text(server_properties(self.folder, self.port, self.controller_port))
+        config.write_text(
+            server_properties(self.folder, self.port, self.controller_port, self.quorum)
+        )
         logging = self.folder / "log4j2.properties"
         logging.write_text(_LOG4J2.format(log=self.log))
         (self.folder / "tmp").mkdir(exist_ok=True)  # where it unpacks snappy's and lz4's
@@ -199,7 +226,7 @@ class Broker:
             format_ = [
                 "kafka.tools.StorageTool",
                 "format",
-                f"--cluster-id={cluster_id()}",
+                f"--cluster-id={self.quorum.cluster or cluster_id()}",
                 "-c",
                 str(config),
             ]
@@ -216,9 +243,11 @@ class Broker:
                 start_new_session=True,  # Ctrl-C in a terminal reaches its owner, not it
                 preexec_fn=_ends_with_parent,
             )
-        self._wait_ready(seen)
+        return seen
 
-    def _wait_ready(self, seen: int) -> None:
+    def wait_ready(self, seen: int) -> None:
+        """Until its log says it serves (past `seen`); a quorum's nodes only once most of
+        them run."""
         deadline = time.monotonic() + READY_S
         while True:
             assert self.proc is not None
@@ -255,6 +284,38 @@ class Broker:
             self.proc.kill()
             self.proc.wait()
             self.proc = None
+
+
+class Brokers:
+    """A KRaft cluster of `size` nodes, each a broker and a controller of one quorum, every
+    partition on `size` replicas and a write needing 2 (min.insync.replicas): one node may be
+    lost with nothing stopping, two stop the writes. The tests' cluster for broker faults."""
+
+    def __init__(self, folder: Path, size: int = 3) -> None:
+        self.brokers = [Broker(folder / f"broker{i}") for i in range(1, size + 1)]
+        for i, broker in enumerate(self.brokers, start=1):
+            broker.quorum = Quorum(i)  # its voter entry needs its id
+        voters = ",".join(b.voter for b in self.brokers)
+        cluster = cluster_id()
+        for i, broker in enumerate(self.brokers, start=1):
+            broker.quorum = Quorum(i, voters, cluster, size)
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(b.bootstrap for b in self.brokers)
+
+    def by_id(self, node_id: int) -> Broker:
+        return self.brokers[node_id - 1]
+
+    def start(self) -> None:
+        """Every node at once (none is ready before most of the quorum runs)."""
+        seen = [b.launch() for b in self.brokers]
+        for broker, at in zip(self.brokers, seen, strict=True):
+            broker.wait_ready(at)
+
+    def stop(self) -> None:
+        for broker in self.brokers:
+            broker.stop()
 
 
 def _java(lib: Path, jvm: list[str], main: list[str]) -> list[str]:
