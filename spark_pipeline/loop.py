@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -48,12 +49,15 @@ from spark_pipeline.plan import plan_run, stores_digest
 from spark_pipeline.progress import log_bad_records, positions
 from spark_pipeline.publish import Notifier, mirror, prune, sweep_temporaries
 from spark_pipeline.spark import LazySpark
-from topics import open_log
+from topics import LogUnavailable, open_log
 
 log = logging.getLogger(__name__)
 CRASH_AT = "STATEGATE_CRASH_AT"  # tests: die at this point of a micro-batch (see _crash_point)
 STOP_GRACE_S = 30.0  # how long a stop waits for the micro-batch under way
 TOPICS_CHECK_S = 5.0  # how often the loop checks the topics are still as declared
+UNAVAILABLE_RETRY_S = 1.0  # how often the loop tries a log it could not read
+# A Spark task's LogUnavailable, as the driver's error quotes it
+_UNAVAILABLE = re.compile(r"LogUnavailable: ([^\n]*)")
 BATCHES = "stategate-batches"  # the loop's Spark job group, cancelled by a stop past the grace
 
 
@@ -85,6 +89,7 @@ class PipelineLoop:
         self._notifier = Notifier(project)
         self.events = open_log(project)  # the topics it follows
         self._groups = 0  # the task groups the executors' records come in, once Spark runs
+        self._outage: float | None = None  # since when the log could not be read, if it cannot
         self.freshness = Delays(stages=("read", "written", "published"))
         self.registry = CollectorRegistry()
         self.registry.register(self.freshness)
@@ -173,15 +178,38 @@ class PipelineLoop:
         try:
             while not self.stopping.is_set():
                 started = time.monotonic()
-                if started - checked >= TOPICS_CHECK_S:
-                    self.events.check()
-                    checked = started
-                self._publish()
+                check = started - checked >= TOPICS_CHECK_S
+                if not self._published_unless_unavailable(check):
+                    self.stopping.wait(UNAVAILABLE_RETRY_S)
+                    continue
+                checked = started if check else checked
                 self.stopping.wait(max(0.0, interval - (time.monotonic() - started)))
         except Exception as exc:
             if not self.stopping.is_set():
                 log.debug("the loop failed", exc_info=True)
                 self._failure = exc
+
+    def _published_unless_unavailable(self, check: bool) -> bool:
+        """One micro-batch, the topics checked first if `check`; False when the log could not
+        be read (said once per outage: the loop reads again, from the published positions,
+        until it can)."""
+        try:
+            if check:
+                self.events.check()
+            self._publish()
+        except Exception as exc:
+            unavailable = _unavailable(exc)
+            if unavailable is None:
+                raise
+            if self._outage is None:
+                self._outage = time.monotonic()
+                log.warning("the log cannot be read: %s; reading again every %g s",
+                            unavailable, UNAVAILABLE_RETRY_S)  # fmt: skip
+            return False
+        if self._outage is not None:
+            log.info("the log is readable again after %.1f s", time.monotonic() - self._outage)
+            self._outage = None
+        return True
 
     def _publish(self) -> None:
         """One micro-batch: the records up to the log's end now, in the driver when they are
@@ -338,3 +366,11 @@ def _crash_point(name: str) -> None:
     """Die here, as a killed driver would, when the environment asks (crash-recovery tests)."""
     if os.environ.get(CRASH_AT) == name:
         os._exit(86)
+
+
+def _unavailable(exc: BaseException) -> LogUnavailable | None:
+    """The log's unavailability behind `exc`: raised in the driver, or in a Spark task."""
+    if isinstance(exc, LogUnavailable):
+        return exc
+    found = _UNAVAILABLE.search(str(exc))
+    return LogUnavailable(found.group(1)) if found else None

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from contracts.project import Project
 from topics.log import Log as Log
+from topics.log import LogUnavailable as LogUnavailable
 from topics.log import TopicsError as TopicsError
 
 

@@ -46,7 +46,7 @@ from contracts.partitioner import KeyType, serialize_key
 from contracts.project import Kafka, Topic
 from contracts.records import Record, fit
 from topics.batches import RECORDS, Letter, Span, key_text, readable
-from topics.log import TopicsError
+from topics.log import LogUnavailable, TopicsError
 
 log = logging.getLogger(__name__)
 CALL_S = 30.0  # the longest one call to the cluster may take before it is an error
@@ -150,7 +150,7 @@ class KafkaLog:
         try:
             metadata = self._admin.list_topics(timeout=CALL_S)
         except KafkaException as exc:
-            raise TopicsError(
+            raise LogUnavailable(
                 f"Kafka at {self.settings['bootstrap.servers']}: {_said(exc)}"
             ) from exc
         return {
@@ -181,7 +181,13 @@ class KafkaLog:
         )
         ends: dict[str, dict[int, int]] = {name: {} for name in self.kafka_names}
         for tp, future in futures.items():
-            found = _result(future, f"the end of {tp.topic} partition {tp.partition}")
+            what = f"the offsets of {tp.topic} partition {tp.partition}"
+            try:
+                found = _result(future, what)
+            except TopicsError as exc:
+                raise LogUnavailable(str(exc)) from exc
+            if found.offset < 0:  # OFFSET_INVALID: no broker leads it now
+                raise LogUnavailable(f"{what}: no leader now (its brokers down?)")
             ends[self.declared[tp.topic]][tp.partition] = int(found.offset)
         return ends
 
@@ -239,7 +245,7 @@ class KafkaLog:
                     del open_[(tp.topic, tp.partition)]
             if open_ and time.monotonic() - quiet_since > CALL_S:
                 missing = ", ".join(f"{t} partition {p} to {e}" for (t, p), e in open_.items())
-                raise TopicsError(
+                raise LogUnavailable(
                     f"Kafka sent nothing for {CALL_S:g} s while reading {missing}"
                     + (f" (it said: {said})" if said else "")
                 )

@@ -18,6 +18,11 @@ class TopicsError(Exception):
     one line that says which and how."""
 
 
+class LogUnavailable(TopicsError):
+    """The log cannot be read now (its brokers unreachable, a partition without a leader):
+    a following pipeline waits and reads again; a run that starts refuses in one line."""
+
+
 class Log(Protocol):
     where: str  # the log, as a message names it: "Kafka at host:port", "the file log <dir>"
 
