@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -151,3 +152,20 @@ def serve(
     if start:
         nodes.start_all(serving=False)
     return Served(root, project, nodes)
+
+
+FOLLOW_START_S = 180.0  # Spark's start and a catch-up run, on 2 busy cores
+
+
+def following(project: Project, log: Path) -> subprocess.Popen[bytes]:
+    """`stategate pipeline --follow`, logging to `log`, once it follows the log."""
+    command = [sys.executable, "-m", "stategate.cli", "pipeline", "--config", str(project.path)]
+    with open(log, "wb") as out:
+        follow = subprocess.Popen([*command, "--follow"], stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + FOLLOW_START_S
+    while b"spark_pipeline.loop: following " not in log.read_bytes():
+        if follow.poll() is not None or time.monotonic() > deadline:
+            follow.kill()
+            raise AssertionError(f"the pipeline did not start:\n{log.read_text()[-3000:]}")
+        time.sleep(0.2)
+    return follow

@@ -11,8 +11,6 @@ pipeline following it, 3 nodes serving, and an idempotent producer writing all a
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -26,7 +24,7 @@ from confluent_kafka.admin import AdminClient
 from spark_pipeline.spark import LazySpark
 from stategate.broker import Brokers
 from tests import oracle
-from tests.nodes import serve
+from tests.nodes import following, serve
 from tests.test_pipeline import assert_published_state_is_the_oracles
 from tests.test_stream import manifest_of
 
@@ -92,14 +90,8 @@ def test_broker_faults_pause_writes_for_an_election_and_lose_or_double_nothing(
     served = serve(tmp_path / "cluster", spark, kafka=(brokers.bootstrap, TOPICS))
     project, nodes = served.project, served.nodes
     log = tmp_path / "pipeline.log"
-    command = [sys.executable, "-m", "stategate.cli", "pipeline", "--config", str(project.path)]
-    with open(log, "wb") as out:
-        follow = subprocess.Popen([*command, "--follow"], stdout=out, stderr=subprocess.STDOUT)
+    follow = following(project, log)
     try:
-        deadline = time.monotonic() + 180
-        while b"spark_pipeline.loop: following " not in log.read_bytes():
-            assert follow.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
-            time.sleep(0.2)
         writer = Writer(brokers.bootstrap)
         writer.start()
         time.sleep(2)

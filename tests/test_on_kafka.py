@@ -40,7 +40,7 @@ from stategate.broker import Broker
 from stategate.launcher import free_ports
 from tests import oracle
 from tests.kafka import create_topic, producer, read_all
-from tests.nodes import Served, serve
+from tests.nodes import Served, following, serve
 from tests.projects import START_MS, produce_test_events, write_project
 from tests.test_by_value import (  # noqa: F401 (collected here, on this module's cluster)
     test_random_filters_and_orders_page_through_like_the_oracle,
@@ -114,15 +114,9 @@ def test_partitions_added_while_following_stop_the_pipeline_in_one_line(
     topics = prefix()
     project = projects.load(write_project(tmp_path, free_ports(3), kafka=(kafka.bootstrap, topics)))
     produce_test_events(project, seed=8, n_bookings=200, n_trains=100, n_trips=50)
-    command = [sys.executable, "-m", "stategate.cli", "pipeline", "--config", str(project.path)]
     log = tmp_path / "pipeline.log"
-    with open(log, "wb") as out:
-        follow = subprocess.Popen([*command, "--follow"], stdout=out, stderr=subprocess.STDOUT)
+    follow = following(project, log)
     try:
-        deadline = time.monotonic() + 180
-        while b"spark_pipeline.loop: following " not in log.read_bytes():
-            assert follow.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
-            time.sleep(0.2)
         published = manifest_of(project)
         admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
         added = admin.create_partitions([NewPartitions(f"{topics}trains", 12)])
