@@ -1,7 +1,8 @@
 """The demo's live dashboard in headless Chromium (Debian's package, driven by Playwright):
 served by a node with every asset local, its leaderboard shows the top 10 customers by
 revenue as the oracle ranks them, and a booking produced during the test moves its customer
-to the top of the page within two seconds of the pipeline publishing it."""
+to the top of the page within two seconds of the pipeline publishing it; with the pipeline
+following and the demo's live bookings arriving, the top 10 moves within seconds."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from stategate import demo
 from stategate.broker import Broker
 from stategate.demo import bookings
 from tests import oracle
-from tests.nodes import Nodes
+from tests.nodes import Nodes, following
 from tests.projects import demo_project
 from topics import open_log
 
@@ -41,6 +42,7 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 TOP = 10  # the leaderboard's length
+CUSTOMERS = 400
 VISIBLE_WITHIN_MS = 2000
 
 
@@ -51,7 +53,7 @@ def cluster(
     if shutil.which(CHROMIUM) is None:
         pytest.fail(f"{CHROMIUM} is missing: `make test` installs Debian's chromium package")
     project = demo_project(tmp_path_factory.mktemp("dashboard"), kafka.bootstrap)
-    bookings.generate(project, customers=400, events=4000, end_ms=demo.END_MS)
+    bookings.generate(project, customers=CUSTOMERS, events=4000, end_ms=demo.END_MS)
     job.run(project, spark, notify=False)
     nodes = Nodes(project, project.path.parent)
     for node_id in nodes.ids:
@@ -221,3 +223,35 @@ def test_the_playground_is_local_and_its_subscription_shows_a_produced_booking(
             timeout=VISIBLE_WITHIN_MS,
         )
         assert totals_of(project)[key][0] == count + 1, response_pane(page)
+
+
+LIVE_RATE = 20.0  # bookings/s, as `make demo` produces them
+MOVES_WITHIN_S = 10.0
+
+
+def test_the_leaderboard_moves_within_seconds_while_the_demos_bookings_arrive(
+    cluster: Nodes, tmp_path: Path
+) -> None:
+    """With the continuous pipeline following and the demo's live bookings arriving (issue
+    50), the page's top 10 changes (a customer's bookings, or the ranking) within
+    MOVES_WITHIN_S: the busiest customers of the week book most live."""
+    project = cluster.project
+    follow = following(project, tmp_path / "pipeline.log")
+    live = bookings.LiveBookings(project, CUSTOMERS, LIVE_RATE)
+    try:
+        with local_page(cluster.url(cluster.ids[0]), "/pages/") as page:
+            page.wait_for_selector("#status[data-state=live]", timeout=15_000)
+            page.wait_for_function(
+                f"document.querySelectorAll('#customers tbody tr').length == {TOP}"
+            )
+            before = shown(page)
+            live.start()
+            started = time.monotonic()
+            while shown(page) == before:
+                assert time.monotonic() - started < MOVES_WITHIN_S, f"still {before}"
+                time.sleep(0.2)
+            print(f"the leaderboard moved {time.monotonic() - started:.1f} s into live bookings")
+    finally:
+        live.stop()
+        follow.terminate()
+        follow.wait(60)
