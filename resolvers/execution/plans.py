@@ -29,6 +29,7 @@ from graphql import (
     GraphQLField,
     GraphQLList,
     GraphQLNonNull,
+    GraphQLObjectType,
     GraphQLScalarType,
     GraphQLSchema,
     OperationDefinitionNode,
@@ -235,15 +236,8 @@ def compile_plan(
 ) -> OperationPlan | None:
     """The plan of a valid document's operation, or None when it needs the general path."""
     core = schema._schema
-    operations = [d for d in document.definitions if isinstance(d, OperationDefinitionNode)]
-    if operation_name is None and len(operations) == 1:
-        operation = operations[0]
-    else:
-        named = [o for o in operations if o.name and o.name.value == operation_name]
-        if len(named) != 1:
-            return None
-        operation = named[0]
-    if operation.operation != OperationType.QUERY:
+    operation = _operation(document, operation_name)
+    if operation is None or operation.operation != OperationType.QUERY:
         return None
     fragments = {
         d.name.value: FragmentDetails(d)
@@ -264,30 +258,54 @@ def compile_plan(
         return None
     fields = []
     for key, details in collected.grouped_field_set.items():
-        name = details[0].node.name.value
-        definition = root_type.fields.get(name)
-        field = definition.extensions.get(DEFINITION) if definition else None
-        if definition is None or not isinstance(field, StrawberryField):
-            return None  # __typename and introspection: the general path
-        if field.base_resolver is None or field.extensions or field.permission_classes:
+        field = _root_field(schema, compiler, root_type, key, details)
+        if field is None:
             return None
-        complete = compiler.compile(definition.type, details)
-        if complete is None:
-            return None
-        info = field.base_resolver.info_parameter
-        fields.append(
-            RootField(
-                key,
-                definition,
-                field,
-                [d.node for d in details],
-                complete,
-                *_arguments(schema, definition, field),
-                info.name if info else None,
-            )
-        )
+        fields.append(field)
     definitions = tuple(operation.variable_definitions or ())
     return OperationPlan(definitions, tuple(fields), _plain_variables(core, definitions))
+
+
+def _operation(
+    document: DocumentNode, operation_name: str | None
+) -> OperationDefinitionNode | None:
+    """The operation the request names (or the document's only one); None if there is none
+    such, or several."""
+    operations = [d for d in document.definitions if isinstance(d, OperationDefinitionNode)]
+    if operation_name is None and len(operations) == 1:
+        return operations[0]
+    named = [o for o in operations if o.name and o.name.value == operation_name]
+    return named[0] if len(named) == 1 else None
+
+
+def _root_field(
+    schema: strawberry.Schema,
+    compiler: PlanCompiler,
+    root_type: GraphQLObjectType,
+    key: str,
+    details: Any,
+) -> RootField | None:
+    """One root field's plan: its resolver, arguments and the completion of what it selects;
+    None when it needs the general path (introspection, extensions, permissions...)."""
+    definition = root_type.fields.get(details[0].node.name.value)
+    field = definition.extensions.get(DEFINITION) if definition else None
+    if definition is None or not isinstance(field, StrawberryField):
+        return None  # __typename and introspection: the general path
+    if field.base_resolver is None or field.extensions or field.permission_classes:
+        return None
+    complete = compiler.compile(definition.type, details)
+    if complete is None:
+        return None
+    info = field.base_resolver.info_parameter
+    return RootField(
+        key,
+        definition,
+        field,
+        [d.node for d in details],
+        complete,
+        *_arguments(schema, definition, field),
+        info.name if info else None,
+    )
 
 
 def _plain_variables(
