@@ -280,38 +280,15 @@ def _build_partition(
     published = batch.published(partition)
     positions = {t: max(at, ends.get(t, at)) for t, at in published.items()}
     ids = chains.of_partition(batch.project, partition)
-    present = [c for c in ids if c in batch.manifest.partitions]
-    if not batch.rebuild and present and present != ids:
-        raise GapError(
-            f"partition {partition} has chains {present} of {ids}: the snapshot store was "
-            f"changed by hand; delete it to rebuild"
-        )
+    _check_chains(batch, partition, ids)
     bad = _BadRecords(batch, partition)
     for chain in ids:
         topics = chains.topics(batch.project, chain)
         entry = None if batch.rebuild else batch.manifest.partitions.get(chain)
         if entry is not None and all(positions[t] == published[t] for t in topics):
             continue
-        kind: Kind = "delta"
-        if entry is None or (batch.compact and due_for_compaction(entry, batch.project.settings)):
-            kind = "base"
-        times = _by_append(appended, chains.counted(batch.project, chain))
-        newest_ms = newest(
-            _by_append(appended, topics), entry.top.newest_append_ms if entry else None
-        )
-        task = LayerTask(
-            partition=chain,
-            version=(entry.version if entry else 0) + 1,
-            kind=kind,
-            store_root=batch.store_root,
-            below=() if entry is None else entry.layers,
-            positions={t: positions[t] for t in topics},
-            topics=tuple(batch.project.topics[t] for t in topics),
-            stores=chains.stores(batch.project, chain),
-            appended=times,
-            newest_append_ms=newest_ms,
-            read_ms=read_ms,
-        )
+        moved = {t: positions[t] for t in topics}
+        task = _layer_task(batch, chain, entry, moved, appended, read_ms)
         rows: dict[str, int] = {}
         _, layer = build_layer(task, records, rows, bad.handle)
         yield pa.RecordBatch.from_pydict(
@@ -325,6 +302,47 @@ def _build_partition(
             },
             schema=_BUILT,
         )
+
+
+def _check_chains(batch: Batch, partition: int, ids: list[int]) -> None:
+    """A partition has all its chains in the snapshot store, or none (GapError)."""
+    present = [c for c in ids if c in batch.manifest.partitions]
+    if not batch.rebuild and present and present != ids:
+        raise GapError(
+            f"partition {partition} has chains {present} of {ids}: the snapshot store was "
+            f"changed by hand; delete it to rebuild"
+        )
+
+
+def _layer_task(
+    batch: Batch,
+    chain: int,
+    entry: PartitionEntry | None,
+    positions: dict[str, int],
+    appended: dict[str, pa.ChunkedArray],
+    read_ms: int,
+) -> LayerTask:
+    """The next layer of `chain` (a base when it has none, or is due for compaction), up to
+    `positions` of its topics."""
+    topics = tuple(positions)
+    kind: Kind = "delta"
+    if entry is None or (batch.compact and due_for_compaction(entry, batch.project.settings)):
+        kind = "base"
+    times = _by_append(appended, chains.counted(batch.project, chain))
+    newest_ms = newest(_by_append(appended, topics), entry.top.newest_append_ms if entry else None)
+    return LayerTask(
+        partition=chain,
+        version=(entry.version if entry else 0) + 1,
+        kind=kind,
+        store_root=batch.store_root,
+        below=() if entry is None else entry.layers,
+        positions=positions,
+        topics=tuple(batch.project.topics[t] for t in topics),
+        stores=chains.stores(batch.project, chain),
+        appended=times,
+        newest_append_ms=newest_ms,
+        read_ms=read_ms,
+    )
 
 
 def _by_append(appended: dict[str, pa.ChunkedArray], topics: tuple[str, ...]) -> AppendTimes:
