@@ -49,8 +49,11 @@ END_MS = int(datetime(2026, 11, 1, tzinfo=UTC).timestamp() * 1000)
 PIPELINE_STOP_S = 60.0  # the pipeline lets its micro-batch finish (up to 30 s), then stops Spark
 GENERATED = "generated"  # in the demo's folder once its bookings are all in Kafka
 # The pipeline's lines the terminal shows while it builds: its own and its log's, but one per
-# partition; the line that says it follows the log ends the wait.
-PROGRESS = re.compile(rb" pipeline (?:spark_pipeline|topics)[\w.]*: (?!partition \d)(.*)")
+# partition and its notice to nodes not started yet; the line that says it follows the log
+# ends the wait.
+PROGRESS = re.compile(
+    rb" pipeline (?:spark_pipeline|topics)[\w.]*: (?!partition \d|told the nodes)(.*)"
+)
 FOLLOWING = b"spark_pipeline.loop: following "
 log = logging.getLogger(__name__)
 
@@ -232,7 +235,7 @@ def _instructions(project: Project, rate: float) -> str:
         "",
         f"New bookings arrive at {rate:g}/s and are published every "
         f"{project.settings.trigger_interval_s:g} s: run a query twice to see the state move.",
-        "Ctrl-C stops the nodes, the pipeline and the bookings.",
+        "Ctrl-C stops the nodes, the pipeline, the bookings and Kafka.",
     ]
     return "\n".join(lines)
 
