@@ -194,11 +194,6 @@ class Broker:
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
-    def voter(self) -> str:
-        """This node as a controller.quorum.voters entry."""
-        return f"{self.quorum.node_id}@127.0.0.1:{self.controller_port}"
-
-    @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
@@ -293,9 +288,9 @@ class Brokers:
 
     def __init__(self, folder: Path, size: int = 3) -> None:
         self.brokers = [Broker(folder / f"broker{i}") for i in range(1, size + 1)]
-        for i, broker in enumerate(self.brokers, start=1):
-            broker.quorum = Quorum(i)  # its voter entry needs its id
-        voters = ",".join(b.voter for b in self.brokers)
+        voters = ",".join(
+            f"{i}@127.0.0.1:{b.controller_port}" for i, b in enumerate(self.brokers, start=1)
+        )
         cluster = cluster_id()
         for i, broker in enumerate(self.brokers, start=1):
             broker.quorum = Quorum(i, voters, cluster, size)
