@@ -33,7 +33,7 @@ from gateway.storage.delivery.sync import SnapshotSync, StoreUnreachable
 from gateway.wire.peers import PeerClient, pooled
 from gateway.workers.follower import Follower
 from gateway.workers.keeper import Keeper
-from gateway.workers.roles import Role
+from gateway.workers.roles import ONE_WORKER, Role, Workers
 
 log = logging.getLogger(__name__)
 FOLLOWERS_EXTRA_S = 5.0  # a stopping keeper waits for its followers' requests, and this
@@ -80,6 +80,9 @@ class Duties(Protocol):
 
     async def exposition(self, own: Callable[[], bytes]) -> bytes:
         """The node's metrics, from this process's `own`."""
+
+    async def workers(self) -> Workers:
+        """The node's worker processes serving."""
 
     def late(self) -> dict[int, float]:
         """Each served chain's seconds behind what the pipeline published."""
@@ -178,6 +181,9 @@ class Joined:
     async def exposition(self, own: Callable[[], bytes]) -> bytes:
         return own()
 
+    async def workers(self) -> Workers:
+        return ONE_WORKER
+
     def late(self) -> dict[int, float]:
         return self.lateness.seconds()
 
@@ -205,6 +211,9 @@ class Keeping(Joined):
     async def exposition(self, own: Callable[[], bytes]) -> bytes:
         return summed([own().decode(), *await self.keeper.follower_metrics()])
 
+    async def workers(self) -> Workers:
+        return self.keeper.workers()
+
 
 class Following:
     """A follower: it serves what its keeper serves, from the moment its coordinator (its
@@ -229,6 +238,9 @@ class Following:
 
     async def exposition(self, own: Callable[[], bytes]) -> bytes:
         return await self.follows.node_metrics()
+
+    async def workers(self) -> Workers:
+        return await self.follows.workers()
 
     def late(self) -> dict[int, float]:
         return {}

@@ -1,7 +1,8 @@
 """A node's HTTP endpoints besides GraphQL, as a route table: /internal/* for peers and the
 pipeline (the cluster secret required: SecretRequired), /cluster for smart clients and
 proxies, /health (liveness: the process answers), /ready (readiness: it serves a snapshot of
-every partition it hosts) and /metrics (Prometheus, gateway/cluster/metrics.py). With [auth],
+every partition it hosts; it says how many of its worker processes serve) and /metrics
+(Prometheus, gateway/cluster/metrics.py). With [auth],
 /cluster and /metrics need a bearer token whose roles grant "cluster" (RequiresGrant: 401,
 or FORBIDDEN 403, each logged with the client and the token's subject); /health and /ready
 stay open to probes that carry no token, and tell nothing but the node's state. Endpoints
@@ -17,6 +18,7 @@ NOT_READY (503).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import orjson
@@ -183,7 +185,8 @@ async def ready(request: Request) -> Response:
         errors = sorted(set(node.delivery.errors.values()))
         return error_response(503, "NOT_READY", "; ".join([message, *errors]))
     versions = {str(p): serving[p].version for p in hosted}
-    return JSONResponse({"node": node.id, "ready": True, "versions": versions})
+    workers = dataclasses.asdict(await node.workers())
+    return JSONResponse({"node": node.id, "ready": True, "versions": versions, "workers": workers})
 
 
 OPERATOR = [Middleware(RequiresGrant, grant="cluster")]

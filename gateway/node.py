@@ -37,7 +37,7 @@ from gateway.runtime.stalls import Stalls
 from gateway.storage.catalog.snapshots import Snapshot
 from gateway.storage.delivery.sync import StoreUnreachable
 from gateway.storage.execution import LocalExecution
-from gateway.workers.roles import ALONE, Role
+from gateway.workers.roles import ALONE, Role, Workers
 
 log = logging.getLogger(__name__)
 
@@ -242,6 +242,10 @@ class GatewayNode:
         """The node's metrics: with workers, each one's summed (the keeper's scrape asks
         its followers; a follower's asks the keeper)."""
         return await self.duties.exposition(self.metrics.exposition)
+
+    async def workers(self) -> Workers:
+        """The node's worker processes serving (a follower asks its keeper)."""
+        return await self.duties.workers()
 
     def answer_headers(self) -> list[tuple[bytes, bytes]]:
         """NODE_HEADER and ASSIGNMENT_HEADER, as an answer carries them."""

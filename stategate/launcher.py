@@ -23,7 +23,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import httpx
 
@@ -302,6 +302,48 @@ def wait_serving(
     if pending:
         raise RuntimeError(f"nodes {sorted(pending)} do not serve all their partitions")
     time.sleep(1.5 * project.settings.health_interval_s)
+
+
+def wait_ready(
+    project: Project,
+    node_ids: list[str],
+    told: Callable[[str, dict[str, Any]], None] = lambda node_id, ready: None,
+    quiet_s: float = QUIET_S,
+    ceiling_s: float = CEILING_S,
+) -> None:
+    """Wait until every node answers /ready with every worker process serving, as long as
+    one more node or worker is every `quiet_s`; `told` hears each node's /ready answer
+    once it is whole."""
+    patience = Patience(quiet_s, ceiling_s)
+    shown: dict[str, tuple[int, int] | None] = dict.fromkeys(node_ids)
+    while (why := patience.passed()) is None:
+        for node_id in [n for n in node_ids if n in shown]:
+            ready = _ready(project.cluster.node(node_id).url)
+            seen = None if ready is None else _serving(ready)
+            if seen != shown[node_id]:
+                patience.progressed()
+                shown[node_id] = seen
+            if ready is not None and seen is not None and seen[0] == seen[1]:
+                told(node_id, ready)
+                del shown[node_id]
+        if not shown:
+            return
+        time.sleep(POLL_S)
+    raise RuntimeError(f"nodes {sorted(shown)} are not ready {why}")
+
+
+def _ready(url: str) -> dict[str, Any] | None:
+    """The node's /ready answer, or None while it is not ready."""
+    try:
+        answer = probes().get(f"{url}/ready", timeout=5)
+    except httpx.HTTPError:
+        return None
+    return answer.json() if answer.status_code == 200 else None
+
+
+def _serving(ready: dict[str, Any]) -> tuple[int, int]:
+    workers = ready["workers"]
+    return int(workers["serving"]), int(workers["of"])
 
 
 def serving(project: Project, url: str) -> set[int]:

@@ -238,6 +238,33 @@ def test_a_follower_that_dies_is_started_again(cluster: Served) -> None:
         conn.close()
 
 
+def test_ready_counts_the_workers_serving(cluster: Served) -> None:
+    node = "node3"
+    held = connections(cluster, node)
+    for pid, conn in held.items():  # a follower's answer is the keeper's count
+        assert ready(conn)["workers"] == {"serving": WORKERS, "of": WORKERS}, pid
+    keeper, follower = workers(cluster, node)
+    held.pop(follower).close()
+    psutil.Process(follower).kill()
+    assert ended(follower, 10)
+    deadline = time.monotonic() + ACCEPT_WAIT_S  # once the keeper read the channel's end
+    while ready(held[keeper])["workers"] != {"serving": WORKERS - 1, "of": WORKERS}:
+        assert time.monotonic() < deadline, ready(held[keeper])
+        time.sleep(0.05)
+    held[keeper].close()
+    for pid, conn in replaced(cluster, node, follower).items():
+        assert ready(conn)["workers"] == {"serving": WORKERS, "of": WORKERS}, pid
+        conn.close()
+
+
+def ready(conn: http.client.HTTPConnection) -> Any:
+    conn.request("GET", "/ready")
+    response = conn.getresponse()
+    body = json.loads(response.read())
+    assert response.status == 200, body
+    return body
+
+
 def replaced(cluster: Served, node: str, follower: int) -> dict[int, http.client.HTTPConnection]:
     """Once a new follower serves in place of `follower`: one connection to each worker."""
     deadline = time.monotonic() + START_WAIT_S

@@ -7,7 +7,8 @@ levels; None once handed over),
 the topology and what its coordinator says (`ClusterNews`), the snapshot store's log ends and
 its sync errors (`DeliveryNews`), `Ready` once a follower has heard the whole state, and the
 answers to a follower's asks (`AskReply`). A follower asks (`Ask`): a sync (the pipeline's
-notification landed on it), or the node's metrics (a scrape did); and it beats (`Beat`)
+notification landed on it), the node's metrics (a scrape did) or its workers serving (a
+/ready did); it tells `Serving` once it serves (it listens next), and it beats (`Beat`)
 every BEAT_S, so that its keeper knows its event loop runs (gateway/workers/keeper.py).
 """
 
@@ -30,7 +31,7 @@ from contracts.topology import Topology
 from gateway.storage.catalog.layers import LevelImage, LocalLayer
 
 log = logging.getLogger(__name__)
-AskKind = Literal["sync", "metrics"]
+AskKind = Literal["sync", "metrics", "workers"]
 LINE_LIMIT = 64 << 20  # the longest message: a node's metrics, or a chain of many layers
 BEAT_S = 0.5
 
@@ -72,6 +73,11 @@ class Ready:
 
 
 @dataclass(frozen=True)
+class Serving:
+    pass
+
+
+@dataclass(frozen=True)
 class Beat:
     pass
 
@@ -85,10 +91,11 @@ class Ask:
 @dataclass(frozen=True)
 class AskReply:
     id: int
-    body: Any  # sync: chain -> version installed; metrics: the exposition's text
+    # sync: chain -> version installed; metrics: the exposition's text; workers: Workers
+    body: Any
 
 
-Message = ChainNews | ClusterNews | DeliveryNews | Ready | Beat | Ask | AskReply
+Message = ChainNews | ClusterNews | DeliveryNews | Ready | Serving | Beat | Ask | AskReply
 
 
 def encode(message: Message) -> bytes:
@@ -121,6 +128,8 @@ def _body(message: Message) -> dict[str, Any]:
             return {"delivery": log_end, "errors": errors, "rows": store_rows}
         case Ready():
             return {"ready": True}
+        case Serving():
+            return {"serving": True}
         case Beat():
             return {"beat": True}
         case Ask(id, kind):
@@ -147,10 +156,12 @@ def _message(body: dict[str, Any]) -> Message:
         return DeliveryNews(log_end, errors, {str(s): int(n) for s, n in body["rows"].items()})
     if "ready" in body:
         return Ready()
+    if "serving" in body:
+        return Serving()
     if "beat" in body:
         return Beat()
     if "ask" in body:
-        if body["kind"] not in ("sync", "metrics"):
+        if body["kind"] not in ("sync", "metrics", "workers"):
             raise ValueError(f"no such ask: {body['kind']!r}")
         return Ask(int(body["ask"]), body["kind"])
     if "answer" in body:

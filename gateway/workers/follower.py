@@ -37,13 +37,15 @@ from gateway.workers.channel import (
     Link,
     Message,
     Ready,
+    Serving,
 )
 from gateway.workers.lifeline import Lifeline
+from gateway.workers.roles import ONE_WORKER, Workers
 
 log = logging.getLogger(__name__)
 CONNECT_POLL_S = 0.1  # the keeper opens its channel once it started: until then, tried again
 SYNC_WAIT_S = 120.0  # the longest a sync asked of the keeper may take
-METRICS_WAIT_S = 5.0  # a scrape: the keeper waits for each follower's, 2 s at most
+METRICS_WAIT_S = 5.0  # a scrape (the keeper waits for each follower's, 2 s at most), /ready
 
 
 class Follower:
@@ -85,6 +87,7 @@ class Follower:
         ready = asyncio.create_task(self._ready.wait())
         await asyncio.wait([ready, self._task], return_when=asyncio.FIRST_COMPLETED)
         ready.cancel()
+        self._link.send(Serving())  # its server listens once this start returns
 
     async def stop(self) -> None:
         self._stopping = True
@@ -121,6 +124,15 @@ class Follower:
             return self.metrics()
         text: str = await self._link.ask("metrics", METRICS_WAIT_S)
         return text.encode()
+
+    async def workers(self) -> Workers:
+        """The node's workers serving, as the keeper counts them."""
+        if self._link is None:
+            return ONE_WORKER
+        try:
+            return Workers(**await self._link.ask("workers", METRICS_WAIT_S))
+        except (ChannelError, TimeoutError):
+            return ONE_WORKER
 
     def log_end(self, topic: str, partition: int) -> int | None:
         return self._log_end.get(topic, {}).get(partition)

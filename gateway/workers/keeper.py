@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import socket
 import struct
@@ -48,8 +49,9 @@ from gateway.workers.channel import (
     Link,
     Message,
     Ready,
+    Serving,
 )
-from gateway.workers.roles import Followers
+from gateway.workers.roles import Followers, Workers
 
 log = logging.getLogger(__name__)
 PUBLISH_INTERVAL_S = 1.0
@@ -90,6 +92,7 @@ class Keeper:
         self.metrics = metrics
         self._links: dict[Link, _Heard] = {}
         self._pids: dict[Link, int] = {}  # each follower's at the other end
+        self._serving: set[Link] = set()  # the followers that said they serve
         self._server: asyncio.Server | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -135,6 +138,10 @@ class Keeper:
         found = await asyncio.gather(*asked, return_exceptions=True)
         return [text for text in found if isinstance(text, str)]
 
+    def workers(self) -> Workers:
+        """The node's workers serving: this keeper, and each follower that said so."""
+        return Workers(1 + len(self._serving), 1 + self.followers.count)
+
     def publish(self) -> None:
         """Tell each follower what changed since it was told last."""
         chains = {
@@ -171,7 +178,7 @@ class Keeper:
                     self.followers.kill(pid)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        link = Link(reader, writer, self._heard, self._answer)
+        link = Link(reader, writer, lambda message: self._heard(link, message), self._answer)
         self._links[link] = _Heard()
         self._pids[link] = _peer_pid(writer)
         self.publish()
@@ -181,14 +188,19 @@ class Keeper:
         finally:
             self._links.pop(link, None)
             self._pids.pop(link, None)
+            self._serving.discard(link)
 
-    async def _heard(self, message: Message) -> None:
-        if not isinstance(message, Beat):  # a beat: the link noted when it came
+    async def _heard(self, link: Link, message: Message) -> None:
+        if isinstance(message, Serving):
+            self._serving.add(link)
+        elif not isinstance(message, Beat):  # a beat: the link noted when it came
             log.warning("a follower sent what only a keeper tells: %r", message)
 
     async def _answer(self, ask: Ask) -> Any:
         if ask.kind == "metrics":
             return (await self.metrics()).decode()
+        if ask.kind == "workers":
+            return dataclasses.asdict(self.workers())
         try:
             installed = await self.sync.run_once(force=True)
         except StoreUnreachable as exc:

@@ -11,6 +11,8 @@ from gateway.workers.lifeline import Lifeline
 class Followers(Protocol):
     """The follower processes a keeper started (stategate/workers.py)."""
 
+    count: int  # how many it keeps running
+
     def running(self) -> list[int]:
         """Their pids, of those not ended yet."""
         ...
@@ -43,3 +45,14 @@ class Role:
 
 
 ALONE = Role()
+
+
+@dataclass(frozen=True)
+class Workers:
+    """How many of a node's worker processes serve (listen on its port), of how many."""
+
+    serving: int
+    of: int
+
+
+ONE_WORKER = Workers(1, 1)

@@ -30,6 +30,7 @@ from gateway.workers.channel import (
     Link,
     Message,
     Ready,
+    Serving,
     decode,
     encode,
 )
@@ -57,8 +58,9 @@ messages = st.one_of(
         st.dictionaries(st.text(), st.integers(0, 2**62)),
     ),
     st.just(Ready()),
+    st.just(Serving()),
     st.just(Beat()),
-    st.builds(Ask, st.integers(1, 10**9), st.sampled_from(["sync", "metrics"])),
+    st.builds(Ask, st.integers(1, 10**9), st.sampled_from(["sync", "metrics", "workers"])),
     st.builds(AskReply, st.integers(1, 10**9), st.one_of(st.text(), st.none())),
 )
 
