@@ -28,3 +28,10 @@ def duration(ms: int) -> str:
     """A span as a project file spells it, in its largest whole unit: 7d, 90m."""
     unit = next(u for u, size in UNITS_MS.items() if ms % size == 0)
     return f"{ms // UNITS_MS[unit]}{unit}"
+
+
+def left(done: int, total: int, elapsed_s: float) -> str:
+    """What a progress line adds: "about 40 s left", at the pace so far ("" before any)."""
+    if done <= 0 or done >= total:
+        return ""
+    return f", about {elapsed_s * (total - done) / done:.0f} s left"

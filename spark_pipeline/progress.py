@@ -16,6 +16,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from contracts.clock import left
 from spark_pipeline.dead_letter import FOLDER
 from spark_pipeline.spark import every
 
@@ -28,7 +29,7 @@ def stage_progress(
     spark: SparkSession, what: str, every_s: float = PROGRESS_EVERY_S
 ) -> Iterator[None]:
     """While the block runs, log every `every_s` how far the Spark stages running are:
-    "building layers: 4 of 9 tasks done, 2 running (40 s)"."""
+    "building layers: 4 of 9 tasks done, 2 running (40 s, about 50 s left)"."""
     started = time.monotonic()
     tracker = spark.sparkContext.statusTracker()
 
@@ -41,13 +42,16 @@ def stage_progress(
         if not running:  # Spark plans the read (its Python workers start)
             log.info("%s: preparing (%.0f s)", what, time.monotonic() - started)
             return True
+        done, total = sum(s.numCompletedTasks for s in running), sum(s.numTasks for s in running)
+        elapsed = time.monotonic() - started
         log.info(
-            "%s: %d of %d tasks done, %d running (%.0f s)",
+            "%s: %d of %d tasks done, %d running (%.0f s%s)",
             what,
-            sum(s.numCompletedTasks for s in running),
-            sum(s.numTasks for s in running),
+            done,
+            total,
             sum(s.numActiveTasks for s in running),
-            time.monotonic() - started,
+            elapsed,
+            left(done, total, elapsed),
         )
         return True
 

@@ -59,8 +59,9 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     if args.command == "demo":
         options = demo.Options(
-            args.customers, args.events, args.fresh, args.check, args.rate, args.elastic
-        )
+            args.customers, args.events, args.fresh, args.check, args.rate, args.elastic,
+            args.verbose,
+        )  # fmt: skip
         return demo.run(Path(args.dir), options)
     if args.command == "settings":
         return print_settings()
@@ -90,6 +91,11 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="with a coordinator (an etcd of its own): prints the command that adds a node; "
         "with --check, runs it",
+    )
+    run_demo.add_argument(
+        "--verbose",
+        action="store_true",
+        help="echo every line the pipeline logs; the nodes log at DEBUG (in .demo/logs/)",
     )
 
     node = commands.add_parser("node", help="serve one gateway node")

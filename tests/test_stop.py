@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import signal
 import socket
 import subprocess
@@ -210,6 +211,10 @@ def test_the_demo_stops_every_process_it_started(tmp_path: Path, when: str) -> N
                 time.sleep(0.1)
         else:
             wait_for(b"The cluster is up", log, proc, START_S)
+            told = log.read_text().split("The cluster is up")[0]
+            assert "  3000 of 3000 (" in told, told  # the bookings produced
+            for node in ("node1", "node2", "node3"):  # each node's workers all serve first
+                assert re.search(rf"  {node}: (\d+) workers serve \d+ partitions", told), told
             names = [p.name() for p in psutil.Process(proc.pid).children(recursive=True)]
             assert sorted(jvms(proc)) == ["kafka", "spark"], names
             assert len(names) >= 6, names  # and the pipeline, 3 nodes

@@ -23,6 +23,7 @@ log = logging.getLogger(__name__)
 TICK_S = 0.05
 STALL_S = 0.25  # far beyond a loop's usual lateness (ms), well within any call's timeout
 REMEMBERED = 64  # stalls kept: far more than a call's window can overlap
+WARN_S = 1.0  # a stall this long is logged at WARNING; a shorter one, at DEBUG (a busy host's)
 
 
 class Stalls:
@@ -42,7 +43,8 @@ class Stalls:
         now = self.clock()
         began = self._stalled_from(now)
         if began is not None:
-            log.warning("this node did not run for %.2f s", now - began)
+            level = logging.WARNING if now - began >= WARN_S else logging.DEBUG
+            log.log(level, "this node did not run for %.2f s", now - began)
             self.stalls.append((began, now))
         self.woke = now
 

@@ -21,20 +21,22 @@ import subprocess
 import sys
 import time
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 from websockets.sync.client import connect
 from websockets.typing import Subprotocol
 
 from contracts import project as projects
-from contracts.clock import now_ms
+from contracts.clock import left, now_ms
 from contracts.project import Project
 from contracts.records import Record
 from stategate import etcd as coordinator
-from stategate import logs, stopping
+from stategate import launcher, logs, stopping
 from stategate.broker import Broker
 from stategate.demo import elastic
 from stategate.etcd import Etcd
@@ -66,6 +68,7 @@ class Options:
     check: bool = False  # run the checks, then stop
     rate: float = 20.0  # live bookings per second
     elastic: bool = False  # with a coordinator: an etcd of the demo's own
+    verbose: bool = False  # every pipeline line echoed, the nodes logging at DEBUG
 
 
 def example_query() -> str:
@@ -73,10 +76,15 @@ def example_query() -> str:
 
 
 def prepare(
-    folder: Path, fresh: bool, coordinator: str | None = None, bootstrap: str | None = None
+    folder: Path,
+    fresh: bool,
+    coordinator: str | None = None,
+    bootstrap: str | None = None,
+    verbose: bool = False,
 ) -> Project:
     """The demo project in `folder` (written from the template; emptied first if fresh),
-    elastic with a `coordinator`, on the Kafka broker at `bootstrap`."""
+    elastic with a `coordinator`, on the Kafka broker at `bootstrap`, logging at DEBUG if
+    `verbose`."""
     if fresh and folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -89,6 +97,8 @@ def prepare(
     if bootstrap is not None:
         template = tomllib.loads(text)["kafka"]["bootstrap"]
         text = text.replace(f'"{template}"', f'"{bootstrap}"', 1)
+    if verbose:
+        text += '\n[settings]\nlog_level = "debug"\n'
     path.write_text(header + text)
     shutil.copytree(HERE / "dashboard", folder / "dashboard", dirs_exist_ok=True)
     return projects.load(path)
@@ -116,7 +126,9 @@ def _run(folder: Path, options: Options, stop: stopping.StopRequest) -> int:
     etcd = Etcd(folder / "etcd") if options.elastic else None  # new ports each run
     generated = (folder / GENERATED).exists() and not options.fresh
     broker = Broker(folder / "kafka")  # new ports each run, its records kept
-    project = prepare(folder, not generated, etcd.url if etcd else None, broker.bootstrap)
+    project = prepare(
+        folder, not generated, etcd.url if etcd else None, broker.bootstrap, options.verbose
+    )
     logs.configure("demo", project.settings)
     pipeline: subprocess.Popen[bytes] | None = None
     nodes = Processes(logs=folder / "logs")
@@ -127,17 +139,26 @@ def _run(folder: Path, options: Options, stop: stopping.StopRequest) -> int:
         if not generated:  # a half-produced week would be taken as whole: a fresh one next time
             customers, events = options.customers, options.events
             print(f"producing {events} bookings of {customers} customers ...", flush=True)
-            bookings.generate(project, customers=customers, events=events, end_ms=END_MS)
+            began = time.monotonic()
+
+            def produced(count: int) -> None:
+                took = time.monotonic() - began
+                print(
+                    f"  {count} of {events} ({took:.0f} s{left(count, events, took)})", flush=True
+                )
+
+            bookings.generate(project, customers, events, end_ms=END_MS, produced=produced)
             (folder / GENERATED).touch()
         if etcd is not None:
             print(f"starting etcd ({etcd.url}) ...", flush=True)
             etcd.start()
         print("starting the continuous pipeline (Spark, local mode) ...", flush=True)
         pipeline = _follow(project, folder / "pipeline.log")
-        _wait_published(project, pipeline, folder / "pipeline.log")
+        _wait_published(pipeline, folder / "pipeline.log", options.verbose)
         nodes.start_nodes(project)
         live.start()
         joining = _settle(project, etcd) if etcd is not None else None
+        _wait_ready(project)
         print(_instructions(project, options.rate), flush=True)
         if etcd is not None and joining is not None:
             print(elastic.instructions(project, etcd, joining), flush=True)
@@ -158,6 +179,17 @@ def _run(folder: Path, options: Options, stop: stopping.StopRequest) -> int:
             etcd.stop()
 
 
+def _counting(total: int) -> Callable[[int], None]:
+    """What prints a count as it grows: "  50000 of 250000 (3 s, about 12 s left)"."""
+    began = time.monotonic()
+
+    def told(count: int) -> None:
+        took = time.monotonic() - began
+        print(f"  {count} of {total} ({took:.0f} s{left(count, total, took)})", flush=True)
+
+    return told
+
+
 def _settle(project: Project, etcd: Etcd) -> elastic.Joining:
     """Wait until the nodes are placed and serve their partitions; the node to add next."""
     print("waiting until the nodes serve the partitions placed on them ...", flush=True)
@@ -165,6 +197,17 @@ def _settle(project: Project, etcd: Etcd) -> elastic.Joining:
     state = elastic.wait_settled(project, etcd, elastic.node_urls(project))
     print(f"placed and serving in {time.monotonic() - started:.1f} s", flush=True)
     return elastic.Joining.next(state)
+
+
+def _wait_ready(project: Project) -> None:
+    """Until every process of every node serves (the URLs are printed next)."""
+    print("waiting until every worker of every node serves ...", flush=True)
+
+    def told(node_id: str, ready: dict[str, Any]) -> None:
+        workers, partitions = ready["workers"], len(ready["versions"])
+        print(f"  {node_id}: {workers['of']} workers serve {partitions} partitions", flush=True)
+
+    launcher.wait_ready(project, [n.id for n in project.cluster.nodes], told)
 
 
 def _stop(pipeline: subprocess.Popen[bytes] | None, nodes: Processes) -> None:
@@ -188,9 +231,11 @@ def _follow(project: Project, log: Path) -> subprocess.Popen[bytes]:
         return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
 
 
-def _wait_published(project: Project, pipeline: subprocess.Popen[bytes], log: Path) -> None:
+def _wait_published(pipeline: subprocess.Popen[bytes], log: Path, verbose: bool) -> None:
     """Until the pipeline has caught up with the log and follows it, its progress lines
-    echoed meanwhile (what it reads, its Spark stage's tasks, what it published)."""
+    echoed meanwhile (what it reads, its Spark stage's tasks, what it published); if
+    `verbose`, every line it logs."""
+    print(f"  (the pipeline's whole log: {log})", flush=True)
     seen = 0
     while True:
         with open(log, "rb") as out:
@@ -199,7 +244,9 @@ def _wait_published(project: Project, pipeline: subprocess.Popen[bytes], log: Pa
         lines = new[: new.rfind(b"\n") + 1]
         seen += len(lines)
         for line in lines.splitlines():
-            if said := PROGRESS.search(line):
+            if verbose:
+                print(f"  {line.decode(errors='replace')}", flush=True)
+            elif said := PROGRESS.search(line):
                 print(f"  pipeline: {said.group(1).decode(errors='replace')}", flush=True)
         if FOLLOWING in lines:
             return

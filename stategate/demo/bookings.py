@@ -16,7 +16,7 @@ import itertools
 import random
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from contracts.clock import now_ms
@@ -51,8 +51,10 @@ def generate(
     events: int = 250_000,
     seed: int = 1,
     end_ms: int | None = None,
+    produced: Callable[[int], None] = lambda count: None,
 ) -> dict[int, int]:
-    """Append `events` bookings to the project's log; returns the record count per partition.
+    """Append `events` bookings to the project's log, telling `produced` the count so far
+    after each chunk; returns the record count per partition.
     Kafka topics are created first, keeping the producers' timestamps (CreateTime): a
     booking's time is when it was made, a week back for most."""
     topic = project.topics.get(TOPIC)
@@ -63,7 +65,8 @@ def generate(
         if isinstance(log, KafkaLog):
             log.create(EVENT_TIME)
         with _no_gc():  # millions of short-lived dicts: the cyclic GC would cost a quarter
-            return _generate(project, log, topic, customers, events, random.Random(seed), end_ms)
+            rng = random.Random(seed)
+            return _generate(project, log, topic, customers, events, rng, end_ms, produced)
     finally:
         log.close()
 
@@ -76,6 +79,7 @@ def _generate(
     events: int,
     rng: random.Random,
     end_ms: int | None,
+    produced: Callable[[int], None],
 ) -> dict[int, int]:
     start = (now_ms() if end_ms is None else end_ms) - WEEK_MS
     step = WEEK_MS / events
@@ -99,6 +103,7 @@ def _generate(
             for customer, value, timestamp in zip(who, values, when, strict=True)
         ]
         counts.update(log.append(topic, records))
+        produced(first + size)
     return dict(sorted(counts.items()))
 
 
