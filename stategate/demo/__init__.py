@@ -153,8 +153,10 @@ def _run(folder: Path, options: Options, stop: stopping.StopRequest) -> int:
             print(f"starting etcd ({etcd.url}) ...", flush=True)
             etcd.start()
         print("starting the continuous pipeline (Spark, local mode) ...", flush=True)
-        pipeline = _follow(project, folder / "pipeline.log")
-        _wait_published(pipeline, folder / "pipeline.log", options.verbose)
+        pipeline_log = folder / "pipeline.log"
+        earlier = pipeline_log.stat().st_size if pipeline_log.exists() else 0
+        pipeline = _follow(project, pipeline_log)
+        _wait_published(pipeline, pipeline_log, earlier, options.verbose)
         nodes.start_nodes(project)
         live.start()
         joining = _settle(project, etcd) if etcd is not None else None
@@ -231,12 +233,11 @@ def _follow(project: Project, log: Path) -> subprocess.Popen[bytes]:
         return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
 
 
-def _wait_published(pipeline: subprocess.Popen[bytes], log: Path, verbose: bool) -> None:
+def _wait_published(pipeline: subprocess.Popen[bytes], log: Path, seen: int, verbose: bool) -> None:
     """Until the pipeline has caught up with the log and follows it, its progress lines
-    echoed meanwhile (what it reads, its Spark stage's tasks, what it published); if
-    `verbose`, every line it logs."""
+    past `seen` (earlier runs') echoed meanwhile (what it reads, its Spark stage's tasks,
+    what it published); if `verbose`, every line it logs."""
     print(f"  (the pipeline's whole log: {log})", flush=True)
-    seen = 0
     while True:
         with open(log, "rb") as out:
             out.seek(seen)
