@@ -4,9 +4,8 @@ data folder of its own, stopped and started again like a machine.
 
     python -m stategate.broker fetch       # the broker's jars, once
 
-Jars are fetched once with Maven into the cache (`$STATEGATE_CACHE`, else
-~/.cache/stategate): a folder per artifact set, complete once its stamp file is written, so a
-second run starts no Maven at all. Kafka 4.4.0 is the newest Maven Central serves here.
+Its jars are fetched once with Maven into the cache (stategate/jars.py). Kafka 4.4.0 is the
+newest Maven Central serves here.
 
 A broker starts in 2-4 s on 2 cores (C1 only, serial GC, a 256 MiB heap) and logs WARN and
 its ready line to <folder>/server.log. Its records carry the broker's append time
@@ -17,18 +16,14 @@ from __future__ import annotations
 
 import argparse
 import base64
-import ctypes
-import os
-import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from stategate.jars import JVM, Artifact, ends_with_parent, jars, java
 from stategate.launcher import free_ports
 
 KAFKA_VERSION = "4.4.0"
@@ -36,15 +31,6 @@ LOG4J_VERSION = "2.25.5"  # kafka-server 4.4.0's log4j-core: its slf4j 1.7 bindi
 READY_LINE = b"Kafka Server started"  # KafkaRaftServer, once the broker is unfenced
 READY_S = 90.0
 STOP_S = 15.0
-STAMP = "complete"
-
-
-@dataclass(frozen=True)
-class Artifact:
-    group: str
-    name: str
-    version: str
-
 
 # The broker: kafka_2.13 brings every jar it runs on but a logging binding; without
 # log4j-slf4j-impl it logs nothing at all, its start-up errors included.
@@ -53,21 +39,6 @@ BROKER = (
     Artifact("org.apache.logging.log4j", "log4j-slf4j-impl", LOG4J_VERSION),
 )
 
-_POM = """<?xml version="1.0" encoding="UTF-8"?>
-<project xmlns="http://maven.apache.org/POM/4.0.0">
-  <modelVersion>4.0.0</modelVersion>
-  <groupId>stategate.jars</groupId>
-  <artifactId>{name}</artifactId>
-  <version>1</version>
-  <packaging>pom</packaging>
-  <dependencies>
-{dependencies}
-  </dependencies>
-</project>
-"""
-_DEPENDENCY = """    <dependency>
-      <groupId>{group}</groupId><artifactId>{name}</artifactId><version>{version}</version>
-    </dependency>"""
 _LOG4J2 = """status = warn
 appender.file.type = File
 appender.file.name = FILE
@@ -79,38 +50,6 @@ rootLogger.appenderRef.file.ref = FILE
 logger.started.name = kafka.server.KafkaRaftServer
 logger.started.level = INFO
 """
-# C1 only and a serial GC: a JVM that starts in half the CPU and leaves the cores to the rest
-JVM = ["-Xms128m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-       "-XX:-UsePerfData", "-Djava.awt.headless=true"]  # fmt: skip
-
-
-def cache() -> Path:
-    return Path(os.environ.get("STATEGATE_CACHE") or Path.home() / ".cache" / "stategate")
-
-
-def jars(name: str, artifacts: tuple[Artifact, ...]) -> Path:
-    """The folder holding `artifacts`' jars (and their dependencies'), fetched with Maven
-    the first time only."""
-    folder = cache() / name
-    if (folder / STAMP).exists():
-        return folder
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    dependencies = "\n".join(
-        _DEPENDENCY.format(group=a.group, name=a.name, version=a.version) for a in artifacts
-    )
-    with tempfile.TemporaryDirectory(dir=folder.parent) as work:
-        pom = Path(work) / "pom.xml"
-        pom.write_text(_POM.format(name=name, dependencies=dependencies))
-        fetched = Path(work) / "jars"
-        command = ["mvn", "-B", "-q", "-f", str(pom), "dependency:copy-dependencies",
-                   f"-DoutputDirectory={fetched}", "-DincludeScope=runtime"]  # fmt: skip
-        done = subprocess.run(command, capture_output=True, text=True)
-        if done.returncode != 0:
-            raise RuntimeError(f"maven could not fetch {name}: {done.stdout[-2000:]}")
-        shutil.rmtree(folder, ignore_errors=True)
-        fetched.rename(folder)
-    (folder / STAMP).write_text("".join(f"{p.name}\n" for p in sorted(folder.glob("*.jar"))))
-    return folder
 
 
 def broker_jars() -> Path:
@@ -225,18 +164,18 @@ class Broker:
                 "-c",
                 str(config),
             ]
-            done = subprocess.run(_java(lib, jvm, format_), capture_output=True, text=True)
+            done = subprocess.run(java(lib, jvm, format_), capture_output=True, text=True)
             if done.returncode != 0:
                 raise RuntimeError(f"kafka-storage format failed: {done.stdout}{done.stderr}")
         seen = self.log.stat().st_size if self.log.exists() else 0
         with open(self.folder / "stdout.log", "ab") as out:
             self.proc = subprocess.Popen(
-                _java(lib, jvm, ["kafka.Kafka", str(config)]),
+                java(lib, jvm, ["kafka.Kafka", str(config)]),
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,  # Ctrl-C in a terminal reaches its owner, not it
-                preexec_fn=_ends_with_parent,
+                preexec_fn=ends_with_parent,
             )
         return seen
 
@@ -311,19 +250,6 @@ class Brokers:
     def stop(self) -> None:
         for broker in self.brokers:
             broker.stop()
-
-
-def _java(lib: Path, jvm: list[str], main: list[str]) -> list[str]:
-    home = os.environ.get("JAVA_HOME")
-    java = str(Path(home) / "bin" / "java") if home else "java"
-    return [java, *jvm, "-cp", f"{lib}/*", *main]
-
-
-def _ends_with_parent() -> None:
-    """In the broker's process: SIGTERM once its parent dies, by kill -9 too (Linux's
-    PR_SET_PDEATHSIG), so that no broker outlives the demo or test run that started it."""
-    pr_set_pdeathsig = 1
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
 def main(argv: list[str] | None = None) -> int:
