@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 
 CODEGEN := .venv-codegen
 
-.PHONY: setup browser coordinator network kafka demo demo-elastic test lint bench schema clients client-python client-typescript
+.PHONY: setup browser coordinator network kafka s3 demo demo-elastic test lint bench schema clients client-python client-typescript
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,11 @@ network:
 kafka: setup
 	$(PY) -m stategate.broker fetch > /dev/null
 
+# An S3 API server, S3Proxy from Maven Central, for the snapshot store's tests: fetched once
+# into ~/.cache/stategate, then found there (stategate/s3server.py).
+s3: setup
+	$(PY) -m stategate.s3server fetch > /dev/null
+
 demo: setup kafka
 	$(PY) -m stategate.cli demo
 
@@ -49,12 +54,12 @@ demo-elastic: setup coordinator kafka
 lint: setup
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
-	$(PY) -m mypy contracts topics gateway resolvers spark_pipeline stategate bench
+	$(PY) -m mypy contracts topics snapshot_store gateway resolvers spark_pipeline stategate bench
 
 # npm writes node_modules/.package-lock.json last: installed, and from the current lock file.
 TS_MODULES := clients/typescript/node_modules/.package-lock.json
 # The typed clients' generators are installed before the tests run them (README: Typed clients).
-test: lint browser coordinator network kafka $(CODEGEN)/.installed $(TS_MODULES)
+test: lint browser coordinator network kafka s3 $(CODEGEN)/.installed $(TS_MODULES)
 	$(PY) -m pytest
 
 bench: setup

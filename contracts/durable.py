@@ -11,10 +11,11 @@ from pathlib import Path
 
 
 @contextmanager
-def locked(folder: Path) -> Iterator[None]:
-    """Hold `<folder>/.lock` exclusively (one writer at a time, across processes)."""
+def locked(folder: Path, name: str = ".lock") -> Iterator[None]:
+    """Hold `<folder>/<name>` exclusively (one writer at a time, across processes; a
+    process that holds it already waits too: flock's locks are its open files')."""
     folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / ".lock", "w") as fh:
+    with open(folder / name, "w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield

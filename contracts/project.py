@@ -38,6 +38,7 @@ _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
 _AGG = re.compile(r"^(count)(?:\(\))?$|^(sum|min|max|avg)\((\w+)\)$")
 _JOIN = re.compile(r"^([A-Za-z][A-Za-z0-9]*)\(([A-Za-z][A-Za-z0-9]*)\)$")  # store(field)
 _DURATION = re.compile(r"^(\d+)(ms|s|m|h|d)$")
+OBJECT_STORE = "s3://"  # a snapshot store on the S3 API (snapshot_store/s3.py)
 RESERVED_COLUMNS = ("key", "window_start")  # a snapshot's own columns
 SECRET_ENV = "STATEGATE_SECRET"
 MAX_PORT = 65535
@@ -245,8 +246,11 @@ class Kafka:
 class Project:
     path: Path
     log_dir: Path
-    snapshot_store: str  # the directory the pipeline publishes to
-    snapshot_url: str  # where nodes pull from: that directory, or `stategate store`'s URL
+    # the folder the pipeline publishes to; with an object store, its working copy there
+    snapshot_store: str
+    # where nodes pull from: that folder, `stategate store`'s URL, or an object store's
+    # (s3://bucket/prefix), which the pipeline publishes to
+    snapshot_url: str
     topics: dict[str, Topic]
     stores: dict[str, Store]
     cluster: Cluster
@@ -257,6 +261,11 @@ class Project:
 
     def store(self, name: str) -> Store:
         return self.stores[name]
+
+    @property
+    def object_store(self) -> str | None:
+        """The bucket the pipeline publishes to and the nodes pull from, if any."""
+        return self.snapshot_url if self.snapshot_url.startswith(OBJECT_STORE) else None
 
     @cached_property
     def global_stores(self) -> tuple[Store, ...]:

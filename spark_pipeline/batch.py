@@ -335,6 +335,7 @@ def _layer_task(
         version=(entry.version if entry else 0) + 1,
         kind=kind,
         store_root=batch.store_root,
+        store_url=batch.project.object_store,
         below=() if entry is None else entry.layers,
         positions=positions,
         topics=tuple(batch.project.topics[t] for t in topics),

@@ -46,6 +46,7 @@ def _tasks(project: Project, store_dir: Path, chains: dict[int, PartitionEntry])
             version=entry.version,
             kind="base",
             store_root=str(store_dir),
+            store_url=project.object_store,
             below=entry.layers,
             positions=dict(entry.position),
             topics=tuple(project.topics[t] for t in topics_of(project, partition)),

@@ -40,12 +40,11 @@ from contracts.manifest import (  # noqa: E402
     Layer,
     Manifest,
     PartitionEntry,
-    read_manifest,
-    write_manifest,
 )
 from contracts.project import Project, load  # noqa: E402
 from spark_pipeline.batch import Published, publish, publish_here  # noqa: E402
 from spark_pipeline.log_source import read_log, task_groups  # noqa: E402
+from spark_pipeline.manifests import Manifests  # noqa: E402
 from spark_pipeline.plan import RunPlan, plan_run  # noqa: E402
 from spark_pipeline.progress import log_bad_records, positions, size, stage_progress  # noqa: E402
 from spark_pipeline.publish import mirror, notify_nodes, prune, sweep_temporaries  # noqa: E402
@@ -101,9 +100,10 @@ def run(
     stopping = stopping or threading.Event()
     events = open_log(project)
     events.check()
+    manifests = Manifests(project, store_dir)
     with locked(store_dir), contextlib.closing(events):
         _sweep(store_dir)
-        manifest = read_manifest(store_dir)
+        manifest = manifests.read()
         plan = plan_run(project, manifest, events)
         report = RunReport(records=plan.records(topics), rebuild=plan.rebuild)
         _log_plan(project, events, plan, report.records)
@@ -132,9 +132,9 @@ def run(
             log_bad_records(published.bad, store_dir)
             report.bad_records = published.bad
         if published.layers:
-            write_manifest(store_dir, published.manifest)
+            manifests.write(published.manifest)
             mirror(project, published.manifest, events)
-            prune(store_dir, published.manifest)
+            prune(store_dir, published.manifest, object_store=manifests.object_store)
             log.info(
                 "published: the manifest names %d new layers (partitions %s)",
                 len(published.layers),

@@ -18,6 +18,7 @@ that is written but never published is harmless: the next task's chain does not 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -62,10 +63,15 @@ def forget() -> None:
 
 
 def kept_rows_of(
-    store_root: str, partition: int, below: tuple[Layer, ...], stores: tuple[Store, ...]
+    store_root: str,
+    partition: int,
+    below: tuple[Layer, ...],
+    stores: tuple[Store, ...],
+    where: Callable[[Layer], Path],
 ) -> KeptRows:
     """The kept chain of `below` (a base and its deltas): the one kept when it is `below` or
-    leads to it, with the deltas it lacks folded in; else every delta of `below` folded."""
+    leads to it, with the deltas it lacks folded in (each read `where` it is on this host);
+    else every delta of `below` folded."""
     chain = chain_of(below)
     held = kept(store_root, partition)
     if held is None or held.chain != chain[: len(held.chain)]:
@@ -73,7 +79,7 @@ def kept_rows_of(
     missing = below[len(held.chain) :]
     if not missing or not any(kept_for(store) for store in stores):
         return KeptRows(chain, held.rows)
-    read = [read_delta(Path(store_root) / layer.path)[1] for layer in missing]
+    read = [read_delta(where(layer))[1] for layer in missing]
     return KeptRows(chain, fold(held.rows, read, stores))
 
 

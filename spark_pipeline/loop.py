@@ -30,7 +30,6 @@ import re
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from prometheus_client import CollectorRegistry, start_http_server
 from pyspark.sql import SparkSession
@@ -38,13 +37,14 @@ from pyspark.sql import SparkSession
 from contracts import chains
 from contracts.durable import locked
 from contracts.freshness import Delays
-from contracts.manifest import Manifest, read_manifest, write_manifest
+from contracts.manifest import Manifest
 from contracts.project import Project
 from spark_pipeline import compaction
 from spark_pipeline.batch import Published, publish, publish_here
 from spark_pipeline.dead_letter import refusal
 from spark_pipeline.job import run, snapshot_dir
 from spark_pipeline.log_source import read_log, task_groups
+from spark_pipeline.manifests import Manifests
 from spark_pipeline.plan import plan_run, stores_digest
 from spark_pipeline.progress import log_bad_records, positions
 from spark_pipeline.publish import Notifier, mirror, prune, sweep_temporaries
@@ -81,6 +81,7 @@ class PipelineLoop:
         self._spark = spark if isinstance(spark, LazySpark) else LazySpark.of(spark)
         self.notify = notify
         self.store_dir = snapshot_dir(project)
+        self.manifests = Manifests(project, self.store_dir)
         self.progress = LoopProgress()
         self.stopping = threading.Event()
         self._loop: threading.Thread | None = None
@@ -106,14 +107,14 @@ class PipelineLoop:
         the stores changed). Returns without following when a stop came meanwhile."""
         with locked(self.store_dir):
             sweep_temporaries(self.store_dir)
-        if not extendable(self.project, read_manifest(self.store_dir)):
+        if not extendable(self.project, self.manifests.current()):
             log.info("catching up with a one-shot run first (new snapshots or new stores)")
             run(self.project, self._spark, notify=self.notify, stopping=self.stopping)
         else:
             self.events.check()  # as the one-shot run does first
         if self.stopping.is_set():
             return
-        manifest = read_manifest(self.store_dir)
+        manifest = self.manifests.current()
         self._loop = threading.Thread(target=self._follow, name="follow", daemon=True)
         self._loop.start()
         self._compactor = threading.Thread(target=self._compact_forever, daemon=True)
@@ -217,7 +218,7 @@ class PipelineLoop:
         settings = self.project.settings
         started = time.monotonic()
         with locked(self.store_dir):
-            manifest = read_manifest(self.store_dir)
+            manifest = self.manifests.read()
             plan = plan_run(self.project, manifest, self.events)
             if plan.rebuild:
                 raise RuntimeError("the snapshot store's stores changed under the pipeline")
@@ -252,7 +253,7 @@ class PipelineLoop:
                 )
                 self._commit_one(published)
             if published.layers:
-                prune(self.store_dir, published.manifest)
+                prune(self.store_dir, published.manifest, object_store=self.manifests.object_store)
         self._report(self.progress.batches, published, time.monotonic() - started)
 
     def _spare(self, behind: int) -> int:
@@ -263,7 +264,7 @@ class PipelineLoop:
 
     def _commit_one(self, published: Published) -> None:
         """Publish new layers (the caller holds the store's lock) and tell the nodes."""
-        _commit(self.store_dir, published)
+        _commit(self.manifests, published)
         if published.layers:
             mirror(self.project, published.manifest, self.events)
         for layer in published.layers.values():
@@ -316,15 +317,15 @@ class PipelineLoop:
                     log.exception("compaction failed")
 
     def _compact_one(self) -> None:
-        manifest = read_manifest(self.store_dir)
+        manifest = self.manifests.current()
         due = compaction.due(self.project, manifest)
         if not due:
             return
         chains = {due[0]: manifest.partitions[due[0]]}
         bases = compaction.compact(self.project, self.store_dir, chains)
         with locked(self.store_dir):
-            rebased = compaction.rebase(read_manifest(self.store_dir), chains, bases)
-            write_manifest(self.store_dir, rebased)
+            rebased = compaction.rebase(self.manifests.read(), chains, bases)
+            self.manifests.write(rebased)
         self.progress.compactions += 1
         log.info("compacted partition %s at version %s", due[0], chains[due[0]].version)
         self._tell_nodes(set(bases))
@@ -351,14 +352,14 @@ def extendable(project: Project, manifest: Manifest) -> bool:
     return complete and manifest.stores_digest == stores_digest(project)
 
 
-def _commit(store_dir: Path, published: Published) -> None:
+def _commit(manifests: Manifests, published: Published) -> None:
     """Write the manifest naming the new layers: the point where they become visible, with
     the crash points around it that the exactly-once tests use. Nothing when there are no
     new layers. The caller holds the store's lock, and prunes what the manifest no longer
     names once the micro-batch is done."""
     if published.layers:
         _crash_point("layers-written")
-        write_manifest(store_dir, published.manifest)
+        manifests.write(published.manifest)
         _crash_point("manifest-written")
 
 

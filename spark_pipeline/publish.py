@@ -25,6 +25,8 @@ from contracts.coordination import CoordinatorError, State, read_once
 from contracts.manifest import Manifest
 from contracts.project import Node, Project
 from contracts.snapshot_file import parse_file_name, partition_folder
+from snapshot_store import SnapshotStore
+from snapshot_store.folder import FolderStore
 from spark_pipeline.snapshot import temporary_of
 from topics import Log, TopicsError
 
@@ -37,24 +39,35 @@ PRUNE_GRACE_S = 60.0  # how long an unnamed layer stays for nodes still download
 TEMPORARY_GRACE_S = 600.0
 
 
-def prune(store_dir: Path, manifest: Manifest, grace_s: float = PRUNE_GRACE_S) -> list[Path]:
-    """Delete the layer files no chain of the manifest names, once they are `grace_s` old: a
-    node that read the previous manifest may still be downloading them; and the leftovers of
-    killed writers (sweep_temporaries)."""
+def prune(
+    store_dir: Path,
+    manifest: Manifest,
+    grace_s: float = PRUNE_GRACE_S,
+    object_store: SnapshotStore | None = None,
+) -> list[str]:
+    """Delete the layers no chain of the manifest names, once they are `grace_s` old (a node
+    that read the previous manifest may still be downloading them), from the folder and the
+    object store the pipeline publishes to; and the leftovers of killed writers
+    (sweep_temporaries)."""
+    removed = [] if object_store is None else unnamed(object_store, manifest, grace_s)
+    removed += unnamed(FolderStore(store_dir), manifest, grace_s)
+    return removed + [str(path) for path in sweep_temporaries(store_dir)]
+
+
+def unnamed(store: SnapshotStore, manifest: Manifest, grace_s: float) -> list[str]:
+    """Delete the store's layers the manifest does not name, once `grace_s` old."""
     named = {layer.path for entry in manifest.partitions.values() for layer in entry.layers}
     cutoff = time.time() - grace_s
     removed = []
     for partition in manifest.partitions:
-        folder = store_dir / partition_folder(partition)
-        for path in folder.iterdir() if folder.is_dir() else ():
-            relative = f"{folder.name}/{path.name}"
-            if parse_file_name(path.name) is None or relative in named:
+        for found in store.listing(f"{partition_folder(partition)}/"):
+            name = found.name.rpartition("/")[2]
+            if parse_file_name(name) is None or found.name in named:
                 continue
-            with contextlib.suppress(FileNotFoundError):
-                if path.stat().st_mtime < cutoff:
-                    path.unlink()
-                    removed.append(path)
-    return removed + sweep_temporaries(store_dir)
+            if found.modified_s < cutoff:
+                store.delete(found.name)
+                removed.append(found.name)
+    return removed
 
 
 def sweep_temporaries(store_dir: Path, grace_s: float = TEMPORARY_GRACE_S) -> list[Path]:

@@ -54,6 +54,7 @@ from spark_pipeline import versions
 from spark_pipeline.checks import REASON, BadRow, bad_rows, checked_sql
 from spark_pipeline.deltas import delta_sql, records_view
 from spark_pipeline.kept import KeptRows, chain_of, fold, keep, kept_for, kept_rows_of
+from spark_pipeline.layer_files import fetched, push
 
 # Small row groups: a point lookup or a short scan reads one 8k-row group, not all 122,880
 # rows of DuckDB's default (2-3x faster lookups for ~20% more bytes; bench/README.md).
@@ -73,7 +74,7 @@ class LayerTask:
     partition: int
     version: int
     kind: Kind
-    store_root: str
+    store_root: str  # the working folder, on the host that runs the task
     below: tuple[Layer, ...]  # the chain under the new layer, base first (none: from scratch)
     positions: dict[str, int]  # topic -> next offset to read
     topics: tuple[Topic, ...]
@@ -81,6 +82,11 @@ class LayerTask:
     appended: AppendTimes = ()  # the new records by append time (contracts/freshness.py)
     newest_append_ms: int | None = None
     read_ms: int | None = None  # when the task read the new records
+    store_url: str | None = None  # the object store the layer goes to, and those below are in
+
+    def local(self, layer: Layer) -> Path:
+        """A layer below on this host (fetched from the object store if it is not)."""
+        return fetched(self.store_root, self.store_url, layer)
 
 
 def build_layer(
@@ -105,6 +111,7 @@ def build_layer(
         digest, size = _seal(tmp)
         os.replace(tmp, final)
         fsync_dir(final.parent)
+        push(task.store_url, relative, final)
     finally:
         for leftover in (tmp, Path(f"{tmp}.wal")):
             leftover.unlink(missing_ok=True)
@@ -168,12 +175,12 @@ def _write_delta(
 ) -> tuple[dict[str, int], dict[str, pa.Table]]:
     """A delta file (contracts/delta_file.py): each store's changed keys, their current rows
     read from the base and the chain's kept rows."""
-    held = kept_rows_of(task.store_root, task.partition, task.below, task.stores)
+    held = kept_rows_of(task.store_root, task.partition, task.below, task.stores, task.local)
     frames = {s.name: delta_schema(s).empty_table() for s in task.stores if not deltas[s.name]}
     changing = [(n, s) for n, s in enumerate(task.stores) if s.name not in frames]
     reads_base = any(kept_for(store) for _, store in changing)
     if reads_base:
-        base = literal(str(Path(task.store_root) / task.below[0].path))
+        base = literal(str(task.local(task.below[0])))
         con.execute(f"ATTACH {base} AS below0 (READ_ONLY)")
     try:
         for number, store in changing:
@@ -219,7 +226,7 @@ def _write_base(
     try:
         below: list[dict[str, tuple[str, bool]]] = []  # per layer: store -> (relation, marks)
         for i, layer in enumerate(task.below):
-            layer_path = Path(task.store_root) / layer.path
+            layer_path = task.local(layer)
             if layer.kind == "base":
                 con.execute(f"ATTACH {literal(str(layer_path))} AS below{i} (READ_ONLY)")
                 attached.append(f"below{i}")

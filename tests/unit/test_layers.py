@@ -3,8 +3,9 @@ a test that walks every import keeps it so.
 
 contracts        the shared formats and vocabulary: imports none of ours
 topics           the log the pipeline follows (Kafka, or the file log): contracts
-gateway          a node's query service, routing, storage: contracts
-spark_pipeline   the pipeline: topics, contracts
+snapshot_store   where snapshots are published (a folder, or S3): contracts
+gateway          a node's query service, routing, storage: snapshot_store, contracts
+spark_pipeline   the pipeline: topics, snapshot_store, contracts
 resolvers        the GraphQL front end over the query service: gateway, contracts
 stategate        composition (CLI, demo, the ASGI app): any of them
 
@@ -28,12 +29,21 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-OURS = {"contracts", "topics", "gateway", "spark_pipeline", "resolvers", "stategate"}
+OURS = {
+    "contracts",
+    "topics",
+    "snapshot_store",
+    "gateway",
+    "spark_pipeline",
+    "resolvers",
+    "stategate",
+}
 ALLOWED = {
     "contracts": {"contracts"},
     "topics": {"contracts", "topics"},
-    "gateway": {"contracts", "gateway"},
-    "spark_pipeline": {"contracts", "topics", "spark_pipeline"},
+    "snapshot_store": {"contracts", "snapshot_store"},
+    "gateway": {"contracts", "snapshot_store", "gateway"},
+    "spark_pipeline": {"contracts", "topics", "snapshot_store", "spark_pipeline"},
     "resolvers": {"contracts", "gateway", "resolvers"},
     "stategate": OURS,
 }
@@ -42,6 +52,7 @@ ALLOWED = {
 FORBIDDEN = {
     "contracts": {"pyspark", "strawberry", "starlette", "httpx"},
     "topics": {"pyspark", "strawberry", "starlette", "httpx"},
+    "snapshot_store": {"pyspark", "strawberry", "starlette", "httpx"},
     "gateway": {"pyspark", "strawberry"},
     "resolvers": {"pyspark"},
 }

@@ -9,7 +9,15 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PRODUCT = ("contracts", "topics", "gateway", "resolvers", "spark_pipeline", "stategate")
+PRODUCT = (
+    "contracts",
+    "topics",
+    "snapshot_store",
+    "gateway",
+    "resolvers",
+    "spark_pipeline",
+    "stategate",
+)
 
 
 def modules() -> list[Path]:

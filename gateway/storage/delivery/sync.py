@@ -1,7 +1,7 @@
 """Delivery: a node pulls the snapshots of the partitions it hosts, and of every partition
 of the global stores (contracts/chains.py), from the snapshot store.
 
-The store is a directory (local or shared file system) or an http(s) URL served by
+The store is a folder, a bucket on the S3 API (snapshot_store/), or an http(s) URL served by
 `stategate store`, authenticated with the cluster secret. A file is downloaded under a
 hidden name in the node's own data directory, its size and sha256 are checked against the
 manifest, and only then is it renamed and attached; anything else is deleted and the
@@ -31,9 +31,9 @@ from gateway.storage.catalog.hub import SnapshotError
 from gateway.storage.catalog.layers import LocalLayer
 from gateway.storage.delivery.node_core import NodeCore
 from gateway.wire.peer_errors import PeerError
+from snapshot_store import SnapshotStore, StoreError, open_store
 
 log = logging.getLogger(__name__)
-_CHUNK = 1 << 20
 MIB = 1 << 20
 # How long a partition handed over is still served here: a peer whose view of the assignment
 # is older than this node's (a second behind, or just back from a network partition) still
@@ -82,7 +82,9 @@ class SnapshotSync:
         self._on_disk: frozenset[int] = frozenset()  # unserved partitions whose base is here
         self._lingering: dict[int, _Linger] = {}  # handed over, still served until it ends
         self._lock = asyncio.Lock()
-        self._remote = "://" in core.project.snapshot_url
+        url = core.project.snapshot_url
+        served = url.startswith(("http://", "https://"))  # by `stategate store`
+        self._store: SnapshotStore | None = None if served else open_store(url)
         self.synced_at = time.monotonic()  # when its last round ended (delivery/lateness.py)
 
     async def run_once(self, force: bool = False) -> dict[int, int]:
@@ -213,13 +215,13 @@ class SnapshotSync:
 
     async def _read_manifest(self) -> Manifest:
         try:
-            if self._remote:
+            if self._store is None:
                 raw = await self.peers.get(f"{self.project.snapshot_url}/{FILE_NAME}")
             else:
-                path = Path(self.project.snapshot_url) / FILE_NAME
-                raw = await asyncio.to_thread(_read_if_exists, path)
+                found = await asyncio.to_thread(self._store.read, FILE_NAME)
+                raw = None if found is None else found[0]
             return Manifest() if raw is None else Manifest.from_json(raw)
-        except (PeerError, FormatError, OSError) as exc:
+        except (PeerError, FormatError, OSError, StoreError) as exc:
             raise StoreUnreachable(str(exc)) from exc
 
     def _is_newer(self, partition: int, entry: PartitionEntry) -> bool:
@@ -302,7 +304,7 @@ class SnapshotSync:
                     f"manifest says {layer.size} bytes sha256 {layer.sha256[:12]}"
                 )
             os.rename(tmp, final)
-        except OSError as exc:
+        except (OSError, StoreError) as exc:
             raise DeliveryError(f"cannot copy {layer.path}: {exc}") from exc
         finally:
             tmp.unlink(missing_ok=True)
@@ -310,15 +312,13 @@ class SnapshotSync:
     async def _fetch(self, relative: str, target: Path) -> tuple[str, int]:
         """Copy one file of the store to target; returns its sha256 and size. Disk writes,
         hashing and fsync run in a worker thread, never on the event loop."""
+        if self._store is not None:
+            return await asyncio.to_thread(_pull, self._store, relative, target)
         digest = hashlib.sha256()
         with open(target, "wb") as out:
-            if self._remote:
-                async with self.peers.stream(f"{self.project.snapshot_url}/{relative}") as chunks:
-                    async for chunk in chunks:
-                        await asyncio.to_thread(_absorb, chunk, digest, out)
-            else:
-                source = Path(self.project.snapshot_url) / relative
-                await asyncio.to_thread(_copy, source, digest, out)
+            async with self.peers.stream(f"{self.project.snapshot_url}/{relative}") as chunks:
+                async for chunk in chunks:
+                    await asyncio.to_thread(_absorb, chunk, digest, out)
             await asyncio.to_thread(_sync, out)
             size = out.tell()
         return digest.hexdigest(), size
@@ -343,22 +343,18 @@ def _sized(path: Path, layer: Layer) -> bool:
         return False
 
 
-def _read_if_exists(path: Path) -> bytes | None:
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        return None
+def _pull(store: SnapshotStore, relative: str, target: Path) -> tuple[str, int]:
+    """Download one object of the store to target; its sha256 and size as written."""
+    store.download(relative, target)
+    with open(target, "rb+") as file:
+        digest = hashlib.file_digest(file, "sha256").hexdigest()
+        _sync(file)
+        return digest, file.tell()
 
 
 def _absorb(chunk: bytes, digest: hashlib._Hash, out: BinaryIO) -> None:
     digest.update(chunk)
     out.write(chunk)
-
-
-def _copy(source: Path, digest: hashlib._Hash, out: BinaryIO) -> None:
-    with open(source, "rb") as src:
-        while chunk := src.read(_CHUNK):
-            _absorb(chunk, digest, out)
 
 
 def _sync(out: BinaryIO) -> None:
