@@ -16,6 +16,18 @@ from snapshot_store.store import Stored as Stored
 from snapshot_store.store import StoreError as StoreError
 
 S3_SCHEME = "s3://"
+# The standard AWS variables an S3 store reads (snapshot_store/s3.py): what a Spark executor
+# is given of its driver's environment.
+ENVIRONMENT = (
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_CA_BUNDLE",
+)
 
 
 def open_store(url: str) -> SnapshotStore:

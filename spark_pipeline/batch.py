@@ -42,6 +42,7 @@ from contracts.settings import Settings
 from contracts.snapshot_file import Kind
 from spark_pipeline import dead_letter
 from spark_pipeline.checks import BadRow
+from spark_pipeline.layer_files import scratch
 from spark_pipeline.log_source import ddl, members
 from spark_pipeline.plan import Until, stores_digest
 from spark_pipeline.snapshot import LayerTask, build_layer
@@ -114,7 +115,7 @@ class Batch:
     """What every task needs to know: the published chains and how to extend them."""
 
     project: Project
-    store_root: str
+    store_root: str  # the driver's working folder; "": each executor's own (object stores)
     manifest: Manifest
     rebuild: bool  # the stores changed: every partition gets a base from its whole log
     compact: bool  # a due chain is folded into the new layer (else a compactor does it)
@@ -122,6 +123,14 @@ class Batch:
     # topic -> partition -> where the executors' read stopped (the plan's ends): a partition's
     # new position, whatever its last record's offset (Kafka's offsets have gaps)
     ends: dict[str, dict[int, int]] = field(default_factory=dict)
+
+    def root(self) -> str:
+        """Where this process writes layers: the store's folder, the driver's working
+        folder, or with an object store an executor's own (layer_files.scratch)."""
+        url = self.project.object_store
+        if self.store_root or url is None:
+            return self.store_root
+        return scratch(url)
 
     def published(self, partition: int) -> dict[str, int]:
         """Where the partition's new records start, per topic (0 everywhere to rebuild)."""
@@ -145,7 +154,9 @@ def publish(
     Spark partition per task group of `groups`, read up to `ends`; records below the
     published positions are ignored), or for every partition when rebuilding or when some
     were never published; returns the new manifest, not yet written."""
-    batch = Batch(project, str(store_dir), manifest, rebuild, compact, groups, ends)
+    # with an object store, executors share no folder with the driver: each writes its own
+    root = "" if project.object_store is not None else str(store_dir)
+    batch = Batch(project, root, manifest, rebuild, compact, groups, ends)
     try:
         built = records.mapInArrow(lambda batches: _build(batch, batches), ddl(_BUILT)).collect()
     except Exception as exc:
@@ -334,7 +345,7 @@ def _layer_task(
         partition=chain,
         version=(entry.version if entry else 0) + 1,
         kind=kind,
-        store_root=batch.store_root,
+        store_root=batch.root(),
         store_url=batch.project.object_store,
         below=() if entry is None else entry.layers,
         positions=positions,
@@ -364,7 +375,7 @@ class _BadRecords:
         if topic.name in self.handled:
             return
         self.handled.add(topic.name)
-        root = Path(self.batch.store_root)
+        root = Path(self.batch.root())
         counts = self.counts[topic.name] = Counter()
         dead_letter.handle(self.batch.project, root, topic, self.partition, found, counts)
 

@@ -8,10 +8,19 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import tempfile
 from pathlib import Path
 
 from contracts.manifest import Layer
 from snapshot_store import SnapshotStore, StoreError, open_store
+
+
+def scratch(url: str) -> str:
+    """An executor's working folder for the object store at `url`: its host's own, never the
+    driver's (which a host of a real cluster does not have), kept across its tasks so that a
+    layer fetched once serves the next."""
+    digest = hashlib.sha256(url.encode()).hexdigest()[:12]
+    return str(Path(tempfile.gettempdir()) / f"stategate-layers-{digest}")
 
 
 def push(url: str | None, relative: str, path: Path) -> None:

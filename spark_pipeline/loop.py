@@ -39,6 +39,7 @@ from contracts.durable import locked
 from contracts.freshness import Delays
 from contracts.manifest import Manifest
 from contracts.project import Project
+from snapshot_store import Conflict, StoreError
 from spark_pipeline import compaction
 from spark_pipeline.batch import Published, publish, publish_here
 from spark_pipeline.dead_letter import refusal
@@ -57,7 +58,8 @@ STOP_GRACE_S = 30.0  # how long a stop waits for the micro-batch under way
 TOPICS_CHECK_S = 5.0  # how often the loop checks the topics are still as declared
 UNAVAILABLE_RETRY_S = 1.0  # how often the loop tries a log it could not read
 # A Spark task's LogUnavailable, as the driver's error quotes it
-_UNAVAILABLE = re.compile(r"LogUnavailable: ([^\n]*)")
+# what a Spark task's error says when the log or the snapshot store could not be reached
+_UNAVAILABLE = re.compile(r"(LogUnavailable|StoreError): ([^\n]*)")
 BATCHES = "stategate-batches"  # the loop's Spark job group, cancelled by a stop past the grace
 
 
@@ -192,8 +194,9 @@ class PipelineLoop:
 
     def _published_unless_unavailable(self, check: bool) -> bool:
         """One micro-batch, the topics checked first if `check`; False when the log could not
-        be read (said once per outage: the loop reads again, from the published positions,
-        until it can)."""
+        be read or the snapshot store not reached (said once per outage: the loop tries
+        again, from the published positions, until it can; nothing is published out of
+        order, since the manifest it read is the one record of what is)."""
         try:
             if check:
                 self.events.check()
@@ -204,11 +207,11 @@ class PipelineLoop:
                 raise
             if self._outage is None:
                 self._outage = time.monotonic()
-                log.warning("the log cannot be read: %s; reading again every %g s",
-                            unavailable, UNAVAILABLE_RETRY_S)  # fmt: skip
+                log.warning("%s; trying again every %g s", unavailable, UNAVAILABLE_RETRY_S)
             return False
         if self._outage is not None:
-            log.info("the log is readable again after %.1f s", time.monotonic() - self._outage)
+            took = time.monotonic() - self._outage
+            log.info("the log and the snapshot store answer again after %.1f s", took)
             self._outage = None
         return True
 
@@ -369,9 +372,17 @@ def _crash_point(name: str) -> None:
         os._exit(86)
 
 
-def _unavailable(exc: BaseException) -> LogUnavailable | None:
-    """The log's unavailability behind `exc`: raised in the driver, or in a Spark task."""
+def _unavailable(exc: BaseException) -> str | None:
+    """What could not be reached behind `exc` (the log, or the snapshot store), raised in the
+    driver or in a Spark task; None for any other failure (a lost race for the manifest
+    among them: that one stops the pipeline)."""
     if isinstance(exc, LogUnavailable):
-        return exc
+        return f"the log cannot be read: {exc}"
+    if isinstance(exc, StoreError) and not isinstance(exc, Conflict):
+        return f"the snapshot store cannot be reached: {exc}"
     found = _UNAVAILABLE.search(str(exc))
-    return LogUnavailable(found.group(1)) if found else None
+    if found is None:
+        return None
+    what = "the log cannot be read" if found.group(1) == "LogUnavailable" else (
+        "the snapshot store cannot be reached")  # fmt: skip
+    return f"{what}: {found.group(2)}"

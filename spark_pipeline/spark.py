@@ -15,6 +15,8 @@ from pathlib import Path
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
+from snapshot_store import ENVIRONMENT
+
 JVM_EXIT_S = 20.0  # how long stop_spark waits for the driver's JVM to exit
 CANCEL_EVERY_S = 0.5
 JSON_LOGGING = Path(__file__).resolve().parent / "log4j2-json.properties"
@@ -37,6 +39,9 @@ def spark_session(master: str | None = None, conf: dict[str, str] | None = None)
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
+    for name in ENVIRONMENT:  # an executor reaches the object store as its driver does
+        if name in os.environ:  # (Spark's UI redacts the secret's value: spark.redaction.regex)
+            builder = builder.config(f"spark.executorEnv.{name}", os.environ[name])
     spark = builder.getOrCreate()
     context = spark.sparkContext
     context.setLogLevel("WARN")

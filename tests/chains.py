@@ -17,15 +17,30 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from contracts import chains, eventlog
-from contracts.manifest import Layer
+from contracts.manifest import FILE_NAME, Layer
 from contracts.project import Project, Store
 from contracts.snapshot_file import key_columns
 from gateway.storage.memory.row_select import columns
+from snapshot_store import open_store
 from spark_pipeline.snapshot import LayerTask, build_layer
 from tests.oracle import retained
 from tests.projects import produce_test_events
 
 SNAPSHOT_FORMAT = 3
+
+
+def fetched_from_bucket(project: Project, folder: Path) -> dict:
+    """The manifest in the project's object store, with every layer it names downloaded
+    into `folder` (where chain_state reads them): what the bucket alone holds."""
+    assert project.object_store is not None
+    store = open_store(project.object_store)
+    found = store.read(FILE_NAME)
+    assert found is not None, f"no manifest in {project.object_store}"
+    manifest: dict = json.loads(found[0])
+    for entry in manifest["partitions"].values():
+        for layer in entry["layers"]:
+            store.download(layer["path"], folder / layer["path"])
+    return manifest
 
 
 def chain_state(project: Project, store_dir: Path, entry: dict, chain: int) -> dict[str, list]:

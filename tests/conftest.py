@@ -43,6 +43,21 @@ def spark() -> object:
     return LazySpark("local[2]")
 
 
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """A real S3 API server for the module (stategate/s3server.py: S3Proxy, about a second
+    to start), its AWS variables set for this process and those it starts meanwhile."""
+    from stategate.s3server import S3Server
+
+    server = S3Server(tmp_path_factory.mktemp("s3"))
+    server.start()
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in server.env().items():
+            patch.setenv(name, value)
+        yield server
+    server.stop()
+
+
 @pytest.fixture(scope="session")
 def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """One real Kafka broker for the test process (stategate/broker.py), started when a test

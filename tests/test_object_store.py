@@ -12,8 +12,8 @@ import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
-import orjson
 import pytest
 
 from contracts import chains
@@ -26,10 +26,11 @@ from spark_pipeline.manifests import ManifestConflict, Manifests
 from spark_pipeline.spark import LazySpark
 from stategate.launcher import free_ports
 from stategate.s3server import S3Server
-from tests.chains import chain_state
-from tests.nodes import Nodes, Served, serve
-from tests.oracle import expected_store, layer_names
+from tests import oracle
+from tests.chains import fetched_from_bucket
+from tests.nodes import Nodes, Served, following, serve
 from tests.projects import produce_test_events, write_project
+from tests.test_pipeline import assert_published_state_is_the_oracles
 from tests.test_queries import (  # the same checks, here of nodes that read the bucket
     test_batch_lookup_of_every_key_is_aligned_with_the_input,
     test_point_lookups_in_one_request,
@@ -38,10 +39,16 @@ from tests.test_queries import (  # the same checks, here of nodes that read the
     test_window_query_of_one_key,
     test_windows_of_all_keys_paginate,
 )
-from tests.test_stream import assert_rows_close
+from tests.test_stream import assert_state_is_the_oracles, manifest_of
 
 pytestmark = pytest.mark.e2e
 REFUSED_WAIT_S = 30.0
+OUTAGE_S = 15.0  # the store down: longer than a call's retries (snapshot_store/s3.py: 10 s)
+SAID_S = 60.0  # the pipeline says the store cannot be reached within this
+CAUGHT_UP_S = 90.0
+SCAN = (
+    "{ customerTotalsRange(first: 1000) { meta { partial position { topic partition offset } } } }"
+)
 
 __all__ = [
     "test_batch_lookup_of_every_key_is_aligned_with_the_input",
@@ -51,17 +58,6 @@ __all__ = [
     "test_window_query_of_one_key",
     "test_windows_of_all_keys_paginate",
 ]
-
-
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    server = S3Server(tmp_path_factory.mktemp("s3"))
-    server.start()
-    with pytest.MonkeyPatch.context() as patch:  # this process's and the nodes' it starts
-        for name, value in server.env().items():
-            patch.setenv(name, value)
-        yield server
-    server.stop()
 
 
 @pytest.fixture(scope="module")
@@ -107,20 +103,9 @@ def extended(spark: LazySpark, s3: S3Server, tmp_path_factory: pytest.TempPathFa
 def test_a_pipeline_with_an_empty_folder_extends_the_chains_in_the_bucket(
     extended: Project, tmp_path: Path
 ) -> None:
-    store = open_store(extended.snapshot_url)
-    found = store.read(FILE_NAME)
-    assert found is not None
-    manifest = orjson.loads(found[0])
+    manifest = fetched_from_bucket(extended, tmp_path)  # every layer, from the bucket alone
     assert any(len(e["layers"]) > 1 for e in manifest["partitions"].values())  # extended
-    for entry in manifest["partitions"].values():  # every layer, from the bucket alone
-        for layer in entry["layers"]:
-            store.download(layer["path"], tmp_path / layer["path"])
-    expected = {name: expected_store(extended, name) for name in layer_names(extended)}
-    for p, entry in manifest["partitions"].items():
-        state = chain_state(extended, tmp_path, entry, int(p))
-        partition = chains.partition(extended, int(p))
-        for name in state:
-            assert_rows_close(state[name], [tuple(r) for r in expected[name][partition]], name)
+    assert_state_is_the_oracles(extended, manifest, tmp_path)
 
 
 def test_two_pipelines_racing_for_the_manifest_publish_one_and_the_other_loses(
@@ -170,3 +155,57 @@ def test_a_layer_missing_from_the_bucket_is_refused_by_name(extended: Project) -
         assert ready.status_code == 503 and missing in ready.text, ready.text
     finally:
         nodes.stop_all()
+
+
+def test_the_store_down_while_following_stops_nothing_and_loses_nothing(
+    spark: LazySpark, s3: S3Server, tmp_path: Path
+) -> None:
+    """The bucket unreachable for OUTAGE_S while records arrive: the pipeline says so and
+    tries again, nodes keep answering whole at the positions published before, and once
+    the store answers the pipeline publishes everything, in order, once."""
+    url = f"{s3.bucket('snapshots')}/outage"
+    served = serve(tmp_path, spark, snapshot_url=url)
+    project, nodes = served.project, served.nodes
+    log = tmp_path / "pipeline.log"
+    follow = following(project, log)
+    try:
+        s3.kill()
+        produce_test_events(project, seed=5, n_bookings=400, n_trains=100, n_trips=20)
+        deadline = time.monotonic() + SAID_S
+        while b"the snapshot store cannot be reached" not in log.read_bytes():
+            assert follow.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.2)
+        published = manifest_of(project)["log_end"]["bookings"]
+        time.sleep(OUTAGE_S)
+        for node in nodes.ids:  # the last publication, whole, at its own positions
+            meta = nodes.data(node, SCAN)["customerTotalsRange"]["meta"]
+            assert not meta["partial"], (node, meta)
+            for at in bookings(meta).items():
+                assert at[1] <= published[at[0]], (node, at)
+        s3.start()
+        ends = oracle.expected_positions(project)
+        wanted = {str(p): ends[p]["bookings"] for p in ends}
+        deadline = time.monotonic() + CAUGHT_UP_S
+        while (manifest := manifest_of(project))["log_end"]["bookings"] != wanted:
+            assert follow.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.5)
+        for node in nodes.ids:  # and the nodes serve it
+            while True:
+                meta = nodes.data(node, SCAN)["customerTotalsRange"]["meta"]
+                at = bookings(meta)
+                if not meta["partial"] and at == wanted:
+                    break
+                assert time.monotonic() < deadline, (node, meta["partial"], at, wanted)
+                time.sleep(0.5)
+    finally:
+        follow.terminate()
+        follow.wait(60)
+        nodes.stop_all()
+    assert b"answer again after" in log.read_bytes()
+    assert_published_state_is_the_oracles(project, manifest)
+
+
+def bookings(meta: dict[str, Any]) -> dict[str, int]:
+    """partition -> the position in `bookings` an answer's meta gives."""
+    return {str(x["partition"]): int(x["offset"]) for x in meta["position"]
+            if x["topic"] == "bookings"}  # fmt: skip

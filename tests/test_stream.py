@@ -74,11 +74,14 @@ def watch_caught_up(
         time.sleep(0.1)
 
 
-def assert_state_is_the_oracles(project: Project, manifest: dict) -> None:
+def assert_state_is_the_oracles(
+    project: Project, manifest: dict, store_dir: Path | None = None
+) -> None:
+    """Every chain's state, read from `store_dir` (the pipeline's folder), is the oracle's."""
     expected = {name: expected_store(project, name) for name in layer_names(project)}
     assert len(manifest["partitions"]) == chains.count(project)
     for p, entry in manifest["partitions"].items():
-        state = chain_state(project, Path(project.snapshot_store), entry, int(p))
+        state = chain_state(project, store_dir or Path(project.snapshot_store), entry, int(p))
         partition = chains.partition(project, int(p))
         for name in state:
             assert_rows_close(state[name], [tuple(r) for r in expected[name][partition]], name)
