@@ -18,6 +18,7 @@ import secrets
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
@@ -53,11 +54,21 @@ def server_jars() -> Path:
 
 class S3Server:
     """One S3Proxy in `folder`: its objects in `folder`/data, kept across stops; its
-    credentials made on its first start and kept in `folder`/credentials.json."""
+    credentials made on its first start and kept in `folder`/credentials.json. It listens on
+    `host`:`port` (a free loopback port by default); `on_host` runs its command where that
+    address is (a network namespace of stategate/hosts.py)."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        on_host: Sequence[str] = (),
+    ) -> None:
         self.folder = folder
-        self.port = free_ports(1)[0]
+        self.host = host
+        self.port = port or free_ports(1)[0]
+        self.on_host = list(on_host)
         self.proc: subprocess.Popen[bytes] | None = None
         folder.mkdir(parents=True, exist_ok=True)
         stored = folder / "credentials.json"
@@ -68,7 +79,7 @@ class S3Server:
 
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     @property
     def log(self) -> Path:
@@ -106,7 +117,7 @@ class S3Server:
         main = ["org.gaul.s3proxy.Main", "--properties", str(properties)]
         with open(self.folder / "stdout.log", "ab") as out:
             self.proc = subprocess.Popen(
-                java(lib, jvm, main),
+                [*self.on_host, *java(lib, jvm, main)],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

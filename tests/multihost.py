@@ -1,8 +1,10 @@
 """A cluster with every process on a host of its own (stategate/hosts.py): a 3-member etcd,
-the snapshot store, the continuous pipeline and three nodes, each configured as it would be on
-separate machines (its address, the secret from the environment, the store's URL, every etcd
-member). The test process is the clients' host and the producer: it appends to the log, reads
-and subscribes through the bridge, and checks every answer against the oracle."""
+an S3 API server holding the snapshots (S3Proxy: stategate/s3server.py), the continuous
+pipeline and three nodes, each configured as it would be on separate machines (its address,
+the secret and the store's credentials from the environment, the bucket's URL, every etcd
+member); no folder is shared. The test process is the clients' host and the producer: it
+appends to the log, reads and subscribes through the bridge, and checks every answer against
+the oracle."""
 
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ from contracts.partitioner import partition_for
 from stategate.etcd import Ensemble
 from stategate.hosts import Network
 from stategate.launcher import Processes
+from stategate.s3server import S3Server
 from tests import live, oracle, positions
 from tests.nodes import Nodes
 from tests.projects import HOUR_MS, START_MS, produce_test_events, write_project
@@ -39,6 +42,7 @@ NODES = ("node1", "node2", "node3")
 ETCD = ("etcd1", "etcd2", "etcd3")
 HOSTS = (*ETCD, "store", "pipeline", *NODES)
 NODE_PORT, STORE_PORT = 8000, 8100
+BUCKET = "snapshots"
 SECRET_ENV = "STATEGATE_HOSTS_SECRET"
 SECRET = "a-secret-long-enough-for-a-real-network-0123456789"
 # sync_interval_s is long on purpose: the pipeline's notification is how nodes learn of new
@@ -59,6 +63,9 @@ class MultiHost:
         self.network = Network(HOSTS)  # its addresses now, its namespaces at start()
         self.processes = Processes(root / "logs")
         self.etcd = Ensemble(root / "etcd", self.network, ETCD)
+        on_store = self.network.command("store", [])
+        self.store = S3Server(root / "s3", self.address("store"), STORE_PORT, on_store)
+        os.environ.update(self.store.env())  # the pipeline's and the nodes' (and this one's)
         self.pipeline: subprocess.Popen[bytes] | None = None
         os.environ[SECRET_ENV] = SECRET
         self.project = projects.load(self._write_project())
@@ -75,8 +82,10 @@ class MultiHost:
         text = path.read_text().replace('secret = "test-secret"', f'secret_env = "{SECRET_ENV}"')
         for i, node in enumerate(NODES, start=1):
             text = text.replace(f"127.0.0.1:{NODE_PORT + i}", f"{self.address(node)}:{NODE_PORT}")
-        store = f"http://{self.address('store')}:{STORE_PORT}"
-        text = text.replace('store = "snapshots"\n', f'store = "snapshots"\nurl = "{store}"\n')
+        bucket = self.store.bucket(BUCKET)
+        text = text.replace(
+            'store = "snapshots"\n', f'store = "snapshots"\nurl = "{bucket}/hosts"\n'
+        )
         path.write_text(text)
         return path
 
@@ -88,9 +97,7 @@ class MultiHost:
         self.network.up()
         self.etcd.start()
         produce_test_events(self.project, seed=11)
-        store = self.network.command("store", _stategate("store", self.project.path))
-        listen = f"{self.address('store')}:{STORE_PORT}"
-        self.processes.start("store", [*store, "--listen", listen], f"http://{listen}")
+        self.store.start()
         self._start_pipeline()
         for node in NODES:
             self.start_node(node)
@@ -112,11 +119,13 @@ class MultiHost:
             self.pipeline.terminate()
             self.pipeline.wait(30)
         self.etcd.stop()
+        self.store.stop()
         self.nodes.client.close()
         self.network.down()
 
     def _start_pipeline(self) -> None:
         log = self.root / "logs" / "pipeline.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
         command = [*_stategate("pipeline", self.project.path), "--follow"]
         with log.open("ab") as out:
             self.pipeline = subprocess.Popen(
