@@ -248,8 +248,8 @@ class Project:
     log_dir: Path
     # the folder the pipeline publishes to; with an object store, its working copy there
     snapshot_store: str
-    # where nodes pull from: that folder, `stategate store`'s URL, or an object store's
-    # (s3://bucket/prefix), which the pipeline publishes to
+    # where nodes pull from: that folder, or an object store (s3://bucket/prefix), which
+    # the pipeline publishes to
     snapshot_url: str
     topics: dict[str, Topic]
     stores: dict[str, Store]
@@ -315,7 +315,7 @@ def parse(raw: dict[str, Any], path: Path, *, serving: bool = True) -> Project:
         path=path,
         log_dir=base / log.get("dir", str, "log"),
         snapshot_store=store_dir,
-        snapshot_url=snapshots.get("url", str, store_dir).rstrip("/"),
+        snapshot_url=_snapshot_url(snapshots.get("url", str, store_dir).rstrip("/")),
         topics=topics,
         stores=stores,
         cluster=_cluster(Table(top.get("cluster", dict, {}), "[cluster]", CLUSTER), base, serving),
@@ -324,6 +324,16 @@ def parse(raw: dict[str, Any], path: Path, *, serving: bool = True) -> Project:
         access=_access(top.optional("auth", dict), base, stores),
         kafka=_kafka(top.optional("kafka", dict), settings),
     )
+
+
+def _snapshot_url(url: str) -> str:
+    """Where nodes pull snapshots from: a folder, or a bucket on the S3 API."""
+    if "://" in url and not url.startswith(OBJECT_STORE):
+        raise ConfigError(
+            f"[snapshots] url = {url!r}: a folder, or s3://bucket/prefix (an S3 API server: "
+            "AWS S3, Ceph, MinIO, S3Proxy); `stategate store` and http(s) URLs are gone"
+        )
+    return url
 
 
 def _kafka(raw: object, settings: Settings) -> Kafka | None:

@@ -1,5 +1,5 @@
-"""`stategate`: run the demo, a node, the pipeline, the producer, the snapshot store; print
-the schema, the settings or the registered operations."""
+"""`stategate`: run the demo, a node, the pipeline, the producer; ask the cluster; print the
+schema, the settings or the registered operations."""
 
 from __future__ import annotations
 
@@ -34,8 +34,7 @@ log = logging.getLogger("stategate")
 
 
 NEEDS_SPARK = ("demo", "pipeline")
-SERVING = ("node", "pipeline", "store")  # the commands that call or serve nodes
-STORE_GRACE_S = 10  # how long a stopping store server lets downloads under way go on
+SERVING = ("node", "pipeline")  # the commands that call or serve nodes
 DRAIN_WAIT_S = 600.0  # `cluster drain --wait`: the longest it waits for the node to hold nothing
 NO_SPARK = (
     "stategate: {} needs Spark, which a node's install leaves out: "
@@ -148,10 +147,6 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="append the lines that fit the topic, report each one that does not (exit 1)",
     )
-
-    store = commands.add_parser("store", help="serve the snapshot store to remote nodes")
-    store.add_argument("--config", required=True)
-    store.add_argument("--listen", default="0.0.0.0:8100", help="host:port (default 0.0.0.0:8100)")
 
     schema = commands.add_parser("schema", help="print the GraphQL SDL of a project")
     schema.add_argument("--config", default=str(demo.PROJECT_TEMPLATE))
@@ -403,30 +398,6 @@ def run_produce(project: Project, args: argparse.Namespace) -> int:
     return 1 if refused else 0
 
 
-def serve_store(project: Project, args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from spark_pipeline.store_server import create_store_app
-    from stategate.deadlines import header_deadline
-
-    if not _may_listen(args.listen, project):
-        return 2
-    logs.configure("store", project.settings)
-    host, port = args.listen.rsplit(":", 1)
-    uvicorn.run(  # stops as a node does (run_node)
-        create_store_app(project),
-        host=host,
-        port=int(port),
-        log_config=None,
-        log_level=project.settings.log_level,
-        access_log=False,
-        http=header_deadline(project.settings.header_timeout_s),
-        timeout_keep_alive=int(project.settings.keep_alive_s),
-        timeout_graceful_shutdown=STORE_GRACE_S,
-    )
-    return 0
-
-
 def print_schema(project: Project, args: argparse.Namespace) -> int:
     from resolvers.schema.build import sdl
 
@@ -463,7 +434,6 @@ COMMANDS: dict[str, Command] = {
     "pipeline": run_pipeline,
     "produce": run_produce,
     "schema": print_schema,
-    "store": serve_store,
 }
 
 if __name__ == "__main__":

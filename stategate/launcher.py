@@ -1,6 +1,6 @@
-"""Local processes of a cluster: its nodes, a snapshot store server, or any other server that
-answers GET /health. What the demo, the tests and the benchmark share (on real machines each
-node is started with `stategate node` by its own supervisor).
+"""Local processes of a cluster: its nodes, or any other server that answers GET /health.
+What the demo, the tests and the benchmark share (on real machines each node is started with
+`stategate node` by its own supervisor).
 
 A start waits as long as the server makes progress: it fails once the server (with the
 processes it started, a node's workers) neither wrote to its log nor used a sixtieth of a
@@ -60,11 +60,6 @@ def free_ports(count: int) -> list[int]:
 def node_command(project: Project, node_id: str) -> list[str]:
     return [sys.executable, "-m", "stategate.cli", "node", "--config", str(project.path),
             "--node", node_id]  # fmt: skip
-
-
-def store_command(project: Project, listen: str) -> list[str]:
-    return [sys.executable, "-m", "stategate.cli", "store", "--config", str(project.path),
-            "--listen", listen]  # fmt: skip
 
 
 class Processes:

@@ -1,5 +1,5 @@
 """Logging of stategate's processes: one event per line on stderr, with time, level and
-source (a node id, "pipeline", "store", "demo"), as text or as JSON (settings.log_format).
+source (a node id, "pipeline", "demo"), as text or as JSON (settings.log_format).
 
 Everything a process logs goes through the root logger's one handler, uvicorn's own loggers
 (uvicorn.error; uvicorn.access when enabled) included: they propagate to it, since the

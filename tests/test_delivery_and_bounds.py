@@ -1,11 +1,11 @@
-"""Snapshots reach each node's own data directory only through the HTTP snapshot store;
-bounds and consistency tokens pick replicas that are fresh enough, or say NOT_UP_TO_BOUND."""
+"""Snapshots reach each node's own data directory only through the snapshot store, here a
+bucket on a real S3 server shared with no folder; bounds and consistency tokens pick
+replicas that are fresh enough, or say NOT_UP_TO_BOUND."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import http.client
 import shutil
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -18,6 +18,7 @@ import pytest
 
 from contracts import chains
 from contracts.cluster_secret import SECRET_HEADER
+from contracts.manifest import FILE_NAME
 from contracts.positions import decode_token, encode_token
 from contracts.project import Project
 from contracts.snapshot_file import partition_folder, relative_path
@@ -30,9 +31,10 @@ from gateway.storage.delivery.node_core import NodeCore
 from gateway.storage.delivery.switches import Switches
 from gateway.storage.delivery.sync import SnapshotSync
 from gateway.wire.peers import PeerClient, pooled
+from snapshot_store import open_store
 from spark_pipeline import job
 from spark_pipeline.spark import LazySpark
-from stategate.launcher import Processes, free_ports, store_command
+from stategate.s3server import S3Server
 from tests import oracle, wire
 from tests.nodes import Served, metric, serve
 from tests.projects import produce_test_events
@@ -46,45 +48,16 @@ SCAN = """query($c: ConsistencyInput) {
 }"""
 
 
-class Store:
-    """`stategate store`, serving the pipeline's snapshot directory over HTTP."""
-
-    def __init__(self, cluster: Served, port: int) -> None:
-        self.cluster, self.port = cluster, port
-        self.processes = Processes(cluster.root)
-
-    def start(self) -> None:
-        listen = f"127.0.0.1:{self.port}"
-        command = store_command(self.cluster.project, listen)
-        self.processes.start("store", command, f"http://{listen}")
-
-    def stop(self) -> None:
-        self.processes.stop_all()
-
-    def ensure_running(self) -> None:
-        if "store" not in self.processes.procs:
-            self.start()
-
-
 @pytest.fixture(scope="module")
 def remote(
-    spark: LazySpark, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[Served, Store]]:
-    port = free_ports(1)[0]
-    cluster = serve(
-        tmp_path_factory.mktemp("remote"),
-        spark,
-        seed=3,
-        snapshot_url=f"http://127.0.0.1:{port}",
-        start=False,
-    )
-    store = Store(cluster, port)
-    store.start()
+    spark: LazySpark, s3: S3Server, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Served, S3Server]]:
+    url = f"{s3.bucket('snapshots')}/remote"
+    cluster = serve(tmp_path_factory.mktemp("remote"), spark, seed=3, snapshot_url=url, start=False)
     for node in cluster.nodes.ids:
         cluster.nodes.start(node)
-    yield cluster, store
+    yield cluster, s3
     cluster.nodes.stop_all()
-    store.stop()
 
 
 def scan(cluster: Served, node: str, consistency: dict[str, Any] | None = None) -> dict:
@@ -104,7 +77,7 @@ def failures(answer: dict) -> list[tuple[int, str, str]]:
     return [(p["partition"], p["failure"], p["message"]) for p in parts if p["failure"]]
 
 
-def test_each_node_holds_exactly_its_partitions_pulled_over_http(remote) -> None:
+def test_each_node_holds_exactly_its_partitions_pulled_from_the_bucket(remote) -> None:
     cluster, _ = remote
     replica_map = cluster.project.cluster.replica_map
     for node in cluster.project.cluster.nodes:
@@ -124,25 +97,11 @@ def test_each_node_holds_exactly_its_partitions_pulled_over_http(remote) -> None
         assert got == [r[:3] for r in expected]
 
 
-def test_the_store_refuses_calls_without_the_secret(remote) -> None:
-    cluster, store = remote
-    url = f"http://127.0.0.1:{store.port}/manifest.json"
-    assert httpx.get(url).status_code == 401
-    assert httpx.get(url, headers={SECRET_HEADER: "test-secret"}).status_code == 200
-    for escape in ("/../stategate.toml", "/%2e%2e/stategate.toml", "/p000/../../stategate.toml"):
-        # http.client sends the path as written (httpx would normalise the dots away).
-        connection = http.client.HTTPConnection("127.0.0.1", store.port, timeout=10)
-        connection.request("GET", escape, headers={SECRET_HEADER: "test-secret"})
-        response = connection.getresponse()
-        assert response.status == 404, (escape, response.status, response.read()[:200])
-        connection.close()
-    # a hidden folder in the store (a name starting with a dot) is not served
-    hidden = Path(cluster.project.snapshot_store) / ".checkpoints" / "x" / "offsets"
-    hidden.parent.mkdir(parents=True, exist_ok=True)
-    hidden.write_text("{}")
-    headers = {SECRET_HEADER: "test-secret"}
-    reply = httpx.get(f"http://127.0.0.1:{store.port}/.checkpoints/x/offsets", headers=headers)
-    assert reply.status_code == 404
+def test_the_bucket_refuses_calls_without_its_credentials(remote) -> None:
+    cluster, s3 = remote
+    url = f"{s3.endpoint}/snapshots/remote/manifest.json"
+    assert httpx.get(url).status_code == 403
+    assert open_store(cluster.project.snapshot_url).read(FILE_NAME) is not None
 
 
 def test_bounds_tokens_require_active_and_max_lag(remote, spark: LazySpark) -> None:
@@ -154,7 +113,7 @@ def test_bounds_tokens_require_active_and_max_lag(remote, spark: LazySpark) -> N
     )
     report = job.run(cluster.project, spark, notify=True)
     assert report.notify["node3"] != "ok" and report.notify["node1"] == "ok"
-    store.stop()
+    store.kill()
     cluster.nodes.start("node3")  # the store is down: node3 serves the versions it has
     unreachable = httpx.post(
         f"{cluster.nodes.url('node3')}/internal/sync",
@@ -244,22 +203,31 @@ def test_bounds_tokens_require_active_and_max_lag(remote, spark: LazySpark) -> N
     store.start()
 
 
-def test_a_damaged_snapshot_is_refused_and_the_previous_version_keeps_serving(remote) -> None:
+def test_a_damaged_snapshot_is_refused_and_the_previous_version_keeps_serving(
+    remote, tmp_path: Path
+) -> None:
     cluster, store = remote
-    store.ensure_running()
-    manifest = orjson.loads((Path(cluster.project.snapshot_store) / "manifest.json").read_bytes())
+    if store.proc is None:
+        store.start()
+    bucket = open_store(cluster.project.snapshot_url)
+    found = bucket.read(FILE_NAME)
+    assert found is not None
+    manifest = orjson.loads(found[0])
     node3 = cluster.project.cluster.node("node3")
     status = cluster.nodes.status("node3")
     stale = [p for p in (2, 5, 8) if status["partitions"][str(p)]["version"] == 1]
     assert stale, "node3 should still hold version 1 of its active partitions"
     damaged, flipped = stale[0], stale[1] if len(stale) > 1 else None
-    path = Path(cluster.project.snapshot_store) / top(manifest, damaged)["path"]
-    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])  # truncated
+    local = Path(cluster.project.snapshot_store)  # the pipeline's copies, written as uploaded
+    layer = top(manifest, damaged)["path"]
+    damage = tmp_path / "damaged"
+    damage.write_bytes((local / layer).read_bytes()[: (local / layer).stat().st_size // 2])
+    bucket.upload(layer, damage)  # truncated
     if flipped is not None:
-        other = Path(cluster.project.snapshot_store) / top(manifest, flipped)["path"]
-        raw = bytearray(other.read_bytes())
+        raw = bytearray((local / top(manifest, flipped)["path"]).read_bytes())
         raw[len(raw) // 2] ^= 0xFF  # same size, one bit pattern changed
-        other.write_bytes(bytes(raw))
+        damage.write_bytes(bytes(raw))
+        bucket.upload(top(manifest, flipped)["path"], damage)
 
     response = httpx.post(
         f"{node3.url}/internal/sync",

@@ -1,4 +1,4 @@
-"""`stategate node` and `stategate store` refuse to listen beyond loopback with the demo's
+"""`stategate node` refuses to listen beyond loopback with the demo's
 cluster secret or a short one: the process exits at once with one line saying why and what
 to do (a real subprocess; nothing is bound)."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from contracts import project as projects
-from stategate.launcher import node_command, store_command
+from stategate.launcher import node_command
 from tests.projects import write_project
 from tests.unit.test_exposure import DEMO
 
@@ -23,8 +23,8 @@ def test_a_server_beyond_loopback_refuses_a_weak_secret(
     text = path.read_text().replace("127.0.0.1:8101", "0.0.0.0:8101")
     path.write_text(text.replace('secret = "test-secret"', f'secret = "{secret}"'))
     project = projects.load(path)
-    for command in (node_command(project, "node1"), store_command(project, "0.0.0.0:8100")):
-        done = subprocess.run(command, capture_output=True, text=True, timeout=60)
-        assert done.returncode == 2
-        lines = done.stderr.strip().splitlines()
-        assert len(lines) == 1 and why in lines[0] and "cluster.secret_env" in lines[0], lines
+    command = node_command(project, "node1")
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and why in lines[0] and "cluster.secret_env" in lines[0], lines

@@ -1,7 +1,7 @@
 """Slow clients (slowloris) hold a connection for a bounded time: a request whose headers or
 body trickle in past header_timeout_s or body_timeout_s gets 408 REQUEST_TIMEOUT, its
 connection is closed and one line logged; a connection that sends nothing is closed without
-a word; a request that arrives in time is served (real processes: a node and a store)."""
+a word; a request that arrives in time is served (a real node)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import pytest
 
 from contracts import project as projects
 from contracts.cluster_secret import SECRET_HEADER
-from stategate.launcher import Processes, free_ports, store_command
+from stategate.launcher import Processes, free_ports
 from tests.projects import write_project
 
 TIMEOUT_S = 1.0
@@ -30,22 +30,19 @@ BODY = json.dumps({"query": "{ stores { name } }"}).encode()
 @dataclass(frozen=True)
 class Servers:
     node: tuple[str, int]
-    store: tuple[str, int]
     logs: Path
 
 
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
     root = tmp_path_factory.mktemp("slow")
-    store_port, *ports = free_ports(4)
+    ports = free_ports(3)
     settings = f"header_timeout_s = {TIMEOUT_S}\nbody_timeout_s = {TIMEOUT_S}"
     project = projects.load(write_project(root, ports, settings=settings))
     processes = Processes(root)
-    listen = f"127.0.0.1:{store_port}"
     try:
         processes.start_nodes(project, ["node1"])
-        processes.start("store", store_command(project, listen), f"http://{listen}")
-        yield Servers(("127.0.0.1", ports[0]), ("127.0.0.1", store_port), root)
+        yield Servers(("127.0.0.1", ports[0]), root)
     finally:
         processes.stop_all()
 
@@ -105,16 +102,15 @@ def assert_408(received: bytes, started: float) -> dict[str, object]:
 
 
 def test_headers_that_trickle_in_get_408_and_the_connection_closed(servers: Servers) -> None:
-    for address in (servers.node, servers.store):
-        with connected(address) as sock:
-            started = time.monotonic()
-            trickle(sock, request_head("/graphql", len(BODY)), started + TIMEOUT_S + SLACK_S)
-            document = assert_408(answer(sock), started)
-            assert document["error"] == {
-                "code": "REQUEST_TIMEOUT",
-                "message": "the request's headers did not arrive within header_timeout_s "
-                f"({TIMEOUT_S:g} s): the connection is closed",
-            }
+    with connected(servers.node) as sock:
+        started = time.monotonic()
+        trickle(sock, request_head("/graphql", len(BODY)), started + TIMEOUT_S + SLACK_S)
+        document = assert_408(answer(sock), started)
+        assert document["error"] == {
+            "code": "REQUEST_TIMEOUT",
+            "message": "the request's headers did not arrive within header_timeout_s "
+            f"({TIMEOUT_S:g} s): the connection is closed",
+        }
 
 
 def test_a_body_that_trickles_in_gets_408_in_the_endpoints_shape(servers: Servers) -> None:

@@ -30,7 +30,7 @@ from contracts.project import Project
 from spark_pipeline import job
 from spark_pipeline.spark import LazySpark
 from stategate import demo
-from stategate.launcher import Processes, free_ports, store_command
+from stategate.launcher import Processes, free_ports
 from tests.live import Socket, closed_code
 from tests.nodes import Nodes
 from tests.projects import produce_test_events, write_project
@@ -125,18 +125,6 @@ def test_a_node_stops_with_a_subscription_and_a_connection_open(
     log = (project.path.parent / "node1.log").read_text()
     assert "Application shutdown complete" in log and "Traceback" not in log
     assert "leaked" not in log, log[log.index("leaked") - 200 :][:600]
-
-
-def test_the_store_server_stops(project: Project) -> None:
-    processes = Processes(project.path.parent)
-    port = free_ports(1)[0]
-    try:
-        processes.start(
-            "store", store_command(project, f"127.0.0.1:{port}"), f"http://127.0.0.1:{port}"
-        )
-        stop(processes.procs["store"], SERVER_STOP_S)
-    finally:
-        processes.stop_all()
 
 
 def test_the_producer_stopped_while_reading_appends_nothing(project: Project) -> None:

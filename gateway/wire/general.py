@@ -10,7 +10,7 @@ import httpx
 
 from contracts.settings import Settings
 from gateway.wire.peer_errors import PeerUnreachable, PoolExhausted
-from gateway.wire.transport import CHUNK_BYTES, Reply, Streamed
+from gateway.wire.transport import Reply
 
 # Modules of the transport stack: an AttributeError raised inside them is a connection that
 # a peer reset as it was made (uvloop hands anyio a transport without a socket,
@@ -43,22 +43,8 @@ class HttpxTransport:
             )
             return Reply(response.status_code, response.content)
 
-    @asynccontextmanager
-    async def stream(self, url: str, headers: Mapping[str, str]) -> AsyncIterator[Streamed]:
-        async with (
-            _translated(),
-            self._client.stream("GET", url, headers=headers) as response,
-        ):
-            yield Streamed(response.status_code, _chunks(response))
-
     async def aclose(self) -> None:
         await self._client.aclose()
-
-
-async def _chunks(response: httpx.Response) -> AsyncIterator[bytes]:
-    async with _translated():
-        async for chunk in response.aiter_bytes(CHUNK_BYTES):
-            yield chunk
 
 
 @asynccontextmanager

@@ -15,13 +15,12 @@ import asyncio
 import time
 from collections import defaultdict
 from collections.abc import Mapping
-from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from contracts.settings import Settings
 from gateway.wire.peer_errors import PeerUnreachable, PoolExhausted
-from gateway.wire.transport import Reply, Streamed, Transport
+from gateway.wire.transport import Reply, Transport
 
 _MAX_HEADER_BYTES = 64 * 1024
 
@@ -166,7 +165,7 @@ async def _chunks(reader: asyncio.StreamReader) -> bytes:
 
 
 class HopTransport:
-    """POSTs over the pooled hop; GETs and streams over the general transport it wraps."""
+    """POSTs over the pooled hop; GETs over the general transport it wraps."""
 
     def __init__(self, general: Transport, settings: Settings) -> None:
         self.general = general
@@ -189,9 +188,6 @@ class HopTransport:
         self, url: str, headers: Mapping[str, str], timeout: float | None = None
     ) -> Reply:
         return await self.general.get(url, headers, timeout)
-
-    def stream(self, url: str, headers: Mapping[str, str]) -> AbstractAsyncContextManager[Streamed]:
-        return self.general.stream(url, headers)
 
     async def aclose(self) -> None:
         await self._pool.aclose()

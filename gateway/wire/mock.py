@@ -5,11 +5,10 @@ raise the PeerError family to play a peer that is down, hung or refusing."""
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
-from gateway.wire.transport import CHUNK_BYTES, Reply, Streamed
+from gateway.wire.transport import Reply
 
 
 @dataclass(frozen=True)
@@ -36,11 +35,6 @@ class MockTransport:
     ) -> Reply:
         return await self._handle(Call("GET", url, dict(headers)))
 
-    @asynccontextmanager
-    async def stream(self, url: str, headers: Mapping[str, str]) -> AsyncIterator[Streamed]:
-        reply = await self._handle(Call("GET", url, dict(headers)))
-        yield Streamed(reply.status, _chunks(reply.body))
-
     async def aclose(self) -> None:
         return None
 
@@ -48,8 +42,3 @@ class MockTransport:
         self.calls.append(call)
         reply = self.handler(call)
         return await reply if inspect.isawaitable(reply) else reply
-
-
-async def _chunks(body: bytes) -> AsyncIterator[bytes]:
-    for start in range(0, len(body), CHUNK_BYTES):
-        yield body[start : start + CHUNK_BYTES]

@@ -8,9 +8,6 @@ PeerError (a query whose reply is not the protocol: a ProtocolError).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-
 from contracts.cluster_secret import secret_headers
 from contracts.settings import Settings
 from gateway.model.queries import Answer, SubQuery, keys_of
@@ -56,14 +53,6 @@ class PeerClient:
         timeout); None when it does not exist (404)."""
         reply = await self.transport.get(url, self._headers, timeout)
         return None if reply.status == NOT_FOUND else _body(reply)
-
-    @asynccontextmanager
-    async def stream(self, url: str) -> AsyncIterator[AsyncIterator[bytes]]:
-        """GET a large file as chunks."""
-        async with self.transport.stream(url, self._headers) as streamed:
-            if not 200 <= streamed.status < 300:
-                raise PeerRefused(streamed.status)
-            yield streamed.chunks
 
     async def aclose(self) -> None:
         await self.transport.aclose()

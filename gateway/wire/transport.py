@@ -9,12 +9,9 @@ client's (gateway/wire/peers.py).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
-from contextlib import AbstractAsyncContextManager
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
-
-CHUNK_BYTES = 1 << 20  # a streamed file's chunks
 
 
 @dataclass(frozen=True)
@@ -23,21 +20,11 @@ class Reply:
     body: bytes
 
 
-@dataclass(frozen=True)
-class Streamed:
-    status: int
-    chunks: AsyncIterator[bytes]  # the body; read only when the status is a success
-
-
 class Transport(Protocol):
     async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> Reply: ...
 
     async def get(
         self, url: str, headers: Mapping[str, str], timeout: float | None = None
     ) -> Reply: ...
-
-    def stream(
-        self, url: str, headers: Mapping[str, str]
-    ) -> AbstractAsyncContextManager[Streamed]: ...
 
     async def aclose(self) -> None: ...

@@ -186,7 +186,7 @@ def test_window_durations(tmp_path: Path) -> None:
 # retype or add to each entry of it in turn.
 RICH: dict[str, Any] = {
     "log": {"dir": "log"},
-    "snapshots": {"store": "snapshots", "url": "http://127.0.0.1:8100"},
+    "snapshots": {"store": "snapshots", "url": "s3://bucket/prefix"},
     "pages": {"dir": "pages"},
     "cluster": {
         "partitions": 3,
@@ -365,7 +365,7 @@ def test_an_entry_another_kind_of_store_takes_is_refused(tmp_path: Path, kind: s
     [
         ("schema", ("partitions = 3", 'partitions = "3"'), "[cluster]: partitions must be an"),
         ("node --node n1", ('address = "127.0.0.1:1"\n', ""), "node 'n1': address is missing"),
-        ("store", ("[cluster]", "[sttings]\n[cluster]"), "unknown entry 'sttings'"),
+        ("operations", ("[cluster]", "[sttings]\n[cluster]"), "unknown entry 'sttings'"),
         ("produce --topic t", ("[cluster]", "[cluster"), "line 2"),
     ],
 )
@@ -401,9 +401,8 @@ def test_only_the_commands_that_call_or_serve_nodes_need_the_cluster_secret(
     with pytest.raises(ConfigError, match="set secret"):
         load(path)
     assert load(path, serving=False).cluster.secret == ""
-    for command in (["node", "--node", "n1"], ["store"]):
-        assert main([*command, "--config", str(path)]) == 2
-        assert "set secret, or the environment variable" in capsys.readouterr().err
+    assert main(["node", "--node", "n1", "--config", str(path)]) == 2
+    assert "set secret, or the environment variable" in capsys.readouterr().err
     monkeypatch.setenv("STATEGATE_TEST_NEVER_SET", "s")
     assert main(["node", "--node", "n1", "--config", str(path)]) == 2
     assert "[pages]: dir must be a folder" in capsys.readouterr().err
@@ -434,3 +433,11 @@ def test_a_kafka_table_names_the_cluster_and_passes_client_properties(tmp_path: 
 def test_a_kafka_table_that_cannot_be_is_one_line(tmp_path: Path, table: str, message: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(message)):
         load(write(tmp_path, BASE + table))
+
+
+@pytest.mark.parametrize("url", ["http://10.0.0.5:8100", "https://store.example", "gs://b/p"])
+def test_a_snapshot_url_is_a_folder_or_a_bucket_on_the_s3_api(tmp_path: Path, url: str) -> None:
+    with pytest.raises(ConfigError, match=r"a folder, or s3://bucket/prefix"):
+        load(write(tmp_path, f'[snapshots]\nurl = "{url}"\n{BASE}'))
+    bucket = load(write(tmp_path, f'[snapshots]\nurl = "s3://b/p/"\n{BASE}'))
+    assert bucket.snapshot_url == bucket.object_store == "s3://b/p"

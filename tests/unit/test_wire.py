@@ -61,20 +61,7 @@ def test_statuses_become_our_vocabulary() -> None:
     assert refused.value.status == 500
 
 
-def test_a_stream_yields_its_chunks_and_an_error_status_refuses() -> None:
-    body = bytes(range(256)) * 9000  # more than one chunk
-    client = PeerClient("s", MockTransport(lambda c: Reply(200 if c.url == "/f" else 503, body)))
-
-    async def read(url: str) -> bytes:
-        async with client.stream(url) as chunks:
-            return b"".join([chunk async for chunk in chunks])
-
-    assert run(lambda: read("/f")) == body
-    with pytest.raises(PeerRefused):
-        run(lambda: read("/gone"))
-
-
-def test_the_hop_sends_gets_and_streams_through_the_transport_it_wraps(project: Project) -> None:
+def test_the_hop_sends_gets_through_the_transport_it_wraps(project: Project) -> None:
     general = MockTransport(lambda call: Reply(200, call.url.encode()))
     hop = HopTransport(general, project.settings)
     assert run(lambda: hop.get("http://n/manifest", {})).body == b"http://n/manifest"

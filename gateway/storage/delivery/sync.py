@@ -1,8 +1,7 @@
 """Delivery: a node pulls the snapshots of the partitions it hosts, and of every partition
 of the global stores (contracts/chains.py), from the snapshot store.
 
-The store is a folder, a bucket on the S3 API (snapshot_store/), or an http(s) URL served by
-`stategate store`, authenticated with the cluster secret. A file is downloaded under a
+The store is a folder or a bucket on the S3 API (snapshot_store/). A file is downloaded under a
 hidden name in the node's own data directory, its size and sha256 are checked against the
 manifest, and only then is it renamed and attached; anything else is deleted and the
 previous version keeps serving. A version that failed is tried again after a backoff that
@@ -30,7 +29,6 @@ from contracts.snapshot_file import FormatError, parse_file_name, partition_fold
 from gateway.storage.catalog.hub import SnapshotError
 from gateway.storage.catalog.layers import LocalLayer
 from gateway.storage.delivery.node_core import NodeCore
-from gateway.wire.peer_errors import PeerError
 from snapshot_store import SnapshotStore, StoreError, open_store
 
 log = logging.getLogger(__name__)
@@ -73,7 +71,6 @@ class SnapshotSync:
         self.node_id = core.node_id
         self.topology = core.topology
         self.catalog = core.catalog
-        self.peers = core.peers
         self.switches = core.switches
         self.freshness = freshness or Delays()
         self.manifest = Manifest()
@@ -82,9 +79,7 @@ class SnapshotSync:
         self._on_disk: frozenset[int] = frozenset()  # unserved partitions whose base is here
         self._lingering: dict[int, _Linger] = {}  # handed over, still served until it ends
         self._lock = asyncio.Lock()
-        url = core.project.snapshot_url
-        served = url.startswith(("http://", "https://"))  # by `stategate store`
-        self._store: SnapshotStore | None = None if served else open_store(url)
+        self._store: SnapshotStore = open_store(core.project.snapshot_url)
         self.synced_at = time.monotonic()  # when its last round ended (delivery/lateness.py)
 
     async def run_once(self, force: bool = False) -> dict[int, int]:
@@ -108,7 +103,7 @@ class SnapshotSync:
                     continue
                 try:
                     await self._install(partition, entry)
-                except (DeliveryError, SnapshotError, PeerError) as exc:
+                except (DeliveryError, SnapshotError) as exc:
                     self._refuse(partition, entry, refusal, exc)
                 else:
                     self.errors.pop(partition, None)
@@ -215,13 +210,9 @@ class SnapshotSync:
 
     async def _read_manifest(self) -> Manifest:
         try:
-            if self._store is None:
-                raw = await self.peers.get(f"{self.project.snapshot_url}/{FILE_NAME}")
-            else:
-                found = await asyncio.to_thread(self._store.read, FILE_NAME)
-                raw = None if found is None else found[0]
-            return Manifest() if raw is None else Manifest.from_json(raw)
-        except (PeerError, FormatError, OSError, StoreError) as exc:
+            found = await asyncio.to_thread(self._store.read, FILE_NAME)
+            return Manifest() if found is None else Manifest.from_json(found[0])
+        except (FormatError, OSError, StoreError) as exc:
             raise StoreUnreachable(str(exc)) from exc
 
     def _is_newer(self, partition: int, entry: PartitionEntry) -> bool:
@@ -248,7 +239,7 @@ class SnapshotSync:
                 chain.append(local)
             version = served.version if served else None
             serving = await asyncio.to_thread(self.catalog.install, partition, chain)
-        except (DeliveryError, SnapshotError, PeerError):
+        except (DeliveryError, SnapshotError):
             for path in fetched:
                 path.unlink(missing_ok=True)
             raise
@@ -310,18 +301,9 @@ class SnapshotSync:
             tmp.unlink(missing_ok=True)
 
     async def _fetch(self, relative: str, target: Path) -> tuple[str, int]:
-        """Copy one file of the store to target; returns its sha256 and size. Disk writes,
+        """Copy one file of the store to target; returns its sha256 and size. The download,
         hashing and fsync run in a worker thread, never on the event loop."""
-        if self._store is not None:
-            return await asyncio.to_thread(_pull, self._store, relative, target)
-        digest = hashlib.sha256()
-        with open(target, "wb") as out:
-            async with self.peers.stream(f"{self.project.snapshot_url}/{relative}") as chunks:
-                async for chunk in chunks:
-                    await asyncio.to_thread(_absorb, chunk, digest, out)
-            await asyncio.to_thread(_sync, out)
-            size = out.tell()
-        return digest.hexdigest(), size
+        return await asyncio.to_thread(_pull, self._store, relative, target)
 
 
 def _intact(path: Path, layer: Layer) -> bool:
@@ -350,11 +332,6 @@ def _pull(store: SnapshotStore, relative: str, target: Path) -> tuple[str, int]:
         digest = hashlib.file_digest(file, "sha256").hexdigest()
         _sync(file)
         return digest, file.tell()
-
-
-def _absorb(chunk: bytes, digest: hashlib._Hash, out: BinaryIO) -> None:
-    digest.update(chunk)
-    out.write(chunk)
 
 
 def _sync(out: BinaryIO) -> None:
