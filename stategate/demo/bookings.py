@@ -209,16 +209,20 @@ class LiveBookings:
         every = LIVE_TICK_S
         while not self._stop.wait(every):
             size = max(1, round(self.rate * every))
-            who = self._rng.choices(self._by_rank, weights=weights, k=size)
-            now = now_ms()
-            records = [
-                Record(f"C{customer:06d}", value, now)
-                for customer, value in zip(who, _values(self._rng, self._fares, size), strict=True)
-            ]
-            log.append(topic, records)
+            log.append(topic, self.batch(size, weights))
             self.appended += size
             if TRIPS in self.project.topics and self._rng.random() < LIVE_RETIMING_RATE:
-                log.append(self.project.topics[TRIPS], [self._retimed(now)])
+                log.append(self.project.topics[TRIPS], [self._retimed(now_ms())])
+
+    def batch(self, size: int, weights: list[float] | None = None) -> list[Record]:
+        """`size` new bookings, timestamped now (`weights`: each customer's by rank)."""
+        weights = weights or [(r + ZIPF_OFFSET) ** -1.1 for r in range(self.customers)]
+        who = self._rng.choices(self._by_rank, weights=weights, k=size)
+        now = now_ms()
+        return [
+            Record(f"C{customer:06d}", value, now)
+            for customer, value in zip(who, _values(self._rng, self._fares, size), strict=True)
+        ]
 
     def _retimed(self, now: int) -> Record:
         """A new fare for one trip: the timetable, a global store, changes live too."""
