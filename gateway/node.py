@@ -57,7 +57,7 @@ class GatewayNode:
         self.coordinator, self.delivery = parts.coordinator, parts.delivery
         self.duties = parts.duties
         self.stalls = Stalls()
-        self.membership = Membership(project, node_id, self.peers, self.switches, self.stalls)
+        self.membership = Membership(core, self.stalls)
         self.lanes = Lanes()
         settings = project.settings
         self.log_end: LogEnd = (
@@ -68,11 +68,8 @@ class GatewayNode:
         self.key_routes = key_routes(project)
         self.execute_local = LocalExecution(self.catalog, project, node_id, self.topology)
         self.router = Router(
-            project,
-            node_id,
+            core,
             self.membership,
-            self.peers,
-            self.topology,
             self.execute_local,
             self._local_offsets,
             self.metrics,

@@ -18,16 +18,14 @@ import uvloop
 
 from contracts import project as config
 from contracts.errors import Failure
-from contracts.topology import Topology
 from gateway.cluster.health import Membership
 from gateway.cluster.metrics import NodeMetrics
 from gateway.cluster.routing import Router
 from gateway.model.queries import Answer, Get, Range, SubQuery
-from gateway.model.topology_view import TopologyView
-from gateway.storage.delivery.switches import Switches
 from gateway.wire.peer_errors import PeerError, PeerUnreachable
 from gateway.wire.peers import PeerClient, pooled
 from stategate.launcher import free_ports
+from tests.cores import node_core
 from tests.nodes import Served
 from tests.projects import write_project
 
@@ -64,12 +62,10 @@ def router_of_node1(project: config.Project, membership: Membership) -> Router:
     async def never_local(subqueries: list[SubQuery]) -> list[Answer]:
         raise AssertionError("node1 does not host this partition")
 
-    client = membership.client
-    topology = TopologyView(Topology.static(project.cluster))
+    core = node_core(project, membership.client)
     return Router(
-        project, "node1", membership, client, topology, never_local, lambda p: None, NodeMetrics(),
-        lambda topic, partition: None,
-    )  # fmt: skip
+        core, membership, never_local, lambda p: None, NodeMetrics(), lambda topic, partition: None
+    )
 
 
 def peers(project: config.Project) -> PeerClient:
@@ -87,7 +83,7 @@ def test_polls_of_a_resetting_peer_mark_it_down_and_never_raise(
 ) -> None:
     async def main() -> None:
         served = project(tmp_path, resetting_port)
-        membership = Membership(served, "node1", peers(served), Switches())
+        membership = Membership(node_core(served, peers(served)))
         for _ in range(ROUNDS):
             membership.peers["node2"].alive = True
             await membership.poll_once()
@@ -104,7 +100,7 @@ def test_calls_to_a_resetting_peer_fail_in_band(tmp_path: Path, resetting_port: 
     assert served.cluster.replica_map[1] == ("node2", "node3")
 
     async def main() -> None:
-        membership = Membership(served, "node1", peers(served), Switches())
+        membership = Membership(node_core(served, peers(served)))
         router = router_of_node1(served, membership)
         query = SubQuery(id=0, partition=1, store="latestBooking", query=Get(("C1",)))
         for _ in range(ROUNDS):
@@ -127,7 +123,7 @@ def test_a_peer_believed_down_is_still_asked_when_it_failed_fast(served: Served)
     query = SubQuery(id=0, partition=1, store="customerTotals", query=Range(None, None, 5))
 
     async def ask(error: PeerError) -> tuple[Answer, list[dict[str, int]], bool]:
-        membership = Membership(project, "node1", peers(project), Switches())
+        membership = Membership(node_core(project, peers(project)))
         for peer in ("node2", "node3"):
             membership.mark_down(peer, error, time.monotonic())
         router = router_of_node1(project, membership)
@@ -158,7 +154,7 @@ def test_what_a_replica_answered_is_not_hidden_by_a_dead_one_asked_after_it(
     query = SubQuery(0, 1, "trainDelays", Range(None, None, 5), bound={"trains": 10**9})
 
     async def main() -> tuple[Answer, list[dict[str, int]]]:
-        membership = Membership(project, "node1", peers(project), Switches())
+        membership = Membership(node_core(project, peers(project)))
         router = router_of_node1(project, membership)
         answers, trace = await router.execute([query])
         await membership.client.aclose()

@@ -28,14 +28,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from contracts.clock import now_ms
-from contracts.project import Project
 from contracts.topology import Topology
 from gateway.cluster.status import NodeStatus, PartitionState
 from gateway.model.topology_view import TopologyView
 from gateway.runtime.stalls import Stalls
-from gateway.storage.delivery.switches import Switches
+from gateway.storage.delivery.node_core import NodeCore
 from gateway.wire.peer_errors import PeerError, PeerUnreachable, PoolExhausted
-from gateway.wire.peers import PeerClient
 from gateway.wire.protocol import ProtocolError
 
 log = logging.getLogger(__name__)
@@ -52,18 +50,11 @@ class Peer:
 
 
 class Membership:
-    def __init__(
-        self,
-        project: Project,
-        node_id: str,
-        peers: PeerClient,
-        switches: Switches,
-        stalls: Stalls | None = None,
-    ) -> None:
-        self.project = project
-        self.node_id = node_id
-        self.client = peers
-        self.switches = switches
+    def __init__(self, core: NodeCore, stalls: Stalls | None = None) -> None:
+        self.project = project = core.project
+        self.node_id = node_id = core.node_id
+        self.client = core.peers
+        self.switches = core.switches
         self.stalls = stalls or Stalls()  # one not watching knows of no stall
         self.peers = {n.id: Peer(n.id) for n in project.cluster.nodes if n.id != node_id}
         self.topology: TopologyView | None = None

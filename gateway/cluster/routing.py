@@ -31,14 +31,12 @@ from dataclasses import dataclass, field
 
 from contracts.errors import Failure
 from contracts.positions import satisfies
-from contracts.project import Project
 from gateway.cluster.health import Membership
 from gateway.cluster.log_end import LogEnd
 from gateway.cluster.metrics import NodeMetrics
 from gateway.model.queries import Answer, SubQuery
-from gateway.model.topology_view import TopologyView
+from gateway.storage.delivery.node_core import NodeCore
 from gateway.wire.peer_errors import PeerError, PeerRefused
-from gateway.wire.peers import PeerClient
 from gateway.wire.protocol import ProtocolError
 
 log = logging.getLogger(__name__)
@@ -61,21 +59,18 @@ class Trace:
 class Router:
     def __init__(
         self,
-        project: Project,
-        node_id: str,
+        core: NodeCore,
         membership: Membership,
-        peers: PeerClient,
-        topology: TopologyView,
         local: Callable[[list[SubQuery]], Awaitable[list[Answer]]],
         local_offsets: Callable[[int], dict[str, int] | None],
         metrics: NodeMetrics,
         log_end: LogEnd,
     ) -> None:
-        self.project = project
-        self.node_id = node_id
+        self.project = core.project
+        self.node_id = core.node_id
         self.membership = membership
-        self.peers = peers
-        self.topology = topology
+        self.peers = core.peers
+        self.topology = core.topology
         self.local = local
         self.local_offsets = local_offsets
         self.metrics = metrics

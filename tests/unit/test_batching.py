@@ -14,17 +14,15 @@ import pytest
 from contracts.partitioner import Key, partition_for
 from contracts.positions import Position
 from contracts.project import Project, Store, load
-from contracts.topology import Topology
 from gateway.cluster.batching import DEFAULT_MAX_KEYS, Consistency, Outcome, RequestBatch, Work
 from gateway.cluster.health import Membership
 from gateway.cluster.metrics import NodeMetrics
 from gateway.cluster.routing import Router
 from gateway.model.queries import Answer, Get, Prefix, Query, Range, SubQuery, Windows, WindowsOfKey
-from gateway.model.topology_view import TopologyView
-from gateway.storage.delivery.switches import Switches
 from gateway.wire.mock import Call, MockTransport
 from gateway.wire.peers import PeerClient
 from gateway.wire.transport import Reply
+from tests.cores import node_core
 from tests.projects import write_project
 
 LogEnd = Callable[[str, int], "int | None"]
@@ -57,13 +55,11 @@ class Node:
         async def go() -> list[Outcome]:
             peers = PeerClient(self.project.cluster.secret, MockTransport(_no_peers))
             try:
-                membership = Membership(self.project, "node1", peers, Switches())
+                core = node_core(self.project, peers)
+                membership = Membership(core)
                 router = Router(
-                    self.project,
-                    "node1",
+                    core,
                     membership,
-                    peers,
-                    TopologyView(Topology.static(self.project.cluster)),
                     self.local,
                     lambda p: None,
                     NodeMetrics(),

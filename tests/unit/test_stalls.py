@@ -12,11 +12,11 @@ import pytest
 from contracts.project import Project, load
 from gateway.cluster.health import Membership
 from gateway.runtime.stalls import STALL_S, TICK_S, Stalls
-from gateway.storage.delivery.switches import Switches
 from gateway.wire.mock import Call, MockTransport
 from gateway.wire.peer_errors import PeerUnreachable
 from gateway.wire.peers import PeerClient
 from gateway.wire.transport import Reply
+from tests.cores import node_core
 from tests.projects import write_project
 
 BLOCKED_S = 2 * STALL_S  # a stall: the loop does not run this long
@@ -107,7 +107,7 @@ def polled(project: Project, stall_s: float) -> dict[str, bool]:
         watch = asyncio.create_task(stalls.watch_forever())
         await asyncio.sleep(2 * TICK_S)
         peers = PeerClient(project.cluster.secret, MockTransport(timed_out))
-        membership = Membership(project, "node1", peers, Switches(), stalls)
+        membership = Membership(node_core(project, peers), stalls)
         await membership.poll_once()
         watch.cancel()
         return membership.beliefs()

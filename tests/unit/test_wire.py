@@ -15,20 +15,18 @@ import pytest
 from contracts.cluster_secret import SECRET_HEADER
 from contracts.errors import Failure
 from contracts.project import Project, load
-from contracts.topology import Topology
 from gateway.cluster.health import Membership
 from gateway.cluster.log_end import LogEnd
 from gateway.cluster.metrics import NodeMetrics
 from gateway.cluster.routing import Router
 from gateway.model.queries import Answer, Get, SubQuery
-from gateway.model.topology_view import TopologyView
-from gateway.storage.delivery.switches import Switches
 from gateway.wire.hop import ClosedByPeer, HopTransport, read_reply
 from gateway.wire.mock import Call, MockTransport
 from gateway.wire.peer_errors import PeerRefused, PeerUnreachable
 from gateway.wire.peers import PeerClient
 from gateway.wire.protocol import decode_request, encode_answers
 from gateway.wire.transport import Reply
+from tests.cores import node_core
 from tests.projects import write_project
 
 T = TypeVar("T")
@@ -127,16 +125,13 @@ def _route(
 
     async def go() -> dict[int, Answer]:
         peers = PeerClient(project.cluster.secret, transport)
-        membership = Membership(project, "node1", peers, Switches())
+        core = node_core(project, peers)
+        membership = Membership(core)
 
         async def local(subqueries: list[SubQuery]) -> list[Answer]:
             raise AssertionError("node1 hosts none of these partitions")
 
-        topology = TopologyView(Topology.static(project.cluster))
-        router = Router(
-            project, "node1", membership, peers, topology, local, lambda p: None, NodeMetrics(),
-            log_end,
-        )  # fmt: skip
+        router = Router(core, membership, local, lambda p: None, NodeMetrics(), log_end)
         away = [p for p in range(project.cluster.partitions) if "node1" not in _ids(project, p)]
         queries = [
             SubQuery(i, p, "latestBooking", Get(("k",)), bound=dict(bound or {}))
@@ -166,7 +161,7 @@ def test_a_partition_with_no_live_replica_fails_with_its_reason(project: Project
 
 def test_listeners_hear_once_of_a_peer_that_is_back(project: Project) -> None:
     peers = PeerClient("s", MockTransport(lambda call: Reply(404, b"")))  # never called
-    membership = Membership(project, "node1", peers, Switches())
+    membership = Membership(node_core(project, peers))
     back: list[str] = []
     membership.when_back(back.append)
     membership.mark_up("node2")  # never down: nothing to tell
