@@ -5,6 +5,8 @@ name; what is not an image is an ImageError."""
 from __future__ import annotations
 
 import pickle
+import sys
+import types
 from pathlib import Path
 
 import numpy as np
@@ -75,3 +77,29 @@ def test_an_image_is_whole_or_absent(tmp_path: Path) -> None:
     with pytest.raises((AttributeError, pickle.PicklingError)):
         images.save(lambda: None, path)  # fails while pickling: nothing left behind
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_image_another_release_wrote_is_an_image_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An upgrade leaves the previous release's images in the node's folder: refused, so
+    the base is read again (a node of an older release crashed at start on one whose
+    classes had moved)."""
+    path = tmp_path / "older.image"
+    images.save({"rows": 3}, path)
+    monkeypatch.setattr(images, "stamp", lambda: b"another!")
+    with pytest.raises(images.ImageError, match="another release"):
+        images.load(path)
+
+
+def test_an_image_whose_classes_are_gone_is_an_image_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    module = types.ModuleType("stategate_test_moved")
+    exec("class Table:\n    pass\n", module.__dict__)
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    path = tmp_path / "moved.image"
+    images.save(module.Table(), path)
+    monkeypatch.delitem(sys.modules, module.__name__)  # the class moved: not found
+    with pytest.raises(images.ImageError, match="stategate_test_moved"):
+        images.load(path)

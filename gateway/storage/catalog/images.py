@@ -5,13 +5,19 @@ of processes reading it (README: Workers).
 The file is a pickle (protocol 5) whose numpy and Arrow buffers are kept out of band: a
 header, the pickle's small frame (the Python objects), then each buffer 64-byte aligned.
 Loading maps the file read-only and hands pickle views of it, so the arrays are the mapped
-pages themselves, not copies. A map outlives the file's name: a worker keeps reading an
-image the keeper deleted, until it lets go of the base. Images are written by the node's
-keeper into its own data directory, and read by its own workers only.
+pages themselves, not copies. A pickle names its classes by module and holds their fields as
+they were: the header carries a stamp of the code that wrote it (the in-memory engine's
+source, gateway/storage/memory/), and an image another release wrote (an upgrade, a class
+moved or changed) is an ImageError, so the base is read again and its image written anew.
+A map outlives the file's name: a worker keeps reading an image the keeper deleted, until
+it lets go of the base. Images are written by the node's keeper into its own data
+directory, and read by its own workers only.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import mmap
 import os
 import pickle
@@ -19,9 +25,10 @@ import struct
 from pathlib import Path
 from typing import Any
 
-MAGIC = b"SGIMAGE1"
+MAGIC = b"SGIMAGE2"
 ALIGN = 64
-_HEADER = struct.Struct("<8sQQ")  # magic, frame length, buffer count
+_HEADER = struct.Struct("<8s8sQQ")  # magic, the writer's stamp, frame length, buffer count
+ENGINE = Path(__file__).resolve().parents[1] / "memory"  # whose classes an image pickles
 _BUFFER = struct.Struct("<QQ")  # offset, length
 
 
@@ -43,7 +50,7 @@ def save(value: Any, path: Path) -> None:
     aside = path.with_name(f".{path.name}.{os.getpid()}")
     try:
         with open(aside, "wb") as out:
-            out.write(_HEADER.pack(MAGIC, len(frame), len(views)))
+            out.write(_HEADER.pack(MAGIC, stamp(), len(frame), len(views)))
             out.writelines(_BUFFER.pack(*place) for place in places)
             out.write(frame)
             for (at, _), view in zip(places, views, strict=True):
@@ -64,15 +71,28 @@ def load(path: Path) -> Any:
             raise ImageError(f"{path.name}: {exc}") from exc
     view = memoryview(mapped)
     try:
-        magic, frame_length, count = _HEADER.unpack_from(view)
+        magic, written_by, frame_length, count = _HEADER.unpack_from(view)
         if magic != MAGIC:
             raise ImageError(f"{path.name} is not an image")
+        if written_by != stamp():
+            raise ImageError(f"{path.name} was written by another release")
         places = [_BUFFER.unpack_from(view, _HEADER.size + i * _BUFFER.size) for i in range(count)]
         start = _HEADER.size + _BUFFER.size * count
         frame = view[start : start + frame_length]
         return pickle.loads(frame, buffers=[view[at : at + length] for at, length in places])
-    except (struct.error, pickle.UnpicklingError, EOFError) as exc:
+    except (struct.error, pickle.UnpicklingError, EOFError, ImportError, AttributeError) as exc:
         raise ImageError(f"{path.name}: {exc}") from exc
+
+
+@functools.cache
+def stamp() -> bytes:
+    """What this release's images are stamped with: a digest of the in-memory engine's
+    source and of this module."""
+    digest = hashlib.sha256()
+    for source in sorted([*ENGINE.glob("*.py"), Path(__file__).resolve()]):
+        digest.update(source.name.encode())
+        digest.update(source.read_bytes())
+    return digest.digest()[:8]
 
 
 def _aligned(offset: int) -> int:
