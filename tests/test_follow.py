@@ -104,8 +104,16 @@ def published_positions(project: Project) -> dict[int, dict[str, int]]:
     return {int(p): e["layers"][-1]["position"] for p, e in entries.items()}
 
 
-def test_a_driver_killed_mid_batch_loses_and_doubles_nothing(tmp_path: Path) -> None:
-    project = follow_project(tmp_path)
+@pytest.mark.parametrize("store", ["folder", "bucket"])
+def test_a_driver_killed_mid_batch_loses_and_doubles_nothing(
+    tmp_path: Path, store: str, request: pytest.FixtureRequest
+) -> None:
+    """Exactly once through crashes, with the folder store and with a bucket on S3Proxy
+    (the layers uploaded, the manifest not replaced: nothing of them is published)."""
+    url = None
+    if store == "bucket":
+        url = f"{request.getfixturevalue('s3').bucket('crashes')}/driver"
+    project = follow_project(tmp_path, snapshot_url=url)
     produce_round(project, 0)
 
     # Killed after writing a micro-batch's layers, before publishing them.
@@ -132,7 +140,12 @@ def test_a_driver_killed_mid_batch_loses_and_doubles_nothing(tmp_path: Path) -> 
     third = Follow(project, tmp_path / "follow.log")
     third.wait_following()
     produce_round(project, 2)
-    assert_state_is_the_oracles(project, wait_caught_up(project))
+    manifest = wait_caught_up(project)
+    if url is None:
+        assert_state_is_the_oracles(project, manifest)
+    else:  # what the bucket alone holds
+        assert fetched_from_bucket(project, tmp_path / "fetched") == manifest
+        assert_state_is_the_oracles(project, manifest, tmp_path / "fetched")
     stop(third.proc, SPARK_STOP_S)  # ends by the signal, Spark's JVM and workers with it
     assert '"batches"' in third.tail()
 

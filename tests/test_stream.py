@@ -17,8 +17,9 @@ import pytest
 
 from contracts import chains, eventlog
 from contracts.durable import locked
-from contracts.manifest import FRESH_LAYERS
+from contracts.manifest import FILE_NAME, FRESH_LAYERS
 from contracts.project import Project, load
+from snapshot_store import open_store
 from spark_pipeline.loop import PipelineLoop
 from spark_pipeline.spark import LazySpark
 from tests import progress
@@ -30,7 +31,15 @@ CAUGHT_UP_S = 90
 
 
 def manifest_of(project: Project) -> dict:
-    body: dict = orjson.loads((Path(project.snapshot_store) / "manifest.json").read_bytes())
+    """The published manifest: the object store's when the project names one (the
+    pipeline's folder holds a copy written after it), else the folder's."""
+    if project.object_store is not None:
+        found = open_store(project.object_store).read(FILE_NAME)
+        assert found is not None, f"nothing published to {project.object_store}"
+        raw = found[0]
+    else:
+        raw = (Path(project.snapshot_store) / FILE_NAME).read_bytes()
+    body: dict = orjson.loads(raw)
     return body
 
 
