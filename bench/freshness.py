@@ -4,13 +4,16 @@ what the read mix costs meanwhile, beside the same mix on the idle cluster.
 
     python -m bench.freshness --workload main --rate 1000 --seconds 60
     python -m bench.freshness --workload main --kafka --rate 10000   # on a Kafka broker
+    python -m bench.freshness --workload main --bucket   # snapshots in a bucket on S3Proxy
 
 It runs on a copy of a built workload (.bench/fresh-<name>/: log and snapshots), so the other
 measurements keep their state; with --kafka, on a broker of its own there, the log's records
 copied into its topics first (bench/on_kafka.py), the producer producing to Kafka (an append
 is the producer's acknowledgement), and beside it the anchor: a plain consumer of the same
 topic in a process of its own, timing each tick's last record from its acknowledgement to
-its arrival. Visibility is read from positions, not guessed: an append to
+its arrival. With --bucket, the snapshots are published to a bucket on an S3 server of its
+own (S3Proxy: bench/object_store.py onto_bucket) and the nodes pull from there. Visibility is
+read from positions, not guessed: an append to
 partition p ending at offset o is visible once a query's meta says p's position is past o.
 A poller asks a scan of every partition on the nodes in turn every POLL_S; its answer's
 arrival time counts (an upper bound, by the poll period at most). A subscriber to the same
@@ -48,6 +51,7 @@ import websockets
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.driver import graphql_operation, http_client, percentile, run_async
+from bench.object_store import onto_bucket
 from bench.on_kafka import onto_kafka
 from bench.procs import NodeProcesses
 from bench.queries import body
@@ -59,6 +63,7 @@ from contracts.partitioner import partition_for
 from contracts.project import Project
 from stategate.broker import Broker
 from stategate.demo.bookings import _fares, _values
+from stategate.s3server import S3Server
 
 POLL_S = 0.2  # a poll costs the nodes a scan of every partition: 5 a second, not 20
 TICK_S = 0.1  # the producers append one batch per partition this often
@@ -88,6 +93,7 @@ class Freshness:
     seconds: float
     pipeline_nice: int = 0  # the pipeline's niceness (0: as the nodes)
     log: str = "file"  # or "kafka"
+    snapshots: str = "folder"  # or "bucket" (an S3 server's)
     appended: int = 0
     appended_per_s: float = 0.0  # records the producer appended a second (it may fall behind)
     ticks_late: int = 0  # producer ticks that started over a tick late (it fell behind)
@@ -436,9 +442,11 @@ def measure(
     pipeline_nice: int = 0,
     workers: int | None = None,
     kafka: bool = False,
+    bucket: bool = False,
 ) -> Freshness:
     """`workers`: each node's (None: the setting's default, one per core); `kafka`: on a
-    broker of its own, its topics a copy of the workload's log."""
+    broker of its own, its topics a copy of the workload's log; `bucket`: the snapshots in
+    a bucket of an S3 server of its own."""
     project = copy_workload(workload)
     with contextlib.ExitStack() as stack:
         if kafka:
@@ -446,6 +454,11 @@ def measure(
             broker.start()
             stack.callback(broker.stop)
             project = onto_kafka(project, broker.bootstrap)
+        if bucket:
+            server = S3Server(project.path.parent / "s3")
+            server.start()
+            stack.callback(server.stop)
+            project = onto_bucket(project, server)
         if workers is not None:
             project = with_workers(project, workers)
         return _measure(workload, project, rate, seconds, logs, pipeline_nice)
@@ -460,7 +473,8 @@ def _measure(
     pipeline_nice: int,
 ) -> Freshness:
     log = "kafka" if project.kafka is not None else "file"
-    result = Freshness(workload.name, rate, seconds, pipeline_nice, log)
+    snapshots = "folder" if project.object_store is None else "bucket"
+    result = Freshness(workload.name, rate, seconds, pipeline_nice, log, snapshots)
     nodes = NodeProcesses.gateway(project, logs / f"fresh-{workload.name}")
     pipeline_log = logs / f"fresh-{workload.name}-pipeline.log"
     pipeline_log.unlink(missing_ok=True)
@@ -586,6 +600,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pipeline-nice", type=int, default=0, help="the pipeline's niceness")
     parser.add_argument("--workers", type=int, help="each node's (default: one per core)")
     parser.add_argument("--kafka", action="store_true", help="on a Kafka broker of its own")
+    parser.add_argument("--bucket", action="store_true", help="snapshots in an S3 bucket")
     args = parser.parse_args(argv)
     workload = Workload.built(args.workload)
     if workload is None:
@@ -594,8 +609,9 @@ def main(argv: list[str] | None = None) -> int:
     logs = BENCH_DIR / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     result = measure(
-        workload, args.rate, args.seconds, logs, args.pipeline_nice, args.workers, args.kafka
-    )
+        workload, args.rate, args.seconds, logs, args.pipeline_nice, args.workers, args.kafka,
+        args.bucket,
+    )  # fmt: skip
     print(orjson.dumps(result.as_dict(), option=orjson.OPT_INDENT_2).decode())
     return 0
 

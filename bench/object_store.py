@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from contracts import project as projects
+from contracts.manifest import FILE_NAME, Manifest
 from contracts.project import Project
 from contracts.topology import Topology
 from gateway.model.topology_view import TopologyView
@@ -34,6 +35,7 @@ from gateway.storage.delivery.node_core import NodeCore
 from gateway.storage.delivery.switches import Switches
 from gateway.storage.delivery.sync import SnapshotSync
 from gateway.wire.peers import PeerClient, pooled
+from snapshot_store import open_store
 from spark_pipeline import job
 from spark_pipeline.spark import LazySpark
 from stategate.demo import PROJECT_TEMPLATE, bookings
@@ -164,6 +166,24 @@ def _report(sides: list[Side], args: argparse.Namespace) -> None:
     ]  # fmt: skip
     for name, a, b in rows:
         print(f"| {name} | {a:.3f} | {b:.3f} | {b / a:.2f}x |")
+
+
+def onto_bucket(project: Project, server: S3Server) -> Project:
+    """The project with its published snapshots copied to a bucket of `server`, written to
+    name the bucket; the AWS variables of `server` set in this process (and so in what it
+    starts)."""
+    os.environ.update(server.env())
+    url = f"{server.bucket('bench')}/{project.path.parent.name}"
+    store = open_store(url)
+    folder = Path(project.snapshot_store)
+    raw = (folder / FILE_NAME).read_bytes()
+    for entry in Manifest.from_json(raw).partitions.values():
+        for layer in entry.layers:
+            store.upload(layer.path, folder / layer.path)
+    store.replace(FILE_NAME, raw, None)
+    text = project.path.read_text().replace("[snapshots]\n", f'[snapshots]\nurl = "{url}"\n', 1)
+    project.path.write_text(text)
+    return projects.load(project.path)
 
 
 def _p50(values: list[float]) -> float:
