@@ -23,7 +23,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from stategate.jars import JVM, Artifact, ends_with_parent, jars, java
+from stategate.jars import JVM, Artifact, JavaServer, jars, java
 from stategate.launcher import free_ports
 
 KAFKA_VERSION = "4.4.0"
@@ -122,15 +122,17 @@ def server_properties(data: Path, port: int, controller_port: int, quorum: Quoru
                    for key, value in properties.items())  # fmt: skip
 
 
-class Broker:
+class Broker(JavaServer):
     """One KRaft broker in `folder`: formatted on its first start, its data kept across
-    stops (a restart recovers every record, after kill -9 too)."""
+    stops (a restart recovers every record, after kill -9 too). A stop lets it close its
+    logs cleanly (0.2-0.5 s)."""
+
+    stop_s = STOP_S
 
     def __init__(self, folder: Path, quorum: Quorum | None = None) -> None:
-        self.folder = folder
+        super().__init__(folder)
         self.port, self.controller_port = free_ports(2)
         self.quorum = quorum or Quorum()
-        self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def bootstrap(self) -> str:
@@ -168,15 +170,7 @@ class Broker:
             if done.returncode != 0:
                 raise RuntimeError(f"kafka-storage format failed: {done.stdout}{done.stderr}")
         seen = self.log.stat().st_size if self.log.exists() else 0
-        with open(self.folder / "stdout.log", "ab") as out:
-            self.proc = subprocess.Popen(
-                java(lib, jvm, ["kafka.Kafka", str(config)]),
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,  # Ctrl-C in a terminal reaches its owner, not it
-                preexec_fn=ends_with_parent,
-            )
+        self.spawn(java(lib, jvm, ["kafka.Kafka", str(config)]))
         return seen
 
     def wait_ready(self, seen: int) -> None:
@@ -186,7 +180,7 @@ class Broker:
         while True:
             assert self.proc is not None
             if self.proc.poll() is not None:
-                raise RuntimeError(f"kafka exited with {self.proc.returncode}: {self._tail()}")
+                raise RuntimeError(f"kafka exited with {self.proc.returncode}: {self.tail()}")
             if self.log.exists():
                 with open(self.log, "rb") as log:
                     log.seek(seen)
@@ -194,30 +188,8 @@ class Broker:
                         return
             if time.monotonic() > deadline:
                 self.kill()
-                raise TimeoutError(f"kafka not ready in {READY_S:g} s: {self._tail()}")
+                raise TimeoutError(f"kafka not ready in {READY_S:g} s: {self.tail()}")
             time.sleep(0.05)
-
-    def _tail(self) -> str:
-        logs = (self.log, self.folder / "stdout.log")
-        return "\n".join(p.read_text(errors="replace")[-1500:] for p in logs if p.exists())
-
-    def stop(self) -> None:
-        """SIGTERM: the broker closes its logs cleanly (0.2-0.5 s); SIGKILL past STOP_S."""
-        if self.proc is None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(STOP_S)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.proc = None
-
-    def kill(self) -> None:
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait()
-            self.proc = None
 
 
 class Brokers:

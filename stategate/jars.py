@@ -88,6 +88,56 @@ def jars(name: str, artifacts: tuple[Artifact, ...], boms: tuple[Artifact, ...] 
     return folder
 
 
+class JavaServer:
+    """A JVM server with a folder of its own: its output in `<folder>`/stdout.log, started in
+    a session of its own and ended with its parent (ends_with_parent), stopped by SIGTERM and
+    killed past `stop_s`. Subclasses name its `log` and build its command."""
+
+    stop_s = 15.0
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def log(self) -> Path:
+        raise NotImplementedError
+
+    def spawn(self, command: list[str]) -> None:
+        with open(self.folder / "stdout.log", "ab") as out:
+            self.proc = subprocess.Popen(
+                command,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # Ctrl-C in a terminal reaches its owner, not it
+                preexec_fn=ends_with_parent,
+            )
+
+    def tail(self) -> str:
+        """The ends of its log and its output, for an error that says why it did not start."""
+        logs = (self.log, self.folder / "stdout.log")
+        return "\n".join(p.read_text(errors="replace")[-1500:] for p in logs if p.exists())
+
+    def stop(self) -> None:
+        """SIGTERM, and SIGKILL past `stop_s`."""
+        if self.proc is None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(self.stop_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+
 def java(lib: Path, jvm: list[str], main: list[str]) -> list[str]:
     home = os.environ.get("JAVA_HOME")
     java = str(Path(home) / "bin" / "java") if home else "java"

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import secrets
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -23,7 +22,7 @@ from pathlib import Path
 
 import httpx
 
-from stategate.jars import JVM, Artifact, ends_with_parent, jars, java
+from stategate.jars import JVM, Artifact, JavaServer, jars, java
 from stategate.launcher import free_ports
 
 S3PROXY_VERSION = "4.1.0"
@@ -36,7 +35,6 @@ BOMS = (
 )
 PROVIDER = "filesystem-nio2"  # honours If-Match and If-None-Match on PUT
 READY_S = 60.0
-STOP_S = 10.0
 REGION = "us-east-1"
 _LOGBACK = """<configuration>
   <appender name="FILE" class="ch.qos.logback.core.FileAppender">
@@ -52,11 +50,13 @@ def server_jars() -> Path:
     return jars(f"s3proxy-{S3PROXY_VERSION}", SERVER, BOMS)
 
 
-class S3Server:
+class S3Server(JavaServer):
     """One S3Proxy in `folder`: its objects in `folder`/data, kept across stops; its
     credentials made on its first start and kept in `folder`/credentials.json. It listens on
     `host`:`port` (a free loopback port by default); `on_host` runs its command where that
     address is (a network namespace of stategate/hosts.py)."""
+
+    stop_s = 10.0  # it ends in 1-3 s after SIGTERM
 
     def __init__(
         self,
@@ -65,11 +65,10 @@ class S3Server:
         port: int | None = None,
         on_host: Sequence[str] = (),
     ) -> None:
-        self.folder = folder
+        super().__init__(folder)
         self.host = host
         self.port = port or free_ports(1)[0]
         self.on_host = list(on_host)
-        self.proc: subprocess.Popen[bytes] | None = None
         folder.mkdir(parents=True, exist_ok=True)
         stored = folder / "credentials.json"
         if not stored.exists():
@@ -115,15 +114,7 @@ class S3Server:
         logback.write_text(_LOGBACK.format(log=self.log))
         jvm = [*JVM, f"-Dlogback.configurationFile={logback}"]
         main = ["org.gaul.s3proxy.Main", "--properties", str(properties)]
-        with open(self.folder / "stdout.log", "ab") as out:
-            self.proc = subprocess.Popen(
-                [*self.on_host, *java(lib, jvm, main)],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,  # Ctrl-C in a terminal reaches its owner, not it
-                preexec_fn=ends_with_parent,
-            )
+        self.spawn([*self.on_host, *java(lib, jvm, main)])
         self._wait_ready()
 
     def _wait_ready(self) -> None:
@@ -132,7 +123,7 @@ class S3Server:
         while True:
             assert self.proc is not None
             if self.proc.poll() is not None:
-                raise RuntimeError(f"s3proxy exited with {self.proc.returncode}: {self._tail()}")
+                raise RuntimeError(f"s3proxy exited with {self.proc.returncode}: {self.tail()}")
             try:
                 httpx.get(self.endpoint, timeout=1)
                 return
@@ -140,29 +131,8 @@ class S3Server:
                 pass
             if time.monotonic() > deadline:
                 self.kill()
-                raise TimeoutError(f"s3proxy not ready in {READY_S:g} s: {self._tail()}")
+                raise TimeoutError(f"s3proxy not ready in {READY_S:g} s: {self.tail()}")
             time.sleep(0.1)
-
-    def _tail(self) -> str:
-        logs = (self.log, self.folder / "stdout.log")
-        return "\n".join(p.read_text(errors="replace")[-1500:] for p in logs if p.exists())
-
-    def stop(self) -> None:
-        if self.proc is None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(STOP_S)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.proc = None
-
-    def kill(self) -> None:
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait()
-            self.proc = None
 
 
 def main(argv: list[str] | None = None) -> int:
