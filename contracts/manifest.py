@@ -56,6 +56,13 @@ class Layer:
     # delta's (a key a later delta changes again counts twice, until a compaction)
     rows: dict[str, int] = field(default_factory=dict, compare=False)
 
+    def sized(self, path: Path) -> bool:
+        """Whether the file at `path` has this layer's size (its sha256 is checked apart)."""
+        try:
+            return path.stat().st_size == self.size
+        except OSError:
+            return False
+
     def stages(self) -> dict[str, int | None]:
         """When its new records reached each of the pipeline's stages (STAGES)."""
         return {"read": self.read_ms, "written": self.written_ms, "published": self.published_ms}

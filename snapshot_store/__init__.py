@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from contracts.project import OBJECT_STORE
 from snapshot_store.store import Conflict as Conflict
 from snapshot_store.store import SnapshotStore as SnapshotStore
 from snapshot_store.store import Stored as Stored
 from snapshot_store.store import StoreError as StoreError
 
-S3_SCHEME = "s3://"
 # The standard AWS variables an S3 store reads (snapshot_store/s3.py): what a Spark executor
 # is given of its driver's environment.
 ENVIRONMENT = (
@@ -32,7 +32,7 @@ ENVIRONMENT = (
 
 def open_store(url: str) -> SnapshotStore:
     """The store at `url`: `s3://bucket/prefix`, or a folder's path."""
-    if url.startswith(S3_SCHEME):
+    if url.startswith(OBJECT_STORE):
         from snapshot_store.s3 import S3SnapshotStore
 
         return S3SnapshotStore(url)
@@ -41,7 +41,3 @@ def open_store(url: str) -> SnapshotStore:
     from snapshot_store.folder import FolderStore
 
     return FolderStore(Path(url))
-
-
-def is_object_store(url: str) -> bool:
-    return url.startswith(S3_SCHEME)

@@ -33,7 +33,7 @@ def fetched(root: str, url: str | None, layer: Layer) -> Path:
     """Where a published layer is on this host: in the working folder `root`, downloaded
     from the object store at `url` first when it is not there whole."""
     path = Path(root) / layer.path
-    if url is None or _sized(path, layer):
+    if url is None or layer.sized(path):
         return path
     _store(url).download(layer.path, path)
     with open(path, "rb") as file:
@@ -42,13 +42,6 @@ def fetched(root: str, url: str | None, layer: Layer) -> Path:
         path.unlink(missing_ok=True)
         raise StoreError(f"{url}/{layer.path} is not the layer the manifest names (sha256)")
     return path
-
-
-def _sized(path: Path, layer: Layer) -> bool:
-    try:
-        return path.stat().st_size == layer.size
-    except FileNotFoundError:
-        return False
 
 
 @functools.cache

@@ -276,7 +276,7 @@ class SnapshotSync:
             for path in folder.iterdir():
                 if parse_file_name(path.name) is not None and path not in named:
                     path.unlink(missing_ok=True)
-            if entry is not None and _sized(self._local_path(partition, entry.base), entry.base):
+            if entry is not None and entry.base.sized(self._local_path(partition, entry.base)):
                 on_disk.add(partition)
         self._on_disk = frozenset(p for p in on_disk if not chains.is_global(self.project, p))
 
@@ -313,14 +313,6 @@ def _intact(path: Path, layer: Layer) -> bool:
             return False
         with open(path, "rb") as file:
             return hashlib.file_digest(file, "sha256").hexdigest() == layer.sha256
-    except OSError:
-        return False
-
-
-def _sized(path: Path, layer: Layer) -> bool:
-    """Whether a file on disk has the layer's size (its sha256 is checked at install)."""
-    try:
-        return path.stat().st_size == layer.size
     except OSError:
         return False
 
