@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 
 from contracts.clock import now_ms
 from contracts.placement import Assignment, PlacementError, Replica
+from contracts.tls import Tls
 
 FORMAT = 1
 SCHEME = "etcd"
@@ -127,8 +128,11 @@ class Coordination:
     own clients balance over the members they are given; a watch on the closed connection
     ends, and its caller watches again."""
 
-    def __init__(self, url: str, cluster: str, timeout_s: float = CALL_TIMEOUT_S) -> None:
+    def __init__(
+        self, url: str, cluster: str, timeout_s: float = CALL_TIMEOUT_S, tls: Tls | None = None
+    ) -> None:
         self.url = url
+        self.tls = tls
         self.members = endpoints(url)
         self.prefix = f"/stategate/{cluster}/".encode()
         self.timeout_s = timeout_s
@@ -154,11 +158,12 @@ class Coordination:
             raise CoordinatorError("; ".join(failures))
 
     async def _open(self, member: Endpoint) -> Any:
-        import aetcd
+        from contracts.etcd_client import client as etcd_client
 
-        client = aetcd.Client(
+        client = etcd_client(
             member.host,
             member.port,
+            self.tls,
             timeout=self.timeout_s,
             connect_wait_timeout=CONNECT_TIMEOUT_S,
         )
@@ -335,9 +340,9 @@ class Coordination:
             await connection.etcd.revoke_lease(lease)
 
 
-async def read_once(url: str, cluster: str) -> State:
+async def read_once(url: str, cluster: str, tls: Tls | None = None) -> State:
     """The cluster's state in the coordinator at `url`, over a connection of its own."""
-    coordination = Coordination(url, cluster)
+    coordination = Coordination(url, cluster, tls=tls)
     await coordination.connect()
     try:
         return await coordination.read()

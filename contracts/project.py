@@ -24,6 +24,8 @@ from contracts.entries import Table
 from contracts.partitioner import KeyType
 from contracts.placement import Assignment, static
 from contracts.settings import Settings, SettingsError
+from contracts.tls import Tls
+from contracts.tls import parse as parse_tls
 
 FieldType = Literal["string", "int", "long", "double", "boolean"]
 StoreKind = Literal["table", "aggregate", "window"]
@@ -44,7 +46,18 @@ SECRET_ENV = "STATEGATE_SECRET"
 MAX_PORT = 65535
 
 # What each table of the file may hold; [settings] is checked by contracts/settings.py.
-TABLES = ("log", "kafka", "snapshots", "pages", "cluster", "topics", "stores", "settings", "auth")
+TABLES = (
+    "log",
+    "kafka",
+    "snapshots",
+    "pages",
+    "cluster",
+    "topics",
+    "stores",
+    "settings",
+    "auth",
+    "tls",
+)
 KAFKA = ("bootstrap", "group", "prefix", "client")
 KAFKA_GROUP = "stategate"
 CLUSTER = ("partitions", "replicas", "secret", "secret_env", "nodes", "coordinator", "name")
@@ -180,10 +193,11 @@ class Node:
     id: str
     address: str  # host:port
     data_dir: Path
+    scheme: str = "http"  # https with [tls]
 
     @property
     def url(self) -> str:
-        return f"http://{self.address}"
+        return f"{self.scheme}://{self.address}"
 
 
 @dataclass(frozen=True)
@@ -194,6 +208,11 @@ class Cluster:
     secret: str
     coordinator: str | None = None  # etcd://host:port[,host:port...]: where placement lives
     name: str = "stategate"  # the cluster's keys in the coordinator
+    tls: Tls | None = None  # [tls]: every link between its members, and to them
+
+    @property
+    def scheme(self) -> str:
+        return scheme(self.tls)
 
     def with_node(self, node: Node) -> Cluster:
         """This cluster with one more node (a node joining an elastic cluster from the
@@ -259,6 +278,10 @@ class Project:
     access: Access | None = None  # [auth]: who may read what; None checks nothing
     kafka: Kafka | None = None  # [kafka]: the topics are Kafka's; None: the file log's ([log])
 
+    @property
+    def tls(self) -> Tls | None:
+        return self.cluster.tls
+
     def store(self, name: str) -> Store:
         return self.stores[name]
 
@@ -318,7 +341,12 @@ def parse(raw: dict[str, Any], path: Path, *, serving: bool = True) -> Project:
         snapshot_url=_snapshot_url(snapshots.get("url", str, store_dir).rstrip("/")),
         topics=topics,
         stores=stores,
-        cluster=_cluster(Table(top.get("cluster", dict, {}), "[cluster]", CLUSTER), base, serving),
+        cluster=_cluster(
+            Table(top.get("cluster", dict, {}), "[cluster]", CLUSTER),
+            base,
+            serving,
+            parse_tls(top.optional("tls", dict), base),
+        ),
         settings=settings,
         pages_dir=_pages(Table(top.get("pages", dict, {}), "[pages]", ("dir",)), base, serving),
         access=_access(top.optional("auth", dict), base, stores),
@@ -518,8 +546,8 @@ def _aggregate(name: str, spec: str, topic: Topic, store: str) -> Aggregate:
     return Aggregate(name=name, func=func, source=source)  # type: ignore[arg-type]
 
 
-def _cluster(table: Table, base: Path, needed: bool) -> Cluster:
-    nodes = tuple(_node(entry, base) for entry in _entries(table, "cluster.nodes"))
+def _cluster(table: Table, base: Path, needed: bool, tls: Tls | None) -> Cluster:
+    nodes = tuple(_node(entry, base, scheme(tls)) for entry in _entries(table, "cluster.nodes"))
     coordinator = _coordinator(table)
     if not nodes and coordinator is None:
         raise ConfigError("declare at least one [[cluster.nodes]] entry, or a coordinator")
@@ -539,7 +567,7 @@ def _cluster(table: Table, base: Path, needed: bool) -> Cluster:
     secret = os.environ.get(secret_env) or table.get("secret", str, "")
     if not secret and needed:
         raise ConfigError("[cluster]: set secret, or the environment variable named by secret_env")
-    return Cluster(partitions, replicas, nodes, secret, coordinator, name)
+    return Cluster(partitions, replicas, nodes, secret, coordinator, name, tls)
 
 
 def _coordinator(table: Table) -> str | None:
@@ -552,18 +580,24 @@ def _coordinator(table: Table) -> str | None:
     return url
 
 
-def node_entry(raw: dict[str, Any], base: Path) -> Node:
+def node_entry(raw: dict[str, Any], cluster: Cluster, base: Path) -> Node:
     """A node described outside the file (`stategate node --address`), checked as one of
     [[cluster.nodes]] is."""
-    return _node(Table(raw, "the node", ("id", "address", "data_dir")), base)
+    return _node(Table(raw, "the node", ("id", "address", "data_dir")), base, cluster.scheme)
 
 
-def _node(table: Table, base: Path) -> Node:
+def scheme(tls: Tls | None) -> str:
+    """How a node is called: https with TLS."""
+    return "https" if tls is not None else "http"
+
+
+def _node(table: Table, base: Path, scheme: str) -> Node:
     node_id, address = table.get("id", str), table.get("address", str)
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit() or int(port) > MAX_PORT:
         raise ConfigError(f"{table.where}: address must be host:port, not {address!r}")
-    return Node(id=node_id, address=address, data_dir=base / table.get("data_dir", str))
+    data_dir = base / table.get("data_dir", str)
+    return Node(id=node_id, address=address, data_dir=data_dir, scheme=scheme)
 
 
 def _duration(text: object, store: str) -> int:

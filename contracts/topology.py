@@ -28,16 +28,19 @@ class Topology:
     addresses: Mapping[str, str]  # node id -> host:port, of every member known
     fenced: frozenset[str] = frozenset()  # nodes not to be taken for any partition's active
     draining: frozenset[str] = frozenset()  # nodes asked to leave (`stategate cluster drain`)
+    scheme: str = "http"  # how members are called: https with [tls]
 
     @classmethod
     def static(cls, cluster: Cluster) -> Topology:
-        return cls(cluster.assignment, {n.id: n.address for n in cluster.nodes})
+        addresses = {n.id: n.address for n in cluster.nodes}
+        return cls(cluster.assignment, addresses, scheme=cluster.scheme)
 
     @classmethod
-    def unassigned(cls, partitions: int, replicas: int, addresses: Mapping[str, str]) -> Topology:
+    def unassigned(cls, cluster: Cluster, addresses: Mapping[str, str]) -> Topology:
         """An elastic node's topology before it read the first assignment: nothing placed."""
-        none: placement.Placement = ((),) * partitions
-        return cls(Assignment(0, replicas, none, none, none), dict(addresses))
+        none: placement.Placement = ((),) * cluster.partitions
+        empty = Assignment(0, cluster.replicas, none, none, none)
+        return cls(empty, dict(addresses), scheme=cluster.scheme)
 
     @property
     def version(self) -> int:
@@ -70,7 +73,7 @@ class Topology:
         return node not in self.draining and not self.assignment.placed(node)
 
     def url(self, node: str) -> str:
-        return f"http://{self.addresses[node]}"
+        return f"{self.scheme}://{self.addresses[node]}"
 
     def nodes(self) -> list[str]:
         return sorted(self.addresses)

@@ -258,7 +258,8 @@ def _core(
         owns_files=owns_files,
         images=images,
     )
-    peers = PeerClient(project.cluster.secret, pooled(settings))
+    tls = project.tls.client(node_id) if project.tls else None
+    peers = PeerClient(project.cluster.secret, pooled(settings, tls))
     return NodeCore(project, node_id, view, catalog, Switches(), peers)
 
 
@@ -268,9 +269,7 @@ def _coordinated_view(project: Project, node_id: str) -> TopologyView:
     if cluster.coordinator is None:
         return TopologyView(Topology.static(cluster))
     me = cluster.node(node_id)
-    return TopologyView(
-        Topology.unassigned(cluster.partitions, cluster.replicas, {me.id: me.address})
-    )
+    return TopologyView(Topology.unassigned(cluster, {me.id: me.address}))
 
 
 def _coordinator(core: NodeCore, sync: SnapshotSync, asks: NodeAsks) -> Coordinator:
@@ -280,7 +279,7 @@ def _coordinator(core: NodeCore, sync: SnapshotSync, asks: NodeAsks) -> Coordina
         return StaticCoordinator(core.topology)
     me = Member(core.node_id, cluster.node(core.node_id).address)
     coordination = Coordination(
-        cluster.coordinator, cluster.name, coordinator_timeout(project.settings)
+        cluster.coordinator, cluster.name, coordinator_timeout(project.settings), cluster.tls
     )
     return ElasticCoordinator(
         project, coordination, me, core.topology, asks.caught_up, sync.holding
@@ -291,4 +290,4 @@ def _unplaced(project: Project) -> Topology:
     """A follower's topology until its keeper tells the one it holds."""
     cluster = project.cluster
     addresses = {n.id: n.address for n in cluster.nodes}
-    return Topology.unassigned(cluster.partitions, cluster.replicas, addresses)
+    return Topology.unassigned(cluster, addresses)

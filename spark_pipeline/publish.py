@@ -23,8 +23,9 @@ from contracts import chains
 from contracts.cluster_secret import secret_headers
 from contracts.coordination import CoordinatorError, State, read_once
 from contracts.manifest import Manifest
-from contracts.project import Node, Project
+from contracts.project import Cluster, Node, Project
 from contracts.snapshot_file import parse_file_name, partition_folder
+from contracts.tls import Tls, verify
 from snapshot_store import SnapshotStore
 from snapshot_store.folder import FolderStore
 from spark_pipeline.snapshot import temporary_of
@@ -112,7 +113,7 @@ def notify_nodes(project: Project, partitions: set[int]) -> dict[str, str]:
     if not nodes:
         return {}
     with ThreadPoolExecutor(max_workers=min(len(nodes), 16)) as pool:
-        results = pool.map(lambda n: _notify(n, cluster.secret), nodes)
+        results = pool.map(lambda n: _notify(n, cluster), nodes)
         return {node.id: result for node, result in zip(nodes, results, strict=True)}
 
 
@@ -156,7 +157,7 @@ class Notifier:
 
     def _tell(self, node: Node) -> None:
         while True:
-            self._record(node.id, _notify(node, self.project.cluster.secret))
+            self._record(node.id, _notify(node, self.project.cluster))
             with self._lock:
                 if node.id not in self._again:
                     self._busy.discard(node.id)
@@ -189,7 +190,9 @@ def _holders(project: Project, changed: set[int]) -> list[Node]:
         return [n for n in cluster.nodes if everyone or partitions & set(cluster.hosted_by(n.id))]
     known = (cluster.coordinator, cluster.name)
     try:
-        state = _LAST_READ[known] = asyncio.run(read_once(cluster.coordinator, cluster.name))
+        state = _LAST_READ[known] = asyncio.run(
+            read_once(cluster.coordinator, cluster.name, cluster.tls)
+        )
     except CoordinatorError as exc:
         if known not in _LAST_READ:
             log.warning("not notifying the nodes: %s", exc)
@@ -198,22 +201,24 @@ def _holders(project: Project, changed: set[int]) -> list[Node]:
         state = _LAST_READ[known]
     assignment = state.assignment
     return [
-        Node(m.id, m.address, Path())
+        Node(m.id, m.address, Path(), cluster.scheme)
         for m in state.members.values()
         if everyone or assignment is None or partitions & set(assignment.assigned_to(m.id))
     ]
 
 
 @functools.cache
-def _client() -> httpx.Client:
+def _client(tls: Tls | None) -> httpx.Client:
     """One client for the process's notifications, shared by its threads: a client per call
     made a TLS context each time (~25 ms of the driver's CPU, three times a micro-batch)."""
-    return httpx.Client(timeout=NOTIFY_TIMEOUT)
+    return httpx.Client(timeout=NOTIFY_TIMEOUT, verify=verify(tls))
 
 
-def _notify(node: Node, secret: str) -> str:
+def _notify(node: Node, cluster: Cluster) -> str:
     try:
-        response = _client().post(f"{node.url}/internal/sync", headers=secret_headers(secret))
+        response = _client(cluster.tls).post(
+            f"{node.url}/internal/sync", headers=secret_headers(cluster.secret)
+        )
     except httpx.HTTPError as exc:  # any failure to reach it is reported, not raised
         return f"{type(exc).__name__}: {exc}"
     if response.is_success:

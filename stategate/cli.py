@@ -23,7 +23,9 @@ from contracts import project as projects
 from contracts.coordination import Coordination, CoordinatorError
 from contracts.project import Project
 from contracts.settings import Settings, shown, table
-from stategate import cluster_commands, demo, exposure, logs, stopping, workers
+from contracts.tls import CLIENT
+from contracts.tls import check as tls_check
+from stategate import certificates, cluster_commands, demo, exposure, logs, stopping, workers
 from topics import TopicsError, open_log
 
 if TYPE_CHECKING:
@@ -64,6 +66,10 @@ def _run(args: argparse.Namespace) -> int:
         return demo.run(Path(args.dir), options)
     if args.command == "settings":
         return print_settings()
+    if args.command == "certs":
+        ca = certificates.create(Path(args.dir), args.node, args.host)
+        print(f"a CA ({ca}) and certificates for {', '.join([*args.node, CLIENT])} in {args.dir}")
+        return 0
     command: Command = COMMANDS[args.command]
     serving = args.command in SERVING
     return command(projects.load(args.config, serving=serving), args)
@@ -157,6 +163,20 @@ def _parser() -> argparse.ArgumentParser:
     operations.add_argument("--config", required=True)
 
     commands.add_parser("settings", help="print the settings table (Markdown)")
+
+    certs = commands.add_parser(
+        "certs", help="make a dev CA and certificates for [tls] (a demo or test cluster)"
+    )
+    certs.add_argument("--dir", required=True, help="the folder to write them to")
+    certs.add_argument(
+        "--node", action="append", default=[], help="a node's id: NODE.pem and NODE.key (repeat)"
+    )
+    certs.add_argument(
+        "--host",
+        action="append",
+        default=[],
+        help="a host name or address every certificate is valid for (repeat; loopback always)",
+    )
     return parser
 
 
@@ -182,6 +202,12 @@ def run_node(project: Project, args: argparse.Namespace) -> int:
         return 2
     if not following and (not _may_listen(address, project) or not _coordinator_answers(project)):
         return 2
+    if project.tls is not None:
+        try:
+            tls_check(project.tls, args.node)
+        except projects.ConfigError as exc:
+            print(f"stategate: {exc}", file=sys.stderr)
+            return 2
     source = f"{args.node} worker {os.getpid()}" if following else args.node  # "node1 worker 42"
     logs.configure(source, project.settings)
     count = workers.count(project.settings)  # a follower runs where its keeper may
@@ -221,6 +247,9 @@ def run_node(project: Project, args: argparse.Namespace) -> int:
         timeout_keep_alive=int(project.settings.keep_alive_s),
         timeout_graceful_shutdown=_grace_s(project.settings),
     )
+    if project.tls is not None:
+        config.load()
+        config.ssl = certificates.serve(project.tls, args.node, followers)
     # Ended by SIGINT as by SIGTERM: at once, once uvicorn re-raises it after the shutdown,
     # not by a KeyboardInterrupt through the interpreter's exit, where DuckDB's binding
     # reports its module's type objects as leaked (nanobind), dozens of lines a worker.
@@ -234,7 +263,7 @@ def _joining(project: Project, args: argparse.Namespace) -> Project:
     if project.cluster.coordinator is None:
         raise projects.ConfigError("--address joins an elastic cluster: set [cluster] coordinator")
     table = {"id": args.node, "address": args.address, "data_dir": args.data_dir or args.node}
-    node = projects.node_entry(table, project.path.parent)
+    node = projects.node_entry(table, project.cluster, project.path.parent)
     return dataclasses.replace(project, cluster=project.cluster.with_node(node))
 
 
@@ -243,7 +272,7 @@ def _coordinator_answers(project: Project) -> bool:
     url = project.cluster.coordinator
     if url is None:
         return True
-    coordination = Coordination(url, project.cluster.name)
+    coordination = Coordination(url, project.cluster.name, tls=project.tls)
 
     async def check() -> None:
         await coordination.connect()
@@ -273,7 +302,7 @@ def _grace_s(settings: Settings) -> int:
 
 
 def _may_listen(address: str, project: Project) -> bool:
-    refused = exposure.refusal(address, project.cluster.secret)
+    refused = exposure.refusal(address, project.cluster.secret, project.tls)
     if refused is not None:
         print(f"stategate: {refused}", file=sys.stderr)
     return refused is None

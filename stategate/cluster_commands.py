@@ -30,7 +30,7 @@ def run(project: Project, action: str, node: str | None, wait_s: float | None = 
             file=sys.stderr,
         )
         return 2
-    coordination = Coordination(cluster.coordinator, cluster.name)
+    coordination = Coordination(cluster.coordinator, cluster.name, tls=cluster.tls)
     try:
         body = asyncio.run(_act(coordination, action, node, wait_s))
     except (CoordinatorError, PlacementError) as exc:

@@ -14,7 +14,9 @@ from pathlib import Path
 
 from contracts import chains
 from contracts.coordination import CoordinatorError, State, read_once
-from contracts.project import Project
+from contracts.etcd_client import client as etcd_client
+from contracts.project import Project, scheme
+from contracts.tls import Tls
 from stategate.hosts import Network
 from stategate.launcher import free_ports, serving
 
@@ -23,6 +25,7 @@ READY_S = 20
 MEMBER = "local"  # the etcd member's own name: one member, its own cluster
 CLIENT_PORT, PEER_PORT = 2379, 2380  # an ensemble's, each member on a host of its own
 MISSING = f"{ETCD} is missing: `make coordinator` installs Debian's etcd-server"
+ETCD_HOLDER = "etcd"  # with TLS, the members' certificate: etcd.pem and etcd.key
 
 
 def installed() -> bool:
@@ -30,10 +33,13 @@ def installed() -> bool:
 
 
 class Etcd:
-    def __init__(self, folder: Path) -> None:
+    """With `tls`, every link is TLS: its member's certificate is the holder ETCD's, and with
+    mutual TLS it takes only clients with a certificate of the CA."""
+
+    def __init__(self, folder: Path, tls: Tls | None = None) -> None:
         if not installed():
             raise RuntimeError(MISSING)
-        self.folder = folder
+        self.folder, self.tls = folder, tls
         self.client_port, self.peer_port = free_ports(2)
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -42,10 +48,10 @@ class Etcd:
         return f"etcd://127.0.0.1:{self.client_port}"
 
     def start(self) -> None:
-        client = f"http://127.0.0.1:{self.client_port}"
-        peer = f"http://127.0.0.1:{self.peer_port}"
-        self.proc = _spawn([], self.folder, MEMBER, client, peer, f"{MEMBER}={peer}")
-        _wait_answering(self.url)
+        client = f"{scheme(self.tls)}://127.0.0.1:{self.client_port}"
+        peer = f"{scheme(self.tls)}://127.0.0.1:{self.peer_port}"
+        self.proc = _spawn([], self.folder, MEMBER, client, peer, f"{MEMBER}={peer}", self.tls)
+        _wait_answering(self.url, self.tls)
 
     def stop(self) -> None:
         if self.proc is not None:
@@ -54,17 +60,20 @@ class Etcd:
             self.proc = None
 
     def read(self, cluster: str) -> State:
-        return read(self.url, cluster)
+        return read(self.url, cluster, self.tls)
 
 
 class Ensemble:
     """etcd with a member on each of the given hosts (stategate/hosts.py), as a production
     coordinator runs: a majority of them must agree for anything to be written."""
 
-    def __init__(self, folder: Path, network: Network, hosts: Sequence[str]) -> None:
+    def __init__(
+        self, folder: Path, network: Network, hosts: Sequence[str], tls: Tls | None = None
+    ) -> None:
         if not installed():
             raise RuntimeError(MISSING)
         self.folder, self.network, self.hosts = folder, network, list(hosts)
+        self.tls = tls
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
     @property
@@ -75,11 +84,11 @@ class Ensemble:
     def start(self) -> None:
         peers = ",".join(f"{h}={self._peer(h)}" for h in self.hosts)
         for host in self.hosts:
-            client = f"http://{self.network.address(host)}:{CLIENT_PORT}"
+            client = f"{scheme(self.tls)}://{self.network.address(host)}:{CLIENT_PORT}"
             on_host = self.network.command(host, [])
-            folder = self.folder / host
-            self.procs[host] = _spawn(on_host, folder, host, client, self._peer(host), peers)
-        _wait_answering(self.url)
+            folder, peer = self.folder / host, self._peer(host)
+            self.procs[host] = _spawn(on_host, folder, host, client, peer, peers, self.tls)
+        _wait_answering(self.url, self.tls)
 
     def stop(self) -> None:
         for proc in self.procs.values():
@@ -90,10 +99,9 @@ class Ensemble:
 
     def leader(self) -> str:
         """The host whose member leads now (asked of each member until one answers)."""
-        import aetcd
 
         async def ask(host: str) -> str:
-            client = aetcd.Client(self.network.address(host), CLIENT_PORT, timeout=2)
+            client = etcd_client(self.network.address(host), CLIENT_PORT, self.tls, timeout=2)
             try:
                 status = await client.status()
                 return str(status.leader.name)
@@ -106,16 +114,22 @@ class Ensemble:
         raise RuntimeError("no etcd member knows a leader")
 
     def _peer(self, host: str) -> str:
-        return f"http://{self.network.address(host)}:{PEER_PORT}"
+        return f"{scheme(self.tls)}://{self.network.address(host)}:{PEER_PORT}"
 
 
-def read(url: str, cluster: str) -> State:
+def read(url: str, cluster: str, tls: Tls | None = None) -> State:
     """The cluster's state in the coordinator at `url`, over a connection of its own."""
-    return asyncio.run(read_once(url, cluster))
+    return asyncio.run(read_once(url, cluster, tls))
 
 
 def _spawn(
-    wrap: list[str], folder: Path, name: str, client: str, peer: str, peers: str
+    wrap: list[str],
+    folder: Path,
+    name: str,
+    client: str,
+    peer: str,
+    peers: str,
+    tls: Tls | None,
 ) -> subprocess.Popen[bytes]:
     folder.mkdir(parents=True, exist_ok=True)
     log = open(folder / "etcd.log", "ab")  # noqa: SIM115 - the process holds it
@@ -123,18 +137,30 @@ def _spawn(
         [*wrap, ETCD, "--name", name, "--data-dir", str(folder / "data"),
          "--listen-client-urls", client, "--advertise-client-urls", client,
          "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-         "--initial-cluster", peers],
+         "--initial-cluster", peers, *_tls_flags(tls)],
         stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     log.close()
     return proc
 
 
-def _wait_answering(url: str) -> None:
+def _tls_flags(tls: Tls | None) -> list[str]:
+    """etcd's flags for TLS to its clients and between its members, each side checked
+    against the CA; with mutual TLS, clients too."""
+    if tls is None:
+        return []
+    cert, key = (str(path) for path in tls.files(ETCD_HOLDER))
+    flags = ["--cert-file", cert, "--key-file", key, "--trusted-ca-file", str(tls.ca)]
+    flags += ["--peer-cert-file", cert, "--peer-key-file", key]
+    flags += ["--peer-trusted-ca-file", str(tls.ca), "--peer-client-cert-auth"]
+    return [*flags, "--client-cert-auth"] if tls.mutual else flags
+
+
+def _wait_answering(url: str, tls: Tls | None) -> None:
     deadline = time.monotonic() + READY_S
     while time.monotonic() < deadline:
         try:
-            read(url, "probe")
+            read(url, "probe", tls)
             return
         except CoordinatorError:
             time.sleep(0.2)

@@ -30,6 +30,7 @@ import httpx
 from contracts import chains
 from contracts.cluster_secret import secret_headers
 from contracts.project import Project
+from contracts.tls import Tls, verify
 
 STOP_TIMEOUT_S = 15.0
 QUIET_S = 60.0  # a start that showed no progress this long has hung
@@ -40,10 +41,10 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")  # /proc's unit of CPU time
 
 
 @functools.cache
-def probes() -> httpx.Client:
+def probes(tls: Tls | None = None) -> httpx.Client:
     """One client for the process's probes of its servers, shared by its threads: a client per
     probe made a TLS context each time, ~50 ms of CPU ten times a second while a node starts."""
-    return httpx.Client()
+    return httpx.Client(verify=verify(tls))
 
 
 def free_ports(count: int) -> list[int]:
@@ -84,9 +85,10 @@ class Processes:
         url: str,
         quiet_s: float = QUIET_S,
         ceiling_s: float = CEILING_S,
+        tls: Tls | None = None,
     ) -> None:
-        """Start a server and wait until GET {url}/health answers 200, as long as it makes
-        progress; stop it if it does not come up."""
+        """Start a server and wait until GET {url}/health answers 200 (checked by `tls`'s CA
+        when given), as long as it makes progress; stop it if it does not come up."""
         output = None
         path = self.log_path(name)
         if path is not None:
@@ -99,7 +101,7 @@ class Processes:
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         try:
-            wait_healthy(url, self.procs[name], quiet_s, ceiling_s, path)
+            wait_healthy(url, self.procs[name], quiet_s, ceiling_s, path, tls)
         except BaseException as exc:  # a timeout, or a stop (Ctrl-C) while it starts
             self.stop(name)
             if isinstance(exc, RuntimeError):
@@ -113,7 +115,7 @@ class Processes:
         try:
             for node_id in node_ids or [n.id for n in project.cluster.nodes]:
                 url = project.cluster.node(node_id).url
-                self.start(node_id, node_command(project, node_id), url)
+                self.start(node_id, node_command(project, node_id), url, tls=project.tls)
                 started.append(node_id)
         except BaseException:
             self.stop_all(started)
@@ -257,6 +259,7 @@ def wait_healthy(
     quiet_s: float = QUIET_S,
     ceiling_s: float = CEILING_S,
     log: Path | None = None,
+    tls: Tls | None = None,
 ) -> None:
     """Wait until GET {url}/health answers 200, as long as the process makes progress
     (`log` growing, or its work); fail early if it exits."""
@@ -266,7 +269,7 @@ def wait_healthy(
         if proc is not None and proc.poll() is not None:
             raise RuntimeError(f"the process serving {url} exited with {proc.returncode}")
         try:
-            if probes().get(f"{url}/health", timeout=1).status_code == 200:
+            if probes(tls).get(f"{url}/health", timeout=1).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
@@ -313,7 +316,7 @@ def wait_ready(
     shown: dict[str, tuple[int, int] | None] = dict.fromkeys(node_ids)
     while (why := patience.passed()) is None:
         for node_id in [n for n in node_ids if n in shown]:
-            ready = _ready(project.cluster.node(node_id).url)
+            ready = _ready(project.cluster.node(node_id).url, project.tls)
             seen = None if ready is None else _serving(ready)
             if seen != shown[node_id]:
                 patience.progressed()
@@ -327,10 +330,10 @@ def wait_ready(
     raise RuntimeError(f"nodes {sorted(shown)} are not ready {why}")
 
 
-def _ready(url: str) -> dict[str, Any] | None:
+def _ready(url: str, tls: Tls | None) -> dict[str, Any] | None:
     """The node's /ready answer, or None while it is not ready."""
     try:
-        answer = probes().get(f"{url}/ready", timeout=5)
+        answer = probes(tls).get(f"{url}/ready", timeout=5)
     except httpx.HTTPError:
         return None
     return answer.json() if answer.status_code == 200 else None
@@ -344,5 +347,6 @@ def _serving(ready: dict[str, Any]) -> tuple[int, int]:
 def serving(project: Project, url: str) -> set[int]:
     """The partitions the node at `url` serves now (its /internal/status)."""
     headers = secret_headers(project.cluster.secret)
-    status = probes().get(f"{url}/internal/status", headers=headers, timeout=5).json()
+    status = probes(project.tls).get(f"{url}/internal/status", headers=headers, timeout=5)
+    status = status.json()
     return {int(p) for p in status["partitions"]}

@@ -98,6 +98,12 @@ class FollowerProcesses:
                 self._stopping = True
                 os.close(self._keeper_end)
 
+    def signal(self, signum: int) -> None:
+        """Pass a signal on to every follower running (SIGHUP: read the certificate again)."""
+        with self._lock:
+            for process in self._running.values():
+                process.send_signal(signum)
+
     def kill(self, pid: int) -> None:
         with self._lock:
             process = self._running.get(pid)

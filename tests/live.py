@@ -25,7 +25,7 @@ class Socket:
     """One connection: connection_init, subscribe, and the messages that come back."""
 
     def __init__(self, url: str, init: dict[str, Any] | None = None, **options: Any) -> None:
-        ws_url = url.replace("http://", "ws://") + "/graphql"
+        ws_url = "ws" + url.removeprefix("http") + "/graphql"  # https: wss
         self._stack = contextlib.ExitStack()
         self.ws: ClientConnection = self._stack.enter_context(
             connect(ws_url, subprotocols=[PROTOCOL], **options)
@@ -102,7 +102,7 @@ class Unread(Socket):
         self.sock = socket.socket()
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
         self.sock.connect((host, int(port)))
-        ws_url = url.replace("http://", "ws://") + "/graphql"
+        ws_url = "ws" + url.removeprefix("http") + "/graphql"  # https: wss
         self.protocol = ClientProtocol(
             parse_uri(ws_url), subprotocols=[Subprotocol(PROTOCOL)], max_size=None
         )

@@ -16,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from contracts import project as projects
 from contracts.cluster_secret import secret_headers
 from contracts.project import Project
+from contracts.tls import verify
 from spark_pipeline import job
 from spark_pipeline.spark import LazySpark
 from stategate.launcher import Processes, free_ports, wait_serving
@@ -30,7 +31,7 @@ class Nodes:
     def __init__(self, project: Project, logs: Path) -> None:
         self.project = project
         self.processes = Processes(logs)
-        self.client = httpx.Client(timeout=30)
+        self.client = httpx.Client(timeout=30, verify=verify(project.tls))
 
     def url(self, node_id: str) -> str:
         return self.project.cluster.node(node_id).url
@@ -138,12 +139,13 @@ def serve(
     start: bool = True,
     settings: str = "",
     kafka: tuple[str, str] | None = None,
+    tls: bool = False,
 ) -> Served:
     """A 3-node cluster on loopback serving a freshly built small project (built in the
     driver, as the pipeline builds a run this small; tests/test_pipeline.py builds on
     Spark's executors)."""
     path = write_project(
-        root, free_ports(3), snapshot_url=snapshot_url, settings=settings, kafka=kafka
+        root, free_ports(3), snapshot_url=snapshot_url, settings=settings, kafka=kafka, tls=tls
     )
     project = projects.load(path)
     produce_test_events(project, seed=seed)

@@ -10,7 +10,8 @@ from contracts import project as projects
 from contracts.eventlog import Record
 from contracts.partitioner import partition_for
 from contracts.project import Project
-from stategate import demo
+from stategate import certificates, demo
+from stategate.etcd import ETCD_HOLDER
 from stategate.launcher import free_ports
 from topics import open_log
 from topics.kafka import EVENT_TIME, KafkaLog
@@ -18,6 +19,13 @@ from topics.kafka import EVENT_TIME, KafkaLog
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z, a window boundary
 HOUR_MS = 3_600_000
 
+TLS = """
+[tls]
+ca = "certs/ca.pem"
+cert = "certs/{node}.pem"
+key = "certs/{node}.key"
+mutual = true
+"""
 _STORES = """
 [[topics]]
 name = "bookings"
@@ -120,12 +128,14 @@ def write_project(
     settings: str = "",
     coordinator: tuple[str, str] | None = None,
     kafka: tuple[str, str] | None = None,
+    tls: bool = False,
 ) -> Path:
     """The project file; `settings` is the body of its [settings] table. Its nodes run one
     worker each unless `settings` says otherwise (tests/test_workers.py runs several). With
     `coordinator` (an etcd URL and the cluster's name there), the cluster is elastic. With
     `kafka` (the bootstrap servers and a prefix of the project's own), its topics are
-    Kafka's."""
+    Kafka's. With `tls`, every link is mutual TLS, on certificates of a CA of its own in
+    `root/certs` (for each node, etcd and the client)."""
     if "workers" not in settings:
         settings = f"workers = 1\n{settings}"
     nodes = "".join(
@@ -142,6 +152,10 @@ def write_project(
         + f'partitions = {partitions}\nreplicas = {replicas}\nsecret = "test-secret"\n'
         f"{nodes}{_STORES}\n[settings]\n{settings}\n"
     )
+    if tls:
+        ids = [f"node{i}" for i in range(1, len(ports) + 1)]
+        certificates.create(root / "certs", [*ids, ETCD_HOLDER], [])
+        text += TLS
     path = root / "stategate.toml"
     path.write_text(text)
     return path

@@ -6,6 +6,7 @@ no longer leads cannot publish an assignment."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ from contracts import project as projects
 from contracts.coordination import Coordination, CoordinatorError, Member
 from contracts.placement import Assignment, Replica
 from contracts.project import Project
+from contracts.tls import Tls
 from contracts.topology import Topology
 from gateway.cluster.coordinator import ElasticCoordinator
 from gateway.model.topology_view import TopologyView
@@ -85,7 +87,7 @@ def _nothing_caught_up(_: Assignment) -> frozenset[Replica]:
 def _node(project: Project) -> tuple[Faulty, TopologyView, ElasticCoordinator]:
     cluster = project.cluster
     coordination = Faulty(cluster.coordinator or "", cluster.name, timeout_s=1.0)
-    view = TopologyView(Topology.unassigned(cluster.partitions, cluster.replicas, {}))
+    view = TopologyView(Topology.unassigned(cluster, {}))
     node = ElasticCoordinator(project, coordination, ME, view, _nothing_caught_up)
     return coordination, view, node
 
@@ -219,3 +221,35 @@ def test_a_record_that_is_not_utf8_is_a_coordinator_error(etcd: Etcd) -> None:
             await coordination.close()
 
     asyncio.run(scenario())
+
+
+def test_etcd_over_mutual_tls_answers_a_certificate_of_the_ca_only(tmp_path: Path) -> None:
+    """A coordinator on TLS (stategate/etcd.py starts etcd with the CA, its certificate and
+    client certificates required): the project's client reads and writes through it; a client
+    in clear, or with no certificate, gets nothing."""
+    path = write_project(tmp_path, [1], coordinator=("etcd://127.0.0.1:1", "t"), tls=True)
+    tls = projects.load(path).tls
+    assert tls is not None
+    server = Etcd(tmp_path / "etcd", tls)
+    server.start()
+    first = placement.plan(None, ["node1"], [], partitions=9, replicas=1)
+
+    async def publish(with_tls: Tls | None) -> Assignment | None:
+        coordination = Coordination(server.url, "secure", 2.0, with_tls)
+        try:
+            lease = await coordination.lease(10)
+            assert await coordination.campaign("node1", lease)
+            assert await coordination.publish(first, 0, "node1")
+            return (await coordination.read()).assignment
+        finally:
+            await coordination.close()
+
+    try:
+        assert asyncio.run(publish(tls)) == first
+        assert server.read("secure").assignment == first
+        no_certificate = dataclasses.replace(tls, mutual=False)
+        for refused in (None, no_certificate):
+            with pytest.raises(CoordinatorError):
+                asyncio.run(publish(refused))
+    finally:
+        server.stop()

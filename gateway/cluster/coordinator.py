@@ -191,7 +191,10 @@ class ElasticCoordinator:
         addresses.update({m.id: m.address for m in state.members.values()})
         if self.me.id in self.view.current.fenced:
             log.info("the assignment read again: serving as it says")
-        self.view.update(Topology(state.assignment, addresses, draining=state.draining))
+        scheme = self.project.cluster.scheme
+        self.view.update(
+            Topology(state.assignment, addresses, draining=state.draining, scheme=scheme)
+        )
 
     async def _keep_alive(self) -> None:
         """Refresh the lease every third of its TTL; a failed call is tried again at once

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ssl
 import traceback
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -19,8 +20,9 @@ _TRANSPORT_MODULES = ("/anyio/", "/uvloop/", "/httpcore/")
 
 
 class HttpxTransport:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, tls: ssl.SSLContext | None = None) -> None:
         self._client = httpx.AsyncClient(
+            verify=tls or True,
             limits=httpx.Limits(
                 max_connections=settings.peer_connections,
                 max_keepalive_connections=settings.peer_connections // 2,

@@ -12,6 +12,7 @@ vocabulary there.
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 from collections import defaultdict
 from collections.abc import Mapping
@@ -23,6 +24,7 @@ from gateway.wire.peer_errors import PeerUnreachable, PoolExhausted
 from gateway.wire.transport import Reply, Transport
 
 _MAX_HEADER_BYTES = 64 * 1024
+DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 class PoolFull(Exception):
@@ -50,11 +52,18 @@ class _Origin:
 
 
 class HopPool:
-    def __init__(self, connections: int, keep_alive_s: float, timeout_s: float) -> None:
+    def __init__(
+        self,
+        connections: int,
+        keep_alive_s: float,
+        timeout_s: float,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         self.connections = connections
         self.keep_alive_s = keep_alive_s
         self.timeout_s = timeout_s
-        self._origins: dict[tuple[str, int], _Origin] = defaultdict(
+        self.tls = tls  # for https URLs: the peer checked against the cluster's CA
+        self._origins: dict[tuple[str, str, int], _Origin] = defaultdict(
             lambda: _Origin(asyncio.Semaphore(self.connections))
         )
 
@@ -62,8 +71,8 @@ class HopPool:
         """(status, body) of a POST; a kept-alive connection the peer had closed is retried
         once on a fresh one."""
         parts = urlsplit(url)
-        host, port = parts.hostname or "127.0.0.1", parts.port or 80
-        origin = self._origins[(host, port)]
+        host, port = parts.hostname or "127.0.0.1", parts.port or DEFAULT_PORTS[parts.scheme]
+        origin = self._origins[(parts.scheme, host, port)]
         head = [f"POST {parts.path or '/'} HTTP/1.1", f"host: {host}:{port}"]
         head += [f"{name}: {value}" for name, value in headers.items()]
         head.append(f"content-length: {len(body)}")
@@ -76,13 +85,13 @@ class HopPool:
             raise PoolFull(f"no free connection to {host}:{port}") from exc
         try:
             async with asyncio.timeout_at(deadline):
-                connection, reused = await self._connection(origin, host, port)
+                connection, reused = await self._connection(origin, parts.scheme, host, port)
                 try:
                     status, reply, keep = await _exchange(connection, request)
                 except (ClosedByPeer, ConnectionResetError, BrokenPipeError):
                     if not reused:
                         raise
-                    connection = await self._open(host, port)
+                    connection = await self._open(parts.scheme, host, port)
                     status, reply, keep = await _exchange(connection, request)
         finally:
             origin.slots.release()
@@ -93,17 +102,25 @@ class HopPool:
             connection.close()
         return status, reply
 
-    async def _connection(self, origin: _Origin, host: str, port: int) -> tuple[_Connection, bool]:
+    async def _connection(
+        self, origin: _Origin, scheme: str, host: str, port: int
+    ) -> tuple[_Connection, bool]:
         now = time.monotonic()
         while origin.idle:
             connection = origin.idle.pop()
             if now - connection.idle_since < self.keep_alive_s:
                 return connection, True
             connection.close()
-        return await self._open(host, port), False
+        return await self._open(scheme, host, port), False
 
-    async def _open(self, host: str, port: int) -> _Connection:
-        reader, writer = await asyncio.open_connection(host, port, limit=_MAX_HEADER_BYTES)
+    async def _open(self, scheme: str, host: str, port: int) -> _Connection:
+        if scheme == "https":
+            tls = self.tls or ssl.create_default_context()
+            reader, writer = await asyncio.open_connection(
+                host, port, limit=_MAX_HEADER_BYTES, ssl=tls, server_hostname=host
+            )
+        else:
+            reader, writer = await asyncio.open_connection(host, port, limit=_MAX_HEADER_BYTES)
         return _Connection(reader, writer)
 
     async def aclose(self) -> None:
@@ -167,10 +184,15 @@ async def _chunks(reader: asyncio.StreamReader) -> bytes:
 class HopTransport:
     """POSTs over the pooled hop; GETs over the general transport it wraps."""
 
-    def __init__(self, general: Transport, settings: Settings) -> None:
+    def __init__(
+        self, general: Transport, settings: Settings, tls: ssl.SSLContext | None = None
+    ) -> None:
         self.general = general
         self._pool = HopPool(
-            settings.peer_connections, settings.peer_pool_expiry_s, settings.internal_timeout_s
+            settings.peer_connections,
+            settings.peer_pool_expiry_s,
+            settings.internal_timeout_s,
+            tls,
         )
 
     async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> Reply:

@@ -8,6 +8,8 @@ PeerError (a query whose reply is not the protocol: a ProtocolError).
 
 from __future__ import annotations
 
+import ssl
+
 from contracts.cluster_secret import secret_headers
 from contracts.settings import Settings
 from gateway.model.queries import Answer, SubQuery, keys_of
@@ -21,9 +23,10 @@ from gateway.wire.transport import Reply, Transport
 NOT_FOUND = 404
 
 
-def pooled(settings: Settings) -> Transport:
-    """A node's transport: queries over the hop, the rest over httpx."""
-    return HopTransport(HttpxTransport(settings), settings)
+def pooled(settings: Settings, tls: ssl.SSLContext | None = None) -> Transport:
+    """A node's transport: queries over the hop, the rest over httpx; `tls` checks https
+    peers (contracts/tls.py)."""
+    return HopTransport(HttpxTransport(settings, tls), settings, tls)
 
 
 class PeerClient:

@@ -121,6 +121,7 @@ def _body(message: Message) -> dict[str, Any]:
                 "cluster": orjson.loads(topology.assignment.to_json()),
                 "addresses": dict(topology.addresses),
                 "fenced": sorted(topology.fenced),
+                "scheme": topology.scheme,
                 "described": described,
                 "connected": connected,
             }
@@ -147,7 +148,8 @@ def _message(body: dict[str, Any]) -> Message:
         return ChainNews(int(body["chain"]), found, images)
     if "cluster" in body:
         assignment = Assignment.from_json(orjson.dumps(body["cluster"]))
-        topology = Topology(assignment, body["addresses"], frozenset(body["fenced"]))
+        fenced = frozenset(body["fenced"])
+        topology = Topology(assignment, body["addresses"], fenced, scheme=body["scheme"])
         return ClusterNews(topology, body["described"], bool(body["connected"]))
     if "delivery" in body:
         ends = body["delivery"].items()

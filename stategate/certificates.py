@@ -1,0 +1,57 @@
+"""Certificates (README: TLS): a node's server side, reloaded on SIGHUP, and the dev helper
+`stategate certs` that makes a CA and certificates for a demo or a test cluster (trustme, on
+cryptography: no hand-made ASN.1). A real deployment brings its own from its own CA."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import ssl
+from collections.abc import Iterable
+from pathlib import Path
+from types import FrameType
+
+import trustme
+
+from contracts.tls import CLIENT, Tls
+from stategate.workers import FollowerProcesses
+
+log = logging.getLogger(__name__)
+CA_FILE = "ca.pem"
+LOCAL = ("localhost", "127.0.0.1", "::1")  # every certificate the helper makes names these
+
+
+def serve(tls: Tls, node: str, followers: FollowerProcesses | None) -> ssl.SSLContext:
+    """The node's server context; on SIGHUP its certificate and key are read again into the
+    same context (and the signal passed on to the node's followers): handshakes from then on
+    present the new certificate, and no connection is dropped. A pair that does not load
+    leaves the one in use, and says why."""
+    context = tls.server(node)
+
+    def reload(signum: int, frame: FrameType | None) -> None:
+        try:
+            tls.reload(context, node)
+            log.info("SIGHUP: the certificate %s read again", tls.files(node)[0])
+        except (OSError, ssl.SSLError) as exc:
+            log.error("SIGHUP: the certificate in use is kept: %s", exc)
+        if followers is not None:
+            followers.signal(signum)
+
+    signal.signal(signal.SIGHUP, reload)
+    return context
+
+
+def create(folder: Path, names: Iterable[str], hosts: Iterable[str]) -> Path:
+    """A CA (`ca.pem`) and, for each of `names` and for CLIENT, `<name>.pem` and `<name>.key`
+    valid for `hosts` and loopback, in `folder`; the CA's path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    ca = trustme.CA(organization_name="stategate dev CA")
+    identities = list(dict.fromkeys([*hosts, *LOCAL]))
+    for name in dict.fromkeys([*names, CLIENT]):
+        leaf = ca.issue_cert(*identities, common_name=name)
+        leaf.private_key_pem.write_to_path(str(folder / f"{name}.key"))
+        for number, pem in enumerate(leaf.cert_chain_pems):
+            pem.write_to_path(str(folder / f"{name}.pem"), append=number > 0)
+        (folder / f"{name}.key").chmod(0o600)
+    ca.cert_pem.write_to_path(str(folder / CA_FILE))
+    return folder / CA_FILE
