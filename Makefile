@@ -31,8 +31,8 @@ coordinator:
 # The network-partition tests put each process in a network namespace of its own and cut
 # links with nftables (Debian's nftables, installed as root when missing; README: Tests).
 network:
-	@(command -v nft && command -v ip) >/dev/null || (apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nftables iproute2 >/dev/null)
+	@(command -v nft && command -v ip && command -v tcpdump) >/dev/null || (apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nftables iproute2 tcpdump >/dev/null)
 
 # Apache Kafka's broker, from Maven Central (Java 17 and Maven are on the machine): fetched
 # once into ~/.cache/stategate, then found there (stategate/broker.py).

@@ -7,7 +7,8 @@ gateway or MinIO is to a deployment.
 
 `env()` is what a process needs to reach it: the standard AWS variables
 (snapshot_store/s3.py reads them). A bucket is a folder of its data folder, made by
-`bucket()`.
+`bucket()`. With `tls` it serves https only, on the certificate of the holder STORE (its
+PEM files made a PKCS#12 keystore, which S3Proxy's Jetty reads), and `env()` names the CA.
 """
 
 from __future__ import annotations
@@ -21,7 +22,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.hazmat.primitives.serialization import (
+    BestAvailableEncryption,
+    load_pem_private_key,
+    pkcs12,
+)
+from cryptography.x509 import load_pem_x509_certificates
 
+from contracts.tls import Tls, verify
 from stategate.jars import JVM, Artifact, JavaServer, jars, java
 from stategate.launcher import free_ports
 
@@ -36,6 +45,7 @@ BOMS = (
 PROVIDER = "filesystem-nio2"  # honours If-Match and If-None-Match on PUT
 READY_S = 60.0
 REGION = "us-east-1"
+STORE = "store"  # with TLS, the server's certificate: store.pem and store.key
 _LOGBACK = """<configuration>
   <appender name="FILE" class="ch.qos.logback.core.FileAppender">
     <file>{log}</file>
@@ -64,8 +74,10 @@ class S3Server(JavaServer):
         host: str = "127.0.0.1",
         port: int | None = None,
         on_host: Sequence[str] = (),
+        tls: Tls | None = None,
     ) -> None:
         super().__init__(folder)
+        self.tls = tls
         self.host = host
         self.port = port or free_ports(1)[0]
         self.on_host = list(on_host)
@@ -78,7 +90,7 @@ class S3Server(JavaServer):
 
     @property
     def endpoint(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.port}"
 
     @property
     def log(self) -> Path:
@@ -86,12 +98,13 @@ class S3Server(JavaServer):
 
     def env(self) -> dict[str, str]:
         """The AWS variables a client of this server needs."""
-        return {
+        env = {
             "AWS_ENDPOINT_URL": self.endpoint,
             "AWS_REGION": REGION,
             "AWS_ACCESS_KEY_ID": self.credentials["identity"],
             "AWS_SECRET_ACCESS_KEY": self.credentials["credential"],
         }
+        return env if self.tls is None else {**env, "AWS_CA_BUNDLE": str(self.tls.ca)}
 
     def bucket(self, name: str) -> str:
         """Make the bucket `name` (a folder of the data folder); its s3:// URL."""
@@ -103,8 +116,8 @@ class S3Server(JavaServer):
         (self.folder / "data").mkdir(exist_ok=True)
         properties = self.folder / "s3proxy.properties"
         properties.write_text(
-            f"s3proxy.endpoint={self.endpoint}\n"
-            "s3proxy.authorization=aws-v2-or-v4\n"
+            self._listening()
+            + "s3proxy.authorization=aws-v2-or-v4\n"
             f"s3proxy.identity={self.credentials['identity']}\n"
             f"s3proxy.credential={self.credentials['credential']}\n"
             f"jclouds.provider={PROVIDER}\n"
@@ -117,6 +130,28 @@ class S3Server(JavaServer):
         self.spawn([*self.on_host, *java(lib, jvm, main)])
         self._wait_ready()
 
+    def _listening(self) -> str:
+        """Its properties saying where it listens: in clear, or with TLS only."""
+        if self.tls is None:
+            return f"s3proxy.endpoint={self.endpoint}\n"
+        password = secrets.token_hex(16)
+        keystore = self.folder / "keystore.p12"
+        cert, key = self.tls.files(STORE)
+        leaf, *chain = load_pem_x509_certificates(cert.read_bytes())
+        private = load_pem_private_key(key.read_bytes(), None)
+        if not isinstance(private, ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey):
+            raise RuntimeError(f"{key}: an EC or RSA key, for a Java keystore")
+        keystore.write_bytes(
+            pkcs12.serialize_key_and_certificates(
+                STORE.encode(), private, leaf, chain, BestAvailableEncryption(password.encode())
+            )
+        )
+        keystore.chmod(0o600)
+        return (
+            f"s3proxy.secure-endpoint={self.endpoint}\n"
+            f"s3proxy.keystore-path={keystore}\ns3proxy.keystore-password={password}\n"
+        )
+
     def _wait_ready(self) -> None:
         """Until it answers HTTP (an anonymous request: refused, but answered)."""
         deadline = time.monotonic() + READY_S
@@ -125,7 +160,7 @@ class S3Server(JavaServer):
             if self.proc.poll() is not None:
                 raise RuntimeError(f"s3proxy exited with {self.proc.returncode}: {self.tail()}")
             try:
-                httpx.get(self.endpoint, timeout=1)
+                httpx.get(self.endpoint, timeout=1, verify=verify(self.tls))
                 return
             except httpx.HTTPError:
                 pass

@@ -2,9 +2,10 @@
 an S3 API server holding the snapshots (S3Proxy: stategate/s3server.py), the continuous
 pipeline and three nodes, each configured as it would be on separate machines (its address,
 the secret and the store's credentials from the environment, the bucket's URL, every etcd
-member); no folder is shared. The test process is the clients' host and the producer: it
-appends to the log, reads and subscribes through the bridge, and checks every answer against
-the oracle."""
+member); no folder is shared but the log's. Every link is mutual TLS, on certificates of a
+CA of its own valid for the hosts' addresses, and tcpdump captures the bridge throughout
+(`Capture`). The test process is the clients' host and the producer: it appends to the log,
+reads and subscribes through the bridge, and checks every answer against the oracle."""
 
 from __future__ import annotations
 
@@ -30,10 +31,12 @@ from contracts.cluster_secret import secret_headers
 from contracts.coordination import State
 from contracts.eventlog import Record
 from contracts.partitioner import partition_for
-from stategate.etcd import Ensemble
+from contracts.tls import verify
+from stategate import certificates
+from stategate.etcd import ETCD_HOLDER, Ensemble
 from stategate.hosts import Network
 from stategate.launcher import Processes
-from stategate.s3server import S3Server
+from stategate.s3server import STORE, S3Server
 from tests import live, oracle, positions
 from tests.nodes import Nodes
 from tests.projects import HOUR_MS, START_MS, produce_test_events, write_project
@@ -54,6 +57,9 @@ SETTINGS = (
 KEYS = [f"C{i:06d}" for i in range(0, 300, 7)] + ["Zoë", "gone", "日本語"]
 WATCHED = dict(zip(NODES, ("C000014", "C000021", "C000042"), strict=True))
 PRODUCE_EVERY_S = 0.05
+TCPDUMP = "/usr/bin/tcpdump"  # Debian's, installed by `make network`
+# what the readers send as their Authorization: a JWT's shape (no [auth] checks it here)
+BEARER = "Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ3aXJlLXByb29mIn0.c2lnbmF0dXJlLW9uLXRoZS13aXJl"
 READY_S = 120
 
 
@@ -65,10 +71,14 @@ class MultiHost:
         self.etcd = Ensemble(root / "etcd", self.network, ETCD)
         on_store = self.network.command("store", [])
         self.store = S3Server(root / "s3", self.address("store"), STORE_PORT, on_store)
-        os.environ.update(self.store.env())  # the pipeline's and the nodes' (and this one's)
         self.pipeline: subprocess.Popen[bytes] | None = None
         os.environ[SECRET_ENV] = SECRET
         self.project = projects.load(self._write_project())
+        self.tls = self.project.tls
+        assert self.tls is not None
+        self.etcd.tls = self.store.tls = self.tls
+        os.environ.update(self.store.env())  # the pipeline's and the nodes' (and this one's)
+        self.capture = Capture(root / "bridge.pcap", self.network.bridge)
         self.nodes = Nodes(self.project, root / "logs")
         self.nodes.processes = self.processes
         self.log = oracle.Log(self.project)
@@ -78,7 +88,9 @@ class MultiHost:
     def _write_project(self) -> Path:
         ports = [NODE_PORT + i for i in range(1, 4)]
         elastic = (self.etcd.url, "hosts")
-        path = write_project(self.root, ports, settings=SETTINGS, coordinator=elastic)
+        path = write_project(self.root, ports, settings=SETTINGS, coordinator=elastic, tls=True)
+        addresses = [self.address(host) for host in HOSTS]
+        certificates.create(self.root / "certs", [*NODES, ETCD_HOLDER, STORE], addresses)
         text = path.read_text().replace('secret = "test-secret"', f'secret_env = "{SECRET_ENV}"')
         for i, node in enumerate(NODES, start=1):
             text = text.replace(f"127.0.0.1:{NODE_PORT + i}", f"{self.address(node)}:{NODE_PORT}")
@@ -95,6 +107,7 @@ class MultiHost:
     def start(self) -> None:
         """Everything up, the state published and served by every node, the producer on."""
         self.network.up()
+        self.capture.start()
         self.etcd.start()
         produce_test_events(self.project, seed=11)
         self.store.start()
@@ -106,7 +119,8 @@ class MultiHost:
 
     def start_node(self, node: str) -> None:
         command = self.network.command(node, _stategate("node", self.project.path))
-        self.processes.start(node, [*command, "--node", node], self.nodes.url(node))
+        url = self.nodes.url(node)
+        self.processes.start(node, [*command, "--node", node], url, tls=self.tls)
 
     def close(self) -> None:
         self._stop_producing.set()
@@ -121,6 +135,7 @@ class MultiHost:
         self.etcd.stop()
         self.store.stop()
         self.nodes.client.close()
+        self.capture.stop()
         self.network.down()
 
     def _start_pipeline(self) -> None:
@@ -143,7 +158,7 @@ class MultiHost:
     def state(self) -> State:
         from stategate.etcd import read
 
-        return read(self.etcd.url, self.project.cluster.name)
+        return read(self.etcd.url, self.project.cluster.name, self.tls)
 
     def settled(self, members: set[str], timeout_s: float = 60) -> State:
         """Until the members serve every partition with its replicas, nothing warming."""
@@ -280,7 +295,9 @@ class Reader(threading.Thread):
         self.client = positions.Client(cluster.project, cluster.log, partial_ok=True)
         self.tally = Tally()
         self.stopping = threading.Event()
-        self.http = httpx.Client(timeout=5)
+        self.http = httpx.Client(
+            timeout=5, verify=verify(cluster.tls), headers={"authorization": BEARER}
+        )
 
     def run(self) -> None:
         with self.client.crashes():
@@ -322,7 +339,8 @@ class Subscriber(threading.Thread):
         with self.client.crashes():
             while not self.stopping.is_set():
                 try:
-                    self._follow(live.Socket(self.cluster.nodes.url(self.node), open_timeout=5))
+                    url, tls = self.cluster.nodes.url(self.node), self.cluster.tls.client()
+                    self._follow(live.Socket(url, open_timeout=5, ssl=tls))
                 except (ConnectionClosed, InvalidHandshake, OSError, TimeoutError) as exc:
                     self.tally.failed.append((time.monotonic(), type(exc).__name__))
                     time.sleep(0.2)
@@ -381,6 +399,35 @@ def wait_for(done: Callable[[], Any], what: str, timeout_s: float) -> float:
         if time.monotonic() - start > timeout_s:
             raise AssertionError(f"not within {timeout_s} s: {what}")
         time.sleep(0.1)
+
+
+class Capture:
+    """tcpdump on the bridge every host's traffic crosses, into a pcap file, packet by
+    packet (-U), from `start` to `stop`: what anyone on the path could read."""
+
+    def __init__(self, path: Path, bridge: str) -> None:
+        self.path, self.bridge = path, bridge
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        command = [TCPDUMP, "-i", self.bridge, "-U", "-n", "-s", "0", "-w", str(self.path)]
+        self.proc = subprocess.Popen(command, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while not self.path.exists():  # tcpdump writes the file's header once it listens
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"tcpdump did not start on {self.bridge}")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(10)
+            self.proc = None
+
+    def found(self, needles: dict[str, bytes]) -> list[str]:
+        """The names of the needles the capture holds in clear so far."""
+        captured = self.path.read_bytes()
+        return [name for name, needle in needles.items() if needle in captured]
 
 
 @contextlib.contextmanager

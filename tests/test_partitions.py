@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import ssl
 import statistics
 import time
 from collections.abc import Iterator
@@ -18,10 +20,23 @@ from pathlib import Path
 
 import pytest
 
+from contracts.cluster_secret import SECRET_HEADER
 from contracts.manifest import read_manifest
 from stategate.hosts import Network
 from tests.held import copied, held, refetched
-from tests.multihost import ETCD, HOSTS, NODES, Clients, MultiHost, running, wait_for
+from tests.multihost import (
+    BEARER,
+    ETCD,
+    HOSTS,
+    NODE_PORT,
+    NODES,
+    SECRET,
+    WATCHED,
+    Clients,
+    MultiHost,
+    running,
+    wait_for,
+)
 
 UNAVAILABLE = Network.unavailable()
 REQUIRED = os.environ.get("STATEGATE_NETNS") == "required"  # .ci/run: never skipped there
@@ -407,3 +422,35 @@ def behind_published(cluster: MultiHost, node: str, seconds: float) -> float:
         samples.append(sum(published[p].version - v for p, v in served.items()))
         time.sleep(0.25)
     return statistics.median(samples)
+
+
+def test_nothing_crosses_the_bridge_in_clear(world: World) -> None:
+    """Run last, over everything the scenarios sent: the capture of the bridge holds
+    megabytes of traffic between every pair of hosts, and none of it in clear: no HTTP, no
+    cluster secret, no client's token, no store credential, no query, key or record value.
+    A client with no certificate of the CA is refused in the handshake."""
+    cluster = world.cluster
+    needles = {
+        "HTTP": b"HTTP/1.1",
+        "the cluster secret": SECRET.encode(),
+        "the secret's header": SECRET_HEADER.encode(),
+        "a client's JWT": BEARER.split()[1].encode(),
+        "the store's secret key": cluster.store.credentials["credential"].encode(),
+        "a query": b"customerTotals",
+        "a key": WATCHED["node1"].encode(),
+        "a record value": "Köln→Zürich".encode(),
+    }
+    assert cluster.capture.path.stat().st_size > 1_000_000, "the capture saw no traffic"
+    assert cluster.capture.found(needles) == []
+    tls = cluster.tls
+    assert tls is not None
+    bare = ssl.create_default_context(cafile=tls.ca)
+    with pytest.raises((ssl.SSLError, ConnectionResetError)):
+        host = cluster.address("node1")
+        with (
+            socket.create_connection((host, NODE_PORT), timeout=10) as raw,
+            bare.wrap_socket(raw, server_hostname=host) as refused,
+        ):
+            refused.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n")
+            assert refused.recv(1024) == b""
+            raise ConnectionResetError("closed in the handshake")
