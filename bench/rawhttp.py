@@ -9,6 +9,7 @@ connection; replies are read by the node's own parser (gateway/wire/hop.py).
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections import defaultdict
 from dataclasses import dataclass
 from types import TracebackType
@@ -35,8 +36,10 @@ class Connection:
         self.host = host
 
     @classmethod
-    async def open(cls, host: str, port: int) -> Connection:
-        reader, writer = await asyncio.open_connection(host, port, limit=2**24)
+    async def open(cls, host: str, port: int, tls: ssl.SSLContext | None = None) -> Connection:
+        reader, writer = await asyncio.open_connection(
+            host, port, limit=2**24, ssl=tls, server_hostname=host if tls else None
+        )
         return cls(reader, writer, f"{host}:{port}")
 
     async def request(
@@ -57,8 +60,9 @@ class Connection:
 class Pool:
     """Keep-alive connections per origin, opened on demand and reused."""
 
-    def __init__(self) -> None:
+    def __init__(self, tls: ssl.SSLContext | None = None) -> None:
         self._idle: dict[tuple[str, int], list[Connection]] = defaultdict(list)
+        self.tls = tls  # for https URLs
 
     async def post(self, url: str, content: bytes = b"", headers: Any = None) -> Reply:
         """POST a JSON body (httpx's signature; the content type is always JSON)."""
@@ -70,10 +74,11 @@ class Pool:
     async def request(self, method: str, url: str, body: bytes = b"") -> Reply:
         parts = urlsplit(url)
         origin = (parts.hostname or "127.0.0.1", parts.port or 80)
+        tls = self.tls if parts.scheme == "https" else None
         target = parts.path + (f"?{parts.query}" if parts.query else "")
         idle = self._idle[origin]
         reused = bool(idle)
-        connection = idle.pop() if reused else await Connection.open(*origin)
+        connection = idle.pop() if reused else await Connection.open(*origin, tls)
         try:
             answer = await connection.request(method, target, body)
         except (ClosedByPeer, ConnectionResetError, BrokenPipeError):
@@ -81,7 +86,7 @@ class Pool:
             if not reused:
                 raise
             # the server closed the idle connection (its keep-alive timeout): once more
-            connection = await Connection.open(*origin)
+            connection = await Connection.open(*origin, tls)
             answer = await connection.request(method, target, body)
         except BaseException:
             connection.close()

@@ -1,0 +1,153 @@
+"""What TLS costs a client's reads (issue 51), measured in the same run on the same nodes and
+data: one-key lookups to node1 of a 3-node cluster (a third of them through the hop to a
+peer), in clear and with mutual TLS on every link, alternating.
+
+    python -m bench.tls --events 100000 --rounds 2 --seconds 10
+
+Per side and round: the p50 of one client's sequential lookups, and the requests per second
+of 16 clients on kept-alive connections (as a dashboard's or a service's pool keeps them,
+so handshakes are amortized). The load generator is this process (bench/rawhttp.py, on
+Python's ssl with TLS): its CPU counts on the same 2 cores, as a client's would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.queries import body
+from bench.rawhttp import Pool
+from contracts import project as projects
+from contracts.project import Project
+from spark_pipeline import job
+from spark_pipeline.spark import LazySpark
+from stategate import certificates
+from stategate.demo import PROJECT_TEMPLATE, bookings
+from stategate.launcher import Processes, free_ports, wait_serving
+
+CUSTOMERS = 20_000
+CLIENTS = 16
+SEQUENTIAL = 2_000
+LOOKUP = "query($k: String!) { customerTotals(key: $k) { record { bookings revenue } } }"
+SETTINGS = "\n[settings]\nworkers = 1\ndriver_batch_records = 100000000\n"
+TLS = """
+[tls]
+ca = "certs/ca.pem"
+cert = "certs/{node}.pem"
+key = "certs/{node}.key"
+mutual = true
+"""
+
+
+@dataclass
+class Side:
+    name: str
+    project: Project
+    p50_ms: list[float] = field(default_factory=list)
+    rps: list[float] = field(default_factory=list)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.tls")
+    parser.add_argument("--events", type=int, default=100_000)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--seconds", type=float, default=10.0, help="of each 16-client run")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="stategate-bench-") as work:
+        sides = _sides(Path(work), args.events)
+        print(f"load {os.getloadavg()[0]:.2f} at start", flush=True)
+        for number in range(args.rounds):
+            for side in sides if number % 2 == 0 else reversed(sides):
+                _measure(side, Path(work) / "logs", args.seconds)
+        print(f"load {os.getloadavg()[0]:.2f} at the end", flush=True)
+    _report(sides)
+    return 0
+
+
+def _sides(root: Path, events: int) -> list[Side]:
+    """One project built once, and the same with [tls]: the same files, data and ports."""
+    kafka = PROJECT_TEMPLATE.read_text().split("\n[snapshots]", 1)
+    text = '[log]\ndir = "log"\n\n[snapshots]' + kafka[1] + SETTINGS
+    for address, port in zip(re.findall(r"127\.0\.0\.1:\d+", text), free_ports(3), strict=True):
+        text = text.replace(address, f"127.0.0.1:{port}")
+    (root / "dashboard").mkdir()
+    clear = root / "stategate.toml"
+    clear.write_text(text)
+    (root / "tls.toml").write_text(text + TLS)
+    certificates.create(root / "certs", ["node1", "node2", "node3"], [])
+    project = projects.load(clear)
+    bookings.generate(project, customers=CUSTOMERS, events=events, end_ms=None)
+    job.run(project, LazySpark("local[1]"), notify=False)  # in the driver: no Spark start
+    return [Side("clear", project), Side("tls", projects.load(root / "tls.toml"))]
+
+
+def _measure(side: Side, logs: Path, seconds: float) -> None:
+    project = side.project
+    processes = Processes(logs)
+    try:
+        processes.start_nodes(project)
+        ids = [n.id for n in project.cluster.nodes]
+        wait_serving(project, ids)
+        p50, rps = asyncio.run(_load(project, seconds))
+    finally:
+        processes.stop_all()
+    side.p50_ms.append(p50)
+    side.rps.append(rps)
+    print(f"{side.name}: one key p50 {p50:.3f} ms, {CLIENTS} clients {rps:,.0f} req/s", flush=True)
+
+
+async def _load(project: Project, seconds: float) -> tuple[float, float]:
+    url = f"{project.cluster.nodes[0].url}/graphql"
+    keys = [f"C{i:06d}" for i in range(0, CUSTOMERS, 97)]
+    bodies = [body(LOOKUP, {"k": key}) for key in keys]
+    tls = project.tls.client() if project.tls else None
+    async with Pool(tls) as pool:
+        for request in bodies[:200]:  # warm: connections, plans, caches
+            assert (await pool.post(url, request)).status_code == 200
+        times = []
+        for number in range(SEQUENTIAL):
+            started = time.perf_counter()
+            reply = await pool.post(url, bodies[number % len(bodies)])
+            times.append(time.perf_counter() - started)
+            assert reply.status_code == 200 and b'"errors"' not in reply.content, reply.text
+    done = 0
+    deadline = time.monotonic() + seconds
+
+    async def client(number: int) -> None:
+        nonlocal done
+        async with Pool(tls) as own:
+            while time.monotonic() < deadline:
+                reply = await own.post(url, bodies[(number * 31 + done) % len(bodies)])
+                assert reply.status_code == 200, reply.text
+                done += 1
+
+    started = time.monotonic()
+    await asyncio.gather(*(client(n) for n in range(CLIENTS)))
+    return statistics.median(times) * 1000, done / (time.monotonic() - started)
+
+
+def _report(sides: list[Side]) -> None:
+    clear, tls = sides
+    p50 = statistics.median(tls.p50_ms) / statistics.median(clear.p50_ms)
+    rps = statistics.median(tls.rps) / statistics.median(clear.rps)
+    print("\n| read (node1 of 3, a third through the hop) | in clear | mutual TLS | ratio |")
+    print("| --- | --- | --- | --- |")
+    print(
+        f"| one key, 1 client, p50 (median of rounds) | {statistics.median(clear.p50_ms):.3f} ms "
+        f"| {statistics.median(tls.p50_ms):.3f} ms | {p50:.2f}x |"
+    )
+    print(
+        f"| one key, {CLIENTS} clients, req/s | {statistics.median(clear.rps):,.0f} "
+        f"| {statistics.median(tls.rps):,.0f} | {rps:.2f}x (TLS costs {1 - rps:.0%}) |"
+    )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
