@@ -37,13 +37,6 @@ CLIENTS = 16
 SEQUENTIAL = 2_000
 LOOKUP = "query($k: String!) { customerTotals(key: $k) { record { bookings revenue } } }"
 SETTINGS = "\n[settings]\nworkers = 1\ndriver_batch_records = 100000000\n"
-TLS = """
-[tls]
-ca = "certs/ca.pem"
-cert = "certs/{node}.pem"
-key = "certs/{node}.key"
-mutual = true
-"""
 
 
 @dataclass
@@ -80,7 +73,7 @@ def _sides(root: Path, events: int) -> list[Side]:
     (root / "dashboard").mkdir()
     clear = root / "stategate.toml"
     clear.write_text(text)
-    (root / "tls.toml").write_text(text + TLS)
+    (root / "tls.toml").write_text(text + certificates.table("certs"))
     certificates.create(root / "certs", ["node1", "node2", "node3"], [])
     project = projects.load(clear)
     bookings.generate(project, customers=CUSTOMERS, events=events, end_ms=None)

@@ -41,6 +41,14 @@ def serve(tls: Tls, node: str, followers: FollowerProcesses | None) -> ssl.SSLCo
     return context
 
 
+def table(folder: str, mutual: bool = True) -> str:
+    """The project file's [tls] for what `create` wrote to `folder` (relative to the file)."""
+    return (
+        f'\n[tls]\nca = "{folder}/{CA_FILE}"\ncert = "{folder}/{{node}}.pem"\n'
+        f'key = "{folder}/{{node}}.key"\nmutual = {str(mutual).lower()}\n'
+    )
+
+
 def create(folder: Path, names: Iterable[str], hosts: Iterable[str]) -> Path:
     """A CA (`ca.pem`) and, for each of `names` and for CLIENT, `<name>.pem` and `<name>.key`
     valid for `hosts` and loopback, in `folder`; the CA's path."""

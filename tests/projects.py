@@ -19,13 +19,7 @@ from topics.kafka import EVENT_TIME, KafkaLog
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z, a window boundary
 HOUR_MS = 3_600_000
 
-TLS = """
-[tls]
-ca = "certs/ca.pem"
-cert = "certs/{node}.pem"
-key = "certs/{node}.key"
-mutual = true
-"""
+TLS = certificates.table("certs")
 _STORES = """
 [[topics]]
 name = "bookings"
