@@ -3,6 +3,7 @@
 
     python -m bench.elastic --workload main --reuse    # the 1M workload, as built before
     python -m bench.elastic --workload small --rounds 1 --seconds 5   # 100k, to try it
+    python -m bench.elastic --workload main --reuse --bucket   # the nodes pull from S3Proxy
 
 Without --reuse, or when it is not built yet, the workload is built first (bench/workload.py:
 a few minutes of Spark at 1M), as `bench.run` does.
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import math
 import os
 import shutil
@@ -54,6 +56,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from bench import queries, report
 from bench.driver import Operation, graphql_operation, http_client, percentile, run_async
 from bench.floor import Floor
+from bench.object_store import onto_bucket
 from bench.workload import BENCH_DIR, NAMES, Workload, stop_spark
 from contracts import placement
 from contracts.cluster_secret import secret_headers
@@ -62,6 +65,7 @@ from contracts.manifest import read_manifest
 from contracts.project import Project
 from stategate.etcd import Etcd, serving_settled
 from stategate.launcher import Processes, free_ports, node_command
+from stategate.s3server import S3Server
 
 NODE = "node1"  # where the lookups go; never drained
 FIRST_NODES = 3
@@ -168,13 +172,15 @@ class Keys:
 class Cluster:
     """The bench's etcd and nodes on a workload's log and snapshots; node1.. in order."""
 
-    def __init__(self, workload: Workload, logs: Path) -> None:
+    def __init__(self, workload: Workload, logs: Path, store: S3Server | None = None) -> None:
         self.folder = workload.root / Path(PROJECT_FILE).stem
         shutil.rmtree(self.folder, ignore_errors=True)  # every node starts empty, etcd too
         self.folder.mkdir(parents=True)
         self.etcd = Etcd(self.folder / "etcd")
         entries = f'coordinator = "{self.etcd.url}"\nname = "{CLUSTER_NAME}"\n'
         self.project = workload.write_project(file=PROJECT_FILE, cluster=entries)
+        if store is not None:  # the nodes pull from a bucket, not the workload's folder
+            self.project = onto_bucket(self.project, store)
         self.keys = Keys(self.etcd.url, CLUSTER_NAME)
         self.processes = Processes(logs)
         self.http = httpx.Client(timeout=10, headers=secret_headers(self.project.cluster.secret))
@@ -439,8 +445,10 @@ def _phase(
 # -- rounds, and what they add up to ------------------------------------------------------
 
 
-def measure(workload: Workload, rounds: int, seconds: float, logs: Path) -> list[Round]:
-    cluster = Cluster(workload, logs)
+def measure(
+    workload: Workload, rounds: int, seconds: float, logs: Path, store: S3Server | None = None
+) -> list[Round]:
+    cluster = Cluster(workload, logs, store)
     expected = cluster.folder / "expected.json"
     rows = expected_rows(cluster.project, sample_keys(workload.customers))
     expected.write_bytes(orjson.dumps(rows))
@@ -615,15 +623,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reuse", action="store_true", help="reuse the workload when built")
     parser.add_argument("--rounds", type=int, default=ROUNDS, help="idle, join and drain phases")
     parser.add_argument("--seconds", type=float, default=10.0, help="of each idle phase")
+    parser.add_argument(
+        "--bucket",
+        action="store_true",
+        help="the snapshots copied to a bucket on S3Proxy, which the nodes (and a joining "
+        "one) pull from",
+    )
     args = parser.parse_args(argv)
     workload = built(args.workload, args.reuse)
     machine = report.machine()
     print(f"load average at start: {machine['loadavg_at_start']}", flush=True)
-    rounds = measure(workload, args.rounds, args.seconds, BENCH_DIR / "logs" / "elastic")
+    with contextlib.ExitStack() as stack:
+        store = None
+        if args.bucket:
+            store = S3Server(BENCH_DIR / "s3-elastic")
+            store.start()
+            stack.callback(store.stop)
+        logs = BENCH_DIR / "logs" / "elastic"
+        rounds = measure(workload, args.rounds, args.seconds, logs, store)
     print(phase_table(rounds), move_table(rounds), sep="\n\n")
     print(f"failed, partial or wrong answers: {problems(rounds)} (must be 0)")
     body = as_json(workload, rounds, machine)
-    (BENCH_DIR / f"elastic-{workload.name}.json").write_text(orjson.dumps(body).decode())
+    where = "-bucket" if args.bucket else ""
+    (BENCH_DIR / f"elastic-{workload.name}{where}.json").write_text(orjson.dumps(body).decode())
     print(orjson.dumps(body, option=orjson.OPT_INDENT_2).decode())
     return 0
 
