@@ -116,8 +116,7 @@ class S3Server(JavaServer):
         (self.folder / "data").mkdir(exist_ok=True)
         properties = self.folder / "s3proxy.properties"
         properties.write_text(
-            self._listening()
-            + "s3proxy.authorization=aws-v2-or-v4\n"
+            self._listening() + "s3proxy.authorization=aws-v2-or-v4\n"
             f"s3proxy.identity={self.credentials['identity']}\n"
             f"s3proxy.credential={self.credentials['credential']}\n"
             f"jclouds.provider={PROVIDER}\n"
