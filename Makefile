@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 
 CODEGEN := .venv-codegen
 
-.PHONY: setup browser coordinator network kafka s3 demo demo-elastic test lint bench schema clients client-python client-typescript
+.PHONY: setup browser coordinator network kafka s3 demo demo-elastic demo-across test lint bench schema clients client-python client-typescript
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +50,10 @@ demo: setup kafka
 # The demo's cluster made elastic: an etcd of its own, and the command that adds a node.
 demo-elastic: setup coordinator kafka
 	$(PY) -m stategate.cli demo --elastic
+
+# The demo laid out as across machines: its snapshots in a bucket on S3Proxy, TLS everywhere.
+demo-across: setup kafka s3
+	$(PY) -m stategate.cli demo --across
 
 lint: setup
 	$(PY) -m ruff check .

@@ -61,7 +61,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "demo":
         options = demo.Options(
             args.customers, args.events, args.fresh, args.check, args.rate, args.elastic,
-            args.verbose,
+            args.verbose, args.across,
         )  # fmt: skip
         return demo.run(Path(args.dir), options)
     if args.command == "settings":
@@ -96,6 +96,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="with a coordinator (an etcd of its own): prints the command that adds a node; "
         "with --check, runs it",
+    )
+    run_demo.add_argument(
+        "--across",
+        action="store_true",
+        help="laid out as across machines: the snapshots in a bucket on an S3 server of its "
+        "own (S3Proxy), TLS on every link (a dev CA in .demo/certs)",
     )
     run_demo.add_argument(
         "--verbose",

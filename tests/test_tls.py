@@ -2,8 +2,9 @@
 certificates of a CA of their own (`stategate certs`): clients over https and wss, queries
 across the nodes' hop, the pipeline's notifications; a connection without a certificate of
 the CA refused in the handshake, before any HTTP is read; a certificate replaced on SIGHUP
-with no connection dropped. (An elastic cluster's etcd over TLS: tests/test_membership.py;
-across hosts, with a capture of the wire: tests/test_partitions.py.)"""
+with no connection dropped; and the demo laid out as across machines (`--across`). (An
+elastic cluster's etcd over TLS: tests/test_membership.py; across hosts, with a capture of
+the wire: tests/test_partitions.py.)"""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import shutil
 import signal
 import socket
 import ssl
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,12 +25,13 @@ import pytest
 from contracts.tls import CLIENT, Tls
 from spark_pipeline import job
 from spark_pipeline.spark import LazySpark
-from stategate import certificates
-from stategate.launcher import wait_serving
+from stategate import certificates, demo
+from stategate.launcher import free_ports, wait_serving
 from tests import oracle, wire
 from tests.live import Socket
 from tests.nodes import Served, serve
 from tests.projects import produce_test_events
+from tests.test_stop import ON_PORTS
 
 BATCH = """query($keys: [String!]!) {
   customerTotalsBatch(keys: $keys) {
@@ -196,3 +200,27 @@ def status(connection: http.client.HTTPSConnection) -> int:
     response = connection.getresponse()
     response.read()
     return int(response.status)
+
+
+def test_the_demo_laid_out_across_machines_answers_over_tls_from_a_bucket(
+    tmp_path: Path,
+) -> None:
+    """`stategate demo --across --check`: its own S3Proxy on https holds the snapshots the
+    nodes pull, every link is TLS on a dev CA, and the example queries and a live push come
+    back from every node (the demo's own checks)."""
+    template = demo.PROJECT_TEMPLATE.read_text()
+    for old, new in zip((8101, 8102, 8103), free_ports(3), strict=True):
+        template = template.replace(f"127.0.0.1:{old}", f"127.0.0.1:{new}")
+    (tmp_path / "stategate.toml").write_text(template)
+    command = [sys.executable, "-c", ON_PORTS, str(tmp_path / "stategate.toml"), "demo"]
+    command += ["--dir", str(tmp_path / "demo"), "--customers", "300", "--events", "3000"]
+    done = subprocess.run(
+        [*command, "--across", "--check"], capture_output=True, text=True, timeout=600
+    )
+    told = done.stdout + done.stderr
+    assert done.returncode == 0, told[-4000:]
+    assert "The cluster is up: node1 https://127.0.0.1:" in told, told[-4000:]
+    assert told.count(": ok, ") == 3 and "pushed the booking produced by hand" in told, told
+    assert "--cacert" in told and "Laid out as across machines" in told, told
+    manifest = tmp_path / "demo" / "s3" / "data" / demo.BUCKET / "snapshots" / "manifest.json"
+    assert manifest.is_file(), "the snapshots were not published to the bucket"

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import re
 import shlex
 import shutil
@@ -35,12 +36,14 @@ from contracts import project as projects
 from contracts.clock import left, now_ms
 from contracts.project import Project
 from contracts.records import Record
+from contracts.tls import Tls, verify
+from stategate import certificates, launcher, logs, stopping
 from stategate import etcd as coordinator
-from stategate import launcher, logs, stopping
 from stategate.broker import Broker
 from stategate.demo import elastic
 from stategate.etcd import Etcd
 from stategate.launcher import Processes, probes
+from stategate.s3server import STORE, S3Server
 from topics import open_log
 
 HERE = Path(__file__).resolve().parent
@@ -50,6 +53,7 @@ PROTOCOL = Subprotocol("graphql-transport-ws")
 END_MS = int(datetime(2026, 11, 1, tzinfo=UTC).timestamp() * 1000)
 PIPELINE_STOP_S = 60.0  # the pipeline lets its micro-batch finish (up to 30 s), then stops Spark
 GENERATED = "generated"  # in the demo's folder once its bookings are all in Kafka
+BUCKET = "demo"  # --across: the bucket on the demo's S3Proxy its snapshots are published to
 # The pipeline's lines the terminal shows while it builds: its own and its log's, but one per
 # partition and its notice to nodes not started yet; the line that says it follows the log
 # ends the wait.
@@ -69,6 +73,7 @@ class Options:
     rate: float = 20.0  # live bookings per second
     elastic: bool = False  # with a coordinator: an etcd of the demo's own
     verbose: bool = False  # every pipeline line echoed, the nodes logging at DEBUG
+    across: bool = False  # laid out as across machines: a bucket, TLS on every link
 
 
 def example_query() -> str:
@@ -81,10 +86,12 @@ def prepare(
     coordinator: str | None = None,
     bootstrap: str | None = None,
     verbose: bool = False,
+    across: bool = False,
 ) -> Project:
     """The demo project in `folder` (written from the template; emptied first if fresh),
     elastic with a `coordinator`, on the Kafka broker at `bootstrap`, logging at DEBUG if
-    `verbose`."""
+    `verbose`; `across`: as across machines, its snapshots in the bucket BUCKET and TLS on
+    every link, on certificates of a dev CA made in `folder`/certs."""
     if fresh and folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -97,6 +104,11 @@ def prepare(
     if bootstrap is not None:
         template = tomllib.loads(text)["kafka"]["bootstrap"]
         text = text.replace(f'"{template}"', f'"{bootstrap}"', 1)
+    if across:
+        ids = [node["id"] for node in tomllib.loads(text)["cluster"]["nodes"]]
+        certificates.create(folder / "certs", [*ids, STORE], [])
+        url = f'[snapshots]\nurl = "s3://{BUCKET}/snapshots"\n'
+        text = text.replace("[snapshots]\n", url, 1) + certificates.table("certs", mutual=False)
     if verbose:
         text += '\n[settings]\nlog_level = "debug"\n'
     path.write_text(header + text)
@@ -110,6 +122,9 @@ def run(folder: Path, options: Options) -> int:
     by the signal; with `check`, until the checks ran (0, or 1 when one failed)."""
     if options.elastic and not coordinator.installed():
         print(f"stategate: the elastic demo runs etcd: {coordinator.MISSING}", file=sys.stderr)
+        return 2
+    if options.elastic and options.across:
+        print("stategate: --elastic and --across are one or the other, for now", file=sys.stderr)
         return 2
     stop = stopping.StopRequest(raising=True).install()
     status = 0
@@ -127,9 +142,15 @@ def _run(folder: Path, options: Options, stop: stopping.StopRequest) -> int:
     generated = (folder / GENERATED).exists() and not options.fresh
     broker = Broker(folder / "kafka")  # new ports each run, its records kept
     project = prepare(
-        folder, not generated, etcd.url if etcd else None, broker.bootstrap, options.verbose
+        folder,
+        not generated,
+        etcd.url if etcd else None,
+        broker.bootstrap,
+        options.verbose,
+        options.across,
     )
     logs.configure("demo", project.settings)
+    bucket = S3Server(folder / "s3", tls=project.tls) if options.across else None
     pipeline: subprocess.Popen[bytes] | None = None
     nodes = Processes(logs=folder / "logs")
     live = bookings.LiveBookings(project, options.customers, options.rate)
@@ -152,6 +173,11 @@ def _run(folder: Path, options: Options, stop: stopping.StopRequest) -> int:
         if etcd is not None:
             print(f"starting etcd ({etcd.url}) ...", flush=True)
             etcd.start()
+        if bucket is not None:
+            print(f"starting S3Proxy ({bucket.endpoint}, its objects in {bucket.folder}) ...")
+            bucket.bucket(BUCKET)
+            bucket.start()
+            os.environ.update(bucket.env())  # the pipeline's and the nodes' (and this one's)
         print("starting the continuous pipeline (Spark, local mode) ...", flush=True)
         pipeline_log = folder / "pipeline.log"
         earlier = pipeline_log.stat().st_size if pipeline_log.exists() else 0
@@ -179,6 +205,8 @@ def _run(folder: Path, options: Options, stop: stopping.StopRequest) -> int:
         broker.stop()
         if etcd is not None:
             etcd.stop()
+        if bucket is not None:
+            bucket.stop()
 
 
 def _counting(total: int) -> Callable[[int], None]:
@@ -279,7 +307,9 @@ def _instructions(project: Project, rate: float) -> str:
         "{ records { key revenue } } }",
         "",
         "or with curl:",
-        f"  curl -s {url}/graphql -H 'content-type: application/json' -d '{payload}'",
+        f"  curl -s{_cacert(project)} {url}/graphql -H 'content-type: application/json' "
+        f"-d '{payload}'",
+        *_across(project),
         "",
         f"New bookings arrive at {rate:g}/s and are published every "
         f"{project.settings.trigger_interval_s:g} s: run a query twice to see the state move.",
@@ -288,14 +318,32 @@ def _instructions(project: Project, rate: float) -> str:
     return "\n".join(lines)
 
 
+def _cacert(project: Project) -> str:
+    return f" --cacert {project.tls.ca}" if project.tls else ""
+
+
+def _across(project: Project) -> list[str]:
+    """What --across adds: where the snapshots and the CA are."""
+    if project.tls is None:
+        return []
+    return [
+        "",
+        f"Laid out as across machines: the pipeline publishes to {project.snapshot_url} on",
+        "the demo's S3Proxy, the nodes pull from there, and every link is TLS. Browsers do",
+        f"not know the demo's CA: import {project.tls.ca} or accept the warning.",
+    ]
+
+
 def _check(project: Project) -> int:
     """Ask the example queries of every node; fail loudly on any error."""
-    return int(any(_check_node(node.id, node.url) for node in project.cluster.nodes))
+    nodes = project.cluster.nodes
+    return int(any(_check_node(node.id, node.url, project.tls) for node in nodes))
 
 
-def _check_node(node_id: str, url: str) -> int:
+def _check_node(node_id: str, url: str, tls: Tls | None = None) -> int:
     """Ask the example queries of one node: 0, or 1 after printing what went wrong."""
-    response = httpx.post(f"{url}/graphql", json={"query": example_query()}, timeout=30)
+    with httpx.Client(verify=verify(tls), timeout=30) as client:
+        response = client.post(f"{url}/graphql", json={"query": example_query()})
     body = response.json()
     if response.status_code != 200 or body.get("errors"):
         print(f"{node_id}: {json.dumps(body)[:2000]}")
@@ -318,10 +366,10 @@ def _wait_warm(project: Project, timeout_s: float) -> None:
     """Until the pipeline has published twice since the nodes started: its first micro-batch
     pays for starting its Python workers, the check measures the steady state."""
     url = f"{project.cluster.nodes[0].url}/ready"
-    first = probes().get(url, timeout=30).json()["versions"]
+    first = probes(project.tls).get(url, timeout=30).json()["versions"]
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        versions = probes().get(url, timeout=30).json()["versions"]
+        versions = probes(project.tls).get(url, timeout=30).json()["versions"]
         if any(versions[p] >= first[p] + 2 for p in first):
             return
         time.sleep(0.2)
@@ -336,8 +384,9 @@ def _check_live(project: Project, timeout_s: float = 60) -> int:
     with contextlib.ExitStack() as stack:
         sockets = {}
         for node in project.cluster.nodes:
-            url = node.url.replace("http://", "ws://") + "/graphql"
-            ws = stack.enter_context(connect(url, subprotocols=[PROTOCOL]))
+            url = "ws" + node.url.removeprefix("http") + "/graphql"  # https: wss
+            tls = project.tls.client() if project.tls else None
+            ws = stack.enter_context(connect(url, subprotocols=[PROTOCOL], ssl=tls))
             ws.send(json.dumps({"type": "connection_init"}))
             ws.recv(timeout_s)  # connection_ack
             subscribe = {"query": query, "variables": {"k": key}}
