@@ -10,6 +10,11 @@ newest Maven Central serves here.
 A broker starts in 2-4 s on 2 cores (C1 only, serial GC, a 256 MiB heap) and logs WARN and
 its ready line to <folder>/server.log. Its records carry the broker's append time
 (LogAppendTime), which freshness counts from (contracts/freshness.py).
+
+With TLS ([tls]: contracts/tls.py) a broker's clients reach it on an SSL listener only, its
+certificate the holder BROKER's (a PKCS#12 keystore made from the PEM files), the CA its
+truststore, and with mutual TLS a client certificate required; `client_properties` is what
+a client (librdkafka: the project file's [kafka] client table) sets to reach it.
 """
 
 from __future__ import annotations
@@ -20,9 +25,12 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from contracts.tls import CLIENT, Tls
+from stategate import certificates
 from stategate.jars import JVM, Artifact, JavaServer, jars, java
 from stategate.launcher import free_ports
 
@@ -31,6 +39,7 @@ LOG4J_VERSION = "2.25.5"  # kafka-server 4.4.0's log4j-core: its slf4j 1.7 bindi
 READY_LINE = b"Kafka Server started"  # KafkaRaftServer, once the broker is unfenced
 READY_S = 90.0
 STOP_S = 15.0
+BROKER_HOLDER = "broker"  # with TLS, the broker's certificate: broker.pem and broker.key
 
 # The broker: kafka_2.13 brings every jar it runs on but a logging binding; without
 # log4j-slf4j-impl it logs nothing at all, its start-up errors included.
@@ -73,19 +82,65 @@ class Quorum:
     replicas: int = 1
 
 
-def server_properties(data: Path, port: int, controller_port: int, quorum: Quorum) -> str:
+@dataclass(frozen=True)
+class Listening:
+    """Where a broker listens: its clients' host and port; with TLS, on SSL only, the
+    brokers' own traffic on loopback `internal_port` (a broker alone: inside its host)."""
+
+    host: str
+    port: int
+    controller_port: int
+    internal_port: int = 0
+    tls: Tls | None = None
+    keystore: tuple[Path, str] | None = None  # with TLS: its path and password
+
+
+def client_properties(tls: Tls | None) -> dict[str, str]:
+    """librdkafka's properties for a client of a broker listening with `tls`."""
+    if tls is None:
+        return {}
+    properties = {"security.protocol": "SSL", "ssl.ca.location": str(tls.ca)}
+    if tls.mutual:
+        cert, key = tls.files(CLIENT)
+        properties |= {"ssl.certificate.location": str(cert), "ssl.key.location": str(key)}
+    return properties
+
+
+def _listeners(at: Listening) -> dict[str, object]:
+    controller = f"CONTROLLER://127.0.0.1:{at.controller_port}"
+    if at.tls is None or at.keystore is None:
+        return {
+            "listeners": f"PLAINTEXT://{at.host}:{at.port},{controller}",
+            "advertised.listeners": f"PLAINTEXT://{at.host}:{at.port}",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        }
+    internal = f"INTERNAL://127.0.0.1:{at.internal_port}"
+    path, password = at.keystore
+    return {
+        "listeners": f"SSL://{at.host}:{at.port},{internal},{controller}",
+        "advertised.listeners": f"SSL://{at.host}:{at.port},{internal}",
+        "inter.broker.listener.name": "INTERNAL",
+        "listener.security.protocol.map": "SSL:SSL,INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "ssl.keystore.type": "PKCS12",
+        "ssl.keystore.location": path,
+        "ssl.keystore.password": password,
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": at.tls.ca,
+        "ssl.client.auth": "required" if at.tls.mutual else "none",
+    }
+
+
+def server_properties(data: Path, at: Listening, quorum: Quorum) -> str:
     replicas = quorum.replicas
     in_sync = min(2, replicas)  # a write needs 2 of 3 replicas: one broker may be lost
     properties: dict[str, object] = {
         "process.roles": "broker,controller",
         "node.id": quorum.node_id,
         "controller.quorum.voters": quorum.voters
-        or f"{quorum.node_id}@127.0.0.1:{controller_port}",
-        "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
-        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        or f"{quorum.node_id}@127.0.0.1:{at.controller_port}",
+        **_listeners(at),
         "controller.listener.names": "CONTROLLER",
-        "inter.broker.listener.name": "PLAINTEXT",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
         "log.dirs": str(data / "logs"),
         "log.message.timestamp.type": "LogAppendTime",
         "auto.create.topics.enable": "false",
@@ -125,18 +180,28 @@ def server_properties(data: Path, port: int, controller_port: int, quorum: Quoru
 class Broker(JavaServer):
     """One KRaft broker in `folder`: formatted on its first start, its data kept across
     stops (a restart recovers every record, after kill -9 too). A stop lets it close its
-    logs cleanly (0.2-0.5 s)."""
+    logs cleanly (0.2-0.5 s). It listens on `host`:`port` (a free loopback port by default);
+    `on_host` runs it where that address is (a network namespace of stategate/hosts.py)."""
 
     stop_s = STOP_S
 
-    def __init__(self, folder: Path, quorum: Quorum | None = None) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        quorum: Quorum | None = None,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        on_host: Sequence[str] = (),
+        tls: Tls | None = None,
+    ) -> None:
         super().__init__(folder)
-        self.port, self.controller_port = free_ports(2)
+        free, self.controller_port, self.internal_port = free_ports(3)
+        self.host, self.port, self.on_host, self.tls = host, port or free, list(on_host), tls
         self.quorum = quorum or Quorum()
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def log(self) -> Path:
@@ -150,9 +215,13 @@ class Broker(JavaServer):
         lib = broker_jars()
         self.folder.mkdir(parents=True, exist_ok=True)
         config = self.folder / "server.properties"
-        config.write_text(
-            server_properties(self.folder, self.port, self.controller_port, self.quorum)
+        keystore = None
+        if self.tls is not None:
+            keystore = certificates.keystore(self.tls, BROKER_HOLDER, self.folder)
+        at = Listening(
+            self.host, self.port, self.controller_port, self.internal_port, self.tls, keystore
         )
+        config.write_text(server_properties(self.folder, at, self.quorum))
         logging = self.folder / "log4j2.properties"
         logging.write_text(_LOG4J2.format(log=self.log))
         (self.folder / "tmp").mkdir(exist_ok=True)  # where it unpacks snappy's and lz4's
@@ -170,7 +239,7 @@ class Broker(JavaServer):
             if done.returncode != 0:
                 raise RuntimeError(f"kafka-storage format failed: {done.stdout}{done.stderr}")
         seen = self.log.stat().st_size if self.log.exists() else 0
-        self.spawn(java(lib, jvm, ["kafka.Kafka", str(config)]))
+        self.spawn([*self.on_host, *java(lib, jvm, ["kafka.Kafka", str(config)])])
         return seen
 
     def wait_ready(self, seen: int) -> None:

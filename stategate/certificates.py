@@ -5,6 +5,7 @@ cryptography: no hand-made ASN.1). A real deployment brings its own from its own
 from __future__ import annotations
 
 import logging
+import secrets
 import signal
 import ssl
 from collections.abc import Iterable
@@ -12,6 +13,13 @@ from pathlib import Path
 from types import FrameType
 
 import trustme
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.hazmat.primitives.serialization import (
+    BestAvailableEncryption,
+    load_pem_private_key,
+    pkcs12,
+)
+from cryptography.x509 import load_pem_x509_certificates
 
 from contracts.tls import CLIENT, Tls
 from stategate.workers import FollowerProcesses
@@ -39,6 +47,25 @@ def serve(tls: Tls, node: str, followers: FollowerProcesses | None) -> ssl.SSLCo
 
     signal.signal(signal.SIGHUP, reload)
     return context
+
+
+def keystore(tls: Tls, holder: str, folder: Path) -> tuple[Path, str]:
+    """`holder`'s certificate chain and key as a PKCS#12 keystore in `folder`, what a JVM
+    server reads (S3Proxy's Jetty, Kafka's broker), under a password made for it; (its
+    path, the password)."""
+    password = secrets.token_hex(16)
+    path = folder / f"{holder}.p12"
+    cert, key = tls.files(holder)
+    leaf, *chain = load_pem_x509_certificates(cert.read_bytes())
+    private = load_pem_private_key(key.read_bytes(), None)
+    if not isinstance(private, ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey):
+        raise RuntimeError(f"{key}: an EC or RSA key, for a Java keystore")
+    encrypted = BestAvailableEncryption(password.encode())
+    path.write_bytes(
+        pkcs12.serialize_key_and_certificates(holder.encode(), private, leaf, chain, encrypted)
+    )
+    path.chmod(0o600)
+    return path, password
 
 
 def table(folder: str, mutual: bool = True) -> str:

@@ -67,7 +67,7 @@ class Network:
         """Why namespaces cannot be made here, or None."""
         if os.geteuid() != 0:
             return "network namespaces need root"
-        for tool, package in ((IP, "iproute2"), (NFT, "nftables")):
+        for tool, package in ((IP, "iproute2"), (NFT, "nftables"), ("tcpdump", "tcpdump")):
             if shutil.which(tool) is None:
                 return f"`{tool}` is missing (Debian's {package})"
         return None

@@ -22,15 +22,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
-from cryptography.hazmat.primitives.serialization import (
-    BestAvailableEncryption,
-    load_pem_private_key,
-    pkcs12,
-)
-from cryptography.x509 import load_pem_x509_certificates
 
 from contracts.tls import Tls, verify
+from stategate import certificates
 from stategate.jars import JVM, Artifact, JavaServer, jars, java
 from stategate.launcher import free_ports
 
@@ -133,19 +127,7 @@ class S3Server(JavaServer):
         """Its properties saying where it listens: in clear, or with TLS only."""
         if self.tls is None:
             return f"s3proxy.endpoint={self.endpoint}\n"
-        password = secrets.token_hex(16)
-        keystore = self.folder / "keystore.p12"
-        cert, key = self.tls.files(STORE)
-        leaf, *chain = load_pem_x509_certificates(cert.read_bytes())
-        private = load_pem_private_key(key.read_bytes(), None)
-        if not isinstance(private, ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey):
-            raise RuntimeError(f"{key}: an EC or RSA key, for a Java keystore")
-        keystore.write_bytes(
-            pkcs12.serialize_key_and_certificates(
-                STORE.encode(), private, leaf, chain, BestAvailableEncryption(password.encode())
-            )
-        )
-        keystore.chmod(0o600)
+        keystore, password = certificates.keystore(self.tls, STORE, self.folder)
         return (
             f"s3proxy.secure-endpoint={self.endpoint}\n"
             f"s3proxy.keystore-path={keystore}\ns3proxy.keystore-password={password}\n"

@@ -1,11 +1,13 @@
 """A cluster with every process on a host of its own (stategate/hosts.py): a 3-member etcd,
-an S3 API server holding the snapshots (S3Proxy: stategate/s3server.py), the continuous
-pipeline and three nodes, each configured as it would be on separate machines (its address,
-the secret and the store's credentials from the environment, the bucket's URL, every etcd
-member); no folder is shared but the log's. Every link is mutual TLS, on certificates of a
-CA of its own valid for the hosts' addresses, and tcpdump captures the bridge throughout
-(`Capture`). The test process is the clients' host and the producer: it appends to the log,
-reads and subscribes through the bridge, and checks every answer against the oracle."""
+a Kafka broker holding the topics (stategate/broker.py), an S3 API server holding the
+snapshots (S3Proxy: stategate/s3server.py), the continuous pipeline and three nodes, each
+configured as it would be on separate machines (its address, the secret and the store's
+credentials from the environment, the broker's and the bucket's addresses, every etcd
+member); no folder is shared. Every link is mutual TLS, on certificates of a CA of its own
+valid for the hosts' addresses, and tcpdump captures the bridge throughout (`Capture`). The
+test process is the clients' host and the producer: it produces to the broker, reads and
+subscribes through the bridge, and checks every answer against the oracle (which reads the
+topics back from the broker with a client of its own)."""
 
 from __future__ import annotations
 
@@ -25,7 +27,6 @@ from typing import Any
 import httpx
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
-from contracts import eventlog
 from contracts import project as projects
 from contracts.cluster_secret import secret_headers
 from contracts.coordination import State
@@ -33,6 +34,7 @@ from contracts.eventlog import Record
 from contracts.partitioner import partition_for
 from contracts.tls import verify
 from stategate import certificates
+from stategate.broker import BROKER_HOLDER, Broker, client_properties
 from stategate.etcd import ETCD_HOLDER, Ensemble
 from stategate.hosts import Network
 from stategate.launcher import Processes
@@ -40,11 +42,12 @@ from stategate.s3server import STORE, S3Server
 from tests import live, oracle, positions
 from tests.nodes import Nodes
 from tests.projects import HOUR_MS, START_MS, produce_test_events, write_project
+from topics import open_log
 
 NODES = ("node1", "node2", "node3")
 ETCD = ("etcd1", "etcd2", "etcd3")
-HOSTS = (*ETCD, "store", "pipeline", *NODES)
-NODE_PORT, STORE_PORT = 8000, 8100
+HOSTS = (*ETCD, "store", "pipeline", *NODES, "kafka")
+NODE_PORT, STORE_PORT, KAFKA_PORT = 8000, 8100, 9092
 BUCKET = "snapshots"
 SECRET_ENV = "STATEGATE_HOSTS_SECRET"
 SECRET = "a-secret-long-enough-for-a-real-network-0123456789"
@@ -74,9 +77,14 @@ class MultiHost:
         self.pipeline: subprocess.Popen[bytes] | None = None
         os.environ[SECRET_ENV] = SECRET
         self.project = projects.load(self._write_project())
-        self.tls = self.project.tls
-        assert self.tls is not None
-        self.etcd.tls = self.store.tls = self.tls
+        tls = self.project.tls
+        assert tls is not None
+        self.tls = tls
+        on_kafka = self.network.command("kafka", [])
+        self.broker = Broker(
+            root / "kafka", host=self.address("kafka"), port=KAFKA_PORT, on_host=on_kafka
+        )
+        self.etcd.tls = self.store.tls = self.broker.tls = self.tls
         os.environ.update(self.store.env())  # the pipeline's and the nodes' (and this one's)
         self.capture = Capture(root / "bridge.pcap", self.network.bridge)
         self.nodes = Nodes(self.project, root / "logs")
@@ -88,9 +96,13 @@ class MultiHost:
     def _write_project(self) -> Path:
         ports = [NODE_PORT + i for i in range(1, 4)]
         elastic = (self.etcd.url, "hosts")
-        path = write_project(self.root, ports, settings=SETTINGS, coordinator=elastic, tls=True)
+        kafka = (f"{self.address('kafka')}:{KAFKA_PORT}", "hosts-")
+        path = write_project(
+            self.root, ports, settings=SETTINGS, coordinator=elastic, kafka=kafka, tls=True
+        )
         addresses = [self.address(host) for host in HOSTS]
-        certificates.create(self.root / "certs", [*NODES, ETCD_HOLDER, STORE], addresses)
+        holders = [*NODES, ETCD_HOLDER, STORE, BROKER_HOLDER]
+        certificates.create(self.root / "certs", holders, addresses)
         text = path.read_text().replace('secret = "test-secret"', f'secret_env = "{SECRET_ENV}"')
         for i, node in enumerate(NODES, start=1):
             text = text.replace(f"127.0.0.1:{NODE_PORT + i}", f"{self.address(node)}:{NODE_PORT}")
@@ -99,6 +111,12 @@ class MultiHost:
             'store = "snapshots"\n', f'store = "snapshots"\nurl = "{bucket}/hosts"\n'
         )
         path.write_text(text)
+        # librdkafka's TLS properties for every client of the broker: the pipeline's, the
+        # producer's here (the oracle's kafka-python reads the same: tests/oracle.py)
+        properties = client_properties(projects.load(path).tls)
+        client = ", ".join(f'"{name}" = "{value}"' for name, value in properties.items())
+        prefix = 'prefix = "hosts-"\n'
+        path.write_text(text.replace(prefix, f"{prefix}client = {{ {client} }}\n"))
         return path
 
     def address(self, host: str) -> str:
@@ -109,6 +127,7 @@ class MultiHost:
         self.network.up()
         self.capture.start()
         self.etcd.start()
+        self.broker.start()
         produce_test_events(self.project, seed=11)
         self.store.start()
         self._start_pipeline()
@@ -133,6 +152,8 @@ class MultiHost:
             self.pipeline.terminate()
             self.pipeline.wait(30)
         self.etcd.stop()
+        oracle.close_kafka()
+        self.broker.stop()
         self.store.stop()
         self.nodes.client.close()
         self.capture.stop()
@@ -251,11 +272,14 @@ class MultiHost:
     def _produce(self) -> None:
         rng = random.Random(7)
         topic = self.project.topics["bookings"]
-        while not self._stop_producing.wait(PRODUCE_EVERY_S):
-            key = f"C{rng.randrange(300):06d}"
-            value = {"trip": "Köln→Zürich", "price": rng.randint(10, 200), "seats": 1}
-            record = Record(key, value, START_MS + rng.randrange(6 * HOUR_MS))
-            eventlog.produce(self.project.log_dir, topic, self.project.cluster.partitions, [record])
+        log = open_log(self.project)
+        try:
+            while not self._stop_producing.wait(PRODUCE_EVERY_S):
+                key = f"C{rng.randrange(300):06d}"
+                value = {"trip": "Köln→Zürich", "price": rng.randint(10, 200), "seats": 1}
+                log.append(topic, [Record(key, value, START_MS + rng.randrange(6 * HOUR_MS))])
+        finally:
+            log.close()
 
 
 def _stategate(command: str, config: Path) -> list[str]:

@@ -199,6 +199,7 @@ def kafka_records(project: Project, topic: str, partition: int) -> list[dict]:
                 enable_auto_commit=False,
                 isolation_level="read_committed",
                 value_deserializer=None,
+                **_kafka_python_tls(project.kafka.client),
             )
         end = consumer.end_offsets([where])[where]
         cached = _KAFKA.get((project.kafka.bootstrap, name, partition))
@@ -213,6 +214,19 @@ def kafka_records(project: Project, topic: str, partition: int) -> list[dict]:
                     rows.append(_kafka_row(project.topics[topic].key_type, message))
         _KAFKA[(project.kafka.bootstrap, name, partition)] = (end, rows)
     return rows
+
+
+# librdkafka's TLS properties (the project's [kafka] client table) as kafka-python names them
+_KAFKA_PYTHON_TLS = {
+    "security.protocol": "security_protocol",
+    "ssl.ca.location": "ssl_cafile",
+    "ssl.certificate.location": "ssl_certfile",
+    "ssl.key.location": "ssl_keyfile",
+}
+
+
+def _kafka_python_tls(client: dict[str, str]) -> dict[str, str]:
+    return {_KAFKA_PYTHON_TLS[k]: v for k, v in client.items() if k in _KAFKA_PYTHON_TLS}
 
 
 def close_kafka() -> None:
