@@ -180,7 +180,8 @@ def onto_bucket(project: Project, server: S3Server) -> Project:
     for entry in Manifest.from_json(raw).partitions.values():
         for layer in entry.layers:
             store.upload(layer.path, folder / layer.path)
-    store.replace(FILE_NAME, raw, None)
+    there = store.read(FILE_NAME)  # a run before this one's copy: replaced
+    store.replace(FILE_NAME, raw, there[1] if there else None)
     text = project.path.read_text().replace("[snapshots]\n", f'[snapshots]\nurl = "{url}"\n', 1)
     project.path.write_text(text)
     return projects.load(project.path)

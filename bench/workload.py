@@ -17,13 +17,13 @@ import shutil
 import statistics
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pyspark import StorageLevel
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -254,13 +254,17 @@ def value_schema(topic: Topic) -> T.StructType:
 
 
 def plain_spark_job(project: Project, spark: SparkSession, out: Path) -> float:
-    """The same three results computed the plain way: read every segment, parse the JSON,
-    aggregate, write Parquet. Returns the seconds it took."""
+    """The same three results computed the plain way: read every segment (or, on Kafka,
+    every partition's records, a task each), parse the JSON, aggregate, write Parquet.
+    Returns the seconds it took."""
     topic = project.topics["bookings"]
-    files = [str(p) for p in segment_files(project)]
     shutil.rmtree(out, ignore_errors=True)
     started = time.monotonic()
-    records = spark.read.schema(segment_schema(topic)).parquet(*files)
+    if project.kafka is not None:
+        records = kafka_records(project, spark)
+    else:
+        files = [str(p) for p in segment_files(project)]
+        records = spark.read.schema(segment_schema(topic)).parquet(*files)
     parsed = records.select(
         "offset", "timestamp", "key", F.from_json("value", value_schema(topic)).alias("v")
     ).persist(StorageLevel.MEMORY_AND_DISK)
@@ -297,6 +301,53 @@ def plain_spark_job(project: Project, spark: SparkSession, out: Path) -> float:
     seconds = time.monotonic() - started
     shutil.rmtree(out, ignore_errors=True)
     return seconds
+
+
+def kafka_records(project: Project, spark: SparkSession) -> DataFrame:
+    """The bookings topic's records as the file log's rows (offset, timestamp, key, value),
+    read by one Spark task per partition with a plain librdkafka consumer from offset 0 to
+    the partition's end: how a Spark job without stategate reads a topic when Spark's own
+    Kafka source is not served for this Spark (spark-sql-kafka-0-10 stops at 4.2)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    assert project.kafka is not None
+    settings = {"bootstrap.servers": project.kafka.bootstrap, **project.kafka.client}
+    name = project.kafka.topic("bookings")
+    probe = Consumer({**settings, "group.id": "bench-plain"})
+    try:
+        ends = [
+            (p, probe.get_watermark_offsets(TopicPartition(name, p), 30)[1])
+            for p in range(project.cluster.partitions)
+        ]
+    finally:
+        probe.close()
+
+    def read(ranges: Iterable[tuple[int, int]]) -> Iterable[tuple[int, int, str, str | None]]:
+        from confluent_kafka import Consumer, TopicPartition
+
+        consumer = Consumer(
+            {**settings, "group.id": "bench-plain", "enable.auto.commit": False,
+             "isolation.level": "read_committed"}
+        )  # fmt: skip
+        try:
+            for partition, end in ranges:
+                consumer.assign([TopicPartition(name, partition, 0)])
+                at = 0
+                while at < end:
+                    # consume waits for as many as it asks for: never past the end
+                    for message in consumer.consume(min(10_000, end - at), 30):
+                        if message.error() is not None:
+                            raise RuntimeError(str(message.error()))
+                        offset = message.offset() or 0  # a record read has one
+                        at = offset + 1
+                        key, value = message.key() or b"", message.value()
+                        text = value.decode() if value else None
+                        yield offset, message.timestamp()[1], key.decode(), text
+        finally:
+            consumer.close()
+
+    rows = spark.sparkContext.parallelize(ends, len(ends)).mapPartitions(read)
+    return spark.createDataFrame(rows, segment_schema(project.topics["bookings"]))
 
 
 @dataclass
