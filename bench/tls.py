@@ -64,20 +64,26 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _sides(root: Path, events: int) -> list[Side]:
-    """One project built once, and the same with [tls]: the same files, data and ports."""
+def demo_built(root: Path, events: int) -> Project:
+    """The demo's project on the file log in `root`, on free ports, one worker a node, its
+    `events` bookings of CUSTOMERS customers built in the driver (no Spark start)."""
     kafka = PROJECT_TEMPLATE.read_text().split("\n[snapshots]", 1)
     text = '[log]\ndir = "log"\n\n[snapshots]' + kafka[1] + SETTINGS
     for address, port in zip(re.findall(r"127\.0\.0\.1:\d+", text), free_ports(3), strict=True):
         text = text.replace(address, f"127.0.0.1:{port}")
     (root / "dashboard").mkdir()
-    clear = root / "stategate.toml"
-    clear.write_text(text)
-    (root / "tls.toml").write_text(text + certificates.table("certs"))
-    certificates.create(root / "certs", ["node1", "node2", "node3"], [])
-    project = projects.load(clear)
+    (root / "stategate.toml").write_text(text)
+    project = projects.load(root / "stategate.toml")
     bookings.generate(project, customers=CUSTOMERS, events=events, end_ms=None)
-    job.run(project, LazySpark("local[1]"), notify=False)  # in the driver: no Spark start
+    job.run(project, LazySpark("local[1]"), notify=False)
+    return project
+
+
+def _sides(root: Path, events: int) -> list[Side]:
+    """One project built once, and the same with [tls]: the same files, data and ports."""
+    project = demo_built(root, events)
+    (root / "tls.toml").write_text(project.path.read_text() + certificates.table("certs"))
+    certificates.create(root / "certs", ["node1", "node2", "node3"], [])
     return [Side("clear", project), Side("tls", projects.load(root / "tls.toml"))]
 
 
