@@ -62,9 +62,9 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
 def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """One real Kafka broker for the test process (stategate/broker.py), started when a test
     first needs it: 2-4 s, ~170 MiB."""
-    from tests.kafka import started
+    from tests.kafka import shared
 
-    broker = started(tmp_path_factory.mktemp("kafka"))
+    broker = shared()  # the one tests/nodes.py's clusters produce to
     yield broker
     from tests.oracle import close_kafka
 

@@ -3,6 +3,8 @@ first test that needs it; and the plain clients a test produces and reads with."
 
 from __future__ import annotations
 
+import atexit
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -56,3 +58,16 @@ def started(folder: Path) -> Broker:
     broker = Broker(folder)
     broker.start()
     return broker
+
+
+_SHARED: list[Broker] = []  # the test process's broker, once a test needed it
+
+
+def shared() -> Broker:
+    """The test process's one broker (the `kafka` fixture's too), started when first asked
+    for, in a folder of its own; stopped when the process ends (or by the fixture)."""
+    if not _SHARED:
+        broker = started(Path(tempfile.mkdtemp(prefix="stategate-kafka-")))
+        _SHARED.append(broker)
+        atexit.register(broker.stop)
+    return _SHARED[0]

@@ -20,6 +20,7 @@ from contracts.tls import verify
 from spark_pipeline import job
 from spark_pipeline.spark import LazySpark
 from stategate.launcher import Processes, free_ports, wait_serving
+from tests.kafka import shared
 from tests.projects import produce_test_events, write_project
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -140,10 +141,15 @@ def serve(
     settings: str = "",
     kafka: tuple[str, str] | None = None,
     tls: bool = False,
+    log: str = "kafka",
 ) -> Served:
     """A 3-node cluster on loopback serving a freshly built small project (built in the
     driver, as the pipeline builds a run this small; tests/test_pipeline.py builds on
-    Spark's executors)."""
+    Spark's executors). Its topics are on the test process's Kafka broker, under a prefix
+    of its own, unless `kafka` names another or `log` is "file" (the file log: for tests
+    of the file log, or that append to it by hand)."""
+    if kafka is None and log == "kafka":
+        kafka = (shared().bootstrap, f"{root.name}-")
     path = write_project(
         root, free_ports(3), snapshot_url=snapshot_url, settings=settings, kafka=kafka, tls=tls
     )

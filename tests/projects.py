@@ -155,6 +155,22 @@ def write_project(
     return path
 
 
+def reading(path: Path, source: Project) -> None:
+    """Rewrite the project file at `path` (one write_project wrote, on the file log) to read
+    `source`'s log (its folder, or its Kafka topics) and its snapshot store: nodes of their
+    own over another cluster's state, nothing built again."""
+    text = path.read_text()
+    if source.kafka is not None:
+        kafka = (
+            f'[kafka]\nbootstrap = "{source.kafka.bootstrap}"\nprefix = "{source.kafka.prefix}"\n'
+        )
+        text = text.replace('[log]\ndir = "log"\n', kafka, 1)
+    else:
+        text = text.replace('dir = "log"', f'dir = "{source.log_dir}"', 1)
+    text = text.replace('store = "snapshots"', f'store = "{source.snapshot_store}"', 1)
+    path.write_text(text)
+
+
 def demo_project(folder: Path, bootstrap: str | None = None) -> Project:
     """The demo's own project file and dashboard (stategate/demo/), on free ports: its topics
     on the Kafka broker at `bootstrap`, or in the file log without one."""

@@ -15,7 +15,7 @@ from contracts.partitioner import partition_for
 from stategate.launcher import free_ports, wait_healthy
 from tests import oracle, wire
 from tests.nodes import Nodes, Served, metric
-from tests.projects import write_project
+from tests.projects import reading, write_project
 from tests.wire import as_row, selection
 
 NODES = ["node1", "node2", "node3"]
@@ -239,9 +239,6 @@ def bounded(served, root: Path, settings: str) -> Served:
     """The served cluster's log and snapshot store, read by nodes of their own (on other
     ports, with their own folders) under other `settings`: nothing is built again."""
     path = write_project(root, free_ports(3), settings=settings)
-    text = path.read_text()
-    text = text.replace('dir = "log"', f'dir = "{served.project.log_dir}"', 1)
-    text = text.replace('store = "snapshots"', f'store = "{served.project.snapshot_store}"', 1)
-    path.write_text(text)
+    reading(path, served.project)
     project = projects.load(path)
     return Served(root, project, Nodes(project, root))

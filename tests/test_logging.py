@@ -26,7 +26,7 @@ from contracts.project import Project
 from stategate.launcher import Processes, free_ports, wait_serving
 from tests.live import PROTOCOL, closed_code
 from tests.nodes import Served
-from tests.projects import write_project
+from tests.projects import reading, write_project
 from tests.test_auth import AUTH, SECRET, SECRET_ENV, bearer, token
 
 SETTLE_S = 0.5  # how long a node gets to log a second line it should not log
@@ -73,10 +73,8 @@ def node(served: Served, tmp_path_factory: pytest.TempPathFactory) -> Iterator[N
     root = tmp_path_factory.mktemp("logging")
     settings = 'log_format = "json"\nmax_request_cost = 500'
     path = write_project(root, free_ports(1), replicas=1, settings=settings)
-    text = path.read_text()
-    text = text.replace('dir = "log"', f'dir = "{served.project.log_dir}"', 1)
-    text = text.replace('store = "snapshots"', f'store = "{served.project.snapshot_store}"', 1)
-    path.write_text(text + AUTH)
+    reading(path, served.project)
+    path.write_text(path.read_text() + AUTH)
     project = projects.load(path)
     processes = Processes(root)
     os.environ[SECRET_ENV] = SECRET

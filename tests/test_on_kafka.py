@@ -2,8 +2,9 @@
 topics live in a real broker (stategate/broker.py), the test events are produced to it with
 Java's partitioner, the pipeline reads them by offset range (topics/kafka.py), and the
 oracle reads the same topics back with another client (kafka-python: tests/oracle.py).
-The query suites of tests/test_queries.py, tests/test_by_value.py and tests/test_global.py
-run here as they are, on this module's cluster.
+The query suites (tests/test_queries.py, tests/test_by_value.py, tests/test_global.py...)
+run on such a cluster: the shared `served` one is on the test process's broker
+(tests/nodes.py `serve`).
 
 And what a team with a Kafka cluster meets: the pipeline refuses, in one line, topics that
 are missing or have another partition count than the project declares, and a build that
@@ -19,11 +20,9 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
-import pytest
 from confluent_kafka import Producer
 from confluent_kafka import TopicPartition as KafkaPartition
 from confluent_kafka.admin import AdminClient, NewPartitions
@@ -40,26 +39,9 @@ from stategate.broker import Broker
 from stategate.launcher import free_ports
 from tests import oracle
 from tests.kafka import create_topic, producer, read_all
-from tests.nodes import Served, following, serve
+from tests.nodes import Served, following
 from tests.projects import START_MS, produce_test_events, write_project
-from tests.test_by_value import (  # noqa: F401 (collected here, on this module's cluster)
-    test_random_filters_and_orders_page_through_like_the_oracle,
-    test_totals_of_random_filters_equal_the_oracle,
-    test_window_stores_rank_and_total_the_windows_in_from_to,
-)
-from tests.test_global import (  # noqa: F401
-    test_every_booking_joins_its_trip_as_the_log_says,
-    test_every_node_answers_every_key_of_a_global_store_alone,
-)
 from tests.test_pipeline import assert_published_state_is_the_oracles
-from tests.test_queries import (  # noqa: F401
-    test_batch_lookup_of_every_key_is_aligned_with_the_input,
-    test_one_internal_request_per_owning_node,
-    test_prefix_scans_paginate_in_global_key_order,
-    test_range_scans_paginate_in_global_key_order,
-    test_window_query_of_one_key,
-    test_windows_of_all_keys_paginate,
-)
 from tests.test_stream import manifest_of
 from topics import open_log
 from topics.kafka import (
@@ -77,15 +59,6 @@ from topics.kafka import (
 def prefix() -> str:
     """Topics of this module's own on the test process's broker."""
     return f"t{uuid.uuid4().hex[:8]}."
-
-
-@pytest.fixture(scope="module")
-def served(
-    spark: LazySpark, kafka: Broker, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Served]:
-    cluster = serve(tmp_path_factory.mktemp("on-kafka"), spark, kafka=(kafka.bootstrap, prefix()))
-    yield cluster
-    cluster.nodes.stop_all()
 
 
 def test_the_pipeline_refuses_topics_unlike_the_projects_in_one_line(

@@ -68,7 +68,7 @@ def apq_cluster(spark: LazySpark, tmp_path_factory: pytest.TempPathFactory) -> I
     root = tmp_path_factory.mktemp("apq")
     (root / "ops.graphql").write_text(OPERATIONS)
     settings = f'operations = "ops.graphql"\npersisted_query_cache_size = {CACHE_SIZE}'
-    served = serve(root, spark, settings=settings)
+    served = serve(root, spark, settings=settings, log="file")  # another reads its log
     yield served
     served.nodes.stop_all()
 

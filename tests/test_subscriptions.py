@@ -44,7 +44,9 @@ QUIET_S = 2.0  # no message for this long after the nodes switched: none is comi
 
 @pytest.fixture(scope="module")
 def cluster(spark: LazySpark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    served = serve(tmp_path_factory.mktemp("live"), spark, seed=11, settings=SETTINGS)
+    served = serve(
+        tmp_path_factory.mktemp("live"), spark, seed=11, settings=SETTINGS, log="file"
+    )  # bookings appended by hand, to the file log
     yield served
     served.nodes.stop_all()
 

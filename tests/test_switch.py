@@ -42,7 +42,7 @@ BOUNDED = """query($c: ConsistencyInput) {
 
 @pytest.fixture(scope="module")
 def cluster(spark: LazySpark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    served = serve(tmp_path_factory.mktemp("switch"), spark, seed=5)
+    served = serve(tmp_path_factory.mktemp("switch"), spark, seed=5, log="file")
     yield served
     served.nodes.stop_all()
 

@@ -60,7 +60,7 @@ def _story(project: Any, records: list[tuple[int, int | None]]) -> None:
 def cluster(spark: LazySpark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     """A base, then two runs of deltas: more random trains (from three hours in: some too
     late) and the crafted story."""
-    served = serve(tmp_path_factory.mktemp("versions"), spark)
+    served = serve(tmp_path_factory.mktemp("versions"), spark, log="file")
     try:
         project = served.project
         produce_test_events(project, seed=2, n_bookings=0, n_trains=300, start_ms=T0 - 3 * HOUR_MS)

@@ -18,7 +18,7 @@ from contracts import project as projects
 from stategate.launcher import free_ports, wait_healthy, wait_serving
 from tests import oracle
 from tests.nodes import Served
-from tests.projects import write_project
+from tests.projects import reading, write_project
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -52,11 +52,7 @@ def run(venv: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def node_project(served: Served, tmp_path: Path) -> Iterator[Path]:
     """One node hosting every partition of the shared cluster's snapshot store."""
     path = write_project(tmp_path, free_ports(1), replicas=1)
-    source = served.project
-    text = path.read_text()
-    text = text.replace('dir = "log"', f'dir = "{source.log_dir}"', 1)
-    text = text.replace('store = "snapshots"', f'store = "{source.snapshot_store}"', 1)
-    path.write_text(text)
+    reading(path, served.project)
     yield path
 
 
