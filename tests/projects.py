@@ -155,6 +155,16 @@ def write_project(
     return path
 
 
+def append(project: Project, topic: str, records: list[Record]) -> None:
+    """Append records to the project's log, whichever it is (Kafka, or the file log), with
+    Java's partitioner as every producer."""
+    log = open_log(project)
+    try:
+        log.append(project.topics[topic], records)
+    finally:
+        log.close()
+
+
 def reading(path: Path, source: Project) -> None:
     """Rewrite the project file at `path` (one write_project wrote, on the file log) to read
     `source`'s log (its folder, or its Kafka topics) and its snapshot store: nodes of their

@@ -16,7 +16,6 @@ import pytest
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
-from contracts import eventlog
 from contracts.eventlog import Record
 from contracts.partitioner import partition_for
 from spark_pipeline import job
@@ -24,7 +23,7 @@ from spark_pipeline.spark import LazySpark
 from tests import oracle, wire
 from tests.live import Socket, Unread, closed_code
 from tests.nodes import Served, serve
-from tests.projects import HOUR_MS, START_MS
+from tests.projects import HOUR_MS, START_MS, append
 from tests.wire import iso
 
 PER_CONNECTION = 50
@@ -44,9 +43,7 @@ QUIET_S = 2.0  # no message for this long after the nodes switched: none is comi
 
 @pytest.fixture(scope="module")
 def cluster(spark: LazySpark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    served = serve(
-        tmp_path_factory.mktemp("live"), spark, seed=11, settings=SETTINGS, log="file"
-    )  # bookings appended by hand, to the file log
+    served = serve(tmp_path_factory.mktemp("live"), spark, seed=11, settings=SETTINGS)
     yield served
     served.nodes.stop_all()
 
@@ -81,12 +78,11 @@ def expected_totals(cluster: Served, keys: list[str]) -> list[dict[str, Any]]:
 def book(cluster: Served, keys: list[str], seed: int) -> None:
     """Produce one booking per key, then run the pipeline (which notifies the nodes)."""
     rng = random.Random(seed)
-    topic = cluster.project.topics["bookings"]
     records = [
         Record(key, {"trip": "A→B", "price": round(rng.uniform(10, 99), 2), "seats": 1}, START_MS)
         for key in keys
     ]
-    eventlog.produce(cluster.project.log_dir, topic, cluster.project.cluster.partitions, records)
+    append(cluster.project, "bookings", records)
 
 
 def publish(cluster: Served, spark: LazySpark) -> None:
@@ -183,8 +179,7 @@ def test_a_subscription_pushes_when_the_record_it_joins_changes(
             first = socket.next_of("journey")["data"]["latestBooking"]["record"]
             assert first == {"trip": trip, "journey": journey_of(cluster, key)}
         for value in ({"route": "retimed", "fare": 1234.5, "departs": START_MS}, None):
-            record = Record(trip, value, START_MS)
-            eventlog.produce(project.log_dir, topic, project.cluster.partitions, [record])
+            append(project, topic.name, [Record(trip, value, START_MS)])
             publish(cluster, spark)
             expected = journey_of(cluster, key)
             assert expected == (None if value is None else {"fare": 1234.5})
@@ -237,8 +232,7 @@ def test_an_as_of_subscription_pushes_when_a_late_record_changes_the_version_the
             socket.subscribe("as-of", AS_OF, {"key": key, "at": iso(at)})
             assert shown(socket.next_of("as-of")) == version()
         late = Record(key, {"delay": 4321, "station": "Köln", "cancelled": False}, at - 60_000)
-        eventlog.produce(project.log_dir, project.topics["trains"], project.cluster.partitions,
-                         [late])  # fmt: skip
+        append(project, "trains", [late])
         publish(cluster, spark)
         expected = version()
         assert expected is not None and expected["record"] == {"delay": 4321}

@@ -15,7 +15,6 @@ from typing import Any
 import duckdb
 import pytest
 
-from contracts import eventlog
 from contracts.eventlog import Record
 from contracts.manifest import read_manifest, write_manifest
 from contracts.partitioner import partition_for
@@ -25,7 +24,7 @@ from spark_pipeline.spark import LazySpark
 from tests import oracle
 from tests.nodes import Served, metric, serve
 from tests.oracle import History, Version
-from tests.projects import HOUR_MS, START_MS, produce_test_events
+from tests.projects import HOUR_MS, START_MS, append, produce_test_events
 from tests.test_switch import wait_for_manifest_versions
 from tests.wire import as_row, iso, millis, selection
 
@@ -48,19 +47,18 @@ VERSION = "validFrom validTo record {{ {fields} }}"
 
 
 def _story(project: Any, records: list[tuple[int, int | None]]) -> None:
-    topic = project.topics["trains"]
     batch = [
         Record(TRAIN, None if delay is None else {"delay": delay, "station": "Köln"}, at)
         for at, delay in records
     ]
-    eventlog.produce(project.log_dir, topic, project.cluster.partitions, batch)
+    append(project, "trains", batch)
 
 
 @pytest.fixture(scope="module")
 def cluster(spark: LazySpark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     """A base, then two runs of deltas: more random trains (from three hours in: some too
     late) and the crafted story."""
-    served = serve(tmp_path_factory.mktemp("versions"), spark, log="file")
+    served = serve(tmp_path_factory.mktemp("versions"), spark)
     try:
         project = served.project
         produce_test_events(project, seed=2, n_bookings=0, n_trains=300, start_ms=T0 - 3 * HOUR_MS)
