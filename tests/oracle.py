@@ -166,6 +166,11 @@ def records(project: Project, topic: str) -> list[dict]:
     return [r for p in range(project.cluster.partitions) for r in _records(project, topic, p, ())]
 
 
+def partition_records(project: Project, topic: str, partition: int) -> list[dict]:
+    """One partition's records, values decoded, from whichever log the project names."""
+    return _records(project, topic, partition, ())
+
+
 def _records(
     project: Project, topic: str, partition: int, bad: Collection[tuple[str, int, int]]
 ) -> list[dict]:

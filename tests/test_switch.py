@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from contracts import chains, eventlog
+from contracts import chains
 from contracts.clock import now_ms
 from contracts.freshness import STAGES
 from contracts.manifest import Manifest, read_manifest, write_manifest
@@ -42,7 +42,7 @@ BOUNDED = """query($c: ConsistencyInput) {
 
 @pytest.fixture(scope="module")
 def cluster(spark: LazySpark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    served = serve(tmp_path_factory.mktemp("switch"), spark, seed=5, log="file")
+    served = serve(tmp_path_factory.mktemp("switch"), spark, seed=5)
     yield served
     served.nodes.stop_all()
 
@@ -175,7 +175,7 @@ def test_nodes_count_installed_records_by_delay_and_answer_how_old_they_are(
     new = read_manifest(Path(project.snapshot_store))
     wait_for_manifest_versions(cluster, new)
     stamps = {
-        (topic, p): [r["append_ms"] for r in eventlog.read(project.log_dir, topic, p)]
+        (topic, p): [r["append_ms"] for r in oracle.partition_records(project, topic, p)]
         for topic in project.topics
         for p in range(project.cluster.partitions)
     }
