@@ -19,7 +19,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 
 from clients.python.routing import RoutingTransport
-from contracts import chains, eventlog
+from contracts import chains
 from contracts import project as projects
 from contracts.coordination import State
 from contracts.eventlog import Record
@@ -34,8 +34,10 @@ from stategate.launcher import free_ports
 from tests import live, oracle, positions
 from tests.coordinator import Etcd
 from tests.held import held, refetched
+from tests.kafka import shared
 from tests.nodes import Nodes, metric
 from tests.projects import HOUR_MS, START_MS, produce_test_events, write_project
+from topics import open_log
 
 SETTINGS = (
     "health_interval_s = 0.2\nsync_interval_s = 0.5\nsession_ttl_s = 2\n"
@@ -54,8 +56,9 @@ class Elastic:
     def __init__(self, root: Path, spark: LazySpark, follow: bool = False) -> None:
         self.etcd = Etcd(root)
         self.etcd.start()
+        kafka = (shared().bootstrap, f"{root.name}-")
         path = write_project(
-            root, free_ports(5), settings=SETTINGS, coordinator=(self.etcd.url, "t")
+            root, free_ports(5), settings=SETTINGS, coordinator=(self.etcd.url, "t"), kafka=kafka
         )
         self.project = projects.load(path)
         produce_test_events(self.project, seed=5)
@@ -120,11 +123,12 @@ class Elastic:
 
     def _append(self, records: list[Record]) -> int:
         """The position after the records (of one partition)."""
-        topic = self.project.topics["bookings"]
-        partition, _ = eventlog.produce(
-            self.project.log_dir, topic, self.project.cluster.partitions, records
-        ).popitem()
-        return eventlog.end_offset(self.project.log_dir, "bookings", partition)
+        log = open_log(self.project)
+        try:
+            partition, _ = log.append(self.project.topics["bookings"], records).popitem()
+            return log.end_offset("bookings", partition)
+        finally:
+            log.close()
 
     def caught_up(self, node_id: str, timeout_s: float = 30) -> None:
         """Until the node answers every query kind at the log's end, as the oracle does."""
