@@ -17,6 +17,7 @@ from starlette.websockets import WebSocket
 
 from contracts.project import Project
 from gateway import http
+from gateway.auth import Authenticator
 from gateway.node import GatewayNode
 from gateway.runtime.lanes import Lanes
 from gateway.runtime.process import tune_for_serving
@@ -26,6 +27,7 @@ from resolvers.schema.build import build_schema
 from resolvers.transport import websocket as websocket_protocol
 from resolvers.transport.endpoint import GraphQLEndpoint
 from resolvers.transport.live import Hub
+from stategate import logs
 from stategate.deadlines import BodyDeadline
 from stategate.origins import Origins
 
@@ -62,7 +64,33 @@ class GraphQLFirst:
             await self.app(scope, receive, send)
 
 
-def create_app(project: Project, node_id: str, role: Role = ALONE) -> ASGIApp:
+class NodeApp:
+    """A node's ASGI app, and what a reload of its project file changes in it
+    (stategate/reloading.py): the objects that read those entries per request."""
+
+    def __init__(
+        self, app: ASGIApp, node: GatewayNode, operations: Operations, origins: Origins
+    ) -> None:
+        self.app = app
+        self.node = node
+        self.operations = operations
+        self.origins = origins
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.app(scope, receive, send)
+
+    def reload(self, project: Project) -> None:
+        """Apply `project`, which differs from the running one only in what a reload applies;
+        a ConfigError (keys [auth] names that cannot be read) before anything changed."""
+        authenticator = Authenticator(project.access, project.settings.max_token_lifetime_s)
+        self.node.project = project
+        self.node.authenticator = authenticator
+        self.operations.settings = project.settings
+        self.origins.listing(project.settings.cors_origins)
+        logs.level(project.settings)
+
+
+def create_app(project: Project, node_id: str, role: Role = ALONE) -> NodeApp:
     # the operations file first: a bad one stops the node before it opens anything
     def rows_of(store: str) -> int:
         return node.store_rows(store)
@@ -106,4 +134,5 @@ def create_app(project: Project, node_id: str, role: Role = ALONE) -> ASGIApp:
     app.state.node = node
     served = GraphQLFirst(graphql, app, node.lanes)
     settings = project.settings
-    return BodyDeadline(Origins(served, settings.cors_origins), settings.body_timeout_s)
+    origins = Origins(served, settings.cors_origins)
+    return NodeApp(BodyDeadline(origins, settings.body_timeout_s), node, operations, origins)

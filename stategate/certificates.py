@@ -1,4 +1,4 @@
-"""Certificates (README: TLS): a node's server side, reloaded on SIGHUP, and the dev helper
+"""Certificates (README: TLS): a node's server side read again on SIGHUP, and the dev helper
 `stategate certs` that makes a CA and certificates for a demo or a test cluster (trustme, on
 cryptography: no hand-made ASN.1). A real deployment brings its own from its own CA."""
 
@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import logging
 import secrets
-import signal
 import ssl
 from collections.abc import Iterable
 from pathlib import Path
-from types import FrameType
 
 import trustme
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
@@ -22,31 +20,21 @@ from cryptography.hazmat.primitives.serialization import (
 from cryptography.x509 import load_pem_x509_certificates
 
 from contracts.tls import CLIENT, Tls
-from stategate.workers import FollowerProcesses
 
 log = logging.getLogger(__name__)
 CA_FILE = "ca.pem"
 LOCAL = ("localhost", "127.0.0.1", "::1")  # every certificate the helper makes names these
 
 
-def serve(tls: Tls, node: str, followers: FollowerProcesses | None) -> ssl.SSLContext:
-    """The node's server context; on SIGHUP its certificate and key are read again into the
-    same context (and the signal passed on to the node's followers): handshakes from then on
-    present the new certificate, and no connection is dropped. A pair that does not load
-    leaves the one in use, and says why."""
-    context = tls.server(node)
-
-    def reload(signum: int, frame: FrameType | None) -> None:
-        try:
-            tls.reload(context, node)
-            log.info("SIGHUP: the certificate %s read again", tls.files(node)[0])
-        except (OSError, ssl.SSLError) as exc:
-            log.error("SIGHUP: the certificate in use is kept: %s", exc)
-        if followers is not None:
-            followers.signal(signum)
-
-    signal.signal(signal.SIGHUP, reload)
-    return context
+def reread(tls: Tls, context: ssl.SSLContext, node: str) -> None:
+    """Read the node's certificate and key again into its server `context` (on SIGHUP):
+    handshakes from then on present the new certificate, and no connection is dropped. A
+    pair that does not load leaves the one in use, and says why."""
+    try:
+        tls.reload(context, node)
+        log.info("SIGHUP: the certificate %s read again", tls.files(node)[0])
+    except (OSError, ssl.SSLError) as exc:
+        log.error("SIGHUP: the certificate in use is kept: %s", exc)
 
 
 def keystore(tls: Tls, holder: str, folder: Path) -> tuple[Path, str]:

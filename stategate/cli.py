@@ -198,6 +198,7 @@ def run_node(project: Project, args: argparse.Namespace) -> int:
     from gateway.workers.roles import ALONE, Role
     from stategate.app import create_app
     from stategate.deadlines import header_deadline
+    from stategate.reloading import Hangup
 
     if args.address is not None:
         project = _joining(project, args)
@@ -253,15 +254,24 @@ def run_node(project: Project, args: argparse.Namespace) -> int:
         timeout_keep_alive=int(project.settings.keep_alive_s),
         timeout_graceful_shutdown=_grace_s(project.settings),
     )
+    context = None
     if project.tls is not None:
         config.load()
-        config.ssl = certificates.serve(project.tls, args.node, followers)
+        config.ssl = context = project.tls.server(args.node)
+    # SIGHUP: the project file and the certificate read again, in this worker and its followers
+    Hangup(project, lambda: _read(args), app, args.node, context, followers).install()
     # Ended by SIGINT as by SIGTERM: at once, once uvicorn re-raises it after the shutdown,
     # not by a KeyboardInterrupt through the interpreter's exit, where DuckDB's binding
     # reports its module's type objects as leaked (nanobind), dozens of lines a worker.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     uvicorn.Server(config).run(sockets=[sock])
     return 0
+
+
+def _read(args: argparse.Namespace) -> Project:
+    """The node's project as at its start: the file, and the node the command line adds."""
+    project = projects.load(args.config)
+    return _joining(project, args) if args.address is not None else project
 
 
 def _joining(project: Project, args: argparse.Namespace) -> Project:

@@ -28,6 +28,11 @@ TEXT = "%(asctime)s %(levelname)s {source} %(name)s: %(message)s"
 CHATTY = ("py4j", "httpx", "httpcore")
 
 
+def level(settings: Settings) -> None:
+    """Log at settings.log_level from now on (a reload's)."""
+    logging.getLogger().setLevel(settings.log_level.upper())
+
+
 def configure(source: str, settings: Settings) -> None:
     """Log to stderr at settings.log_level in settings.log_format, each event naming
     `source`."""

@@ -62,11 +62,15 @@ class Origins:
 
     def __init__(self, app: ASGIApp, origins: tuple[str, ...]) -> None:
         self.app = app
+        self.listing(origins)
+
+    def listing(self, origins: tuple[str, ...]) -> None:
+        """List `origins` (settings.cors_origins), from the next request on."""
         self.origins = origins
-        self.http = app
+        self.http: ASGIApp = self.app
         if origins:
             self.http = _ListedCORS(
-                app,
+                self.app,
                 allow_origins=list(origins),
                 allow_methods=["GET", "POST"],
                 allow_headers=["authorization", "content-type", "accept"],

@@ -1,0 +1,118 @@
+"""Settings read again while serving (README: Changing settings without a restart): on
+SIGHUP a node reads its project file again. What it can apply in place (the RELOADABLE
+settings and [auth]) it applies to the objects that read them per request, its connections
+kept; a file that does not load, or that changes anything else, changes nothing and says
+why in one line."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import ssl
+from collections.abc import Callable
+from dataclasses import fields
+from types import FrameType
+
+from contracts.entries import ConfigError
+from contracts.project import Project
+from contracts.settings import Settings
+from stategate import certificates
+from stategate.app import NodeApp
+from stategate.workers import FollowerProcesses
+
+log = logging.getLogger(__name__)
+
+# Read per request by what serves (resolvers/execution/operations.py, stategate/origins.py)
+# or by logging: a new value applies from the next request. Every other setting shapes the
+# schema, the pools, the files or the timers, fixed at start.
+RELOADABLE = (
+    "log_level",
+    "cors_origins",
+    "max_query_depth",
+    "max_aliases",
+    "max_request_cost",
+    "bulk_request_cost",
+)
+APPLIED_PART = ("settings", "access")  # the parts of a project a reload may change
+
+
+def changed(old: Project, new: Project) -> tuple[list[str], list[str]]:
+    """(what a reload applies, what it cannot) of the entries that differ: settings by
+    name, [auth], and the project's other parts."""
+    applied: list[str] = []
+    refused: list[str] = []
+    for entry in fields(Settings):
+        if getattr(old.settings, entry.name) != getattr(new.settings, entry.name):
+            (applied if entry.name in RELOADABLE else refused).append(entry.name)
+    if old.access != new.access:
+        applied.append("[auth]")
+    refused += [
+        f"[{part.name}]"
+        for part in fields(Project)
+        if part.name not in APPLIED_PART and getattr(old, part.name) != getattr(new, part.name)
+    ]
+    return applied, refused
+
+
+def reload(
+    current: Project, read: Callable[[], Project], apply: Callable[[Project], None]
+) -> Project:
+    """The project in force after a SIGHUP: `read`'s when it loads and differs only in what
+    a reload applies (then `apply`d), else `current`, with one line saying why."""
+    try:
+        new = read()
+        applied, refused = changed(current, new)
+        if refused:
+            log.error(
+                "SIGHUP: nothing changed: %s differ from the running node's, which a restart "
+                "applies (a reload applies %s and [auth])",
+                ", ".join(refused),
+                ", ".join(RELOADABLE),
+            )
+            return current
+        apply(new)
+    except ConfigError as exc:
+        log.error("SIGHUP: nothing changed: %s", exc)
+        return current
+    log.info("SIGHUP: the project file read again: %s", ", ".join(applied) or "nothing changed")
+    return new
+
+
+class Hangup:
+    """What a node's process does on SIGHUP: its project file read again (`reload`), its
+    certificate read again with [tls], and the signal passed on to its followers, each of
+    which does the same."""
+
+    def __init__(
+        self,
+        project: Project,
+        read: Callable[[], Project],
+        app: NodeApp,
+        node: str,
+        context: ssl.SSLContext | None,
+        followers: FollowerProcesses | None,
+    ) -> None:
+        self.project, self.read, self.app, self.node = project, read, app, node
+        self.context, self.followers = context, followers
+
+    def install(self) -> None:
+        signal.signal(signal.SIGHUP, self.heard)
+
+    def heard(self, signum: int, frame: FrameType | None) -> None:
+        """Done on the event loop, between two of its callbacks, when it runs: a signal
+        handler runs between any two bytecodes, a request's or a lock holder's."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.apply()
+        else:
+            loop.call_soon_threadsafe(self.apply)
+
+    def apply(self) -> None:
+        self.project = reload(self.project, self.read, self.app.reload)
+        tls = self.project.tls
+        if tls is not None and self.context is not None:
+            certificates.reread(tls, self.context, self.node)
+        if self.followers is not None:
+            self.followers.signal(signal.SIGHUP)
