@@ -482,10 +482,14 @@ def _watermarks(consumer: Consumer, where: TopicPartition) -> tuple[int, int]:
 
 
 def _result(future: Any, what: str) -> Any:
+    """An admin call's result; TopicsError when Kafka refused it or did not answer within
+    CALL_S (brokers down or busy: the caller decides whether that is the log unavailable)."""
     try:
         return future.result(CALL_S)
     except KafkaException as exc:
         raise TopicsError(f"{what}: {_said(exc)}") from exc
+    except TimeoutError as exc:  # concurrent.futures': the call is still pending
+        raise TopicsError(f"{what}: no answer within {CALL_S:g} s") from exc
 
 
 def _said(exc: KafkaException) -> str:
