@@ -180,8 +180,7 @@ def server_properties(data: Path, at: Listening, quorum: Quorum) -> str:
 class Broker(JavaServer):
     """One KRaft broker in `folder`: formatted on its first start, its data kept across
     stops (a restart recovers every record, after kill -9 too). A stop lets it close its
-    logs cleanly (0.2-0.5 s). It listens on `host`:`port` (a free loopback port by default);
-    `on_host` runs it where that address is (a network namespace of stategate/hosts.py)."""
+    logs cleanly (0.2-0.5 s)."""
 
     stop_s = STOP_S
 
@@ -194,9 +193,8 @@ class Broker(JavaServer):
         on_host: Sequence[str] = (),
         tls: Tls | None = None,
     ) -> None:
-        super().__init__(folder)
-        free, self.controller_port, self.internal_port = free_ports(3)
-        self.host, self.port, self.on_host, self.tls = host, port or free, list(on_host), tls
+        free, self.controller_port, self.internal_port = free_ports(3)  # distinct, at once
+        super().__init__(folder, host, port or free, on_host, tls)
         self.quorum = quorum or Quorum()
 
     @property
@@ -239,7 +237,7 @@ class Broker(JavaServer):
             if done.returncode != 0:
                 raise RuntimeError(f"kafka-storage format failed: {done.stdout}{done.stderr}")
         seen = self.log.stat().st_size if self.log.exists() else 0
-        self.spawn([*self.on_host, *java(lib, jvm, ["kafka.Kafka", str(config)])])
+        self.spawn(java(lib, jvm, ["kafka.Kafka", str(config)]))
         return seen
 
     def wait_ready(self, seen: int) -> None:

@@ -12,8 +12,12 @@ import shutil
 import signal
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from contracts.tls import Tls
+from stategate.launcher import free_ports
 
 STAMP = "complete"
 
@@ -91,12 +95,23 @@ def jars(name: str, artifacts: tuple[Artifact, ...], boms: tuple[Artifact, ...] 
 class JavaServer:
     """A JVM server with a folder of its own: its output in `<folder>`/stdout.log, started in
     a session of its own and ended with its parent (ends_with_parent), stopped by SIGTERM and
-    killed past `stop_s`. Subclasses name its `log` and build its command."""
+    killed past `stop_s`. It listens on `host`:`port` (a free loopback port by default),
+    with `tls` when given; `on_host` runs it where that address is (a network namespace of
+    stategate/hosts.py). Subclasses name its `log` and build its command."""
 
     stop_s = 15.0
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        on_host: Sequence[str] = (),
+        tls: Tls | None = None,
+    ) -> None:
         self.folder = folder
+        self.host, self.port = host, port or free_ports(1)[0]
+        self.on_host, self.tls = list(on_host), tls
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -104,9 +119,10 @@ class JavaServer:
         raise NotImplementedError
 
     def spawn(self, command: list[str]) -> None:
+        """Start `command` on its host."""
         with open(self.folder / "stdout.log", "ab") as out:
             self.proc = subprocess.Popen(
-                command,
+                [*self.on_host, *command],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

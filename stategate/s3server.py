@@ -26,7 +26,6 @@ import httpx
 from contracts.tls import Tls, verify
 from stategate import certificates
 from stategate.jars import JVM, Artifact, JavaServer, jars, java
-from stategate.launcher import free_ports
 
 S3PROXY_VERSION = "4.1.0"
 SERVER = (Artifact("org.gaul", "s3proxy", S3PROXY_VERSION),)
@@ -56,9 +55,7 @@ def server_jars() -> Path:
 
 class S3Server(JavaServer):
     """One S3Proxy in `folder`: its objects in `folder`/data, kept across stops; its
-    credentials made on its first start and kept in `folder`/credentials.json. It listens on
-    `host`:`port` (a free loopback port by default); `on_host` runs its command where that
-    address is (a network namespace of stategate/hosts.py)."""
+    credentials made on its first start and kept in `folder`/credentials.json."""
 
     stop_s = 10.0  # it ends in 1-3 s after SIGTERM
 
@@ -70,11 +67,7 @@ class S3Server(JavaServer):
         on_host: Sequence[str] = (),
         tls: Tls | None = None,
     ) -> None:
-        super().__init__(folder)
-        self.tls = tls
-        self.host = host
-        self.port = port or free_ports(1)[0]
-        self.on_host = list(on_host)
+        super().__init__(folder, host, port, on_host, tls)
         folder.mkdir(parents=True, exist_ok=True)
         stored = folder / "credentials.json"
         if not stored.exists():
@@ -120,7 +113,7 @@ class S3Server(JavaServer):
         logback.write_text(_LOGBACK.format(log=self.log))
         jvm = [*JVM, f"-Dlogback.configurationFile={logback}"]
         main = ["org.gaul.s3proxy.Main", "--properties", str(properties)]
-        self.spawn([*self.on_host, *java(lib, jvm, main)])
+        self.spawn(java(lib, jvm, main))
         self._wait_ready()
 
     def _listening(self) -> str:
