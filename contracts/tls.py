@@ -82,14 +82,14 @@ def parse(raw: object, base: Path) -> Tls | None:
     return tls
 
 
-def check(tls: Tls, holder: str) -> None:
-    """ConfigError naming what `holder` cannot load: a file missing, or a key that is not
-    the certificate's."""
+def serving(tls: Tls, node: str) -> ssl.SSLContext:
+    """The node's server context; a ConfigError naming what it cannot load: a file missing,
+    or a key that is not the certificate's."""
     try:
-        tls.server(holder) if holder != CLIENT else tls.client(holder)
+        return tls.server(node)
     except (OSError, ssl.SSLError) as exc:
-        cert, key = tls.files(holder)
-        raise ConfigError(f"[tls]: {holder}'s certificate {cert} and key {key}: {exc}") from exc
+        cert, key = tls.files(node)
+        raise ConfigError(f"[tls]: {node}'s certificate {cert} and key {key}: {exc}") from exc
 
 
 def verify(tls: Tls | None) -> ssl.SSLContext | bool:

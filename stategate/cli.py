@@ -23,8 +23,7 @@ from contracts import project as projects
 from contracts.coordination import Coordination, CoordinatorError
 from contracts.project import Project
 from contracts.settings import Settings, shown, table
-from contracts.tls import CLIENT
-from contracts.tls import check as tls_check
+from contracts.tls import CLIENT, serving
 from stategate import certificates, cluster_commands, demo, exposure, logs, stopping, workers
 from topics import TopicsError, open_log
 
@@ -209,12 +208,11 @@ def run_node(project: Project, args: argparse.Namespace) -> int:
         return 2
     if not following and (not _may_listen(address, project) or not _coordinator_answers(project)):
         return 2
-    if project.tls is not None:
-        try:
-            tls_check(project.tls, args.node)
-        except projects.ConfigError as exc:
-            print(f"stategate: {exc}", file=sys.stderr)
-            return 2
+    try:
+        context = None if project.tls is None else serving(project.tls, args.node)
+    except projects.ConfigError as exc:
+        print(f"stategate: {exc}", file=sys.stderr)
+        return 2
     source = f"{args.node} worker {os.getpid()}" if following else args.node  # "node1 worker 42"
     logs.configure(source, project.settings)
     count = workers.count(project.settings)  # a follower runs where its keeper may
@@ -254,10 +252,9 @@ def run_node(project: Project, args: argparse.Namespace) -> int:
         timeout_keep_alive=int(project.settings.keep_alive_s),
         timeout_graceful_shutdown=_grace_s(project.settings),
     )
-    context = None
-    if project.tls is not None:
+    if context is not None:
         config.load()
-        config.ssl = context = project.tls.server(args.node)
+        config.ssl = context
     # SIGHUP: the project file and the certificate read again, in this worker and its followers
     Hangup(project, lambda: _read(args), app, args.node, context, followers).install()
     # Ended by SIGINT as by SIGTERM: at once, once uvicorn re-raises it after the shutdown,
