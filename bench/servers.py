@@ -22,7 +22,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,16 +29,13 @@ from pathlib import Path
 import psutil
 from websockets.sync.client import connect
 
-from bench.queries import body
+from bench import one_key
+from bench.one_key import CUSTOMERS, demo_built
 from bench.rawhttp import Pool, Reply
-from bench.tls import CUSTOMERS, demo_built
 from contracts.partitioner import partition_for
 from contracts.project import Project
 from stategate.launcher import Processes, node_command, wait_healthy, wait_serving
 
-CLIENTS = 16
-SEQUENTIAL = 2_000
-LOOKUP = "query($k: String!) { customerTotals(key: $k) { record { bookings revenue } } }"
 SUBSCRIPTION = 'subscription { customerTotals(key: "C000001") { record { bookings } } }'
 SERVERS = ("uvicorn", "granian")
 
@@ -102,14 +98,12 @@ def _round(server: Server, project: Project, seconds: float, options: list[str])
         wait_serving(project, ["node1"])
         keys = _local_keys(project)
         tree = psutil.Process(proc.pid)
-        health = asyncio.run(_load(lambda pool, n: pool.get(f"{url}/health"), seconds, tree))
-        bodies = [body(LOOKUP, {"k": key}) for key in keys]
-        lookups = asyncio.run(
-            _load(
-                lambda pool, n: pool.post(f"{url}/graphql", bodies[n % len(bodies)]), seconds, tree
-            )
+        health = _load(lambda pool, n: pool.get(f"{url}/health"), seconds, tree)
+        bodies = one_key.lookups(keys)
+        lookups = _load(
+            lambda pool, n: pool.post(f"{url}/graphql", bodies[n % len(bodies)]), seconds, tree
         )
-        p50 = asyncio.run(_sequential(f"{url}/graphql", bodies))
+        p50 = asyncio.run(one_key.p50_ms(f"{url}/graphql", bodies))
         if not server.websocket:
             server.websocket = _subscribes(url)
     finally:
@@ -144,36 +138,13 @@ def _cpu_s(tree: psutil.Process) -> float:
     return total
 
 
-async def _load(
+def _load(
     ask: Callable[[Pool, int], Awaitable[Reply]], seconds: float, tree: psutil.Process
 ) -> tuple[float, float]:
-    """(requests/s, the server's CPU ms per request) of CLIENTS clients for `seconds`."""
-    done = 0
-    deadline = time.monotonic() + seconds
-
-    async def client(number: int) -> None:
-        nonlocal done
-        async with Pool() as pool:
-            while time.monotonic() < deadline:
-                reply = await ask(pool, number * 7919 + done)
-                assert reply.status_code == 200, reply.text
-                done += 1
-
-    cpu, started = _cpu_s(tree), time.monotonic()
-    await asyncio.gather(*(client(n) for n in range(CLIENTS)))
-    elapsed, used = time.monotonic() - started, _cpu_s(tree) - cpu
-    return done / elapsed, used / done * 1000
-
-
-async def _sequential(url: str, bodies: list[bytes]) -> float:
-    async with Pool() as pool:
-        times = []
-        for number in range(SEQUENTIAL):
-            started = time.perf_counter()
-            reply = await pool.post(url, bodies[number % len(bodies)])
-            times.append(time.perf_counter() - started)
-            assert reply.status_code == 200 and b'"errors"' not in reply.content, reply.text
-    return statistics.median(times) * 1000
+    """(requests/s, the server's CPU ms per request) of one_key.CLIENTS clients."""
+    cpu = _cpu_s(tree)
+    ran = asyncio.run(one_key.throughput(ask, seconds))
+    return ran.rate, (_cpu_s(tree) - cpu) / ran.requests * 1000
 
 
 def _subscribes(url: str) -> str:

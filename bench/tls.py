@@ -15,28 +15,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import re
 import statistics
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.queries import body
-from bench.rawhttp import Pool
+from bench.one_key import CLIENTS, CUSTOMERS, demo_built, lookups, p50_ms, throughput
 from contracts import project as projects
 from contracts.project import Project
-from spark_pipeline import job
-from spark_pipeline.spark import LazySpark
 from stategate import certificates
-from stategate.demo import PROJECT_TEMPLATE, bookings
-from stategate.launcher import Processes, free_ports, wait_serving
-
-CUSTOMERS = 20_000
-CLIENTS = 16
-SEQUENTIAL = 2_000
-LOOKUP = "query($k: String!) { customerTotals(key: $k) { record { bookings revenue } } }"
-SETTINGS = "\n[settings]\nworkers = 1\ndriver_batch_records = 100000000\n"
+from stategate.launcher import Processes, wait_serving
 
 
 @dataclass
@@ -64,21 +52,6 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def demo_built(root: Path, events: int) -> Project:
-    """The demo's project on the file log in `root`, on free ports, one worker a node, its
-    `events` bookings of CUSTOMERS customers built in the driver (no Spark start)."""
-    kafka = PROJECT_TEMPLATE.read_text().split("\n[snapshots]", 1)
-    text = '[log]\ndir = "log"\n\n[snapshots]' + kafka[1] + SETTINGS
-    for address, port in zip(re.findall(r"127\.0\.0\.1:\d+", text), free_ports(3), strict=True):
-        text = text.replace(address, f"127.0.0.1:{port}")
-    (root / "dashboard").mkdir()
-    (root / "stategate.toml").write_text(text)
-    project = projects.load(root / "stategate.toml")
-    bookings.generate(project, customers=CUSTOMERS, events=events, end_ms=None)
-    job.run(project, LazySpark("local[1]"), notify=False)
-    return project
-
-
 def _sides(root: Path, events: int) -> list[Side]:
     """One project built once, and the same with [tls]: the same files, data and ports."""
     project = demo_built(root, events)
@@ -104,32 +77,11 @@ def _measure(side: Side, logs: Path, seconds: float) -> None:
 
 async def _load(project: Project, seconds: float) -> tuple[float, float]:
     url = f"{project.cluster.nodes[0].url}/graphql"
-    keys = [f"C{i:06d}" for i in range(0, CUSTOMERS, 97)]
-    bodies = [body(LOOKUP, {"k": key}) for key in keys]
+    bodies = lookups([f"C{i:06d}" for i in range(0, CUSTOMERS, 97)])
     tls = project.tls.client() if project.tls else None
-    async with Pool(tls) as pool:
-        for request in bodies[:200]:  # warm: connections, plans, caches
-            assert (await pool.post(url, request)).status_code == 200
-        times = []
-        for number in range(SEQUENTIAL):
-            started = time.perf_counter()
-            reply = await pool.post(url, bodies[number % len(bodies)])
-            times.append(time.perf_counter() - started)
-            assert reply.status_code == 200 and b'"errors"' not in reply.content, reply.text
-    done = 0
-    deadline = time.monotonic() + seconds
-
-    async def client(number: int) -> None:
-        nonlocal done
-        async with Pool(tls) as own:
-            while time.monotonic() < deadline:
-                reply = await own.post(url, bodies[(number * 31 + done) % len(bodies)])
-                assert reply.status_code == 200, reply.text
-                done += 1
-
-    started = time.monotonic()
-    await asyncio.gather(*(client(n) for n in range(CLIENTS)))
-    return statistics.median(times) * 1000, done / (time.monotonic() - started)
+    p50 = await p50_ms(url, bodies, tls)
+    ran = await throughput(lambda pool, n: pool.post(url, bodies[n % len(bodies)]), seconds, tls)
+    return p50, ran.rate
 
 
 def _report(sides: list[Side]) -> None:
