@@ -17,4 +17,4 @@ def app() -> ASGIApp:
     project = projects.load(os.environ["STATEGATE_CONFIG"])
     node = os.environ["STATEGATE_NODE"]
     logs.configure(node, project.settings)
-    return create_app(project, node)
+    return create_app(project, node).asgi

@@ -65,19 +65,17 @@ class GraphQLFirst:
 
 
 class NodeApp:
-    """A node's ASGI app, and what a reload of its project file changes in it
+    """A node's ASGI app (`asgi`, what the server runs: no layer of this class's on a
+    request's way), and what a reload of its project file changes in it
     (stategate/reloading.py): the objects that read those entries per request."""
 
     def __init__(
-        self, app: ASGIApp, node: GatewayNode, operations: Operations, origins: Origins
+        self, asgi: ASGIApp, node: GatewayNode, operations: Operations, origins: Origins
     ) -> None:
-        self.app = app
+        self.asgi = asgi
         self.node = node
         self.operations = operations
         self.origins = origins
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await self.app(scope, receive, send)
 
     def reload(self, project: Project) -> None:
         """Apply `project`, which differs from the running one only in what a reload applies;

@@ -241,7 +241,7 @@ def run_node(project: Project, args: argparse.Namespace) -> int:
     # (1012), lets requests under way finish (a request runs at most request_timeout_s),
     # runs the app's shutdown, then ends the process by the signal.
     config = uvicorn.Config(
-        app,
+        app.asgi,
         log_config=None,
         log_level=project.settings.log_level,
         access_log=False,
