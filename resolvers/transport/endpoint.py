@@ -36,6 +36,7 @@ from resolvers.transport.session import Session
 
 GRAPHQL_RESPONSE = "application/graphql-response+json"
 CLIENT_CLOSED = 499  # never seen by the client, which left: for the access log only
+WATCH_AFTER_S = 0.05  # how long a request runs before a disconnect would cancel it
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
@@ -214,20 +215,34 @@ async def _drain(receive: Receive) -> None:
 
 async def _unless_disconnected(work: Awaitable[T], receive: Receive) -> T | None:
     """The work's result, or None when the client disconnected first (the work is
-    cancelled: its internal calls with it)."""
-    task = asyncio.ensure_future(work)
-    watch = asyncio.ensure_future(_disconnect(receive))
+    cancelled: its internal calls with it). The work runs in the request's own task; the
+    watch for a disconnect starts only once it has run for WATCH_AFTER_S, as most requests
+    are answered sooner, so a client that leaves before costs at most that much work."""
+    task = asyncio.current_task()
+    assert task is not None
+    watching: list[asyncio.Task[bool]] = []
+
+    def watch() -> None:
+        watching.append(asyncio.ensure_future(_cancel_on_disconnect(receive, task)))
+
+    armed = asyncio.get_running_loop().call_later(WATCH_AFTER_S, watch)
     try:
-        await asyncio.wait((task, watch), return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for pending in (task, watch):
-            pending.cancel()
-    if task.cancelled() or not task.done():
-        await asyncio.gather(task, return_exceptions=True)
+        return await work
+    except asyncio.CancelledError:
+        left = watching and watching[0].done() and not watching[0].cancelled()
+        if not (left and watching[0].result()):
+            raise
+        task.uncancel()
         return None
-    return task.result()
+    finally:
+        armed.cancel()
+        if watching:
+            watching[0].cancel()
 
 
-async def _disconnect(receive: Receive) -> Any:
+async def _cancel_on_disconnect(receive: Receive, task: asyncio.Task[Any]) -> bool:
+    """Cancel `task` once the client disconnects; True once it did."""
     while (await receive())["type"] != "http.disconnect":
         pass
+    task.cancel()
+    return True
