@@ -2,15 +2,14 @@
 inputs and typed, merged results.
 
 One RequestQueries per client request. Each call checks its input (coded GatewayErrors),
-hands a Work item to the request's batch through `load` (a request-scoped DataLoader, so all
-root fields of a request share one routed batch), merges the partitions' answers and
+hands its Work items to the request's batch through `load`, all at once (one call: a
+record's joins are read in the same round), merges the partitions' answers and
 returns a result carrying its Meta: how each partition answered, the merged position and the
 position its consistency token stands for.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,7 +42,10 @@ from gateway.model.queries import (
 )
 from gateway.runtime.lanes import offload, sliced
 
-Load = Callable[[Work], Awaitable[Outcome]]
+# A request's batch, as a root field reads it: the outcomes of works read together. Several
+# root fields share one routed batch through a DataLoader's load_many; a lone one calls the
+# batch itself (resolvers/schema/context.py).
+Load = Callable[[list[Work]], Awaitable[list[Outcome]]]
 
 
 @dataclass(frozen=True)
@@ -316,15 +318,23 @@ class RequestQueries:
         partitions: tuple[int, ...],
         demand: Demand | None,
     ) -> Outcome:
-        outcome = await self.load(Work(store, query, partitions, self._consistency(demand)))
-        self.partitions.update(q.partition for q, _ in outcome.parts)
-        self.failed.update(q.partition for q, a in outcome.parts if a.failure is not None)
-        self.answered.update(
-            ((chains.of(self.project, store, q.partition), a.node), a.version)
-            for q, a in outcome.parts
-            if a.ok
+        (outcome,) = await self._load_all(
+            [Work(store, query, partitions, self._consistency(demand))]
         )
         return outcome
+
+    async def _load_all(self, works: list[Work]) -> list[Outcome]:
+        outcomes = list(await self.load(works))
+        for outcome in outcomes:
+            store = outcome.work.store
+            self.partitions.update(q.partition for q, _ in outcome.parts)
+            self.failed.update(q.partition for q, a in outcome.parts if a.failure is not None)
+            self.answered.update(
+                ((chains.of(self.project, store, q.partition), a.node), a.version)
+                for q, a in outcome.parts
+                if a.ok
+            )
+        return outcomes
 
     async def _joined(
         self, store: Store, rows: Sequence[Row | None], demand: Demand | None
@@ -343,8 +353,9 @@ class RequestQueries:
             keys = tuple(k for k in dict.fromkeys(r[index] for r in rows if r) if k is not None)
             if keys:
                 target = self.project.stores[join.store]
-                wanted.append((number, index, keys, self._load(target, Get(keys), (), demand)))
-        outcomes = list(await asyncio.gather(*(load for *_, load in wanted)))
+                work = Work(target, Get(keys), (), self._consistency(demand))
+                wanted.append((number, index, keys, work))
+        outcomes = await self._load_all([work for *_, work in wanted]) if wanted else []
         # per join: its field's place in a row, and the joined row of each key
         found = [
             (number, index, {key: _joined_row(outcome, key) for key in keys})

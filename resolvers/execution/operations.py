@@ -62,6 +62,11 @@ class Prepared:
     executor: Executor
     fields: frozenset[str]  # every field name the document holds: the joins it may select
 
+    @property
+    def lone(self) -> bool:
+        """Whether one root field reads (a compiled plan's): its reads come one at a time."""
+        return isinstance(self.executor, Compiled) and len(self.executor.plan.fields) == 1
+
 
 @dataclass(frozen=True)
 class _Picked:

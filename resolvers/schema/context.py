@@ -1,6 +1,6 @@
-"""The request context: the gateway's query service for this request, behind one DataLoader,
-so every root field of a request joins one routed batch; and who is asking (the Principal
-the transport verified), so every root field checks what it may read."""
+"""The request context: the gateway's query service for this request, whose root fields
+join one routed batch (through a DataLoader, when there are several of them); and who is
+asking (the Principal the transport verified), so every root field checks what it may read."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from gateway.service import Load, RequestQueries
 def batch_loader(batch: RequestBatch) -> Load:
     """Loads that all join `batch`: those made in one turn of the event loop are one call."""
     loader: DataLoader[Work, Outcome] = DataLoader(load_fn=batch.run, cache=False)
-    return loader.load
+    return loader.load_many
 
 
 @dataclass
@@ -29,9 +29,13 @@ class Context:
     principal: Principal
 
     @classmethod
-    def create(cls, node: GatewayNode, authorization: str | None, principal: Principal) -> Context:
+    def create(
+        cls, node: GatewayNode, authorization: str | None, principal: Principal, lone: bool = False
+    ) -> Context:
+        """The context of a request; of a `lone` root field, whose reads come one at a time,
+        so they need no loader to join them: it calls the batch itself."""
         batch = node.request_batch(authorization)
-        return cls.joining(node, batch, batch_loader(batch), principal)
+        return cls.joining(node, batch, batch.run if lone else batch_loader(batch), principal)
 
     @classmethod
     def joining(

@@ -118,9 +118,9 @@ class GraphQLEndpoint:
     async def _answer(
         self, parsed: GraphQLRequest | list[GraphQLRequest], session: Session, get: bool
     ) -> Rendered | list[Rendered]:
-        context = session.context()
         if not isinstance(parsed, list):
-            return await self._one(parsed, session, context, get)
+            return await self._one(parsed, session, None, get)
+        context = session.context()
         contexts = [context, *(context.again() for _ in parsed[1:])]  # one routed batch
         return list(
             await asyncio.gather(
@@ -129,8 +129,9 @@ class GraphQLEndpoint:
         )
 
     async def _one(
-        self, request: GraphQLRequest, session: Session, context: Context, get: bool
+        self, request: GraphQLRequest, session: Session, context: Context | None, get: bool
     ) -> Rendered:
+        """One operation's answer; in `context` when it joins others' batch."""
         name, variables = request.operation_name, request.variables
         try:
             check = self._no_mutation if get else None
@@ -144,6 +145,7 @@ class GraphQLEndpoint:
             )
             session.refused(over_http, prepared.name)
             return _refusal(over_http)
+        context = context or session.context(prepared.lone)
         result = await session.run(prepared, context, variables)
         body = results.encoded(results.response(result), self.settings.max_response_bytes)
         return Rendered(body, 400 if results.request_error(result) else 200)

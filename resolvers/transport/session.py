@@ -55,8 +55,8 @@ class Session:
             self.claimed = refused.subject
             raise
 
-    def context(self) -> Context:
-        return Context.create(self.node, self.authorization, self.principal)
+    def context(self, lone: bool = False) -> Context:
+        return Context.create(self.node, self.authorization, self.principal, lone)
 
     def prepare(
         self,

@@ -254,7 +254,7 @@ class Connection:
     async def _answer_once(
         self, id: str, prepared: Prepared, variables: dict[str, Any] | None
     ) -> None:
-        result = await self.session.run(prepared, self.session.context(), variables)
+        result = await self.session.run(prepared, self.session.context(prepared.lone), variables)
         if self.operations.pop(id, None) is None:
             return
         body = results.response(result)
