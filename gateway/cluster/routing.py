@@ -26,15 +26,16 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from contracts.errors import Failure
 from contracts.positions import satisfies
 from gateway.cluster.health import Membership
 from gateway.cluster.log_end import LogEnd
 from gateway.cluster.metrics import NodeMetrics
-from gateway.model.queries import Answer, SubQuery
+from gateway.model.queries import NOT_HERE, Answer, NotHere, SubQuery
 from gateway.storage.delivery.node_core import NodeCore
 from gateway.wire.peer_errors import PeerError, PeerRefused
 from gateway.wire.protocol import ProtocolError
@@ -43,6 +44,16 @@ log = logging.getLogger(__name__)
 # Failures the caller's own demands cause (a bound, requireActive): not worth a warning.
 _ASKED_FOR = frozenset({Failure.NOT_UP_TO_BOUND, Failure.NOT_ACTIVE})
 BOUND_PAUSE_S = 0.05  # the first pause before replicas behind a bound are asked again
+
+
+class Local(Protocol):
+    """How this node answers sub-queries itself (gateway/storage/execution.py)."""
+
+    async def __call__(self, subqueries: list[SubQuery]) -> list[Answer]: ...
+
+    def here(self, q: SubQuery) -> Answer | NotHere:
+        """One sub-query read at once on the event loop, or NOT_HERE."""
+        ...
 
 
 @dataclass
@@ -61,7 +72,7 @@ class Router:
         self,
         core: NodeCore,
         membership: Membership,
-        local: Callable[[list[SubQuery]], Awaitable[list[Answer]]],
+        local: Local,
         local_offsets: Callable[[int], dict[str, int] | None],
         metrics: NodeMetrics,
         log_end: LogEnd,
@@ -80,6 +91,10 @@ class Router:
         self, subqueries: list[SubQuery], authorization: str | None = None
     ) -> tuple[dict[int, Answer], Trace]:
         started = time.perf_counter()
+        if len(subqueries) == 1:
+            read = self.read_here(subqueries[0], started)
+            if read is not None:
+                return {subqueries[0].id: read[0]}, read[1]
         trace = Trace()
         done: dict[int, Answer] = {}
         tried: dict[int, set[str]] = defaultdict(set)
@@ -100,6 +115,19 @@ class Router:
             pending = behind + await self._ask(by_node, done, authorization)
         trace.millis = (time.perf_counter() - started) * 1000
         return done, trace
+
+    def read_here(self, q: SubQuery, started: float) -> tuple[Answer, Trace] | None:
+        """The answer of a sub-query this node is the first replica to ask, read from its
+        memory at once, as the first round would have it; None when a round must go (the
+        first replica is another, memory cannot answer it at once, or the read failed)."""
+        replicas = self.replicas(q)
+        if not replicas or replicas[0] != self.node_id:
+            return None
+        answer = self.local.here(q)
+        if answer is NOT_HERE or answer.failure is not None:
+            return None
+        millis = (time.perf_counter() - started) * 1000
+        return answer, Trace([{self.node_id: 1}], millis)
 
     def _round(
         self,

@@ -45,7 +45,7 @@ from gateway.model.queries import (
     keys_of,
 )
 from gateway.model.topology_view import TopologyView
-from gateway.runtime.lanes import offload, sliced
+from gateway.runtime.lanes import in_bulk_lane, offload, sliced
 from gateway.storage.catalog.layers import LayeredTable
 from gateway.storage.catalog.snapshots import Snapshot, SnapshotCatalog
 from gateway.storage.memory import history, windows
@@ -315,6 +315,15 @@ class LocalExecution:
         self.node_id = node_id
         self.topology = topology
         self.pool = ThreadPoolExecutor(project.settings.query_threads, thread_name_prefix="query")
+
+    def here(self, q: SubQuery) -> Answer | NotHere:
+        """One sub-query's answer read on the event loop, or NOT_HERE when it may not be
+        (its memory handler cannot answer it at once, or it is bulk)."""
+        if in_bulk_lane() or not on_loop(self.catalog, self.project, q):
+            return NOT_HERE
+        return _answer(
+            self.catalog, self.project, self.topology.current, self.node_id, q, ON_THE_LOOP
+        )
 
     async def __call__(self, subqueries: list[SubQuery]) -> list[Answer]:
         if not all(on_loop(self.catalog, self.project, q) for q in subqueries):
