@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -86,6 +87,8 @@ class NodeMetrics:
         self.freshness = Delays()
         self.registry.register(self.freshness)
         self._names: set[str] = set()
+        # each (operation, outcome)'s counter and histogram: labels() looks them up slowly
+        self._children: dict[tuple[str, str], tuple[Any, Any]] = {}
 
     def operation(self, name: str | None) -> str:
         """The label of an operation name: a bounded set, whatever clients send."""
@@ -98,8 +101,13 @@ class NodeMetrics:
 
     def request(self, name: str | None, outcome: str, seconds: float) -> None:
         operation = self.operation(name)
-        self.requests.labels(operation, outcome).inc()
-        self.latency.labels(operation).observe(seconds)
+        children = self._children.get((operation, outcome))
+        if children is None:
+            children = self.requests.labels(operation, outcome), self.latency.labels(operation)
+            self._children[operation, outcome] = children
+        count, latency = children
+        count.inc()
+        latency.observe(seconds)
 
     def watch(self, state: NodeState, node_wide: bool = True) -> None:
         """Read `state` at each scrape: all of it, or (a follower's, whose keeper reports
