@@ -81,11 +81,12 @@ class Lanes:
             _bulk.reset(token)
 
     def _add(self, change: int) -> None:
+        """Count; the event (a lock each time) only changes between none and some."""
         self.interactive += change
-        if self.interactive:
-            self._idle.clear()
-        else:
+        if not self.interactive:
             self._idle.set()
+        elif self.interactive == change:
+            self._idle.clear()
 
     def give_way(self) -> None:
         """On the bulk thread: wait while interactive requests are in flight (the GIL is
