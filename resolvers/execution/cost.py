@@ -63,9 +63,11 @@ class Shape:
         values = scanned = 0
         for root in self.roots:
             field = fields.get(root.node.name.value)
-            given = _given(root.node, variables)
-            values += root.times * _rows(field, given) * root.width
-            store = _scanned(field, given)
+            rows: Rows | None = _metadata(field, COST)
+            scans: Scans | None = _metadata(field, SCANS)
+            given = _given(root.node, variables) if rows or scans else {}
+            values += root.times * (1 if rows is None else max(1, rows(given))) * root.width
+            store = None if scans is None else scans(given)
             if store is not None:
                 scanned += root.times * -(-rows_of(store) // SCAN_ROWS_PER_UNIT)
         return Cost(values, scanned)
@@ -237,13 +239,3 @@ def _given(node: FieldNode, variables: dict[str, Any]) -> dict[str, Any]:
 def _metadata(field: GraphQLField | None, key: str) -> Any:
     definition = field.extensions.get(DEFINITION) if field else None
     return getattr(definition, "metadata", {}).get(key) if definition else None
-
-
-def _rows(field: GraphQLField | None, given: dict[str, Any]) -> int:
-    rows: Rows | None = _metadata(field, COST)
-    return 1 if rows is None else max(1, rows(given))
-
-
-def _scanned(field: GraphQLField | None, given: dict[str, Any]) -> str | None:
-    scans: Scans | None = _metadata(field, SCANS)
-    return None if scans is None else scans(given)
