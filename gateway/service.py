@@ -159,6 +159,12 @@ class RequestQueries:
                        for e in entries]  # fmt: skip
         return Lookup(entries, self._meta(outcome, joined))
 
+    def looked_up(self, keys: list[Key], outcome: Outcome) -> Lookup:
+        """A lookup of a few keys read already, as `lookup` returns it when the request
+        selects none of the store's joins."""
+        self._loaded([outcome])
+        return Lookup(_entries(keys, outcome), self._meta(outcome))
+
     async def windows_of_key(
         self, store: Store, key: Key, from_ms: int, to_ms: int, demand: Demand | None
     ) -> KeyWindows:
@@ -324,7 +330,10 @@ class RequestQueries:
         return outcome
 
     async def _load_all(self, works: list[Work]) -> list[Outcome]:
-        outcomes = list(await self.load(works))
+        return self._loaded(list(await self.load(works)))
+
+    def _loaded(self, outcomes: list[Outcome]) -> list[Outcome]:
+        """The outcomes, noted as the request's: their partitions, failures and versions."""
         for outcome in outcomes:
             store = outcome.work.store
             self.partitions.update(q.partition for q, _ in outcome.parts)

@@ -1,4 +1,5 @@
-"""The compiled path and the general path give identical responses.
+"""The compiled path (and a compiled one-key read's KeyLookup) and the general path give
+identical responses.
 
 Documents are generated from the real generated schema: random root fields of every store
 with random aliases, selections, fragments, literal or variable arguments (real keys, missing
@@ -32,6 +33,10 @@ from graphql import (
     is_leaf_type,
 )
 
+from contracts import names
+from resolvers.execution.executors import Compiled
+from resolvers.execution.operations import Operations
+from resolvers.execution.persisted import Source
 from resolvers.execution.plans import compile_plan
 from resolvers.schema.build import build_schema
 from tests import oracle
@@ -269,3 +274,39 @@ def test_compiled_and_general_paths_answer_alike(served: Any, node: str) -> None
         errors += bool(answer.get("errors"))
     assert planned > DOCUMENTS * 0.8, "most generated documents must take the compiled path"
     assert DOCUMENTS * 0.1 < errors < DOCUMENTS * 0.9, "both answers and errors are compared"
+
+
+@pytest.mark.parametrize("node", ["node1", "node3"])
+def test_one_key_reads_answer_as_the_plan_does(served: Any, node: str) -> None:
+    """A document that reads the record of one key and nothing else is answered in one step
+    (resolvers/execution/key_lookup.py) where the node reads that key's partition at once,
+    by the plan elsewhere: either way as the general path answers it, present keys and
+    missing ones, variables and literals, global stores, joins (left to the plan) included."""
+    rng = random.Random(11 if node == "node1" else 12)
+    documents = Documents(served, rng)
+    operations = Operations(build_schema(served.project), served.project.settings)
+    query_type = documents.schema.query_type
+    assert query_type is not None
+    stores = [s for s in served.project.stores.values() if s.kind != "window"]
+    client, url = served.nodes.client, f"{served.nodes.url(node)}/graphql"
+    looked_up = 0
+    for _ in range(DOCUMENTS // 2):
+        documents.fragments = []
+        store = rng.choice(stores)
+        name = names.root_fields(store)["lookup"]
+        field = query_type.fields[name]
+        key, selection = documents.key(store.name), documents.selection(field.type)
+        if rng.random() < 0.6:
+            text = f"query Q($k: {field.args['key'].type}) {{ {name}(key: $k){selection} }}"
+            variables: dict[str, Any] = {"k": key}
+        else:
+            text = f"{{ {name}(key: {_literal(key, field.args['key'].type)}){selection} }}"
+            variables = {}
+        query = "\n".join([text, *documents.fragments])
+        executor = operations.prepare(Source(query, None), variables).executor
+        looked_up += isinstance(executor, Compiled) and executor.key is not None
+        fast = client.post(url, json={"query": query, "variables": variables})
+        general = client.post(url, json={"query": query + GENERAL, "variables": variables})
+        assert fast.status_code == general.status_code == 200, query
+        assert comparable(fast.json()) == comparable(general.json()), (query, variables)
+    assert looked_up > DOCUMENTS // 4, "most of these documents are one-key reads"

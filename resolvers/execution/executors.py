@@ -3,7 +3,8 @@
 
 General runs graphql-core's executor (with the fast completion of plain records,
 resolvers/execution/completion.py). Compiled runs a document's OperationPlan
-(resolvers/execution/plans.py) and hands over only what the plan cannot word: a request
+(resolvers/execution/plans.py; for one key this node reads at once, its KeyLookup:
+resolvers/execution/key_lookup.py) and hands over only what the plan cannot word: a request
 whose variables do not bind, before anything ran; or, after the root fields ran, their
 results, which graphql-core then completes without running a resolver again. Either way a
 request's routed batch runs once.
@@ -23,6 +24,7 @@ from strawberry.execution import optimized_is_awaitable
 from strawberry.types import ExecutionResult
 
 from resolvers.execution.completion import PlainRecordExecutionContext
+from resolvers.execution.key_lookup import KeyLookup
 from resolvers.execution.plans import OperationPlan, Resolved
 from resolvers.execution.results import response_extensions
 from resolvers.schema.context import Context
@@ -69,6 +71,7 @@ class Compiled:
     plan: OperationPlan
     schema: strawberry.Schema
     general: General
+    key: KeyLookup | None = None  # when the plan reads one key and nothing else: tried first
 
     async def run(self, context: Context, variables: dict[str, Any] | None) -> ExecutionResult:
         outcome = await self.plan.run(self.schema, context, variables)

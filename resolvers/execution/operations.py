@@ -36,6 +36,7 @@ from strawberry.types import ExecutionResult
 from contracts.settings import Settings
 from resolvers.execution.cost import Cost, RowsOf, Shape, shape
 from resolvers.execution.executors import Compiled, Executor, General
+from resolvers.execution.key_lookup import key_lookup
 from resolvers.execution.lru import LRU
 from resolvers.execution.persisted import Persisted, Registry, Source, load
 from resolvers.execution.plans import compile_plan
@@ -153,11 +154,16 @@ class Operations:
     async def execute(
         self, prepared: Prepared, context: Context, variables: dict[str, Any] | None
     ) -> ExecutionResult:
-        """Run a prepared operation by its executor, within the deadline."""
+        """Run a prepared operation by its executor, within the deadline (a key read here
+        at once needs none)."""
+        context.queries.selected = prepared.fields  # the joins its results carry
+        key = prepared.executor.key if isinstance(prepared.executor, Compiled) else None
+        answered = None if key is None else key.run(context, variables)
+        if answered is not None:
+            return answered
         deadline = self.settings.request_timeout_s
         bulk = prepared.values > self.settings.bulk_request_cost
         try:
-            context.queries.selected = prepared.fields  # the joins its results carry
             async with asyncio.timeout(deadline):
                 with context.node.lanes.enter(bulk):
                     return await prepared.executor.run(context, variables)
@@ -221,10 +227,12 @@ class Operations:
         executor for the rest, and for any text with a directive (@skip, @include, @defer
         bind at run time)."""
         query, name = key
-        document = self._picked(key).document
-        general = General(self.core, document, name)
-        plan = None if "@" in query else compile_plan(self.schema, document, name)
-        return general if plan is None else Compiled(plan, self.schema, general)
+        picked = self._picked(key)
+        general = General(self.core, picked.document, name)
+        plan = None if "@" in query else compile_plan(self.schema, picked.document, name)
+        if plan is None:
+            return general
+        return Compiled(plan, self.schema, general, key_lookup(plan, picked.fields))
 
     def _validate(self, query: str) -> tuple[GraphQLError, ...]:
         document = self._parsed(query)

@@ -27,6 +27,7 @@ class Context:
     batch: RequestBatch
     queries: RequestQueries
     principal: Principal
+    lone: bool = False  # the batch is this one root field's alone
 
     @classmethod
     def create(
@@ -35,7 +36,10 @@ class Context:
         """The context of a request; of a `lone` root field, whose reads come one at a time,
         so they need no loader to join them: it calls the batch itself."""
         batch = node.request_batch(authorization)
-        return cls.joining(node, batch, batch.run if lone else batch_loader(batch), principal)
+        if not lone:
+            return cls.joining(node, batch, batch_loader(batch), principal)
+        queries = RequestQueries(node.project, node.topology.current, batch.run)
+        return cls(node, batch, queries, principal, lone=True)
 
     @classmethod
     def joining(

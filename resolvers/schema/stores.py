@@ -138,6 +138,7 @@ def _keyed_fields(store: Store, settings: Settings, Record: type) -> list[Strawb
             signed(get, Lookup | None, key=K, consistency=consistency),
             named["lookup"],
             f"The {store.name} record of one key.",
+            key_of=store,
         ),
         root_field(
             signed(batch, Batch | None, keys=list_of(K), consistency=consistency),
