@@ -131,6 +131,8 @@ class RequestBatch:
     async def _split(self, work: Work) -> list[tuple[int, Query]]:
         """The partitions a work reads, each with its own query."""
         query = work.query
+        if isinstance(query, Get) and len(query.keys) == 1:
+            return [(partition_for(query.keys[0], work.store.key_type, self.num_partitions), query)]
         if isinstance(query, Get):
             size = len(query.keys)
             grouped = await offload(

@@ -39,6 +39,7 @@ T = TypeVar("T")
 _this_thread = threading.local()
 _bulk: ContextVar[Lanes | None] = ContextVar("stategate_bulk_lane", default=None)
 _counted: ContextVar[bool] = ContextVar("stategate_counted_request", default=False)
+_INTERACTIVE = contextlib.nullcontext()  # the interactive lane: nothing to enter
 
 
 class Lanes:
@@ -63,12 +64,12 @@ class Lanes:
             self._add(-1)
             _counted.reset(token)
 
-    @contextlib.contextmanager
-    def enter(self, bulk: bool) -> Iterator[None]:
+    def enter(self, bulk: bool) -> contextlib.AbstractContextManager[None]:
         """Run the block (a request, or an internal request) in its lane."""
-        if not bulk:
-            yield
-            return
+        return self._bulk() if bulk else _INTERACTIVE
+
+    @contextlib.contextmanager
+    def _bulk(self) -> Iterator[None]:
         token = _bulk.set(self)
         counted = _counted.get()
         if counted:

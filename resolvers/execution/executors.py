@@ -3,7 +3,7 @@
 
 General runs graphql-core's executor (with the fast completion of plain records,
 resolvers/execution/completion.py). Compiled runs a document's OperationPlan
-(resolvers/execution/plans.py; for one key this node reads at once, its KeyLookup:
+(resolvers/execution/plans.py; for one key and nothing else, its KeyLookup:
 resolvers/execution/key_lookup.py) and hands over only what the plan cannot word: a request
 whose variables do not bind, before anything ran; or, after the root fields ran, their
 results, which graphql-core then completes without running a resolver again. Either way a
@@ -71,9 +71,15 @@ class Compiled:
     plan: OperationPlan
     schema: strawberry.Schema
     general: General
-    key: KeyLookup | None = None  # when the plan reads one key and nothing else: tried first
+    key: KeyLookup | None = None  # when the plan reads one key and nothing else
 
     async def run(self, context: Context, variables: dict[str, Any] | None) -> ExecutionResult:
+        if self.key is not None:
+            looked_up = await self.key.run(context, variables)
+            if isinstance(looked_up, ExecutionResult):
+                return looked_up
+            if isinstance(looked_up, Resolved):
+                return await self.general.run(context, variables, resolved=looked_up.results)
         outcome = await self.plan.run(self.schema, context, variables)
         if isinstance(outcome, ExecutionResult):
             return outcome

@@ -2,19 +2,16 @@
 one root field reads the record of one key (`s(key: $k) { ... }`, a dashboard's most
 common request), with no consistency demand and none of the store's joins selected.
 
-When this node is the first replica the router would ask for the key's partition and reads
-it at once from memory, the answer is built in one step, from the same parts the compiled
-plan would use (the router's replica order and memory read, the query service's entries and
-meta, the field's completion, the response's extensions), without the resolver, the batch
-and the rounds between them. Whatever else happens (a variable that does not bind plainly, a
-role that may not read the store, another replica first, a read that fails), run() returns
-None before anything is counted, and the compiled plan answers the request as always; so
-both give the same response (tests/test_plans.py).
+The key goes straight to the request's batch, and the response is built from the same parts
+the compiled plan uses (the query service's entries, meta and tokens, the field's
+completion, the response's extensions), without Strawberry's argument binding, the resolver
+and the query service's general lookup between them. A variable that does not bind plainly,
+or a role that may not read the store, returns None before anything ran, and the compiled
+plan answers as always; so both give the same response (tests/test_plans.py).
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -24,11 +21,10 @@ from graphql.execution.values import get_argument_values
 from graphql.pyutils import Undefined
 from strawberry.types import ExecutionResult
 
-from contracts.partitioner import partition_for
 from contracts.project import Store
-from gateway.cluster.batching import Outcome, Work
-from gateway.model.queries import Get, SubQuery
-from resolvers.execution.plans import OperationPlan
+from gateway.cluster.batching import Work
+from gateway.model.queries import Get
+from resolvers.execution.plans import OperationPlan, Resolved
 from resolvers.execution.results import response_extensions
 from resolvers.schema.annotations import KEY, Plan
 from resolvers.schema.context import Context
@@ -45,26 +41,23 @@ class KeyLookup:
     accepts: Callable[[Any], bool]  # the variable's values passed unchanged
     literal: Any = None
 
-    def run(self, context: Context, variables: dict[str, Any] | None) -> ExecutionResult | None:
-        """The response, or None: the compiled plan answers (nothing ran here yet)."""
-        started = time.perf_counter()
+    async def run(
+        self, context: Context, variables: dict[str, Any] | None
+    ) -> ExecutionResult | Resolved | None:
+        """The response; the field's result Resolved when graphql-core must complete it (a
+        value the schema refuses); None when nothing ran: the compiled plan answers."""
         key = self._key(variables or {})
-        node, store = context.node, self.store
-        access = node.project.access
+        store, access = self.store, context.node.project.access
         if not context.lone or key is None:
             return None  # a batch shared with other operations routes them all together
         if access is not None and not access.permits(context.principal, store.name):
             return None
-        partition = partition_for(key, store.key_type, node.project.cluster.partitions)
-        q = SubQuery(0, partition, store.name, Get((key,)))
-        read = node.router.read_here(q, started)
-        if read is None:
-            return None
-        answer, trace = read
-        context.batch.traces.append(trace)
-        outcome = Outcome(Work(store, q.query, ()), [(q, answer)], {key: 0})
+        (outcome,) = await context.batch.run([Work(store, Get((key,)), ())])
         lookup = context.queries.looked_up([key], outcome)
-        data = {self.response_key: self.complete(lookup)}
+        try:
+            data = {self.response_key: self.complete(lookup)}
+        except Exception:  # noqa: BLE001 - a value the schema refuses: graphql-core words it
+            return Resolved({self.response_key: lookup})
         return ExecutionResult(data, None, response_extensions(context))
 
     def _key(self, variables: dict[str, Any]) -> Any:

@@ -154,16 +154,11 @@ class Operations:
     async def execute(
         self, prepared: Prepared, context: Context, variables: dict[str, Any] | None
     ) -> ExecutionResult:
-        """Run a prepared operation by its executor, within the deadline (a key read here
-        at once needs none)."""
-        context.queries.selected = prepared.fields  # the joins its results carry
-        key = prepared.executor.key if isinstance(prepared.executor, Compiled) else None
-        answered = None if key is None else key.run(context, variables)
-        if answered is not None:
-            return answered
+        """Run a prepared operation by its executor, within the deadline."""
         deadline = self.settings.request_timeout_s
         bulk = prepared.values > self.settings.bulk_request_cost
         try:
+            context.queries.selected = prepared.fields  # the joins its results carry
             async with asyncio.timeout(deadline):
                 with context.node.lanes.enter(bulk):
                     return await prepared.executor.run(context, variables)
