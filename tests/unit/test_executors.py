@@ -14,8 +14,10 @@ import pytest
 import strawberry
 from graphql import parse
 
+from contracts.access import ANONYMOUS
 from contracts.project import Project, load
 from resolvers.execution.executors import Compiled, General
+from resolvers.execution.key_lookup import key_lookup
 from resolvers.execution.plans import compile_plan
 from resolvers.schema.build import build_schema
 from tests.projects import write_project
@@ -99,3 +101,29 @@ def test_fields_run_once_when_the_plan_answers_alone(
     executor = Compiled(plan, schema, General(schema._schema, document, None))
     done = asyncio.run(executor.run(context, None))  # type: ignore[arg-type]
     assert done.errors is None and context.queries.calls == 2
+
+
+def test_a_one_key_read_whose_value_the_schema_refuses_is_worded_by_graphql_core(
+    project: Project, schema: strawberry.Schema
+) -> None:
+    text, context = broken_cases(project)["null key of a nullable record"]
+    document = parse(text)
+    plan = compile_plan(schema, document, None)
+    assert plan is not None
+    key = key_lookup(plan, frozenset({"latestBooking", "key", "partition", "record", "trip"}))
+    assert key is not None
+    broken = context.queries.lookups["latestBooking"]
+    read: list[Any] = []
+
+    async def batch_run(works: list[Any]) -> list[Any]:
+        read.extend(works)
+        return [None]
+
+    context = _counted(context)
+    context.lone, context.principal, context.batch.run = True, ANONYMOUS, batch_run
+    context.queries.looked_up = lambda keys, outcome: broken
+    executor = Compiled(plan, schema, General(schema._schema, document, None), key)
+    done = asyncio.run(executor.run(context, None))  # type: ignore[arg-type]
+    assert [w.query.keys for w in read] == [("k",)]  # read once, by the key lookup
+    baseline = asyncio.run(run(schema._schema, document, _counted(context), BASELINE))
+    assert _result(done) == baseline and done.errors
