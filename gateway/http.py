@@ -27,7 +27,7 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import HTTPConnection, Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Mount, Route
+from starlette.routing import BaseRoute, Mount, Route, request_response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from contracts import chains
@@ -189,6 +189,7 @@ async def ready(request: Request) -> Response:
     return JSONResponse({"node": node.id, "ready": True, "versions": versions, "workers": workers})
 
 
+INTERNAL_QUERY = "/internal/query"  # a peer's sub-queries: the one internal path every hop takes
 OPERATOR = [Middleware(RequiresGrant, grant="cluster")]
 ROUTES: list[BaseRoute] = [
     Route("/cluster", cluster_map, middleware=OPERATOR),
@@ -205,3 +206,4 @@ ROUTES: list[BaseRoute] = [
         middleware=[Middleware(SecretRequired)],
     ),
 ]
+internal_query: ASGIApp = SecretRequired(request_response(query))  # as routed, for Direct

@@ -47,9 +47,11 @@ def playground(query: str = PLAYGROUND_QUERY) -> str:
     return PLAYGROUND.read_text().replace("__DEFAULT_QUERY__", default)
 
 
-class GraphQLFirst:
-    """HTTP requests to /graphql go straight to the GraphQL endpoint (it answers every
-    request itself, errors included); everything else through Starlette's routing."""
+class Direct:
+    """The two endpoints that take a node's every request go straight to their handlers,
+    past Starlette's route table and its exception middleware: /graphql, a client's (its
+    endpoint answers every request itself, errors included), and POST /internal/query, a
+    peer's (behind the cluster secret, gateway/http.py). Everything else is routed."""
 
     def __init__(self, graphql: ASGIApp, app: Starlette, lanes: Lanes) -> None:
         self.graphql = graphql
@@ -57,11 +59,16 @@ class GraphQLFirst:
         self.lanes = lanes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"] == "/graphql":
-            with self.lanes.request():  # a client's request has the node's Python first
-                await self.graphql(scope, receive, send)
-        else:
-            await self.app(scope, receive, send)
+        if scope["type"] == "http":
+            if scope["path"] == "/graphql":
+                with self.lanes.request():  # a client's request has the node's Python first
+                    await self.graphql(scope, receive, send)
+                return
+            if scope["path"] == http.INTERNAL_QUERY and scope["method"] == "POST":
+                scope["app"] = self.app  # where its endpoint finds the node, as routed
+                await http.internal_query(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 class NodeApp:
@@ -130,7 +137,7 @@ def create_app(project: Project, node_id: str, role: Role = ALONE) -> NodeApp:
         exception_handlers={405: http.method_not_allowed},
     )
     app.state.node = node
-    served = GraphQLFirst(graphql, app, node.lanes)
+    served = Direct(graphql, app, node.lanes)
     settings = project.settings
     origins = Origins(served, settings.cors_origins)
     return NodeApp(BodyDeadline(origins, settings.body_timeout_s), node, operations, origins)
