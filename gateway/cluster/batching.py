@@ -94,6 +94,8 @@ class RequestBatch:
         self.traces: list[Trace] = []
 
     async def run(self, works: list[Work]) -> list[Outcome]:
+        if len(works) == 1 and isinstance(works[0].query, Get) and len(works[0].query.keys) == 1:
+            return [await self._one_key(works[0], works[0].query)]
         slots: list[_Slot] = []
         uses: list[list[int]] = [[] for _ in works]  # work -> the slots it reads
         key_parts: list[dict[Key, int]] = [{} for _ in works]  # work -> key -> part
@@ -128,11 +130,20 @@ class RequestBatch:
             for work, ids, parts in zip(works, uses, key_parts, strict=True)
         ]
 
+    async def _one_key(self, work: Work, query: Get) -> Outcome:
+        """A batch of one key's lookup (most requests): its sub-query, as run() makes it."""
+        (key,) = query.keys
+        partition = partition_for(key, work.store.key_type, self.num_partitions)
+        demands = work.consistency
+        q = SubQuery(0, partition, work.store.name, query, self._bound(work, partition),
+                     demands.require_active, demands.max_age_ms)  # fmt: skip
+        answers, trace = await self.router.execute([q], self.authorization)
+        self.traces.append(trace)
+        return Outcome(work, [(q, answers[0])], {key: 0})
+
     async def _split(self, work: Work) -> list[tuple[int, Query]]:
         """The partitions a work reads, each with its own query."""
         query = work.query
-        if isinstance(query, Get) and len(query.keys) == 1:
-            return [(partition_for(query.keys[0], work.store.key_type, self.num_partitions), query)]
         if isinstance(query, Get):
             size = len(query.keys)
             grouped = await offload(

@@ -208,7 +208,9 @@ class Router:
             ids.insert(0, self.node_id)
         alive = [n for n in ids if self.membership.alive(n)]
         down = [n for n in ids if n not in alive and self.membership.cheap_to_ask(n)]
-        return sorted(alive, key=lambda n: not self._may_satisfy(n, q)) + down
+        if q.bound:  # without one, every replica may satisfy it
+            alive.sort(key=lambda n: not self._may_satisfy(n, q))
+        return alive + down
 
     def _global(self, q: SubQuery) -> bool:
         store = self.project.stores.get(q.store)
