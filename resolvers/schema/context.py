@@ -4,6 +4,7 @@ asking (the Principal the transport verified), so every root field checks what i
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from dataclasses import dataclass
 
 from strawberry.dataloader import DataLoader
@@ -18,7 +19,17 @@ from gateway.service import Load, RequestQueries
 def batch_loader(batch: RequestBatch) -> Load:
     """Loads that all join `batch`: those made in one turn of the event loop are one call."""
     loader: DataLoader[Work, Outcome] = DataLoader(load_fn=batch.run, cache=False)
-    return loader.load_many
+
+    def load(works: list[Work]) -> Awaitable[list[Outcome]]:
+        if len(works) == 1:  # nearly always: a gather of one costs a thousand aliases dearly
+            return _alone(loader.load(works[0]))
+        return loader.load_many(works)
+
+    return load
+
+
+async def _alone(outcome: Awaitable[Outcome]) -> list[Outcome]:
+    return [await outcome]
 
 
 @dataclass
