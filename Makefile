@@ -62,8 +62,10 @@ lint: setup
 
 # npm writes node_modules/.package-lock.json last: installed, and from the current lock file.
 TS_MODULES := clients/typescript/node_modules/.package-lock.json
+# Apollo's gateway and a second subgraph, for the supergraph test (tests/test_federation.py).
+FEDERATION_MODULES := tests/federation/node_modules/.package-lock.json
 # The typed clients' generators are installed before the tests run them (README: Typed clients).
-test: lint browser coordinator network kafka s3 $(CODEGEN)/.installed $(TS_MODULES)
+test: lint browser coordinator network kafka s3 $(CODEGEN)/.installed $(TS_MODULES) $(FEDERATION_MODULES)
 	$(PY) -m pytest
 
 bench: setup
@@ -85,6 +87,9 @@ client-python: $(CODEGEN)/.installed
 
 $(TS_MODULES): clients/typescript/package-lock.json
 	cd clients/typescript && npm ci --no-audit --no-fund
+
+$(FEDERATION_MODULES): tests/federation/package-lock.json
+	cd tests/federation && npm ci --no-audit --no-fund
 
 client-typescript: $(TS_MODULES)
 	cd clients/typescript && npm run codegen && npm run check

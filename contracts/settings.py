@@ -192,6 +192,12 @@ class Settings:
         "answer GraphQL introspection (`__schema`, `__type`); false refuses it "
         "(GRAPHQL_VALIDATION_FAILED), and the playground then has no docs or completion",
     )
+    federation: bool = _setting(
+        False,
+        "serve the schema as an Apollo Federation 2 subgraph: each keyed store's record an "
+        "entity keyed by `key`, resolved through `_entities` in one routed batch (README: "
+        "Federation)",
+    )
     operations: str = _setting(
         "",
         "a `.graphql` file of named operations, relative to the project file, checked "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from typing import Final
 
 import strawberry
 from strawberry.schema.config import StrawberryConfig
@@ -21,12 +22,16 @@ SUBSCRIPTION_DESCRIPTION = (
 )
 
 
+FEDERATION: Final = "2.5"  # the version the subgraph links, which Apollo's gateways compose
+
+
 def build_schema(project: Project) -> strawberry.Schema:
     fields = [
         strawberry.field(cluster.stores, name=names.STORES, description="The declared stores."),
         strawberry.field(cluster.cluster, name=names.CLUSTER, description="The partition map."),
     ]
-    records = record_types(project.stores.values())
+    federated = project.settings.federation
+    records = record_types(project.stores.values(), federated)
     for store in project.stores.values():
         fields.extend(store_fields(store, project.settings, records[store.name]))
     query = create_type("Query", fields)
@@ -34,11 +39,12 @@ def build_schema(project: Project) -> strawberry.Schema:
     subscription = create_type(
         "Subscription", [copy.copy(f) for f in fields], description=SUBSCRIPTION_DESCRIPTION
     )
-    return strawberry.Schema(
-        query=query,
-        subscription=subscription,
-        config=StrawberryConfig(scalar_map=SCALARS),
-    )
+    config = StrawberryConfig(scalar_map=SCALARS)
+    if federated:  # _service and _entities on Query (resolvers/schema/entities.py)
+        return strawberry.federation.Schema(
+            query=query, subscription=subscription, config=config, federation_version=FEDERATION
+        )
+    return strawberry.Schema(query=query, subscription=subscription, config=config)
 
 
 def sdl(project: Project) -> str:

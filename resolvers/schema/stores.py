@@ -28,6 +28,7 @@ from contracts.project import Store
 from contracts.settings import Settings
 from resolvers.schema.by_value import value_fields
 from resolvers.schema.costs import keys_rows, page_rows, windows_rows
+from resolvers.schema.entities import reference_resolver
 from resolvers.schema.meta import ConsistencyInput, PageInfo, ResultMeta, demand
 from resolvers.schema.views import (
     FROM,
@@ -47,12 +48,13 @@ from resolvers.schema.views import (
 INSTANTS_CACHED = 65_536  # times kept as datetimes (a week of hourly windows: 168)
 
 
-def record_types(stores: Iterable[Store]) -> dict[str, type]:
+def record_types(stores: Iterable[Store], federated: bool = False) -> dict[str, type]:
     """Each store's record type (a view of one row), made once: a join's field has the
-    joined store's type. Joins name global stores, which declare none themselves."""
+    joined store's type. Joins name global stores, which declare none themselves.
+    `federated`: a keyed store's record is a federation entity."""
     made: dict[str, type] = {}
     for store in sorted(stores, key=lambda s: bool(s.joins)):
-        made[store.name] = _record_type(store, made)
+        made[store.name] = _record_type(store, made, federated)
     return made
 
 
@@ -332,7 +334,7 @@ def _window_fields(store: Store, settings: Settings, Record: type) -> list[Straw
     ]
 
 
-def _record_type(store: Store, records: dict[str, type]) -> type:
+def _record_type(store: Store, records: dict[str, type], federated: bool) -> type:
     """A record: a view of one row (key, [window start,] then Store.columns, then each
     join's record: gateway/service.py adds them to the rows of a request that selects
     them)."""
@@ -357,7 +359,9 @@ def _record_type(store: Store, records: dict[str, type]) -> type:
             f"(null when it has none), as of the positions meta.partitions states for "
             f"{join.store}."
         )
-    return view(names.types(store)["record"], fields, description)
+    keyed = federated and store.kind != "window"  # a window's record has no key of its own
+    reference = reference_resolver(store) if keyed else None
+    return view(names.types(store)["record"], fields, description, reference)
 
 
 @lru_cache(maxsize=INSTANTS_CACHED)

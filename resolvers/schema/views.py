@@ -52,14 +52,27 @@ def page_type(name: str, record: type) -> type:
     )
 
 
-def view(name: str, fields: dict[str, tuple[Any, Read]], description: str | None = None) -> type:
+def view(
+    name: str,
+    fields: dict[str, tuple[Any, Read]],
+    description: str | None = None,
+    reference: Callable[..., Any] | None = None,
+) -> type:
     """A GraphQL object type over a value of the query service (or a row): each field reads
     the value with its function (compiled plans call the function directly). Fields are
-    named as given: a declared column is its own GraphQL name, whatever Python makes of it."""
-    namespace = {field: strawberry.field(resolver=reads(read, returns), name=field)
-                 for field, (returns, read) in fields.items()}  # fmt: skip
-    made: type = strawberry.type(type(name, (), namespace), description=description)
-    return made
+    named as given: a declared column is its own GraphQL name, whatever Python makes of it.
+    With `reference`, a federation entity keyed by its `key` field, which `reference`
+    resolves (resolvers/schema/entities.py)."""
+    namespace: dict[str, Any] = {field: strawberry.field(resolver=reads(read, returns), name=field)
+                                 for field, (returns, read) in fields.items()}  # fmt: skip
+    if reference is None:
+        made: type = strawberry.type(type(name, (), namespace), description=description)
+        return made
+    namespace["resolve_reference"] = classmethod(reference)
+    entity: type = strawberry.federation.type(
+        type(name, (), namespace), keys=["key"], description=description
+    )
+    return entity
 
 
 def list_of(item: Any) -> Any:
