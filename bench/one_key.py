@@ -40,11 +40,12 @@ class Ran:
         return self.requests / self.seconds
 
 
-def demo_built(root: Path, events: int) -> Project:
-    """The demo's project on the file log in `root`, on free ports, one worker a node, its
-    `events` bookings of CUSTOMERS customers built in the driver (no Spark start)."""
+def demo_built(root: Path, events: int, settings: str = "") -> Project:
+    """The demo's project on the file log in `root`, on free ports, one worker a node (and
+    more `settings` lines), its `events` bookings of CUSTOMERS customers built in the driver
+    (no Spark start)."""
     kafka = PROJECT_TEMPLATE.read_text().split("\n[snapshots]", 1)
-    text = '[log]\ndir = "log"\n\n[snapshots]' + kafka[1] + SETTINGS
+    text = '[log]\ndir = "log"\n\n[snapshots]' + kafka[1] + SETTINGS + settings
     for address, port in zip(re.findall(r"127\.0\.0\.1:\d+", text), free_ports(3), strict=True):
         text = text.replace(address, f"127.0.0.1:{port}")
     (root / "dashboard").mkdir()

@@ -12,6 +12,7 @@ from strawberry.tools import create_type
 from contracts import names
 from contracts.project import Project
 from resolvers.schema import cluster
+from resolvers.schema.entities import Subgraph
 from resolvers.schema.scalars import SCALARS
 from resolvers.schema.stores import record_types, store_fields
 
@@ -41,8 +42,13 @@ def build_schema(project: Project) -> strawberry.Schema:
     )
     config = StrawberryConfig(scalar_map=SCALARS)
     if federated:  # _service and _entities on Query (resolvers/schema/entities.py)
-        return strawberry.federation.Schema(
-            query=query, subscription=subscription, config=config, federation_version=FEDERATION
+        return Subgraph(
+            project.stores.values(),
+            records,
+            query=query,
+            subscription=subscription,
+            config=config,
+            federation_version=FEDERATION,
         )
     return strawberry.Schema(query=query, subscription=subscription, config=config)
 

@@ -1,49 +1,105 @@
 """Records as Apollo Federation 2 entities (the `federation` setting): a keyed store's record
-type carries `@key(fields: "key")`, and a supergraph's router resolves references to it
+type carries `@key(fields: "key")`, and a supergraph's gateway resolves references to it
 through `_entities`.
 
-Strawberry's federation schema calls each representation's `resolve_reference`; every one
-here is a one-key lookup through the request's loader, so the representations of one
-`_entities` call, whatever their stores, join one routed batch (one internal request per
-owning node) and the response's extensions carry their positions, like any lookup. A key
-with no record is null, not an error; a partition that could not answer is an error at its
-representation, coded with its failure.
+A call's representations are read as one lookup per store, all in the request's one routed
+batch (one internal request per owning node), and the response's extensions carry their
+positions, like any lookup's. A key with no record is null, not an error; a representation
+that names no entity, a key of the wrong type, a store the token's roles may not read or a
+partition that could not answer is an error at its place in the list.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import asyncio
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import strawberry
+from strawberry.federation.schema import FederationAny
 
+from contracts import names
 from contracts.errors import GatewayError, bad_input
 from contracts.partitioner import Key
 from contracts.project import Store
-from gateway.model.queries import Row
 from resolvers.schema.views import Info
 
 INT32 = 2**31
 INT64 = 2**63
 
 
-def reference_resolver(store: Store) -> Callable[[type, Info, Any], Awaitable[Row | None]]:
-    """`resolve_reference` of the store's record type: the row of the representation's key."""
+class Subgraph(strawberry.federation.Schema):
+    """Strawberry's federation schema, whose `_entities` reads each store's keys at once."""
 
-    async def resolve_reference(cls: type, info: Info, key: Any = None) -> Row | None:
-        info.context.authorize(store.name)
-        lookup = await info.context.queries.lookup(store, [entity_key(store, key)], None)
-        (entry,) = lookup.entries
-        if entry.failure is not None:
-            message = f"partition {entry.partition} of {store.name} could not answer"
-            raise GatewayError(entry.failure.value, message)
-        return None if entry.row is None else strawberry.cast(cls, _Record(entry.row))
+    def __init__(self, stores: Iterable[Store], records: dict[str, type], **schema: Any) -> None:
+        self.entities = {names.types(s)["record"]: (s, records[s.name]) for s in stores
+                         if s.kind != "window"}  # fmt: skip
+        super().__init__(**schema)
 
-    return resolve_reference
+    async def entities_resolver(  # type: ignore[override]
+        self, info: Info, representations: list[FederationAny]
+    ) -> list[FederationAny]:
+        return await resolved(self.entities, info, representations)
+
+
+async def resolved(
+    entities: dict[str, tuple[Store, type]], info: Info, representations: Sequence[Any]
+) -> list[Any]:
+    """Each representation's record (cast to its type: `_Entity` is a union of rows alike),
+    None for a key with no record, or the GatewayError of its place."""
+    results: list[Any] = [None] * len(representations)
+    wanted: dict[str, list[tuple[int, Key]]] = {}  # entity type -> (place, key) of each
+    for index, representation in enumerate(representations):
+        try:
+            typename = _typename(entities, representation)
+            key = entity_key(entities[typename][0], representation.get(names.KEY))
+        except GatewayError as refused:
+            results[index] = refused
+            continue
+        wanted.setdefault(typename, []).append((index, key))
+    readable = []
+    for typename, places in wanted.items():
+        try:
+            info.context.authorize(entities[typename][0].name)
+        except GatewayError as refused:
+            for index, _ in places:
+                results[index] = refused
+            continue
+        readable.append((entities[typename], places))
+    lookups = await asyncio.gather(
+        *(info.context.queries.lookup(store, [k for _, k in places], None)
+          for (store, _), places in readable),
+        return_exceptions=True,
+    )  # fmt: skip
+    for ((store, record), places), lookup in zip(readable, lookups, strict=True):
+        for (index, _), entry in zip(places, _entries(lookup, len(places)), strict=True):
+            results[index] = _record(store, record, entry)
+    return results
+
+
+def _typename(entities: dict[str, tuple[Store, type]], representation: Any) -> str:
+    typename = representation.get("__typename") if isinstance(representation, dict) else None
+    if not isinstance(typename, str) or typename not in entities:
+        raise bad_input(f"{typename!r} is no entity of this subgraph")
+    return typename
+
+
+def _entries(lookup: Any, count: int) -> list[Any]:
+    """A lookup's entries, or its error for each of its keys."""
+    return [lookup] * count if isinstance(lookup, BaseException) else lookup.entries
+
+
+def _record(store: Store, record: type, entry: Any) -> Any:
+    if isinstance(entry, BaseException):
+        return entry
+    if entry.failure is not None:
+        message = f"partition {entry.partition} of {store.name} could not answer"
+        return GatewayError(entry.failure.value, message)
+    return None if entry.row is None else strawberry.cast(record, _Record(entry.row))
 
 
 class _Record(list[Any]):
-    """A row that can say which record type it is: `_Entity` is a union of rows alike."""
+    """A row that can say which record type it is."""
 
 
 def entity_key(store: Store, given: Any) -> Key:

@@ -28,7 +28,6 @@ from contracts.project import Store
 from contracts.settings import Settings
 from resolvers.schema.by_value import value_fields
 from resolvers.schema.costs import keys_rows, page_rows, windows_rows
-from resolvers.schema.entities import reference_resolver
 from resolvers.schema.meta import ConsistencyInput, PageInfo, ResultMeta, demand
 from resolvers.schema.views import (
     FROM,
@@ -360,8 +359,7 @@ def _record_type(store: Store, records: dict[str, type], federated: bool) -> typ
             f"{join.store}."
         )
     keyed = federated and store.kind != "window"  # a window's record has no key of its own
-    reference = reference_resolver(store) if keyed else None
-    return view(names.types(store)["record"], fields, description, reference)
+    return view(names.types(store)["record"], fields, description, entity=keyed)
 
 
 @lru_cache(maxsize=INSTANTS_CACHED)

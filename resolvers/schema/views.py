@@ -12,6 +12,7 @@ from typing import Any
 import strawberry
 from strawberry.types.field import StrawberryField
 
+from contracts import names
 from contracts.project import FieldType, Store
 from gateway.service import KeyVersions, Page
 from resolvers.schema.annotations import COST, KEY, SCANS, Rows, Scans, reads
@@ -56,23 +57,20 @@ def view(
     name: str,
     fields: dict[str, tuple[Any, Read]],
     description: str | None = None,
-    reference: Callable[..., Any] | None = None,
+    entity: bool = False,
 ) -> type:
     """A GraphQL object type over a value of the query service (or a row): each field reads
     the value with its function (compiled plans call the function directly). Fields are
     named as given: a declared column is its own GraphQL name, whatever Python makes of it.
-    With `reference`, a federation entity keyed by its `key` field, which `reference`
-    resolves (resolvers/schema/entities.py)."""
-    namespace: dict[str, Any] = {field: strawberry.field(resolver=reads(read, returns), name=field)
-                                 for field, (returns, read) in fields.items()}  # fmt: skip
-    if reference is None:
-        made: type = strawberry.type(type(name, (), namespace), description=description)
-        return made
-    namespace["resolve_reference"] = classmethod(reference)
-    entity: type = strawberry.federation.type(
-        type(name, (), namespace), keys=["key"], description=description
-    )
-    return entity
+    An `entity` is a federation entity keyed by its `key` field (resolvers/schema/entities.py)."""
+    namespace = {field: strawberry.field(resolver=reads(read, returns), name=field)
+                 for field, (returns, read) in fields.items()}  # fmt: skip
+    cls = type(name, (), namespace)
+    if entity:
+        keyed: type = strawberry.federation.type(cls, keys=[names.KEY], description=description)
+        return keyed
+    made: type = strawberry.type(cls, description=description)
+    return made
 
 
 def list_of(item: Any) -> Any:
