@@ -37,6 +37,7 @@ from gateway.auth import Unauthenticated, Who
 from gateway.model import limits
 from gateway.model.queries import keys_of
 from gateway.node import GatewayNode
+from gateway.runtime import tracing
 from gateway.runtime.lanes import SLICE, offload
 from gateway.storage.delivery.sync import StoreUnreachable
 from gateway.wire.protocol import ProtocolError, decode_request, encode_answers
@@ -124,7 +125,11 @@ async def query(request: Request) -> Response:
         except GatewayError as exc:
             return error_response(400, exc.code, exc.message)
         node.internal_requests += 1
-        with node.lanes.enter(bulk=keys_of(subqueries) > SLICE):
+        parent = tracing.extracted(request.headers)
+        with (
+            tracing.span("internal query", {"stategate.node": node.id}, parent),
+            node.lanes.enter(bulk=keys_of(subqueries) > SLICE),
+        ):
             answers = await node.execute_local(subqueries)
             body = await offload(encode_answers, answers)
         return Response(body, media_type="application/json")

@@ -19,6 +19,7 @@ from contracts.project import Project
 from gateway import http
 from gateway.auth import Authenticator
 from gateway.node import GatewayNode
+from gateway.runtime import tracing
 from gateway.runtime.lanes import Lanes
 from gateway.runtime.process import tune_for_serving
 from gateway.workers.roles import ALONE, Role
@@ -110,12 +111,14 @@ def create_app(project: Project, node_id: str, role: Role = ALONE) -> NodeApp:
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        tracing.configure(node_id)  # in each process that serves (OTEL_TRACES_EXPORTER)
         await node.start()
         hub.start()
         tune_for_serving()
         yield
         await hub.stop()
         await node.stop()
+        tracing.flush()
 
     hub = Hub(node, operations)
 

@@ -36,6 +36,7 @@ from gateway.cluster.health import Membership
 from gateway.cluster.log_end import LogEnd
 from gateway.cluster.metrics import NodeMetrics
 from gateway.model.queries import NOT_HERE, Answer, NotHere, SubQuery
+from gateway.runtime import tracing
 from gateway.storage.delivery.node_core import NodeCore
 from gateway.wire.peer_errors import PeerError, PeerRefused
 from gateway.wire.protocol import ProtocolError
@@ -112,7 +113,9 @@ class Router:
             if not by_node:
                 break
             trace.rounds.append({n: len(qs) for n, qs in by_node.items()})
-            pending = behind + await self._ask(by_node, done, authorization)
+            with tracing.span("routing round", {"stategate.round": len(trace.rounds),
+                                                  "stategate.nodes": sorted(by_node)}):  # fmt: skip
+                pending = behind + await self._ask(by_node, done, authorization)
         trace.millis = (time.perf_counter() - started) * 1000
         return done, trace
 
@@ -266,8 +269,10 @@ class Router:
             return await self.local(subqueries)
         url = f"{self.topology.current.url(node_id)}/internal/query"
         started = time.monotonic()
+        called = {"stategate.peer": node_id, "stategate.subqueries": len(subqueries)}
         try:
-            answers = await self.peers.query(url, subqueries, authorization)
+            with tracing.span("internal call", called):
+                answers = await self.peers.query(url, subqueries, authorization)
         except PeerRefused as exc:  # it is up, but did not answer these: fail them over
             self.metrics.internal_calls.labels(node_id, "refused").inc()
             return _all_failed(subqueries, node_id, f"{node_id} {exc}")

@@ -12,6 +12,8 @@ runs (`on_loop`); there only memory is asked, and what it leaves goes to the que
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import json
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -45,6 +47,7 @@ from gateway.model.queries import (
     keys_of,
 )
 from gateway.model.topology_view import TopologyView
+from gateway.runtime import tracing
 from gateway.runtime.lanes import in_bulk_lane, offload, sliced
 from gateway.storage.catalog.layers import LayeredTable
 from gateway.storage.catalog.snapshots import Snapshot, SnapshotCatalog
@@ -127,6 +130,35 @@ def on_loop(catalog: SnapshotCatalog, project: Project, q: SubQuery) -> bool:
 
 
 def _answer(
+    catalog: SnapshotCatalog,
+    project: Project,
+    topology: Topology,
+    node_id: str,
+    q: SubQuery,
+    engines: tuple[Engine, ...],
+) -> Answer | NotHere:
+    if not tracing.on():
+        return _read(catalog, project, topology, node_id, q, engines)
+    read = {
+        "stategate.partition": q.partition,
+        "stategate.store": q.store,
+        "stategate.node": node_id,
+    }
+    with tracing.span("partition read", read) as span:
+        answer = _read(catalog, project, topology, node_id, q, engines)
+        if span is not None and answer is not NOT_HERE:
+            span.set_attributes(
+                {
+                    "stategate.replica": "active" if answer.active else "standby",
+                    "stategate.version": answer.version,
+                    "stategate.position": json.dumps(answer.offsets, sort_keys=True),
+                    "stategate.failure": str(answer.failure or ""),
+                }
+            )
+        return answer
+
+
+def _read(
     catalog: SnapshotCatalog,
     project: Project,
     topology: Topology,
@@ -352,6 +384,7 @@ class LocalExecution:
             *(
                 loop.run_in_executor(
                     self.pool,
+                    contextvars.copy_context().run,  # its reads' spans: the request's
                     execute,
                     self.catalog,
                     self.project,

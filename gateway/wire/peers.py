@@ -13,6 +13,7 @@ import ssl
 from contracts.cluster_secret import secret_headers
 from contracts.settings import Settings
 from gateway.model.queries import Answer, SubQuery, keys_of
+from gateway.runtime import tracing
 from gateway.runtime.lanes import offload
 from gateway.wire.general import HttpxTransport
 from gateway.wire.hop import HopTransport
@@ -39,6 +40,7 @@ class PeerClient:
         headers = {**self._headers, "content-type": "application/json"}
         if authorization:
             headers["authorization"] = authorization
+        tracing.inject(headers)  # the internal call's span, when tracing
         return _body(await self.transport.post(url, body, headers))
 
     async def query(

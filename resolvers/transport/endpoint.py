@@ -27,6 +27,7 @@ from starlette.types import Receive, Scope, Send
 
 from gateway.auth import Unauthenticated
 from gateway.node import GatewayNode
+from gateway.runtime import tracing
 from resolvers.execution import client_errors, results
 from resolvers.execution.operations import Operations, Refused
 from resolvers.execution.persisted import NOT_FOUND_OUTCOME, Source
@@ -105,7 +106,9 @@ class GraphQLEndpoint:
         session.authenticate()
         work = self._answer(parsed, session, method == "GET")
         started = time.perf_counter()
-        answered = await _unless_disconnected(work, receive)
+        request = {"stategate.node": self.node.id, "http.request.method": method}
+        with tracing.span("graphql request", request, tracing.extracted(headers)):
+            answered = await _unless_disconnected(work, receive)
         if answered is None:
             session.count(None, "cancelled", started)
             return Response(status_code=CLIENT_CLOSED)

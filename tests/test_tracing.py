@@ -1,0 +1,206 @@
+"""OpenTelemetry traces across the hop: a 3-node cluster exporting over OTLP/HTTP (the SDK's
+exporter, configured by the standard OTEL_* variables) to a receiver in this process that
+decodes the protobuf requests a collector would. A client's `traceparent` is the parent of
+the node's request span; the round, the internal call, the peer's internal query and its
+partition read follow in one trace, each read with its partition, node, replica and
+position."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from contracts.partitioner import partition_for
+from gateway.runtime import tracing
+from spark_pipeline.spark import LazySpark
+from tests import oracle
+from tests.nodes import Served, serve
+
+TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+CLIENT_SPAN = "00f067aa0ba902b7"
+EXPORTED_S = 20.0
+QUERY = "query($k: String!) { customerTotals(key: $k) { record { bookings } } }"
+
+
+@dataclass(frozen=True)
+class Span:
+    trace: str
+    id: str
+    parent: str
+    name: str
+    node: str  # the exporting process's service.instance.id
+    attributes: dict[str, Any]
+
+
+class Receiver(ThreadingHTTPServer):
+    """An OTLP/HTTP traces endpoint: every span it was sent."""
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.spans: list[Span] = []
+        self.lock = threading.Lock()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def of(self, trace: str, names: set[str]) -> list[Span]:
+        """The trace's spans, once every name in `names` arrived."""
+        deadline = time.monotonic() + EXPORTED_S
+        while time.monotonic() < deadline:
+            with self.lock:
+                found = [s for s in self.spans if s.trace == trace]
+            if names <= {s.name for s in found}:
+                return found
+            time.sleep(0.1)
+        raise AssertionError(f"spans of {trace}: {[(s.name, s.node) for s in found]}")
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: Receiver
+
+    def do_POST(self) -> None:
+        request = ExportTraceServiceRequest()
+        request.ParseFromString(self.rfile.read(int(self.headers["content-length"])))
+        spans = []
+        for resource in request.resource_spans:
+            attributes = {a.key: _value(a.value) for a in resource.resource.attributes}
+            for scope in resource.scope_spans:
+                spans += [
+                    Span(s.trace_id.hex(), s.span_id.hex(), s.parent_span_id.hex(), s.name,
+                         attributes.get("service.instance.id", ""),
+                         {a.key: _value(a.value) for a in s.attributes})
+                    for s in scope.spans
+                ]  # fmt: skip
+        with self.server.lock:
+            self.server.spans += spans
+        self.send_response(200)
+        self.send_header("content-type", "application/x-protobuf")
+        self.send_header("content-length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def _value(value: Any) -> Any:
+    kind = value.WhichOneof("value")
+    if kind == "array_value":
+        return [_value(v) for v in value.array_value.values]
+    return getattr(value, kind) if kind else None
+
+
+@pytest.fixture(scope="module")
+def receiver() -> Iterator[Receiver]:
+    server = Receiver()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def cluster(
+    spark: LazySpark, tmp_path_factory: pytest.TempPathFactory, receiver: Receiver
+) -> Iterator[Served]:
+    served = serve(tmp_path_factory.mktemp("tracing"), spark, seed=4, start=False)
+    variables = {
+        "OTEL_TRACES_EXPORTER": "otlp",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
+        "OTEL_BSP_SCHEDULE_DELAY": "100",
+    }
+    os.environ.update(variables)  # the nodes' environment
+    try:
+        for node_id in served.nodes.ids:
+            served.nodes.start(node_id)
+    finally:
+        for name in variables:
+            del os.environ[name]
+    yield served
+    served.nodes.stop_all()
+
+
+def _key(served: Served, on_node1: bool) -> tuple[str, int]:
+    """A key and its partition that node1 hosts (or does not)."""
+    project = served.project
+    hosted = {p for p, nodes in project.cluster.replica_map.items() if "node1" in nodes}
+    for rows in oracle.expected_store(project, "customerTotals").values():
+        for row in rows:
+            partition = partition_for(row[0], "string", project.cluster.partitions)
+            if (partition in hosted) == on_node1:
+                return row[0], partition
+    raise AssertionError("no such key")
+
+
+def _ask(served: Served, key: str, trace: str) -> dict[str, Any]:
+    headers = {"traceparent": f"00-{trace}-{CLIENT_SPAN}-01"}
+    reply = served.nodes.client.post(
+        f"{served.nodes.url('node1')}/graphql",
+        json={"query": QUERY, "variables": {"k": key}},
+        headers=headers,
+    )
+    answer: dict[str, Any] = reply.json()
+    assert "errors" not in answer, answer
+    return answer
+
+
+def test_one_trace_follows_a_lookup_through_the_hop_to_the_peers_read(
+    cluster: Served, receiver: Receiver
+) -> None:
+    key, partition = _key(cluster, on_node1=False)
+    _ask(cluster, key, TRACE)
+    names = {"graphql request", "routing round", "internal call", "internal query",
+             "partition read"}  # fmt: skip
+    spans = {s.name: s for s in receiver.of(TRACE, names)}
+    request, round_ = spans["graphql request"], spans["routing round"]
+    call, query, read = spans["internal call"], spans["internal query"], spans["partition read"]
+    assert request.parent == CLIENT_SPAN and request.node == "node1"
+    assert round_.parent == request.id and call.parent == round_.id and call.node == "node1"
+    peer = call.attributes["stategate.peer"]
+    assert query.parent == call.id and query.node == peer  # carried across the hop
+    assert read.parent == query.id and read.node == peer
+    assert read.attributes["stategate.partition"] == partition
+    assert read.attributes["stategate.node"] == peer
+    assert read.attributes["stategate.replica"] in ("active", "standby")
+    position = json.loads(read.attributes["stategate.position"])  # every topic of its chain
+    assert position[cluster.project.stores["customerTotals"].topic.name] > 0
+
+
+def test_a_key_read_here_is_one_read_under_the_request(cluster: Served, receiver: Receiver) -> None:
+    trace = "5bf92f3577b34da6a3ce929d0e0e4737"
+    key, partition = _key(cluster, on_node1=True)
+    _ask(cluster, key, trace)
+    spans = {s.name: s for s in receiver.of(trace, {"graphql request", "partition read"})}
+    read = spans["partition read"]
+    assert read.parent == spans["graphql request"].id and read.node == "node1"
+    assert read.attributes["stategate.partition"] == partition
+
+
+def test_sampled_out_a_request_has_no_spans_under_it(cluster: Served, receiver: Receiver) -> None:
+    trace = "6bf92f3577b34da6a3ce929d0e0e4738"
+    key, _ = _key(cluster, on_node1=False)
+    headers = {"traceparent": f"00-{trace}-{CLIENT_SPAN}-00"}  # the client's: not sampled
+    reply = cluster.nodes.client.post(
+        f"{cluster.nodes.url('node1')}/graphql",
+        json={"query": QUERY, "variables": {"k": key}},
+        headers=headers,
+    )
+    assert "errors" not in reply.json()
+    _ask(cluster, key, TRACE.replace("4b", "7b"))  # a sampled one after it, exported after it
+    receiver.of(TRACE.replace("4b", "7b"), {"partition read"})
+    assert not [s for s in receiver.spans if s.trace == trace]
+
+
+def test_off_a_span_is_nothing_at_all() -> None:
+    assert not tracing.on()
+    assert tracing.span("x", {"a": 1}) is tracing.span("y", {})  # one shared nullcontext
+    assert tracing.extracted({"traceparent": f"00-{TRACE}-{CLIENT_SPAN}-01"}) is None
