@@ -1,0 +1,140 @@
+"""A one-key lookup's cost in the node's own Python, without an HTTP server or a client in
+the way: node1's ASGI app (the demo's project) called directly, on uvloop, with the
+requests a client or a peer sends (issue 52).
+
+    python -m bench.in_process --events 100000 --requests 20000 [--profile]
+
+Three figures, each the mean of `requests` sequential calls after a warm-up: a one-key
+GraphQL lookup of a key node1 serves, a peer's /internal/query of one such key, and a
+1000-alias document (cached). The other two nodes are not started: every key asked is
+node1's own. --profile prints cProfile's costliest functions of the lookup.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import os
+import pstats
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import uvloop
+from starlette.types import ASGIApp, Message
+
+from bench.one_key import CUSTOMERS, demo_built, lookups
+from bench.queries import aliased, body
+from contracts.cluster_secret import SECRET_HEADER
+from contracts.partitioner import partition_for
+from contracts.project import Project
+from gateway.model.queries import Get, SubQuery
+from gateway.wire.protocol import encode_request
+from stategate.app import create_app
+
+Call = Callable[[bytes], Awaitable[bytes]]
+
+
+def caller(app: ASGIApp, path: str, headers: list[tuple[bytes, bytes]]) -> Call:
+    """POST a body to the app, as uvicorn would hand it over; the response's body."""
+
+    async def call(request: bytes) -> bytes:
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+                 "method": "POST", "scheme": "http", "path": path, "raw_path": path.encode(),
+                 "query_string": b"", "root_path": "", "client": ("127.0.0.1", 50000),
+                 "server": ("127.0.0.1", 8000), "state": {},
+                 "headers": [*headers, (b"content-length", b"%d" % len(request))]}  # fmt: skip
+        sent, answer = False, []
+
+        async def receive() -> Message:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": request, "more_body": False}
+            await asyncio.Event().wait()  # the client stays
+            return {"type": "http.disconnect"}
+
+        async def send(message: Message) -> None:
+            if message["type"] == "http.response.body":
+                answer.append(message.get("body", b""))
+
+        await app(scope, receive, send)
+        return b"".join(answer)
+
+    return call
+
+
+async def lifespan(app: ASGIApp) -> None:
+    started = asyncio.Event()
+    messages: asyncio.Queue[Message] = asyncio.Queue()
+    await messages.put({"type": "lifespan.startup"})
+
+    async def send(message: Message) -> None:
+        assert message["type"] != "lifespan.startup.failed", message
+        started.set()
+
+    scope = {"type": "lifespan", "asgi": {"version": "3.0"}, "state": {}}
+    asyncio.ensure_future(app(scope, messages.get, send))
+    await started.wait()
+
+
+async def mean_us(call: Call, requests: list[bytes], count: int) -> float:
+    for request in requests[: min(len(requests), 200)]:
+        await call(request)
+    started = time.perf_counter()
+    for number in range(count):
+        await call(requests[number % len(requests)])
+    return (time.perf_counter() - started) / count * 1e6
+
+
+def local_keys(project: Project) -> list[str]:
+    mine = {p for p, nodes in project.cluster.replica_map.items() if nodes[0] == "node1"}
+    keys = (f"C{i:06d}" for i in range(CUSTOMERS))
+    return [k for k in keys if partition_for(k, "string", project.cluster.partitions) in mine]
+
+
+async def measure(project: Project, count: int, profile: bool) -> None:
+    os.chdir(project.path.parent)
+    app = create_app(project, "node1").asgi
+    await lifespan(app)
+    keys = local_keys(project)[:500]
+    graphql = caller(app, "/graphql", [(b"content-type", b"application/json")])
+    secret = [(SECRET_HEADER.encode(), project.cluster.secret.encode())]
+    internal = caller(app, "/internal/query", secret)
+    bodies = lookups(keys)
+    while b'"record":{' not in await graphql(bodies[0]):  # until node1 serves its partitions
+        await asyncio.sleep(0.1)
+    store = project.stores["customerTotals"]
+    subqueries = [
+        encode_request([SubQuery(0, partition_for(k, "string", 9), store.name, Get((k,)))])
+        for k in keys
+    ]
+    aliases = [body(aliased((keys * 2)[:1000]))]
+    print(f"one-key lookup: {await mean_us(graphql, bodies, count):.1f} us", flush=True)
+    print(f"a peer's one-key /internal/query: {await mean_us(internal, subqueries, count):.1f} us")
+    print(f"1000 aliases (cached): {await mean_us(graphql, aliases, 20) / 1000:.2f} ms")
+    if profile:
+        profiler = cProfile.Profile()
+        profiler.enable()
+        await mean_us(graphql, bodies, count)
+        profiler.disable()
+        pstats.Stats(profiler).sort_stats("cumulative").print_stats(50)
+    os._exit(0)  # the node's threads and tasks: nothing to stop cleanly for
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.in_process")
+    parser.add_argument("--events", type=int, default=100_000)
+    parser.add_argument("--requests", type=int, default=20_000)
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="stategate-bench-") as work:
+        project = demo_built(Path(work), args.events)
+        uvloop.run(measure(project, args.requests, args.profile))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
