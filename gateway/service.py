@@ -150,8 +150,26 @@ class RequestQueries:
         return merge(self.tokens)
 
     async def lookup(self, store: Store, keys: list[Key], demand: Demand | None) -> Lookup:
-        limits.check_keys(len(keys), self.project.settings)
-        outcome = await self._load(store, Get(tuple(keys)), (), demand)
+        (found,) = await self.lookups([(store, keys)], demand)
+        return found
+
+    async def lookups(
+        self, asked: Sequence[tuple[Store, list[Key]]], demand: Demand | None
+    ) -> list[Lookup]:
+        """Lookups of several stores (a federation gateway's references), read as one."""
+        for _, keys in asked:
+            limits.check_keys(len(keys), self.project.settings)
+        consistency = self._consistency(demand)
+        works = [Work(store, Get(tuple(keys)), (), consistency) for store, keys in asked]
+        outcomes = await self._load_all(works)
+        return [
+            await self._looked_up(store, keys, outcome, demand)
+            for (store, keys), outcome in zip(asked, outcomes, strict=True)
+        ]
+
+    async def _looked_up(
+        self, store: Store, keys: list[Key], outcome: Outcome, demand: Demand | None
+    ) -> Lookup:
         entries = await offload(_entries, keys, outcome, items=len(keys))
         extend, joined = await self._joined(store, [e.row for e in entries], demand)
         if extend:

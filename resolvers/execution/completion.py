@@ -23,13 +23,16 @@ from graphql import (
     GraphQLOutputType,
     GraphQLResolveInfo,
     GraphQLScalarType,
+    GraphQLUnionType,
     is_leaf_type,
     is_list_type,
     is_non_null_type,
     is_object_type,
+    is_union_type,
 )
 from graphql.pyutils import Path
 from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
+from strawberry.types.cast import get_strawberry_type_cast
 
 from resolvers.schema.annotations import DEFINITION, Plan, reader
 
@@ -54,6 +57,8 @@ class PlanCompiler:
             body = _leaf(inner)
         elif is_object_type(inner):
             body = self._compile_object(inner, field_details_list)
+        elif is_union_type(inner):
+            body = self._compile_union(inner, field_details_list)
         else:
             body = None
         if body is None:
@@ -86,6 +91,23 @@ class PlanCompiler:
                 return None
             fields.append((response_key, read, plan, _inlined(field.type)))
         return _object(fields)
+
+    def _compile_union(self, union: GraphQLUnionType, field_details_list: Any) -> Plan | None:
+        """A union of plain records (a subgraph's `_Entity`): each member's plan, picked by
+        the type a value was cast to (strawberry.cast); a value cast to none raises, and
+        graphql-core resolves its type."""
+        plans: dict[Any, Plan] = {}
+        for member in union.types:
+            definition = member.extensions.get(DEFINITION)
+            plan = self._compile_object(member, field_details_list)
+            if definition is None or plan is None:
+                return None
+            plans[definition.origin] = plan
+
+        def complete(value: Any) -> Any:
+            return plans[get_strawberry_type_cast(value)](value)
+
+        return complete
 
 
 class PlainRecordExecutionContext(StrawberryGraphQLCoreExecutionContext):

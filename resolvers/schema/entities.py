@@ -2,16 +2,15 @@
 type carries `@key(fields: "key")`, and a supergraph's gateway resolves references to it
 through `_entities`.
 
-A call's representations are read as one lookup per store, all in the request's one routed
-batch (one internal request per owning node), and the response's extensions carry their
-positions, like any lookup's. A key with no record is null, not an error; a representation
-that names no entity, a key of the wrong type, a store the token's roles may not read or a
-partition that could not answer is an error at its place in the list.
+A call's representations are read as one lookup per store, all in one call of the query
+service, so in one routed batch (one internal request per owning node), and the response's
+extensions carry their positions, like any lookup's. A key with no record is null, not an
+error; a representation that names no entity, a key of the wrong type, a store the token's
+roles may not read or a partition that could not answer is an error at its place.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -66,11 +65,11 @@ async def resolved(
                 results[index] = refused
             continue
         readable.append((entities[typename], places))
-    lookups = await asyncio.gather(
-        *(info.context.queries.lookup(store, [k for _, k in places], None)
-          for (store, _), places in readable),
-        return_exceptions=True,
-    )  # fmt: skip
+    asked = [(store, [k for _, k in places]) for (store, _), places in readable]
+    try:
+        lookups: list[Any] = await info.context.queries.lookups(asked, None) if asked else []
+    except GatewayError as refused:  # more keys of a store than a field may ask for
+        lookups = [refused] * len(asked)
     for ((store, record), places), lookup in zip(readable, lookups, strict=True):
         for (index, _), entry in zip(places, _entries(lookup, len(places)), strict=True):
             results[index] = _record(store, record, entry)
