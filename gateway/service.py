@@ -163,13 +163,14 @@ class RequestQueries:
         works = [Work(store, Get(tuple(keys)), (), consistency) for store, keys in asked]
         outcomes = await self._load_all(works)
         return [
-            await self._looked_up(store, keys, outcome, demand)
+            await self._lookup_of(store, keys, outcome, demand)
             for (store, keys), outcome in zip(asked, outcomes, strict=True)
         ]
 
-    async def _looked_up(
+    async def _lookup_of(
         self, store: Store, keys: list[Key], outcome: Outcome, demand: Demand | None
     ) -> Lookup:
+        """A lookup from its outcome: its entries, the joins the request selects, its meta."""
         entries = await offload(_entries, keys, outcome, items=len(keys))
         extend, joined = await self._joined(store, [e.row for e in entries], demand)
         if extend:
