@@ -13,6 +13,7 @@ from contracts.clock import now_ms
 from contracts.placement import Assignment, Replica
 from contracts.positions import satisfies
 from contracts.project import Project
+from contracts.release import release
 from contracts.topology import Topology
 from gateway.assembly import NodeAsks, assemble
 from gateway.auth import Authenticator
@@ -43,9 +44,12 @@ log = logging.getLogger(__name__)
 
 
 class GatewayNode:
-    def __init__(self, project: Project, node_id: str, role: Role = ALONE) -> None:
+    def __init__(
+        self, project: Project, node_id: str, role: Role = ALONE, schema: str = ""
+    ) -> None:
         self.project = project
         self.id = node_id
+        self.schema = schema  # the version of the schema it serves (NodeStatus.schema)
         self.authenticator = Authenticator(project.access, project.settings.max_token_lifetime_s)
         self.metrics = NodeMetrics()
         parts = assemble(
@@ -233,6 +237,8 @@ class GatewayNode:
             internal_requests=self.internal_requests,
             changes=self.switches.changes,
             live=self.live,
+            release=release(),
+            schema=self.schema,
         )
 
     async def exposition(self) -> bytes:
@@ -278,6 +284,7 @@ class GatewayNode:
             coordinator=described.get("coordinator"),
             leader=described.get("leader"),
             routes=self.key_routes,
+            releases={**self.membership.releases(), self.id: (release(), self.schema)},
         )
 
     def _replica(self, partition: int, node_id: str, active: bool) -> ReplicaInfo:

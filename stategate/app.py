@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import strawberry
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
@@ -34,6 +36,7 @@ from stategate.origins import Origins
 
 STATIC = Path(__file__).parent / "static"  # client libraries pages load from the node
 PLAYGROUND = Path(__file__).parent / "playground.html"  # GraphiQL, on assets from STATIC
+SCHEMA_DIGITS = 12
 PLAYGROUND_QUERY = """# Every store's fields are in the Docs and Explorer panes; any query field
 # can also be run as a subscription (over WebSocket, on this same URL).
 {
@@ -96,6 +99,11 @@ class NodeApp:
         logs.level(project.settings)
 
 
+def schema_version(schema: strawberry.Schema) -> str:
+    """What tells two nodes' schemas apart: the SDL's SHA-256, its first 12 digits."""
+    return hashlib.sha256(schema.as_str().encode()).hexdigest()[:SCHEMA_DIGITS]
+
+
 def create_app(project: Project, node_id: str, role: Role = ALONE) -> NodeApp:
     # the operations file first: a bad one stops the node before it opens anything
     def rows_of(store: str) -> int:
@@ -104,7 +112,7 @@ def create_app(project: Project, node_id: str, role: Role = ALONE) -> NodeApp:
     operations = Operations(
         build_schema(project), project.settings, project.operations_file, rows_of, role.workers
     )
-    node = GatewayNode(project, node_id, role)
+    node = GatewayNode(project, node_id, role, schema_version(operations.schema))
 
     async def home(request: Request) -> Response:
         return RedirectResponse("/graphql")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -9,6 +10,9 @@ import pytest
 from contracts.partitioner import partition_for
 from contracts.positions import decode_token
 from contracts.project import Project, Store
+from contracts.release import release
+from resolvers.schema.build import build_schema
+from stategate.app import schema_version
 from tests import oracle, wire
 from tests.wire import as_row, iso, selection
 
@@ -284,3 +288,19 @@ def test_graphiql_in_a_browser(served) -> None:
         f"{served.nodes.url('node1')}/graphql", headers={"accept": "text/html"}
     )
     assert response.status_code == 200 and "graphiql" in response.text.lower()
+
+
+def test_every_node_says_its_release_and_schema_version(served) -> None:
+    """What each node runs, as its peers heard it on their status polls: one release (this
+    checkout's) and one schema version (the project's schema) all around."""
+    schema = schema_version(build_schema(served.project))
+    query = "{ cluster { nodes { id release schemaVersion } } }"
+    deadline = time.monotonic() + 30
+    for node in served.nodes.ids:
+        while True:
+            nodes = served.nodes.data(node, query)["cluster"]["nodes"]
+            said = {n["id"]: (n["release"], n["schemaVersion"]) for n in nodes}
+            if all(r is not None for r, _ in said.values()) or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert said == {n: (release(), schema) for n in served.nodes.ids}, node

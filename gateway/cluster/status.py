@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import orjson
@@ -44,6 +44,8 @@ class NodeStatus:
     internal_requests: int
     changes: int  # counts the node's version switches (gateway/storage/delivery/switches.py)
     live: LiveCounts
+    release: str = ""  # contracts/release.py; "": a node of a release before it said
+    schema: str = ""  # its GraphQL schema's version (the SDL's SHA-256, 12 digits)
 
     def to_json(self) -> bytes:
         return orjson.dumps(asdict(self), option=orjson.OPT_NON_STR_KEYS)
@@ -67,6 +69,8 @@ class NodeStatus:
                 internal_requests=int(raw["internal_requests"]),
                 changes=int(raw["changes"]),
                 live=LiveCounts(**{k: int(v) for k, v in raw["live"].items()}),
+                release=str(raw.get("release", "")),
+                schema=str(raw.get("schema", "")),
             )
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ProtocolError(f"not a node status: {exc!r}") from exc
@@ -115,6 +119,8 @@ class PartitionMap:
     coordinator: str | None  # etcd://...: an elastic cluster's
     leader: str | None  # the node that places partitions, as last read
     routes: list[KeyRoute]  # what a client needs to send a key's query to its replicas
+    # node id -> (release, schema), "" when not known
+    releases: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     def to_json(self) -> bytes:
         return orjson.dumps(_json_map(self))
@@ -133,7 +139,12 @@ def _json_map(partition_map: PartitionMap) -> dict[str, Any]:
     """As GET /cluster writes it: offsets and lag, the GraphQL API's Longs, as decimal
     strings (a JSON number past 2^53 is rounded by clients whose numbers are doubles)."""
     body = asdict(partition_map)
-    body["nodes"] = [{"id": i, "address": a} for i, a in partition_map.nodes.items()]
+    releases = body.pop("releases")
+    body["nodes"] = [
+        {"id": i, "address": a, "release": releases.get(i, ("", ""))[0] or None,
+         "schema": releases.get(i, ("", ""))[1] or None}
+        for i, a in partition_map.nodes.items()
+    ]  # fmt: skip
     for partition in body["partitions"]:
         for replica in partition["replicas"]:
             replica["role"] = "ACTIVE" if replica.pop("active") else "STANDBY"

@@ -76,6 +76,14 @@ class PartitionReplicas:
 class NodeInfo:
     id: str
     address: str
+    release: str | None = strawberry.field(
+        description="What the node runs (the package's version, +g and the commit from a "
+        "checkout); null until it said."
+    )
+    schema_version: str | None = strawberry.field(
+        description="The version of the schema it serves (its SDL's SHA-256, 12 digits): "
+        "nodes that differ serve different store declarations; null until it said."
+    )
 
 
 @strawberry.type(description="The partition map as the answering node sees it.")
@@ -120,7 +128,15 @@ def cluster(info: strawberry.Info[Context, None]) -> ClusterInfo | None:
         node=partition_map.node,
         partitions_count=partition_map.partitions_count,
         replicas=partition_map.replicas,
-        nodes=[NodeInfo(id=i, address=a) for i, a in partition_map.nodes.items()],
+        nodes=[
+            NodeInfo(
+                id=i,
+                address=a,
+                release=partition_map.releases.get(i, ("", ""))[0] or None,
+                schema_version=partition_map.releases.get(i, ("", ""))[1] or None,
+            )
+            for i, a in partition_map.nodes.items()
+        ],
         partitions=[
             PartitionReplicas(
                 partition=p.partition,

@@ -6,7 +6,14 @@ from __future__ import annotations
 import orjson
 
 from contracts import project as projects
-from gateway.cluster.status import KeyRoute, PartitionInfo, PartitionMap, ReplicaInfo, key_routes
+from gateway.cluster.status import (
+    KeyRoute,
+    NodeStatus,
+    PartitionInfo,
+    PartitionMap,
+    ReplicaInfo,
+    key_routes,
+)
 from stategate.demo import PROJECT_TEMPLATE
 
 PAST_DOUBLES = 2**53 + 1  # a JSON number a double cannot hold
@@ -21,7 +28,7 @@ def test_cluster_json_writes_offsets_and_lag_as_decimal_strings() -> None:
     partition_map = PartitionMap(
         "node1", 1, 2, {"t": "long"}, {"node1": "127.0.0.1:1", "node2": "127.0.0.1:2"},
         [PartitionInfo(0, replicas, warming)], 1_767_225_600_000, 3, None, None,
-        [KeyRoute("trains", "key", "t", "long")],
+        [KeyRoute("trains", "key", "t", "long")], {"node1": ("0.1.0+gabc", "0123456789ab")},
     )  # fmt: skip
     body = orjson.loads(partition_map.to_json())
     (partition,) = body["partitions"]
@@ -33,10 +40,11 @@ def test_cluster_json_writes_offsets_and_lag_as_decimal_strings() -> None:
     assert (standby["position"], standby["lag"], standby["role"]) == ({}, None, "STANDBY")
     (copying,) = partition["warming"]
     assert (copying["position"], copying["lag"], copying["role"]) == ({"t": "5"}, "9", "WARMING")
-    assert body["nodes"] == [
-        {"id": "node1", "address": "127.0.0.1:1"},
-        {"id": "node2", "address": "127.0.0.1:2"},
-    ]
+    assert body["nodes"] == [  # node2's release not known yet (it has not said)
+        {"id": "node1", "address": "127.0.0.1:1", "release": "0.1.0+gabc",
+         "schema": "0123456789ab"},
+        {"id": "node2", "address": "127.0.0.1:2", "release": None, "schema": None},
+    ]  # fmt: skip
     assert body["generated_ms"] == 1_767_225_600_000 and body["partitions_count"] == 1
     assert body["assignment_version"] == 3  # an Int in the API
     assert body["routes"] == [
@@ -58,3 +66,17 @@ def test_the_routes_are_the_root_fields_that_read_by_key() -> None:
         "latestBookingHistory": ("key", "bookings", "string"),
         "hourlyRevenue": ("key", "bookings", "string"),
     }
+
+
+def test_a_status_from_a_node_of_an_earlier_release_reads_as_not_saying_its_release() -> None:
+    """A rolling upgrade puts nodes of two releases side by side: a status without the
+    release and schema a later one adds still reads (as not known), and one with them reads
+    them; anything else it carries that this release does not know is left alone."""
+    live = {"subscriptions": 0, "cohorts": 0, "evaluations": 0}
+    earlier = {"node": "node2", "partitions": {}, "sync_errors": {}, "internal_requests": 3,
+               "changes": 1, "live": live}  # fmt: skip
+    status = NodeStatus.from_json(orjson.dumps(earlier))
+    assert (status.release, status.schema) == ("", "")
+    later = {**earlier, "release": "0.2.0", "schema": "ba9876543210", "something": [1]}
+    status = NodeStatus.from_json(orjson.dumps(later))
+    assert (status.release, status.schema) == ("0.2.0", "ba9876543210")
