@@ -250,13 +250,19 @@ def test_one_internal_request_per_owning_node(served) -> None:
 
 
 def test_stores_and_cluster_queries(served) -> None:
-    data = served.nodes.data(
-        "node2",
+    query = (
         "{ stores { name kind keyType windowSizeMs windowAdvanceMs columns { name type } } "
         "cluster { node partitionsCount replicas nodes { id } partitions "
         "{ partition replicas { node role alive version lag "
-        "position { topic offset } } } } }",
+        "position { topic offset } } } } }"
     )
+    deadline = time.monotonic() + 30
+    while True:  # node2 has polled its peers (a cluster just started has not yet)
+        data = served.nodes.data("node2", query)
+        replicas = [r for p in data["cluster"]["partitions"] for r in p["replicas"]]
+        if all(r["alive"] and r["lag"] == "0" for r in replicas) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     assert {s["name"] for s in data["stores"]} == set(served.project.stores)
     for info in data["stores"]:
         store = served.project.stores[info["name"]]
