@@ -233,7 +233,8 @@ def _list_scans(store: Store) -> Scans:
     def scans(arguments: Mapping[str, Any]) -> str | None:
         order = arguments.get("orderBy") or ["KEY_ASC"]
         order = order if isinstance(order, list) else [order]  # one value stands for a list
-        cheap = len(order) == 1 and (order[0] in by_key or order[0] in indexed)
+        # measured before the variables are checked: an order may be anything yet
+        cheap = len(order) == 1 and str(order[0]) in by_key | indexed
         return None if cheap and not arguments.get("where") else store.name
 
     return scans

@@ -59,3 +59,17 @@ def test_an_unfiltered_page_by_an_index_or_the_key_costs_its_rows(
 ) -> None:
     large = operations(tmp_path, rows=SCAN_ROWS_PER_UNIT * LIMIT)
     assert large.prepare(Source(document, None), {}).cost < 100
+
+
+@pytest.mark.parametrize("order", [[{"": None}], [["KEY_ASC"]], {"x": 1}, [None], [3]])
+def test_an_order_not_of_the_enum_is_measured_then_refused_by_its_variables(
+    tmp_path: Path, order: object
+) -> None:
+    """The cost is measured before the variables are checked (a fuzzed GET found a 500):
+    whatever a variable holds, measuring it raises nothing, and it is refused for its type."""
+    document = (
+        "query($o: [LatestBookingOrderBy!]) "
+        "{ latestBookingList(orderBy: $o, first: 10) { records { key } } }"
+    )
+    prepared = operations(tmp_path, rows=10).prepare(Source(document, None), {"o": order})
+    assert prepared.cost >= 10
