@@ -46,6 +46,7 @@ from gateway.runtime.lanes import offload, sliced
 # root fields share one routed batch through a DataLoader's load_many; a lone one calls the
 # batch itself (resolvers/schema/context.py).
 Load = Callable[[list[Work]], Awaitable[list[Outcome]]]
+NO_DEMANDS = Consistency()  # a request's that names none (most): one, read and never changed
 
 
 @dataclass(frozen=True)
@@ -177,12 +178,6 @@ class RequestQueries:
             entries = [Entry(e.key, e.partition, extend(e.row), e.failure) if e.row else e
                        for e in entries]  # fmt: skip
         return Lookup(entries, self._meta(outcome, joined))
-
-    def looked_up(self, keys: list[Key], outcome: Outcome) -> Lookup:
-        """A lookup of a few keys read already, as `lookup` returns it when the request
-        selects none of the store's joins."""
-        self._loaded([outcome])
-        return Lookup(_entries(keys, outcome), self._meta(outcome))
 
     async def windows_of_key(
         self, store: Store, key: Key, from_ms: int, to_ms: int, demand: Demand | None
@@ -349,10 +344,9 @@ class RequestQueries:
         return outcome
 
     async def _load_all(self, works: list[Work]) -> list[Outcome]:
-        return self._loaded(list(await self.load(works)))
-
-    def _loaded(self, outcomes: list[Outcome]) -> list[Outcome]:
-        """The outcomes, noted as the request's: their partitions, failures and versions."""
+        """The works' outcomes, read together and noted as the request's: their partitions,
+        failures and versions."""
+        outcomes = list(await self.load(works))
         for outcome in outcomes:
             store = outcome.work.store
             self.partitions.update(q.partition for q, _ in outcome.parts)
@@ -452,7 +446,7 @@ class RequestQueries:
 
     def _consistency(self, demand: Demand | None) -> Consistency:
         if demand is None:
-            return Consistency()
+            return NO_DEMANDS
         cluster = self.project.cluster
         bound: Position = decode_token(demand.token) if demand.token else {}
         for topic, partition, offset in demand.position:

@@ -2,12 +2,12 @@
 one root field reads the record of one key (`s(key: $k) { ... }`, a dashboard's most
 common request), with no consistency demand and none of the store's joins selected.
 
-The key goes straight to the request's batch, and the response is built from the same parts
-the compiled plan uses (the query service's entries, meta and tokens, the field's
-completion, the response's extensions), without Strawberry's argument binding, the resolver
-and the query service's general lookup between them. A variable that does not bind plainly,
-or a role that may not read the store, returns None before anything ran, and the compiled
-plan answers as always; so both give the same response (tests/test_plans.py).
+The key goes to the query service's lookup as the field's resolver would send it, and the
+response is built as the compiled plan builds it (the field's completion, the response's
+extensions), without Strawberry's argument binding, the resolver call and the plan's
+gathering between them. A variable that does not bind plainly, or a role that may not read
+the store, returns None before anything ran, and the compiled plan answers as always; so
+both give the same response (tests/test_plans.py).
 """
 
 from __future__ import annotations
@@ -22,8 +22,6 @@ from graphql.pyutils import Undefined
 from strawberry.types import ExecutionResult
 
 from contracts.project import Store
-from gateway.cluster.batching import Work
-from gateway.model.queries import Get
 from resolvers.execution.plans import OperationPlan, Resolved
 from resolvers.execution.results import response_extensions
 from resolvers.schema.annotations import KEY, Plan
@@ -52,8 +50,7 @@ class KeyLookup:
             return None  # a batch shared with other operations routes them all together
         if access is not None and not access.permits(context.principal, store.name):
             return None
-        (outcome,) = await context.batch.run([Work(store, Get((key,)), ())])
-        lookup = context.queries.looked_up([key], outcome)
+        lookup = await context.queries.lookup(store, [key], None)
         try:
             data = {self.response_key: self.complete(lookup)}
         except Exception:  # noqa: BLE001 - a value the schema refuses: graphql-core words it
