@@ -125,6 +125,11 @@ class PartitionMap:
     def to_json(self) -> bytes:
         return orjson.dumps(_json_map(self))
 
+    def said(self, node: str) -> tuple[str | None, str | None]:
+        """A node's release and schema version as last heard; None when not known."""
+        release, schema = self.releases.get(node, ("", ""))
+        return release or None, schema or None
+
 
 def key_routes(project: Project) -> list[KeyRoute]:
     """Every root field of the project's partitioned stores that reads by key."""
@@ -139,12 +144,12 @@ def _json_map(partition_map: PartitionMap) -> dict[str, Any]:
     """As GET /cluster writes it: offsets and lag, the GraphQL API's Longs, as decimal
     strings (a JSON number past 2^53 is rounded by clients whose numbers are doubles)."""
     body = asdict(partition_map)
-    releases = body.pop("releases")
+    del body["releases"]
     body["nodes"] = [
-        {"id": i, "address": a, "release": releases.get(i, ("", ""))[0] or None,
-         "schema": releases.get(i, ("", ""))[1] or None}
+        {"id": i, "address": a, "release": release, "schema": schema}
         for i, a in partition_map.nodes.items()
-    ]  # fmt: skip
+        for release, schema in [partition_map.said(i)]
+    ]
     for partition in body["partitions"]:
         for replica in partition["replicas"]:
             replica["role"] = "ACTIVE" if replica.pop("active") else "STANDBY"

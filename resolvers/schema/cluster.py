@@ -129,13 +129,9 @@ def cluster(info: strawberry.Info[Context, None]) -> ClusterInfo | None:
         partitions_count=partition_map.partitions_count,
         replicas=partition_map.replicas,
         nodes=[
-            NodeInfo(
-                id=i,
-                address=a,
-                release=partition_map.releases.get(i, ("", ""))[0] or None,
-                schema_version=partition_map.releases.get(i, ("", ""))[1] or None,
-            )
+            NodeInfo(id=i, address=a, release=release, schema_version=schema)
             for i, a in partition_map.nodes.items()
+            for release, schema in [partition_map.said(i)]
         ],
         partitions=[
             PartitionReplicas(
