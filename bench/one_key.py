@@ -93,3 +93,14 @@ async def throughput(
     started = time.monotonic()
     await asyncio.gather(*(client(n) for n in range(CLIENTS)))
     return Ran(done, time.monotonic() - started)
+
+
+async def node1_lookups(project: Project, seconds: float) -> tuple[float, float]:
+    """One client's p50 and CLIENTS clients' requests per second of one-key lookups to node1,
+    keys over every partition (a third through the hop), on `project`'s TLS when it has one."""
+    url = f"{project.cluster.nodes[0].url}/graphql"
+    bodies = lookups([f"C{i:06d}" for i in range(0, CUSTOMERS, 97)])
+    tls = project.tls.client() if project.tls else None
+    p50 = await p50_ms(url, bodies, tls)
+    ran = await throughput(lambda pool, n: pool.post(url, bodies[n % len(bodies)]), seconds, tls)
+    return p50, ran.rate

@@ -20,7 +20,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.one_key import CLIENTS, CUSTOMERS, demo_built, lookups, p50_ms, throughput
+from bench.one_key import CLIENTS, demo_built, node1_lookups
 from contracts import project as projects
 from contracts.project import Project
 from stategate import certificates
@@ -67,21 +67,12 @@ def _measure(side: Side, logs: Path, seconds: float) -> None:
         processes.start_nodes(project)
         ids = [n.id for n in project.cluster.nodes]
         wait_serving(project, ids)
-        p50, rps = asyncio.run(_load(project, seconds))
+        p50, rps = asyncio.run(node1_lookups(project, seconds))
     finally:
         processes.stop_all()
     side.p50_ms.append(p50)
     side.rps.append(rps)
     print(f"{side.name}: one key p50 {p50:.3f} ms, {CLIENTS} clients {rps:,.0f} req/s", flush=True)
-
-
-async def _load(project: Project, seconds: float) -> tuple[float, float]:
-    url = f"{project.cluster.nodes[0].url}/graphql"
-    bodies = lookups([f"C{i:06d}" for i in range(0, CUSTOMERS, 97)])
-    tls = project.tls.client() if project.tls else None
-    p50 = await p50_ms(url, bodies, tls)
-    ran = await throughput(lambda pool, n: pool.post(url, bodies[n % len(bodies)]), seconds, tls)
-    return p50, ran.rate
 
 
 def _report(sides: list[Side]) -> None:

@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
-from bench.one_key import CLIENTS, CUSTOMERS, demo_built, lookups, p50_ms, throughput
+from bench.one_key import CLIENTS, demo_built, node1_lookups
 from contracts.project import Project
 from stategate.launcher import Processes, wait_serving
 
@@ -78,30 +79,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _measure(side: Side, project: Project, logs: Path, seconds: float) -> None:
-    saved = dict(os.environ)
-    os.environ.update(side.environment)  # the nodes' environment
     processes = Processes(logs)
     try:
-        processes.start_nodes(project)
-        os.environ.clear()
-        os.environ.update(saved)
+        with mock.patch.dict(os.environ, side.environment):  # the nodes' environment
+            processes.start_nodes(project)
         wait_serving(project, [n.id for n in project.cluster.nodes])
-        p50, rps = asyncio.run(_load(project, seconds))
+        p50, rps = asyncio.run(node1_lookups(project, seconds))
     finally:
-        os.environ.clear()
-        os.environ.update(saved)
         processes.stop_all()
     side.p50_ms.append(p50)
     side.rps.append(rps)
     print(f"{side.name}: one key p50 {p50:.3f} ms, {CLIENTS} clients {rps:,.0f} req/s", flush=True)
-
-
-async def _load(project: Project, seconds: float) -> tuple[float, float]:
-    url = f"{project.cluster.nodes[0].url}/graphql"
-    bodies = lookups([f"C{i:06d}" for i in range(0, CUSTOMERS, 97)])
-    p50 = await p50_ms(url, bodies)
-    ran = await throughput(lambda pool, n: pool.post(url, bodies[n % len(bodies)]), seconds)
-    return p50, ran.rate
 
 
 def _report(measured: list[Side]) -> None:

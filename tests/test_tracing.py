@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from unittest import mock
 
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -118,13 +119,9 @@ def cluster(
         "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
         "OTEL_BSP_SCHEDULE_DELAY": "100",
     }
-    os.environ.update(variables)  # the nodes' environment
-    try:
+    with mock.patch.dict(os.environ, variables):  # the nodes' environment
         for node_id in served.nodes.ids:
             served.nodes.start(node_id)
-    finally:
-        for name in variables:
-            del os.environ[name]
     yield served
     served.nodes.stop_all()
 
