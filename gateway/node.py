@@ -50,6 +50,7 @@ class GatewayNode:
         self.project = project
         self.id = node_id
         self.schema = schema  # the version of the schema it serves (NodeStatus.schema)
+        self.release = release()  # read once, at start: a checkout's asks git
         self.authenticator = Authenticator(project.access, project.settings.max_token_lifetime_s)
         self.metrics = NodeMetrics()
         parts = assemble(
@@ -237,7 +238,7 @@ class GatewayNode:
             internal_requests=self.internal_requests,
             changes=self.switches.changes,
             live=self.live,
-            release=release(),
+            release=self.release,
             schema=self.schema,
         )
 
@@ -284,7 +285,7 @@ class GatewayNode:
             coordinator=described.get("coordinator"),
             leader=described.get("leader"),
             routes=self.key_routes,
-            releases={**self.membership.releases(), self.id: (release(), self.schema)},
+            releases={**self.membership.releases(), self.id: (self.release, self.schema)},
         )
 
     def _replica(self, partition: int, node_id: str, active: bool) -> ReplicaInfo:

@@ -47,7 +47,7 @@ class Peer:
     seen_ms: int = 0
     changes: int = -1  # the peer's switch counter as last seen; -1: answer at once
     partitions: dict[int, PartitionState] = field(default_factory=dict)
-    release: tuple[str, str] = ("", "")  # its release and schema, as it last said
+    runs: tuple[str, str] = ("", "")  # its release and schema version, as it last said
 
 
 class Membership:
@@ -130,7 +130,7 @@ class Membership:
 
     def releases(self) -> dict[str, tuple[str, str]]:
         """Each peer's release and schema, as it last said ("" when it has not)."""
-        return {peer.id: peer.release for peer in self.peers.values()}
+        return {peer.id: peer.runs for peer in self.peers.values()}
 
     def offsets(self, node_id: str, partition: int) -> dict[str, int] | None:
         state = self.state(node_id, partition)
@@ -188,7 +188,7 @@ class Membership:
             if (seen := peer.partitions.get(p)) is None or seen.version != state.version
         ]
         peer.partitions, peer.changes = status.partitions, status.changes
-        peer.release = (status.release, status.schema)
+        peer.runs = (status.release, status.schema)
         peer.seen_ms = now_ms()
         self.mark_up(peer.id)
         self.switches.observed(switched)

@@ -229,12 +229,13 @@ def _list_scans(store: Store) -> Scans:
     for a walk: SQL then scans) and in key order or by one indexed column."""
     indexed = {f"{names.constant_case(c)}_{d}" for c in store.index for d in ("ASC", "DESC")}
     by_key = {"KEY_ASC"} if store.kind != "window" else set()  # read as a key range
+    cheap_orders = by_key | indexed
 
     def scans(arguments: Mapping[str, Any]) -> str | None:
         order = arguments.get("orderBy") or ["KEY_ASC"]
         order = order if isinstance(order, list) else [order]  # one value stands for a list
         # measured before the variables are checked: an order may be anything yet
-        cheap = len(order) == 1 and str(order[0]) in by_key | indexed
+        cheap = len(order) == 1 and str(order[0]) in cheap_orders
         return None if cheap and not arguments.get("where") else store.name
 
     return scans
