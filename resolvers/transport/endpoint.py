@@ -17,7 +17,7 @@ import logging
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import orjson
 from graphql import OperationType
@@ -225,17 +225,24 @@ async def _unless_disconnected(work: Awaitable[T], receive: Receive) -> T | None
     are answered sooner, so a client that leaves before costs at most that much work."""
     task = asyncio.current_task()
     assert task is not None
-    watching: list[asyncio.Task[bool]] = []
+    watching: list[asyncio.Task[None]] = []
+    left = False
+
+    async def cancel_on_disconnect() -> None:
+        nonlocal left
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        left = True
+        task.cancel()
 
     def watch() -> None:
-        watching.append(asyncio.ensure_future(_cancel_on_disconnect(receive, task)))
+        watching.append(asyncio.ensure_future(cancel_on_disconnect()))
 
     armed = asyncio.get_running_loop().call_later(WATCH_AFTER_S, watch)
     try:
         return await work
     except asyncio.CancelledError:
-        left = watching and watching[0].done() and not watching[0].cancelled()
-        if not (left and watching[0].result()):
+        if not left:
             raise
         task.uncancel()
         return None
@@ -243,11 +250,3 @@ async def _unless_disconnected(work: Awaitable[T], receive: Receive) -> T | None
         armed.cancel()
         if watching:
             watching[0].cancel()
-
-
-async def _cancel_on_disconnect(receive: Receive, task: asyncio.Task[Any]) -> bool:
-    """Cancel `task` once the client disconnects; True once it did."""
-    while (await receive())["type"] != "http.disconnect":
-        pass
-    task.cancel()
-    return True
