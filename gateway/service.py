@@ -16,6 +16,7 @@ from typing import Any
 
 from contracts import chains
 from contracts.clock import LATEST_MS
+from contracts.conditions import Filter
 from contracts.errors import Failure, GatewayError, bad_input
 from contracts.partitioner import Key
 from contracts.positions import Position, decode_token, merge
@@ -23,7 +24,7 @@ from contracts.project import Project, Store
 from contracts.topology import Topology
 from gateway.cluster.batching import Consistency, Outcome, Work
 from gateway.model import cursors, limits, merging
-from gateway.model.filters import Filter, Sort, field_index, with_tie_breaker
+from gateway.model.filters import Sort, field_index, with_tie_breaker
 from gateway.model.limits import SCAN_LOOKAHEAD
 from gateway.model.merging import FieldTotals
 from gateway.model.queries import (

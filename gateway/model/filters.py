@@ -1,55 +1,21 @@
-"""Asking by value: the conditions a row must meet and the order rows come in, as values the
-GraphQL layer builds, the internal protocol carries and storage compiles (to SQL whose values
-are bound as parameters, never spliced).
-
-A field is "key", "window_start" (window stores) or one of the store's columns. A condition
-on a null value is false, except `isNull`: a null matches only `isNull: true` (SQL's rule,
-PostGraphile's and Hasura's).
-"""
+"""Asking by value: the order rows come in, where a field sits in a row, and a filter
+(contracts/conditions.py) as a function of a row, by the rules storage's SQL follows (its
+values bound as parameters, never spliced)."""
 
 from __future__ import annotations
 
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
+from contracts.conditions import KEY, AllOf, AnyOf, Condition, Filter, Not
 from contracts.project import FieldType, Store
 from contracts.snapshot_file import key_columns
 
-Op = Literal["eq", "ne", "lt", "lte", "gt", "gte", "in", "isNull", "startsWith"]
-OPS: tuple[Op, ...] = ("eq", "ne", "lt", "lte", "gt", "gte", "in", "isNull", "startsWith")
-KEY = "key"
 WINDOW_START = "window_start"  # a window store's rows: as snapshots name it
 NUMBERS: tuple[FieldType, ...] = ("int", "long", "double")  # what sum and avg are defined on
 ORDERED: tuple[FieldType, ...] = (*NUMBERS, "string")  # what min and max are defined on
-
-
-@dataclass(frozen=True, slots=True)
-class Condition:
-    """One condition on one field: `value` is a tuple for `in`, a bool for `isNull`."""
-
-    field: str
-    op: Op
-    value: Any
-
-
-@dataclass(frozen=True, slots=True)
-class AllOf:
-    parts: tuple[Filter, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class AnyOf:
-    parts: tuple[Filter, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Not:
-    part: Filter
-
-
-Filter = Condition | AllOf | AnyOf | Not
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Final
 
+from contracts.conditions import Filter
 from contracts.errors import Failure
 from contracts.partitioner import Key
-from gateway.model.filters import Filter, Sort
+from gateway.model.filters import Sort
 
 Row = list[Any]
 

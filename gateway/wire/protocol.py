@@ -12,8 +12,9 @@ from typing import Any
 
 import orjson
 
+from contracts.conditions import OPS, AllOf, AnyOf, Condition, Filter, Not
 from contracts.errors import Failure
-from gateway.model.filters import OPS, AllOf, AnyOf, Condition, Filter, Not, Sort
+from gateway.model.filters import Sort
 from gateway.model.queries import (
     Answer,
     Get,

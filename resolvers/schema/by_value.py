@@ -26,21 +26,11 @@ import strawberry
 from strawberry.types.field import StrawberryField
 
 from contracts import names
+from contracts.conditions import KEY, AllOf, AnyOf, Condition, Filter, Not, Op
 from contracts.errors import GatewayError, bad_input
 from contracts.project import FieldType, Store
 from contracts.settings import Settings
-from gateway.model.filters import (
-    KEY,
-    NUMBERS,
-    ORDERED,
-    AllOf,
-    AnyOf,
-    Condition,
-    Filter,
-    Not,
-    Op,
-    Sort,
-)
+from gateway.model.filters import NUMBERS, ORDERED, Sort
 from gateway.model.limits import MAX_FILTER_DEPTH
 from gateway.service import StoreTotals
 from resolvers.schema.annotations import Scans

@@ -13,8 +13,9 @@ import duckdb
 import pyarrow as pa
 import pytest
 
+from contracts.conditions import KEY, AllOf, AnyOf, Condition, Filter, Not
 from contracts.project import Store, Topic
-from gateway.model.filters import KEY, AllOf, AnyOf, Condition, Filter, Not, Sort
+from gateway.model.filters import Sort
 from gateway.model.queries import NOT_HERE, Select, Totals
 from gateway.storage.catalog.layers import LayeredTable
 from gateway.storage.memory import ordered

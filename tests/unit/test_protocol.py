@@ -11,8 +11,9 @@ from typing import Any
 import orjson
 import pytest
 
+from contracts.conditions import OPS, AllOf, AnyOf, Condition, Filter, Not
 from contracts.errors import Failure
-from gateway.model.filters import OPS, AllOf, AnyOf, Condition, Filter, Not, Sort
+from gateway.model.filters import Sort
 from gateway.model.queries import (
     Answer,
     Get,

@@ -14,8 +14,9 @@ from typing import Any
 
 import numpy as np
 
+from contracts.conditions import KEY, AllOf, AnyOf, Condition, Filter, Not
 from contracts.project import Store
-from gateway.model.filters import KEY, AllOf, AnyOf, Condition, Filter, Not, predicate
+from gateway.model.filters import predicate
 from gateway.storage.memory.columns import CodedColumn, NumberColumn
 from gateway.storage.memory.lookup_table import LookupTable
 

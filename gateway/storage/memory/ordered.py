@@ -15,8 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from contracts.conditions import KEY
 from contracts.project import Store
-from gateway.model.filters import KEY, Sort, field_index, predicate
+from gateway.model.filters import Sort, field_index, predicate
 from gateway.model.merging import by_value
 from gateway.model.queries import NOT_HERE, Row, Rows, Select
 from gateway.storage.memory.lookup_table import Changed, LookupTable

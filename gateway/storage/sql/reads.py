@@ -11,9 +11,10 @@ from typing import Any
 
 import duckdb
 
+from contracts.conditions import KEY
 from contracts.project import TOMBSTONE, VALID_FROM, VALID_TO, Store, history_of
 from contracts.snapshot_file import DELETED, key_columns, quoted
-from gateway.model.filters import KEY, Sort
+from gateway.model.filters import Sort
 from gateway.model.queries import (
     Get,
     Prefix,

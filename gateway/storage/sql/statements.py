@@ -10,19 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from contracts.conditions import AllOf, AnyOf, Condition, Filter, Not
 from contracts.project import FieldType, Store
 from contracts.snapshot_file import DELETED, finite_or_null, key_columns, quoted
-from gateway.model.filters import (
-    NUMBERS,
-    ORDERED,
-    WINDOW_START,
-    AllOf,
-    AnyOf,
-    Condition,
-    Filter,
-    Not,
-    Sort,
-)
+from gateway.model.filters import NUMBERS, ORDERED, WINDOW_START, Sort
 from gateway.model.queries import Select, Totals
 from gateway.storage.memory.row_select import columns
 
