@@ -3,8 +3,9 @@
 [auth] names where the keys that sign bearer tokens are (an environment variable holding an
 HMAC secret, or a JWKS file of public keys), the algorithms a token may use, and the claim
 that carries its roles; [auth.roles] grants each role what it may read: store names, "*" for
-every store, "cluster" for the partition map, "stores" for the store list. A project without
-[auth] checks nothing.
+every store, "cluster" for the partition map, "stores" for the store list; [auth.rows.ROLE]
+limits what a role reads of a store to the rows a rule passes (contracts/row_rules.py). A
+project without [auth] checks nothing.
 
 Only the table's shape is checked here: the secret itself is read by the node that verifies
 tokens (gateway/auth.py), so that the pipeline and the producer never need it.
@@ -13,9 +14,13 @@ tokens (gateway/auth.py), so that the pipeline and the producer never need it.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from contracts import row_rules
+from contracts.row_rules import Rule, RuleError
 
 EVERY_STORE = "*"
 METADATA = ("cluster", "stores")  # the root fields besides the stores'
@@ -25,8 +30,9 @@ DEFAULT_ROLES_CLAIM = "roles"
 DEFAULT_LEEWAY_S = 30.0  # clock skew tolerated on exp and nbf
 _KEYS = {
     "jwt_secret_env", "jwks", "algorithms", "roles_claim", "issuer", "audience", "leeway_s",
-    "roles",
+    "roles", "rows",
 }  # fmt: skip
+Fields = Mapping[str, Mapping[str, str]]  # store -> its fields' types, the key's first
 
 
 class AccessError(ValueError):
@@ -40,6 +46,7 @@ class Principal:
     subject: str | None
     roles: frozenset[str]
     expires: float | None = None  # the token's exp, seconds since the epoch
+    claims: Mapping[str, Any] = field(default_factory=dict, compare=False)  # row rules read them
 
 
 ANONYMOUS = Principal(None, frozenset())  # a request to a project without [auth]
@@ -49,6 +56,7 @@ ANONYMOUS = Principal(None, frozenset())  # a request to a project without [auth
 class Access:
     algorithms: tuple[str, ...]
     grants: dict[str, frozenset[str]]  # role -> store names, "*", "cluster", "stores"
+    rows: dict[str, dict[str, Rule]] = field(default_factory=dict)  # role -> store -> rule
     secret_env: str | None = None  # names the variable holding the HMAC secret
     jwks: Path | None = None  # or the file of public keys
     roles_claim: str = DEFAULT_ROLES_CLAIM
@@ -62,8 +70,21 @@ class Access:
         wildcard = name not in METADATA
         return any(name in g or (wildcard and EVERY_STORE in g) for g in granted)
 
+    def rules(self, principal: Principal, store: str) -> tuple[Rule, ...] | None:
+        """The rules of the principal's roles that grant `store`: a row passes if one does.
+        None when a role grants it whole; () when none grants it."""
+        rules = []
+        for role in sorted(principal.roles):
+            granted = self.grants.get(role, frozenset())
+            if store in granted or EVERY_STORE in granted:
+                rule = self.rows.get(role, {}).get(store)
+                if rule is None:
+                    return None
+                rules.append(rule)
+        return tuple(rules)
 
-def parse(raw: object, base: Path, stores: Iterable[str]) -> Access | None:
+
+def parse(raw: object, base: Path, stores: Fields) -> Access | None:
     """The [auth] table, or None when the project has none."""
     if raw is None:
         return None
@@ -81,9 +102,11 @@ def parse(raw: object, base: Path, stores: Iterable[str]) -> Access | None:
     else:
         family, default = PUBLIC_KEY_ALGORITHMS, ["RS256", "ES256"]
         jwks = _jwks(_string(jwks, "jwks"), base)
+    grants = _grants(raw.get("roles", {}), set(stores))
     return Access(
         algorithms=_algorithms(raw.get("algorithms", default), family),
-        grants=_grants(raw.get("roles", {}), set(stores)),
+        grants=grants,
+        rows=_rows(raw.get("rows", {}), grants, stores),
         secret_env=secret_env,
         jwks=jwks,
         roles_claim=_string(raw.get("roles_claim", DEFAULT_ROLES_CLAIM), "roles_claim"),
@@ -135,6 +158,32 @@ def _grants(raw: object, stores: set[str]) -> dict[str, frozenset[str]]:
                 )
         grants[role] = frozenset(names)
     return grants
+
+
+def _rows(
+    raw: object, grants: dict[str, frozenset[str]], stores: Fields
+) -> dict[str, dict[str, Rule]]:
+    """[auth.rows.ROLE]: store = "rule", for stores the role is granted."""
+    if not isinstance(raw, dict):
+        raise AccessError('[auth.rows] must be a table: [auth.rows.ROLE] store = "rule"')
+    rows: dict[str, dict[str, Rule]] = {}
+    for role, rules in raw.items():
+        if not isinstance(rules, dict):
+            raise AccessError(f'auth.rows.{role} must be a table: store = "rule"')
+        granted = grants.get(role, frozenset())
+        for store, text in rules.items():
+            entry = f"auth.rows.{role}.{store}"
+            if store not in stores:
+                raise AccessError(f"{entry}: {store!r} is not a store ({sorted(stores)})")
+            if store not in granted and EVERY_STORE not in granted:
+                raise AccessError(f"{entry}: [auth.roles] does not grant {role} {store}")
+            if not isinstance(text, str):
+                raise AccessError(f'{entry} must be a rule in a string, e.g. "key = claims.sub"')
+            try:
+                rows.setdefault(role, {})[store] = row_rules.parse(text, stores[store])
+            except RuleError as exc:
+                raise AccessError(f"{entry}: {exc}: {text}") from None
+    return rows
 
 
 def _leeway(value: object) -> float:

@@ -32,7 +32,8 @@ def error_document(code: str, message: str) -> dict[str, dict[str, str]]:
 
 
 class Failure(StrEnum):
-    """Why one partition could not answer; the rest of a result stands."""
+    """Why one partition could not answer; the rest of a result stands. FORBIDDEN is a key's
+    own: the row rules withhold its rows."""
 
     NOT_PRESENT = "NOT_PRESENT"  # the replica has no snapshot of the partition (yet)
     NOT_ACTIVE = "NOT_ACTIVE"  # requireActive, and the replica is a standby
@@ -42,6 +43,8 @@ class Failure(StrEnum):
     STORE_EXCEPTION = "STORE_EXCEPTION"  # the replica's store failed to answer
     NODE_UNAVAILABLE = "NODE_UNAVAILABLE"  # the replica could not be reached
     OUTSIDE_HISTORY = "OUTSIDE_HISTORY"  # a time before the versioned store's history
+    # the request's row rules withhold the key's rows: said by the node asked, never a replica
+    FORBIDDEN = "FORBIDDEN"
 
     @property
     def retryable(self) -> bool:
@@ -50,4 +53,5 @@ class Failure(StrEnum):
             Failure.DOES_NOT_EXIST,
             Failure.UNKNOWN_QUERY_TYPE,
             Failure.OUTSIDE_HISTORY,
+            Failure.FORBIDDEN,
         )

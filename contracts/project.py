@@ -386,7 +386,8 @@ def _kafka(raw: object, settings: Settings) -> Kafka | None:
 
 def _access(raw: object, base: Path, stores: dict[str, Store]) -> Access | None:
     try:
-        return parse_access(raw, base, stores)
+        fields = {name: {"key": s.key_type, **s.columns} for name, s in stores.items()}
+        return parse_access(raw, base, fields)
     except AccessError as exc:
         raise ConfigError(str(exc)) from exc
 

@@ -106,7 +106,7 @@ class Authenticator:
         too_long = self._too_long(claims, access.leeway_s)
         if too_long is not None:
             raise Unauthenticated(too_long, subject=subject)
-        return Principal(subject, roles, claims["exp"])
+        return Principal(subject, roles, claims["exp"], claims)
 
     def _too_long(self, claims: dict[str, Any], leeway_s: float) -> str | None:
         """Why a verified token lives too long, if it does: exp - iat, or without iat exp -

@@ -16,7 +16,7 @@ from typing import Any
 
 from contracts import chains
 from contracts.clock import LATEST_MS
-from contracts.conditions import Filter
+from contracts.conditions import KEY, AllOf, Condition, Filter
 from contracts.errors import Failure, GatewayError, bad_input
 from contracts.partitioner import Key
 from contracts.positions import Position, decode_token, merge
@@ -24,7 +24,7 @@ from contracts.project import Project, Store
 from contracts.topology import Topology
 from gateway.cluster.batching import Consistency, Outcome, Work
 from gateway.model import cursors, limits, merging
-from gateway.model.filters import Sort, field_index, with_tie_breaker
+from gateway.model.filters import WINDOW_START, Sort, field_index, with_tie_breaker
 from gateway.model.limits import SCAN_LOOKAHEAD
 from gateway.model.merging import FieldTotals
 from gateway.model.queries import (
@@ -41,6 +41,7 @@ from gateway.model.queries import (
     Windows,
     WindowsOfKey,
 )
+from gateway.model.visibility import EVERYTHING, Layout, Visibility, in_record, in_version
 from gateway.runtime.lanes import offload, sliced
 
 # A request's batch, as a root field reads it: the outcomes of works read together. Several
@@ -139,6 +140,7 @@ class RequestQueries:
     project: Project
     topology: Topology  # as the request began: who is a partition's active
     load: Load
+    visible: Visibility = EVERYTHING  # the rows its principal's row rules let it read
     tokens: list[Position] = field(default_factory=list)  # one per result
     selected: frozenset[str] = frozenset()  # every field the request's document names
     partitions: set[int] = field(default_factory=set)  # every partition read
@@ -174,6 +176,8 @@ class RequestQueries:
     ) -> Lookup:
         """A lookup from its outcome: its entries, the joins the request selects, its meta."""
         entries = await offload(_entries, keys, outcome, items=len(keys))
+        if self.visible.test(store) is not None:
+            entries = [self._screened(store, entry) for entry in entries]
         extend, joined = await self._joined(store, [e.row for e in entries], demand)
         if extend:
             entries = [Entry(e.key, e.partition, extend(e.row), e.failure) if e.row else e
@@ -186,10 +190,10 @@ class RequestQueries:
         self._check_window_range(store, from_ms, to_ms, limit=True)
         outcome = await self._load(store, WindowsOfKey(key, from_ms, to_ms), (), demand)
         ((q, answer),) = outcome.parts
-        rows = answer.rows or []
+        rows, failure = self._withheld(store, key, answer.rows or [], answer.failure)
         extend, joined = await self._joined(store, rows, demand)
         rows = [extend(row) for row in rows] if extend else rows
-        return KeyWindows(key, q.partition, rows, answer.failure, self._meta(outcome, joined))
+        return KeyWindows(key, q.partition, rows, failure, self._meta(outcome, joined))
 
     async def versions(
         self,
@@ -217,11 +221,12 @@ class RequestQueries:
         rows = answer.rows or []
         more, rows = len(rows) > first, rows[:first]
         end = cursors.encode(store.name, [key, rows[-1][1]]) if rows else None
+        rows, failure = self._withheld(store, key, rows, answer.failure, in_version)
         extend, joined = await self._joined(store, [[r[0], *r[3:]] for r in rows], demand)
         if extend:
             rows = [[*row[:3], *extend([row[0], *row[3:]])[1:]] for row in rows]
         meta = self._meta(outcome, joined)
-        return KeyVersions(key, q.partition, rows, more, end, answer.failure, meta)
+        return KeyVersions(key, q.partition, rows, more, end, failure, meta)
 
     async def range(
         self,
@@ -235,8 +240,12 @@ class RequestQueries:
     ) -> Page:
         if low is not None and high is not None and low > high:  # type: ignore[operator]
             raise GatewayError("INVALID_RANGE", f"from {low!r} is after to {high!r}")
-        last = self._after(store, after, first)
-        scan = Range(low, high, first + SCAN_LOOKAHEAD, None if last is None else last[0])
+        last, limit = self._after(store, after, first), first + SCAN_LOOKAHEAD
+        scan: Scan = Range(low, high, limit, None if last is None else last[0])
+        if self.visible.of(store) is not None:
+            bounds = [Condition(KEY, "gte", low), Condition(KEY, "lte", high)]
+            where = AllOf(tuple(c for c in bounds if c.value is not None))
+            scan = self._by_key(store, limit, last, where)
         return await self._scan(store, scan, first, partitions, demand)
 
     async def prefix(
@@ -248,8 +257,10 @@ class RequestQueries:
         partitions: list[int] | None,
         demand: Demand | None,
     ) -> Page:
-        last = self._after(store, after, first)
-        scan = Prefix(prefix, first + SCAN_LOOKAHEAD, None if last is None else str(last[0]))
+        last, limit = self._after(store, after, first), first + SCAN_LOOKAHEAD
+        scan: Scan = Prefix(prefix, limit, None if last is None else str(last[0]))
+        if self.visible.of(store) is not None:
+            scan = self._by_key(store, limit, last, Condition(KEY, "startsWith", prefix))
         return await self._scan(store, scan, first, partitions, demand)
 
     async def windows(
@@ -265,8 +276,13 @@ class RequestQueries:
         self._check_window_range(store, from_ms, to_ms, limit=False)
         limits.check_page_size(first, self.project.settings)
         start = None if after is None else cursors.decode_window(store, after, from_ms, to_ms)
-        scan = Windows(from_ms, to_ms, first + SCAN_LOOKAHEAD, start)
-        return await self._scan(store, scan, first, partitions, demand)
+        limit = first + SCAN_LOOKAHEAD
+        scan: Scan = Windows(from_ms, to_ms, limit, start)
+        if self.visible.of(store) is not None:
+            order = (Sort(KEY), Sort(WINDOW_START))
+            where = self.visible.within(store, None)
+            scan = Select(where, order, limit, start, (from_ms, to_ms))
+        return await self._scan(store, scan, first, partitions, demand, windowed=True)
 
     async def select(
         self,
@@ -286,6 +302,7 @@ class RequestQueries:
             self._check_window_range(store, window[0], window[1], limit=False)
         sorts = with_tie_breaker(tuple(order), store)
         last = None if after is None else cursors.decode_ordered(store, sorts, after)
+        where = self.visible.within(store, where)
         query = Select(where, sorts, first + SCAN_LOOKAHEAD, last, window)
         outcome = await self._load(store, query, self._partitions(partitions), demand)
         rows, more = merging.page(outcome.parts, first, merging.by_value(store, sorts))
@@ -308,7 +325,7 @@ class RequestQueries:
         """Count, sum, min, max and avg over the rows that pass `where` (and `window`)."""
         if window is not None:
             self._check_window_range(store, window[0], window[1], limit=False)
-        query = Totals(where, window)
+        query = Totals(self.visible.within(store, where), window)
         outcome = await self._load(store, query, self._partitions(partitions), demand)
         count, fields = merging.totals(outcome.parts, store)
         return StoreTotals(count, fields, self._meta(outcome))
@@ -320,9 +337,11 @@ class RequestQueries:
         first: int,
         partitions: list[int] | None,
         demand: Demand | None,
+        windowed: bool = False,
     ) -> Page:
+        """A page of rows by key (and window start, `windowed`), the order every scan but a
+        by-value Select answers in."""
         outcome = await self._load(store, scan, self._partitions(partitions), demand)
-        windowed = isinstance(scan, Windows)
         order = merging.BY_KEY_AND_START if windowed else merging.BY_KEY
         rows, more = merging.page(outcome.parts, first, order)
         end = None
@@ -331,6 +350,42 @@ class RequestQueries:
         extend, joined = await self._joined(store, rows, demand)
         rows = [extend(row) for row in rows] if extend else rows
         return Page(rows, more, end, self._meta(outcome, joined))
+
+    def _by_key(self, store: Store, limit: int, last: list[Key] | None, where: Filter) -> Select:
+        """A key-ordered scan as a Select, so the partitions pass only visible rows."""
+        after = None if last is None else (last[0],)
+        return Select(self.visible.within(store, where), (Sort(KEY),), limit, after)
+
+    def _screened(self, store: Store, entry: Entry) -> Entry:
+        """A lookup's entry, or FORBIDDEN in its place when the row rules withhold its key's
+        row (or its key, when a key alone decides: then whether it has a row stays unsaid)."""
+        test = self.visible.test(store)
+        assert test is not None
+        if entry.row is not None:
+            visible = test(entry.row)
+        elif self.visible.decides_by_key(store):
+            visible = test([entry.key])
+        else:
+            return entry
+        return entry if visible else Entry(entry.key, entry.partition, None, Failure.FORBIDDEN)
+
+    def _withheld(
+        self,
+        store: Store,
+        key: Key,
+        rows: list[Row],
+        failure: Failure | None,
+        layout: Layout = in_record,
+    ) -> tuple[list[Row], Failure | None]:
+        """A key's rows that the row rules let through, and FORBIDDEN when they withheld
+        any (or the key, when a key alone decides)."""
+        test = self.visible.test(store, layout)
+        if test is None:
+            return rows, failure
+        if self.visible.decides_by_key(store):
+            return ([], Failure.FORBIDDEN) if not test([key]) else (rows, failure)
+        kept = [row for row in rows if test(row)]
+        return kept, (Failure.FORBIDDEN if len(kept) < len(rows) else failure)
 
     async def _load(
         self,
@@ -381,7 +436,7 @@ class RequestQueries:
         outcomes = await self._load_all([work for *_, work in wanted]) if wanted else []
         # per join: its field's place in a row, and the joined row of each key
         found = [
-            (number, index, {key: _joined_row(outcome, key) for key in keys})
+            (number, index, self._joined_rows(outcome, keys))
             for (number, index, keys, _), outcome in zip(wanted, outcomes, strict=True)
         ]
         width = len(store.joins)
@@ -393,6 +448,14 @@ class RequestQueries:
             return [*row, *more]
 
         return extend, outcomes
+
+    def _joined_rows(self, outcome: Outcome, keys: tuple[Key, ...]) -> dict[Key, Row | None]:
+        """The joined store's row of each key; None for one its row rules withhold."""
+        test = self.visible.test(outcome.work.store)
+        rows = {key: _joined_row(outcome, key) for key in keys}
+        if test is None:
+            return rows
+        return {key: row if row is not None and test(row) else None for key, row in rows.items()}
 
     def _meta(self, outcome: Outcome, joined: Sequence[Outcome] = ()) -> Meta:
         """A result's meta: how each partition of its store answered, then each partition

@@ -12,6 +12,7 @@ from strawberry.dataloader import DataLoader
 from contracts.access import Principal
 from contracts.errors import GatewayError
 from gateway.cluster.batching import Outcome, RequestBatch, Work
+from gateway.model.visibility import EVERYTHING, Visibility
 from gateway.node import GatewayNode
 from gateway.service import Load, RequestQueries
 
@@ -49,7 +50,9 @@ class Context:
         batch = node.request_batch(authorization)
         if not lone:
             return cls.joining(node, batch, batch_loader(batch), principal)
-        queries = RequestQueries(node.project, node.topology.current, batch.run)
+        queries = RequestQueries(
+            node.project, node.topology.current, batch.run, _visibility(node, principal)
+        )
         return cls(node, batch, queries, principal, lone=True)
 
     @classmethod
@@ -59,9 +62,9 @@ class Context:
         """A context of its own (its results' positions) whose loads join a shared batch:
         the subscriptions evaluated together (resolvers/transport/live.py) send one routed
         batch."""
-        return cls(
-            node, batch, RequestQueries(node.project, node.topology.current, load), principal
-        )
+        visible = _visibility(node, principal)
+        queries = RequestQueries(node.project, node.topology.current, load, visible)
+        return cls(node, batch, queries, principal)
 
     def again(self) -> Context:
         """A fresh context on the same batch, for running the operation again."""
@@ -74,3 +77,9 @@ class Context:
         if access is not None and not access.permits(self.principal, name):
             roles = ", ".join(sorted(self.principal.roles)) or "none"
             raise GatewayError("FORBIDDEN", f"the token's roles ({roles}) may not read {name}")
+
+
+def _visibility(node: GatewayNode, principal: Principal) -> Visibility:
+    """What of each store the principal may read: everything without [auth]."""
+    access = node.project.access
+    return EVERYTHING if access is None else Visibility(access, principal)

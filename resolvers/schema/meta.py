@@ -16,7 +16,8 @@ from resolvers.schema.scalars import Long
 FailureReason = strawberry.enum(
     Failure,
     name="FailureReason",
-    description="Why a partition could not answer (KIP-796, plus NODE_UNAVAILABLE).",
+    description="Why a partition could not answer (KIP-796, plus NODE_UNAVAILABLE), or, "
+    "FORBIDDEN, why a key's rows are withheld: the token's row rules do not let it read them.",
 )
 
 

@@ -87,7 +87,7 @@ def _keyed_fields(store: Store, settings: Settings, Record: type) -> list[Strawb
             "failure": (Failure | None, attrgetter("failure")),
         },
         description="One input key: record is null when the key has no value; failure is set "
-        "when its partition could not answer.",
+        "when its partition could not answer, or (FORBIDDEN) the token may not read its row.",
     )
     Batch = view(
         types["batch"],
