@@ -11,9 +11,9 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
 from urllib.parse import urlsplit
 
 from gateway.wire.hop import ClosedByPeer, read_reply
@@ -43,10 +43,16 @@ class Connection:
         return cls(reader, writer, f"{host}:{port}")
 
     async def request(
-        self, method: str, target: str, body: bytes = b"", content_type: str = "application/json"
+        self,
+        method: str,
+        target: str,
+        body: bytes = b"",
+        content_type: str = "application/json",
+        headers: Mapping[str, str] | None = None,
     ) -> tuple[int, bytes]:
+        more = "".join(f"{name}: {value}\r\n" for name, value in (headers or {}).items())
         head = (
-            f"{method} {target} HTTP/1.1\r\nhost: {self.host}\r\n"
+            f"{method} {target} HTTP/1.1\r\nhost: {self.host}\r\n{more}"
             f"content-type: {content_type}\r\ncontent-length: {len(body)}\r\n\r\n"
         )
         self.writer.write(head.encode() + body)
@@ -64,14 +70,18 @@ class Pool:
         self._idle: dict[tuple[str, int], list[Connection]] = defaultdict(list)
         self.tls = tls  # for https URLs
 
-    async def post(self, url: str, content: bytes = b"", headers: Any = None) -> Reply:
+    async def post(
+        self, url: str, content: bytes = b"", headers: Mapping[str, str] | None = None
+    ) -> Reply:
         """POST a JSON body (httpx's signature; the content type is always JSON)."""
-        return await self.request("POST", url, content)
+        return await self.request("POST", url, content, headers)
 
     async def get(self, url: str) -> Reply:
         return await self.request("GET", url)
 
-    async def request(self, method: str, url: str, body: bytes = b"") -> Reply:
+    async def request(
+        self, method: str, url: str, body: bytes = b"", headers: Mapping[str, str] | None = None
+    ) -> Reply:
         parts = urlsplit(url)
         origin = (parts.hostname or "127.0.0.1", parts.port or 80)
         tls = self.tls if parts.scheme == "https" else None
@@ -80,14 +90,14 @@ class Pool:
         reused = bool(idle)
         connection = idle.pop() if reused else await Connection.open(*origin, tls)
         try:
-            answer = await connection.request(method, target, body)
+            answer = await connection.request(method, target, body, headers=headers)
         except (ClosedByPeer, ConnectionResetError, BrokenPipeError):
             connection.close()
             if not reused:
                 raise
             # the server closed the idle connection (its keep-alive timeout): once more
             connection = await Connection.open(*origin, tls)
-            answer = await connection.request(method, target, body)
+            answer = await connection.request(method, target, body, headers=headers)
         except BaseException:
             connection.close()
             raise
