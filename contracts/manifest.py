@@ -6,7 +6,8 @@ snapshot store and read by every node.
                                         "position": {topic: offset}, "created_ms",
                                         "appended": [[append_ms, records], ...],
                                         "newest_append_ms", "read_ms", "written_ms",
-                                        "published_ms", "rows": {store: n}},
+                                        "published_ms", "rows": {store: n},
+                                        "traceparent"},
                                        ...]}},
      "log_end": {"<topic>": {"<p>": offset}},
      "stores_digest": "...", "updated_ms": ...}
@@ -35,6 +36,7 @@ FILE_NAME = "manifest.json"
 # The newest layers of a chain whose append times the manifest keeps: a node further behind
 # than this counts only these layers' records in its freshness histogram.
 FRESH_LAYERS = 4
+TRACEPARENT_LENGTH = 55  # "00-" 32 hex "-" 16 hex "-" 2 hex
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,8 @@ class Layer:
     # store -> its rows in the partition up to this layer, at most: a base's, plus each
     # delta's (a key a later delta changes again counts twice, until a compaction)
     rows: dict[str, int] = field(default_factory=dict, compare=False)
+    # its publication's span, when the pipeline traced it (contracts/tracing.py): W3C form
+    traceparent: str | None = field(default=None, compare=False)
 
     def sized(self, path: Path) -> bool:
         """Whether the file at `path` has this layer's size (its sha256 is checked apart)."""
@@ -164,6 +168,8 @@ def _stored(layer: Layer, newest: int) -> dict[str, Any]:
     body = vars(layer)
     if layer.version <= newest - FRESH_LAYERS:
         body = {**body, "appended": ()}
+    if layer.traceparent is None:  # untraced (nearly always): not written at all
+        body = {k: v for k, v in body.items() if k != "traceparent"}
     return body
 
 
@@ -190,7 +196,12 @@ def parse_layer(raw: dict[str, Any]) -> Layer:
         published_ms=_optional(raw.get("published_ms")),
         written_ms=_optional(raw.get("written_ms")),
         rows={str(store): int(n) for store, n in raw.get("rows", {}).items()},
+        traceparent=_traceparent(raw.get("traceparent")),
     )
+
+
+def _traceparent(value: Any) -> str | None:
+    return value if isinstance(value, str) and len(value) <= TRACEPARENT_LENGTH else None
 
 
 def _optional(value: Any) -> int | None:

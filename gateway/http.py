@@ -30,14 +30,13 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route, request_response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from contracts import chains
+from contracts import chains, tracing
 from contracts.cluster_secret import SECRET_HEADER, is_authentic
 from contracts.errors import GatewayError, error_document
 from gateway.auth import Unauthenticated, Who
 from gateway.model import limits
 from gateway.model.queries import keys_of
 from gateway.node import GatewayNode
-from gateway.runtime import tracing
 from gateway.runtime.lanes import SLICE, offload
 from gateway.storage.delivery.sync import StoreUnreachable
 from gateway.wire.protocol import ProtocolError, decode_request, encode_answers

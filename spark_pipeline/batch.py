@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 from pyspark import TaskContext
 from pyspark.sql import DataFrame, SparkSession
 
-from contracts import chains
+from contracts import chains, tracing
 from contracts.eventlog import APPEND_MS, now_ms
 from contracts.freshness import AppendTimes, counted, newest
 from contracts.manifest import Layer, Manifest, PartitionEntry, parse_layer
@@ -228,7 +228,10 @@ def _published(batch: Batch, built: list[dict[str, Any]], built_in: str) -> Publ
         return Published(manifest, built_in=built_in)
     entries = dict(manifest.partitions)
     stamp = now_ms()
-    layers = {p: replace(layer, published_ms=stamp) for p, layer in layers.items()}
+    layers = {
+        p: replace(layer, published_ms=stamp, traceparent=_traced(project, p, layer))
+        for p, layer in layers.items()
+    }
     for chain, layer in layers.items():
         below = () if layer.kind == "base" else entries[chain].layers
         entries[chain] = PartitionEntry((*below, layer))
@@ -246,6 +249,21 @@ def _published(batch: Batch, built: list[dict[str, Any]], built_in: str) -> Publ
     log_end = {t: {p: ends[p][t] for p in partitions} for t in project.topics}
     next_manifest = replace(published, log_end=log_end)
     return Published(next_manifest, layers, count, tasks, built_in)
+
+
+def _traced(project: Project, chain: int, layer: Layer) -> str | None:
+    """The `traceparent` of the layer's publication span: from when its records were read
+    until now, as the manifest is about to name it (None when not traced)."""
+    if not tracing.on():
+        return None
+    attributes = {
+        "stategate.partition": chains.partition(project, chain),
+        "stategate.chain": chain,
+        "stategate.version": layer.version,
+        "stategate.layer": layer.kind,
+        "stategate.position": orjson.dumps(layer.position, option=orjson.OPT_SORT_KEYS).decode(),
+    }
+    return tracing.finished("publish", attributes, layer.read_ms)
 
 
 def due_for_compaction(entry: PartitionEntry, settings: Settings) -> bool:

@@ -17,11 +17,11 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
+from contracts import tracing
 from contracts.project import Project
 from gateway import http
 from gateway.auth import Authenticator
 from gateway.node import GatewayNode
-from gateway.runtime import tracing
 from gateway.runtime.lanes import Lanes
 from gateway.runtime.process import tune_for_serving
 from gateway.workers.roles import ALONE, Role

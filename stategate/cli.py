@@ -327,11 +327,13 @@ def run_pipeline(project: Project, args: argparse.Namespace) -> int:
     its JVM, and ends the process by the signal (stategate/stopping.py)."""
     from pyspark.sql import SparkSession
 
+    from contracts import tracing
     from spark_pipeline.dead_letter import BadRecordError
     from spark_pipeline.job import run
     from spark_pipeline.spark import LazySpark, json_logging
 
     logs.configure("pipeline", project.settings)
+    tracing.configure("pipeline")  # its publications' spans (OTEL_TRACES_EXPORTER)
     stop = stopping.StopRequest().install()
 
     def started(session: SparkSession, seconds: float) -> None:

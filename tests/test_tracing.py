@@ -3,15 +3,18 @@ exporter, configured by the standard OTEL_* variables) to a receiver in this pro
 decodes the protobuf requests a collector would. A client's `traceparent` is the parent of
 the node's request span; the round, the internal call, the peer's internal query and its
 partition read follow in one trace, each read with its partition, node, replica and
-position."""
+position. The pipeline (`stategate pipeline`, exporting too) traces each publication; each
+replica's install is its child, and a read links to the publication it read."""
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -20,11 +23,13 @@ from unittest import mock
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from contracts import tracing
+from contracts.eventlog import Record
 from contracts.partitioner import partition_for
-from gateway.runtime import tracing
 from spark_pipeline.spark import LazySpark
 from tests import oracle
 from tests.nodes import Served, serve
+from tests.projects import START_MS, append
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 CLIENT_SPAN = "00f067aa0ba902b7"
@@ -40,6 +45,7 @@ class Span:
     name: str
     node: str  # the exporting process's service.instance.id
     attributes: dict[str, Any]
+    links: tuple[str, ...] = ()  # the span ids it links to
 
 
 class Receiver(ThreadingHTTPServer):
@@ -53,6 +59,17 @@ class Receiver(ThreadingHTTPServer):
     @property
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def where(self, found: Callable[[list[Span]], list[Span]]) -> list[Span]:
+        """What `found` picks of the spans, once it picks any."""
+        deadline = time.monotonic() + EXPORTED_S
+        while time.monotonic() < deadline:
+            with self.lock:
+                picked = found(list(self.spans))
+            if picked:
+                return picked
+            time.sleep(0.1)
+        raise AssertionError(f"none found in {[(s.name, s.node) for s in self.spans]}")
 
     def of(self, trace: str, names: set[str]) -> list[Span]:
         """The trace's spans, once every name in `names` arrived."""
@@ -79,7 +96,8 @@ class _Handler(BaseHTTPRequestHandler):
                 spans += [
                     Span(s.trace_id.hex(), s.span_id.hex(), s.parent_span_id.hex(), s.name,
                          attributes.get("service.instance.id", ""),
-                         {a.key: _value(a.value) for a in s.attributes})
+                         {a.key: _value(a.value) for a in s.attributes},
+                         tuple(link.span_id.hex() for link in s.links))
                     for s in scope.spans
                 ]  # fmt: skip
         with self.server.lock:
@@ -180,6 +198,44 @@ def test_a_key_read_here_is_one_read_under_the_request(cluster: Served, receiver
     read = spans["partition read"]
     assert read.parent == spans["graphql request"].id and read.node == "node1"
     assert read.attributes["stategate.partition"] == partition
+
+
+def test_a_publication_is_the_parent_of_each_install_and_reads_link_to_it(
+    cluster: Served, receiver: Receiver
+) -> None:
+    project = cluster.project
+    key, partition = _key(cluster, on_node1=False)
+    append(project, "bookings", [Record(key, {"trip": "A→B", "price": 12.5, "seats": 2},
+                                        START_MS + 86_400_000)])  # fmt: skip
+    variables = {**os.environ, "OTEL_TRACES_EXPORTER": "otlp",
+                 "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint}  # fmt: skip
+    command = [sys.executable, "-m", "stategate.cli", "pipeline", "--config", str(project.path)]
+    subprocess.run(command, env=variables, check=True, capture_output=True, timeout=300)
+
+    def published(spans: list[Span]) -> list[Span]:
+        return [s for s in spans if s.name == "publish" and s.node == "pipeline"
+                and s.attributes["stategate.partition"] == partition]  # fmt: skip
+
+    (publication,) = receiver.where(published)
+    store = project.stores["customerTotals"]
+    assert json.loads(publication.attributes["stategate.position"])[store.topic.name] > 0
+    replicas = set(project.cluster.replica_map[partition])
+    installs = receiver.where(
+        lambda spans: (
+            [s for s in spans if s.name == "install" and s.parent == publication.id]
+            if replicas <= {s.node for s in spans if s.parent == publication.id}
+            else []
+        )
+    )
+    assert {s.trace for s in installs} == {publication.trace}
+    version = publication.attributes["stategate.version"]
+    assert all(s.attributes["stategate.version"] == version for s in installs)
+    trace = "8bf92f3577b34da6a3ce929d0e0e4739"
+    _ask(cluster, key, trace)
+    spans = {s.name: s for s in receiver.of(trace, {"partition read"})}
+    read = spans["partition read"]
+    assert read.attributes["stategate.version"] == version
+    assert read.links == (publication.id,)
 
 
 def test_sampled_out_a_request_has_no_spans_under_it(cluster: Served, receiver: Receiver) -> None:

@@ -30,13 +30,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from contracts import tracing
 from contracts.errors import Failure
 from contracts.positions import satisfies
 from gateway.cluster.health import Membership
 from gateway.cluster.log_end import LogEnd
 from gateway.cluster.metrics import NodeMetrics
 from gateway.model.queries import NOT_HERE, Answer, NotHere, SubQuery
-from gateway.runtime import tracing
 from gateway.storage.delivery.node_core import NodeCore
 from gateway.wire.peer_errors import PeerError, PeerRefused
 from gateway.wire.protocol import ProtocolError

@@ -22,7 +22,7 @@ from typing import Any
 
 import duckdb
 
-from contracts import chains
+from contracts import chains, tracing
 from contracts.clock import duration, instant, now_ms
 from contracts.errors import Failure
 from contracts.positions import satisfies
@@ -47,7 +47,6 @@ from gateway.model.queries import (
     keys_of,
 )
 from gateway.model.topology_view import TopologyView
-from gateway.runtime import tracing
 from gateway.runtime.lanes import in_bulk_lane, offload, sliced
 from gateway.storage.catalog.layers import LayeredTable
 from gateway.storage.catalog.snapshots import Snapshot, SnapshotCatalog
@@ -147,6 +146,7 @@ def _answer(
     with tracing.span("partition read", read) as span:
         answer = _read(catalog, project, topology, node_id, q, engines)
         if span is not None and answer is not NOT_HERE:
+            tracing.link(span, _publication(catalog, project, q, answer.version))
             span.set_attributes(
                 {
                     "stategate.replica": "active" if answer.active else "standby",
@@ -156,6 +156,17 @@ def _answer(
                 }
             )
         return answer
+
+
+def _publication(
+    catalog: SnapshotCatalog, project: Project, q: SubQuery, version: int
+) -> str | None:
+    """The `traceparent` of the publication of the version a read answered from."""
+    store = project.stores.get(q.store)
+    snapshot = None if store is None else catalog.get(chains.of(project, store, q.partition))
+    if snapshot is None or snapshot.version != version:
+        return None
+    return snapshot.layers[-1].traceparent
 
 
 def _read(

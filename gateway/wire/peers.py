@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import ssl
 
+from contracts import tracing
 from contracts.cluster_secret import secret_headers
 from contracts.settings import Settings
 from gateway.model.queries import Answer, SubQuery, keys_of
-from gateway.runtime import tracing
 from gateway.runtime.lanes import offload
 from gateway.wire.general import HttpxTransport
 from gateway.wire.hop import HopTransport

@@ -172,15 +172,15 @@ def _message(body: dict[str, Any]) -> Message:
 
 
 def _layer(layer: LocalLayer) -> list[Any]:
-    return [layer.version, layer.kind, str(layer.path), layer.newest_append_ms]
+    return [layer.version, layer.kind, str(layer.path), layer.newest_append_ms, layer.traceparent]
 
 
 def _local(raw: list[Any]) -> LocalLayer:
-    version, kind, path, appended = raw
+    version, kind, path, appended, traceparent = raw
     if kind not in ("base", "delta"):
         raise ValueError(f"no such layer kind: {kind!r}")
     layer_kind: Kind = kind
-    return LocalLayer(int(version), layer_kind, Path(path), appended)
+    return LocalLayer(int(version), layer_kind, Path(path), appended, traceparent)
 
 
 Heard = Callable[[Message], Awaitable[None]]

@@ -25,9 +25,9 @@ from starlette.datastructures import Headers, QueryParams
 from starlette.responses import HTMLResponse, Response
 from starlette.types import Receive, Scope, Send
 
+from contracts import tracing
 from gateway.auth import Unauthenticated
 from gateway.node import GatewayNode
-from gateway.runtime import tracing
 from resolvers.execution import client_errors, results
 from resolvers.execution.operations import Operations, Refused
 from resolvers.execution.persisted import NOT_FOUND_OUTCOME, Source

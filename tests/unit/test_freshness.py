@@ -125,3 +125,19 @@ def test_the_manifest_keeps_append_times_for_a_chains_newest_layers_only() -> No
     assert kept == list(range(8 - FRESH_LAYERS, 8))
     # what a compaction compares its chain with: the same layers, whatever they keep
     assert Manifest.from_json(Manifest({0: chain}).to_json()).partitions[0] == chain
+
+
+def test_a_traced_layer_keeps_its_publications_traceparent_and_an_untraced_one_writes_none() -> (
+    None
+):
+    parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    traced = Layer(1, "base", "p0/v1", "ab", 1, {}, 0, traceparent=parent)
+    stored = orjson.loads(Manifest({0: PartitionEntry((traced,))}).to_json())
+    assert stored["partitions"]["0"]["layers"][0]["traceparent"] == parent
+    assert Manifest.from_json(orjson.dumps(stored)).partitions[0].top.traceparent == parent
+    plain = orjson.loads(
+        Manifest({0: PartitionEntry((Layer(1, "base", "p0/v1", "ab", 1, {}, 0),))}).to_json()
+    )
+    assert "traceparent" not in plain["partitions"]["0"]["layers"][0]
+    stored["partitions"]["0"]["layers"][0]["traceparent"] = "x" * 500  # not one: ignored
+    assert Manifest.from_json(orjson.dumps(stored)).partitions[0].top.traceparent is None

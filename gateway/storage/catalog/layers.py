@@ -60,6 +60,8 @@ class LocalLayer:
     # the append time of the newest record in the state up to it, from the manifest (a chain
     # found on disk at start does not know it)
     newest_append_ms: int | None = field(default=None, compare=False)
+    # its publication's span, from the manifest (contracts/tracing.py): reads link to it
+    traceparent: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from contracts import chains
+from contracts import chains, tracing
 from contracts.clock import now_ms
 from contracts.freshness import Delays
 from contracts.manifest import FILE_NAME, Layer, Manifest, PartitionEntry
@@ -222,7 +222,22 @@ class SnapshotSync:
         return snapshot is None or (entry.version, entry.base.version) > snapshot.order
 
     async def _install(self, partition: int, entry: PartitionEntry) -> None:
-        """Download the chain's layers this node lacks, check them, and serve the chain."""
+        """Download the chain's layers this node lacks, check them, and serve the chain; a
+        child span of the top layer's publication, when the pipeline traced it."""
+        publication = tracing.following(entry.top.traceparent)
+        served = self.catalog.get(partition)
+        if publication is None or (served is not None and served.version >= entry.version):
+            return await self._serve(partition, entry)  # untraced, or a compaction
+        installing = {
+            "stategate.partition": chains.partition(self.project, partition),
+            "stategate.chain": partition,
+            "stategate.version": entry.version,
+            "stategate.node": self.node_id,
+        }
+        with tracing.span("install", installing, publication):
+            await self._serve(partition, entry)
+
+    async def _serve(self, partition: int, entry: PartitionEntry) -> None:
         chain: list[LocalLayer] = []
         fetched: list[Path] = []
         served = self.catalog.get(partition)
@@ -230,7 +245,9 @@ class SnapshotSync:
         try:
             for layer in entry.layers:
                 path = self._local_path(partition, layer)
-                local = LocalLayer(layer.version, layer.kind, path, layer.newest_append_ms)
+                local = LocalLayer(
+                    layer.version, layer.kind, path, layer.newest_append_ms, layer.traceparent
+                )
                 if local.path not in have and not await asyncio.to_thread(
                     _intact, local.path, layer
                 ):
