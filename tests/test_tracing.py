@@ -13,15 +13,11 @@ import os
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Iterator
 from typing import Any
 from unittest import mock
 
 import pytest
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from contracts import tracing
 from contracts.eventlog import Record
@@ -29,93 +25,12 @@ from contracts.partitioner import partition_for
 from spark_pipeline.spark import LazySpark
 from tests import oracle
 from tests.nodes import Served, serve
+from tests.otlp import Receiver, Span
 from tests.projects import START_MS, append
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 CLIENT_SPAN = "00f067aa0ba902b7"
-EXPORTED_S = 20.0
 QUERY = "query($k: String!) { customerTotals(key: $k) { record { bookings } } }"
-
-
-@dataclass(frozen=True)
-class Span:
-    trace: str
-    id: str
-    parent: str
-    name: str
-    node: str  # the exporting process's service.instance.id
-    attributes: dict[str, Any]
-    links: tuple[str, ...] = ()  # the span ids it links to
-
-
-class Receiver(ThreadingHTTPServer):
-    """An OTLP/HTTP traces endpoint: every span it was sent."""
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.spans: list[Span] = []
-        self.lock = threading.Lock()
-
-    @property
-    def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-    def where(self, found: Callable[[list[Span]], list[Span]]) -> list[Span]:
-        """What `found` picks of the spans, once it picks any."""
-        deadline = time.monotonic() + EXPORTED_S
-        while time.monotonic() < deadline:
-            with self.lock:
-                picked = found(list(self.spans))
-            if picked:
-                return picked
-            time.sleep(0.1)
-        raise AssertionError(f"none found in {[(s.name, s.node) for s in self.spans]}")
-
-    def of(self, trace: str, names: set[str]) -> list[Span]:
-        """The trace's spans, once every name in `names` arrived."""
-        deadline = time.monotonic() + EXPORTED_S
-        while time.monotonic() < deadline:
-            with self.lock:
-                found = [s for s in self.spans if s.trace == trace]
-            if names <= {s.name for s in found}:
-                return found
-            time.sleep(0.1)
-        raise AssertionError(f"spans of {trace}: {[(s.name, s.node) for s in found]}")
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: Receiver
-
-    def do_POST(self) -> None:
-        request = ExportTraceServiceRequest()
-        request.ParseFromString(self.rfile.read(int(self.headers["content-length"])))
-        spans = []
-        for resource in request.resource_spans:
-            attributes = {a.key: _value(a.value) for a in resource.resource.attributes}
-            for scope in resource.scope_spans:
-                spans += [
-                    Span(s.trace_id.hex(), s.span_id.hex(), s.parent_span_id.hex(), s.name,
-                         attributes.get("service.instance.id", ""),
-                         {a.key: _value(a.value) for a in s.attributes},
-                         tuple(link.span_id.hex() for link in s.links))
-                    for s in scope.spans
-                ]  # fmt: skip
-        with self.server.lock:
-            self.server.spans += spans
-        self.send_response(200)
-        self.send_header("content-type", "application/x-protobuf")
-        self.send_header("content-length", "0")
-        self.end_headers()
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
-def _value(value: Any) -> Any:
-    kind = value.WhichOneof("value")
-    if kind == "array_value":
-        return [_value(v) for v in value.array_value.values]
-    return getattr(value, kind) if kind else None
 
 
 @pytest.fixture(scope="module")
