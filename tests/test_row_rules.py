@@ -383,6 +383,12 @@ def test_lookups_and_batches_show_a_withheld_key_as_forbidden(setup: Setup) -> N
                 )
                 if join:
                     check_journey(setup, token, row, entry["record"]["journey"])
+            one = (f"query($k: {kind}!) {{ {name}(key: $k) {{ failure record {{ "
+                   f"{selection(store)} }} }} }}")  # fmt: skip
+            for key, entry in list(zip(keys, entries["entries"], strict=True))[:3]:
+                alone = ask(setup, next(nodes), token, one, {"k": key})[name]  # the key's path
+                assert alone["failure"] == entry["failure"], (name, key)
+                assert (alone["record"] is None) == (entry["record"] is None), (name, key)
     assert seen >= {"absent", "shown", "withheld", "joined"}, seen
 
 
