@@ -222,6 +222,8 @@ class RequestQueries:
         more, rows = len(rows) > first, rows[:first]
         end = cursors.encode(store.name, [key, rows[-1][1]]) if rows else None
         rows, failure = self._withheld(store, key, rows, answer.failure, in_version)
+        if not rows and failure is Failure.FORBIDDEN and self.visible.decides_by_key(store):
+            more, end = False, None  # a withheld key's versions are not even counted in pages
         extend, joined = await self._joined(store, [[r[0], *r[3:]] for r in rows], demand)
         if extend:
             rows = [[*row[:3], *extend([row[0], *row[3:]])[1:]] for row in rows]
