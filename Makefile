@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 
 CODEGEN := .venv-codegen
 
-.PHONY: setup browser coordinator network kafka s3 demo demo-elastic demo-across test lint bench schema clients client-python client-typescript
+.PHONY: setup browser coordinator network kafka s3 collector demo demo-elastic demo-across test lint bench schema clients client-python client-typescript
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,24 @@ network:
 kafka: setup
 	$(PY) -m stategate.broker fetch > /dev/null
 
+# A real trace collector for the traces' tests: Jaeger v2 (an OpenTelemetry Collector
+# distribution), built once from the Go module proxy into the cache (tests/jaeger.py). Its
+# module must be built as a tool of a module of its own (its go.mod has replace directives).
+STATEGATE_CACHE ?= $(HOME)/.cache/stategate
+JAEGER_VERSION := v1.76.0
+JAEGER := $(STATEGATE_CACHE)/jaeger-$(JAEGER_VERSION)/jaeger
+collector: $(JAEGER)
+# The modules and the build cache (some GB) are dropped once the binary is made.
+JAEGER_BUILD := $(dir $(JAEGER))build
+$(JAEGER):
+	rm -rf $(JAEGER_BUILD) && mkdir -p $(JAEGER_BUILD)/module
+	cd $(JAEGER_BUILD)/module && export GOMODCACHE=$(JAEGER_BUILD)/mod GOCACHE=$(JAEGER_BUILD)/cache && \
+	  go mod init jaeger-build >/dev/null 2>&1 && \
+	  go get -tool github.com/jaegertracing/jaeger/cmd/jaeger@$(JAEGER_VERSION) 2>/dev/null && \
+	  go build -o $@.part github.com/jaegertracing/jaeger/cmd/jaeger && \
+	  go clean -modcache
+	mv $@.part $@ && rm -rf $(JAEGER_BUILD)
+
 # An S3 API server, S3Proxy from Maven Central, for the snapshot store's tests: fetched once
 # into ~/.cache/stategate, then found there (stategate/s3server.py).
 s3: setup
@@ -65,7 +83,7 @@ TS_MODULES := clients/typescript/node_modules/.package-lock.json
 # Apollo's gateway and a second subgraph, for the supergraph test (tests/test_federation.py).
 FEDERATION_MODULES := tests/federation/node_modules/.package-lock.json
 # The typed clients' generators are installed before the tests run them (README: Typed clients).
-test: lint browser coordinator network kafka s3 $(CODEGEN)/.installed $(TS_MODULES) $(FEDERATION_MODULES)
+test: lint browser coordinator network kafka s3 collector $(CODEGEN)/.installed $(TS_MODULES) $(FEDERATION_MODULES)
 	$(PY) -m pytest
 
 bench: setup

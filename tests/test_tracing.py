@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 from unittest import mock
@@ -24,8 +25,9 @@ from contracts.eventlog import Record
 from contracts.partitioner import partition_for
 from spark_pipeline.spark import LazySpark
 from tests import oracle
+from tests.jaeger import Jaeger
 from tests.nodes import Served, serve
-from tests.otlp import Receiver, Span
+from tests.otlp import EXPORTED_S, Receiver, Span
 from tests.projects import START_MS, append
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -43,13 +45,22 @@ def receiver() -> Iterator[Receiver]:
 
 
 @pytest.fixture(scope="module")
+def collector(receiver: Receiver, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Jaeger]:
+    """A real collector between the exporters and the receiver."""
+    jaeger = Jaeger(tmp_path_factory.mktemp("jaeger"), receiver.endpoint)
+    jaeger.start()
+    yield jaeger
+    jaeger.stop()
+
+
+@pytest.fixture(scope="module")
 def cluster(
-    spark: LazySpark, tmp_path_factory: pytest.TempPathFactory, receiver: Receiver
+    spark: LazySpark, tmp_path_factory: pytest.TempPathFactory, collector: Jaeger
 ) -> Iterator[Served]:
     served = serve(tmp_path_factory.mktemp("tracing"), spark, seed=4, start=False)
     variables = {
         "OTEL_TRACES_EXPORTER": "otlp",
-        "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
+        "OTEL_EXPORTER_OTLP_ENDPOINT": collector.endpoint,
         "OTEL_BSP_SCHEDULE_DELAY": "100",
     }
     with mock.patch.dict(os.environ, variables):  # the nodes' environment
@@ -116,14 +127,14 @@ def test_a_key_read_here_is_one_read_under_the_request(cluster: Served, receiver
 
 
 def test_a_publication_is_the_parent_of_each_install_and_reads_link_to_it(
-    cluster: Served, receiver: Receiver
+    cluster: Served, receiver: Receiver, collector: Jaeger
 ) -> None:
     project = cluster.project
     key, partition = _key(cluster, on_node1=False)
     append(project, "bookings", [Record(key, {"trip": "A→B", "price": 12.5, "seats": 2},
                                         START_MS + 86_400_000)])  # fmt: skip
     variables = {**os.environ, "OTEL_TRACES_EXPORTER": "otlp",
-                 "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint}  # fmt: skip
+                 "OTEL_EXPORTER_OTLP_ENDPOINT": collector.endpoint}  # fmt: skip
     command = [sys.executable, "-m", "stategate.cli", "pipeline", "--config", str(project.path)]
     subprocess.run(command, env=variables, check=True, capture_output=True, timeout=300)
 
@@ -151,6 +162,27 @@ def test_a_publication_is_the_parent_of_each_install_and_reads_link_to_it(
     read = spans["partition read"]
     assert read.attributes["stategate.version"] == version
     assert read.links == (publication.id,)
+
+
+def test_the_collector_keeps_the_whole_trace_for_its_query_api(
+    cluster: Served, receiver: Receiver, collector: Jaeger
+) -> None:
+    """Jaeger's own view of a trace: the same spans, parented as sent, each node its own."""
+    trace = "9bf92f3577b34da6a3ce929d0e0e4740"
+    key, _ = _key(cluster, on_node1=False)
+    _ask(cluster, key, trace)
+    names = {"graphql request", "routing round", "internal call", "internal query",
+             "partition read"}  # fmt: skip
+    sent = {s.id: s for s in receiver.of(trace, names)}
+    deadline = time.monotonic() + EXPORTED_S
+    while {s["spanID"] for s in collector.trace(trace)} != set(sent):
+        assert time.monotonic() < deadline, (collector.trace(trace), sent)
+        time.sleep(0.2)
+    for span in collector.trace(trace):
+        mine = sent[str(span["spanID"])]
+        assert span["operationName"] == mine.name and span["instance"] == mine.node
+        parents = [r["spanID"] for r in span["references"] if r["refType"] == "CHILD_OF"]
+        assert parents == [mine.parent] or mine.parent == CLIENT_SPAN
 
 
 def test_sampled_out_a_request_has_no_spans_under_it(cluster: Served, receiver: Receiver) -> None:
