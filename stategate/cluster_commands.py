@@ -1,6 +1,10 @@
 """`stategate cluster status|drain|undrain|rebalance`: an elastic cluster as its coordinator
 holds it (contracts/coordination.py). Each prints one JSON document, or one line saying what
-is wrong and exits 2, having changed nothing. `drain --wait` returns once the node may stop."""
+is wrong and exits 2, having changed nothing. `drain --wait` returns once the node may stop.
+
+`status` also asks every node what it runs and serves (its /internal/status, with the
+cluster secret), for a static cluster too: its release and schema version, the versions of
+the partitions it serves, and whether the nodes differ (a rolling upgrade under way)."""
 
 from __future__ import annotations
 
@@ -10,12 +14,19 @@ import sys
 import time
 from typing import Any
 
-from contracts import placement
+import httpx
+
+from contracts import chains, placement
+from contracts.cluster_secret import secret_headers
 from contracts.coordination import Coordination, CoordinatorError, State
 from contracts.placement import PlacementError
-from contracts.project import Project
+from contracts.project import Project, scheme
+from contracts.tls import verify
+from gateway.cluster.status import NodeStatus
+from gateway.wire.protocol import ProtocolError
 
 DRAIN_POLL_S = 0.5  # how often `drain --wait` reads the assignment
+STATUS_TIMEOUT_S = 5.0  # a node's answer to `status`; one that takes longer is unreachable
 
 
 def run(project: Project, action: str, node: str | None, wait_s: float | None = None) -> int:
@@ -23,6 +34,10 @@ def run(project: Project, action: str, node: str | None, wait_s: float | None = 
     stop), saying on stderr how many partitions are left as that changes; 1 if it still
     holds some then."""
     cluster = project.cluster
+    if cluster.coordinator is None and action == "status":
+        addresses = {n.id: n.url for n in cluster.nodes}
+        print(json.dumps(asyncio.run(nodes_status(project, addresses)), indent=2))
+        return 0
     if cluster.coordinator is None:
         print(
             "stategate: this cluster has no coordinator: its placement is the project file's "
@@ -36,6 +51,10 @@ def run(project: Project, action: str, node: str | None, wait_s: float | None = 
     except (CoordinatorError, PlacementError) as exc:
         print(f"stategate: {exc}", file=sys.stderr)
         return 2
+    if action == "status":
+        addresses = {member: f"{scheme(cluster.tls)}://{address}"
+                     for member, address in body["members"].items()}  # fmt: skip
+        body.update(asyncio.run(nodes_status(project, addresses)))
     print(json.dumps(body, indent=2))
     left = body.get("left", [])
     if left:
@@ -121,4 +140,53 @@ def status(state: State) -> dict[str, Any]:
         "draining": sorted(state.draining & set(state.members)),
         "assignmentVersion": None if assignment is None else assignment.version,
         "partitions": partitions,
+    }
+
+
+async def nodes_status(project: Project, addresses: dict[str, str]) -> dict[str, Any]:
+    """What each node says of itself, asked all at once: `nodes` (a node that does not
+    answer says why), the nodes by `releases` and by `schemas`, and `mixed`: whether the
+    nodes that answered differ in either."""
+    headers = secret_headers(project.cluster.secret)
+    async with httpx.AsyncClient(verify=verify(project.tls), timeout=STATUS_TIMEOUT_S) as client:
+        said = await asyncio.gather(
+            *(_node_status(client, project, node, url, headers) for node, url in addresses.items())
+        )
+    releases: dict[str, list[str]] = {}
+    schemas: dict[str, list[str]] = {}
+    for one in said:
+        if one["reachable"]:
+            releases.setdefault(one["release"], []).append(one["id"])
+            schemas.setdefault(one["schema"], []).append(one["id"])
+    mixed = len(releases) > 1 or len(schemas) > 1
+    return {"nodes": said, "releases": releases, "schemas": schemas, "mixed": mixed}
+
+
+async def _node_status(
+    client: httpx.AsyncClient, project: Project, node: str, url: str, headers: dict[str, str]
+) -> dict[str, Any]:
+    try:
+        reply = await client.get(f"{url}/internal/status", headers=headers)
+        reply.raise_for_status()
+        status = NodeStatus.from_json(reply.content)
+    except (httpx.HTTPError, ProtocolError) as exc:
+        return {"id": node, "address": url, "reachable": False, "error": str(exc) or repr(exc)}
+    return {
+        "id": node,
+        "address": url,
+        "reachable": True,
+        "release": status.release or None,  # None: a release from before nodes said it
+        "schema": status.schema or None,
+        # partition -> the version it serves, of the partitioned stores and of the global ones
+        "serving": _versions(project, status, globals_=False),
+        "global": _versions(project, status, globals_=True),
+        "syncErrors": {str(p): e for p, e in sorted(status.sync_errors.items())},
+    }
+
+
+def _versions(project: Project, status: NodeStatus, globals_: bool) -> dict[str, int]:
+    return {
+        str(chains.partition(project, chain)): state.version
+        for chain, state in sorted(status.partitions.items())
+        if chains.is_global(project, chain) == globals_
     }

@@ -44,9 +44,22 @@ def refused(done: subprocess.CompletedProcess[str]) -> str:
     return lines[0]
 
 
-def test_cluster_commands_need_a_coordinator(tmp_path: Path) -> None:
+def test_placement_commands_need_a_coordinator(tmp_path: Path) -> None:
     path = project_file(tmp_path, None)
-    assert "no coordinator" in refused(stategate("cluster", "status", "--config", str(path)))
+    done = stategate("cluster", "drain", "node1", "--config", str(path))
+    assert "no coordinator" in refused(done)
+
+
+def test_the_status_of_a_static_cluster_says_which_nodes_do_not_answer(tmp_path: Path) -> None:
+    """None runs here: each is unreachable, with why; no release is counted."""
+    path = project_file(tmp_path, None)
+    done = stategate("cluster", "status", "--config", str(path))
+    assert done.returncode == 0, done.stderr
+    body = json.loads(done.stdout)
+    assert [(n["id"], n["reachable"]) for n in body["nodes"]] == [("node1", False),
+                                                                   ("node2", False)]  # fmt: skip
+    assert all(n["error"] for n in body["nodes"])
+    assert (body["releases"], body["schemas"], body["mixed"]) == ({}, {}, False)
 
 
 def test_status_of_an_empty_cluster_and_a_drain_of_an_unknown_node(
@@ -111,6 +124,7 @@ def test_a_drained_node_that_stopped_reads_as_gone_and_a_drain_can_be_called_off
     asyncio.run(stop(leases["node2"]))
     status = json.loads(stategate("cluster", "status", "--config", path).stdout)
     assert status["draining"] == [] and list(status["members"]) == ["node1"]
+    assert [(n["id"], n["reachable"]) for n in status["nodes"]] == [("node1", False)]  # no node
     done = stategate("cluster", "undrain", "node2", "--config", path)
     assert done.returncode == 0, done.stderr
     assert etcd.read("gone").draining == frozenset()

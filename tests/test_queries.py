@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -310,3 +311,11 @@ def test_every_node_says_its_release_and_schema_version(served) -> None:
                 break
             time.sleep(0.2)
         assert said == {n: (release(), schema) for n in served.nodes.ids}, node
+    status = json.loads(served.nodes.cli("cluster", "status"))  # asks each node itself
+    assert status["releases"] == {release(): served.nodes.ids}
+    assert status["schemas"] == {schema: served.nodes.ids} and not status["mixed"]
+    for node in status["nodes"]:
+        hosted = served.project.cluster.hosted_by(node["id"])
+        assert node["reachable"] and {int(p) for p in node["serving"]} == set(hosted)
+        assert all(version >= 1 for version in node["serving"].values())
+        assert {int(p) for p in node["global"]} == set(range(served.project.cluster.partitions))
