@@ -45,6 +45,7 @@ def build_schema(project: Project) -> strawberry.Schema:
         return Subgraph(
             project.stores.values(),
             records,
+            project.settings.max_keys_per_field,
             query=query,
             subscription=subscription,
             config=config,

@@ -21,9 +21,11 @@ from resolvers.schema.annotations import Rows
 PAGE_ROW_WEIGHT = 2
 
 
-def keys_rows(most: int) -> Rows:
+def keys_rows(most: int, argument: str = "keys") -> Rows:
+    """The keys a list `argument` names (a batch's keys, `_entities`' representations)."""
+
     def rows(arguments: Mapping[str, Any]) -> int:
-        keys = arguments.get("keys")
+        keys = arguments.get(argument)
         return min(most, len(keys)) if isinstance(keys, list) else 1
 
     return rows

@@ -21,19 +21,37 @@ from contracts import names
 from contracts.errors import GatewayError, bad_input
 from contracts.partitioner import Key
 from contracts.project import Store
+from resolvers.schema.annotations import COST
+from resolvers.schema.costs import keys_rows
 from resolvers.schema.views import Info
 
 INT32 = 2**31
 INT64 = 2**63
+ENTITIES, REPRESENTATIONS = "_entities", "representations"
 
 
 class Subgraph(strawberry.federation.Schema):
     """Strawberry's federation schema, whose `_entities` reads each store's keys at once."""
 
-    def __init__(self, stores: Iterable[Store], records: dict[str, type], **schema: Any) -> None:
+    def __init__(
+        self, stores: Iterable[Store], records: dict[str, type], most_keys: int, **schema: Any
+    ) -> None:
         self.entities = {names.types(s)["record"]: (s, records[s.name]) for s in stores
                          if s.kind != "window"}  # fmt: skip
+        self.most_keys = most_keys
         super().__init__(**schema)
+
+    def _get_federation_query_type(self, *args: Any, **kwargs: Any) -> type:
+        """Strawberry's query type, whose `_entities` weighs its representations as a batch
+        weighs its keys (resolvers/execution/cost.py)."""
+        query: type = super()._get_federation_query_type(*args, **kwargs)
+        for field in query.__strawberry_definition__.fields:  # type: ignore[attr-defined]
+            if field.python_name == ENTITIES:
+                field.metadata = {
+                    **(field.metadata or {}),
+                    COST: keys_rows(self.most_keys, REPRESENTATIONS),
+                }
+        return query
 
     async def entities_resolver(  # type: ignore[override]
         self, info: Info, representations: list[FederationAny]

@@ -73,3 +73,16 @@ def test_an_order_not_of_the_enum_is_measured_then_refused_by_its_variables(
     )
     prepared = operations(tmp_path, rows=10).prepare(Source(document, None), {"o": order})
     assert prepared.cost >= 10
+
+
+def test_entities_weigh_their_representations_as_a_batch_its_keys(tmp_path: Path) -> None:
+    """A federation gateway's references cost what the same keys as one batch cost."""
+    settings = f"max_request_cost = {LIMIT}\nfederation = true"
+    project = projects.load(write_project(tmp_path, [7001], replicas=1, settings=settings))
+    ops = Operations(build_schema(project), project.settings, None, lambda store: 0)
+    keys = [f"C{i:04d}" for i in range(900)]
+    entities = "query($r: [_Any!]!) { _entities(representations: $r) { __typename } }"
+    batch = "query($k: [String!]!) { customerTotalsBatch(keys: $k) { entries { key } } }"
+    representations = [{"__typename": "CustomerTotals", "key": k} for k in keys]
+    weighed = ops.prepare(Source(entities, None), {"r": representations}).cost
+    assert weighed == ops.prepare(Source(batch, None), {"k": keys}).cost >= len(keys)
