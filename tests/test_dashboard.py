@@ -7,6 +7,7 @@ following and the demo's live bookings arriving, the top 10 moves within seconds
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 import time
 from collections.abc import Iterator
@@ -20,9 +21,12 @@ from contracts.clock import now_ms
 from contracts.partitioner import partition_for
 from contracts.project import Project
 from contracts.records import Record
+from contracts.release import release
+from resolvers.schema.build import build_schema
 from spark_pipeline import job
 from spark_pipeline.spark import LazySpark
 from stategate import demo
+from stategate.app import schema_version
 from stategate.broker import Broker
 from stategate.demo import bookings
 from tests import oracle
@@ -160,6 +164,11 @@ def test_the_dashboard_is_local_and_its_leaderboard_moves(
         journey = page.inner_text("#latest [data-field=journey]")
         assert journey == timetable_entry(project, "Berlin→Hamburg"), "the booking's trip, joined"
         as_of_before_the_booking(page, project, key)
+        schema = schema_version(build_schema(project))
+        runs = f"{', '.join(cluster.ids)}: {release()} · schema {schema}"
+        page.wait_for_function(  # what each node runs: one release all around
+            f"document.querySelector('#releases').innerText.trim() == {json.dumps(runs)}"
+        )
         page.screenshot(path=str(tmp_path / "dashboard.png"), full_page=True)
     print(f"the new leader showed {seen_after * 1000:.0f} ms after the pipeline published")
 

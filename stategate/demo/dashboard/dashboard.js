@@ -66,6 +66,7 @@ const state = {
   hourly: null, // {dispose, hour}: the hour its 24-hour range was computed in
   latest: null, // dispose function
   asOf: null, // ms: the latest booking as of then; null: the latest
+  nodes: new Map(), // node id -> {release, schema}, as the partition map says
 };
 
 // ---- connection and status -------------------------------------------------------------------
@@ -202,11 +203,41 @@ function renderFreshness(meta, extensions) {
   const rows = [...meta.partitions].sort((a, b) => a.partition - b.partition).map((p) => el("tr",
     { class: p.failure ? "failed" : "" },
     el("td", { class: "num" }, String(p.partition)),
-    el("td", {}, p.node ?? "–"),
+    el("td", { title: said(p.node) }, p.node ?? "–"),
     el("td", { class: "num" }, p.version == null ? "–" : String(p.version)),
     el("td", { class: "mono" }, p.failure ?? p.position.map((t) => `${t.topic}@${t.offset}`).join(", "))));
   $("#partitions tbody").replaceChildren(...rows);
   tick();
+}
+
+// What each node runs (its release and schema version), from the partition map: a rolling
+// upgrade shows as nodes that differ.
+const NODES_EVERY_MS = 5000;
+
+async function followNodes() {
+  try {
+    const reply = await fetch("/cluster");
+    if (reply.ok) renderNodes((await reply.json()).nodes);
+  } catch (err) {
+    // the next try says it again; the subscriptions' status badge reports the connection
+  }
+}
+
+function said(node) {
+  const runs = state.nodes.get(node);
+  return runs ? `${node}: release ${runs.release ?? "unknown"}, schema ${runs.schema ?? "unknown"}` : "";
+}
+
+function renderNodes(nodes) {
+  state.nodes = new Map(nodes.map((n) => [n.id, n]));
+  const byRelease = new Map();
+  for (const n of nodes) {
+    const runs = `${n.release ?? "unknown release"} · schema ${n.schema ?? "unknown"}`;
+    byRelease.set(runs, [...(byRelease.get(runs) ?? []), n.id]);
+  }
+  const box = $("#releases");
+  box.classList.toggle("mixed", byRelease.size > 1);
+  box.replaceChildren(...[...byRelease].map(([runs, ids]) => el("li", {}, `${ids.join(", ")}: ${runs}`)));
 }
 
 function tick() {
@@ -345,3 +376,5 @@ subscribe("customerTotalsList", TOP, { first: leaders },
   (data, extensions) => data.customerTotalsList && renderBusiest(data.customerTotalsList, extensions));
 if (state.selected != null) followSelected();
 setInterval(tick, 200);
+followNodes();
+setInterval(followNodes, NODES_EVERY_MS);
