@@ -2,12 +2,12 @@
 the way: node1's ASGI app (the demo's project) called directly, on uvloop, with the
 requests a client or a peer sends (issue 52).
 
-    python -m bench.in_process --events 100000 --requests 20000 [--profile]
+    python -m bench.in_process --events 100000 --requests 20000 [--profile lookup|list]
 
-Three figures, each the mean of `requests` sequential calls after a warm-up: a one-key
-GraphQL lookup of a key node1 serves, a peer's /internal/query of one such key, and a
-1000-alias document (cached). The other two nodes are not started: every key asked is
-node1's own. --profile prints cProfile's costliest functions of the lookup.
+Four figures, each the mean of sequential calls after a warm-up: a one-key GraphQL lookup
+of a key node1 serves, a peer's /internal/query of one such key, a 1000-alias document
+(cached) and 1000 keys as one list field. The other two nodes are not started: every key
+asked is node1's own. --profile lookup|list prints cProfile's costliest functions of one.
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ from gateway.wire.protocol import encode_request
 from stategate.app import create_app
 
 Call = Callable[[bytes], Awaitable[bytes]]
+LIST = """query($k: [String!]!) {
+  customerTotalsBatch(keys: $k) { entries { key record { bookings revenue } } } }"""
 
 
 def caller(app: ASGIApp, path: str, headers: list[tuple[bytes, bytes]]) -> Call:
@@ -95,7 +97,7 @@ def local_keys(project: Project) -> list[str]:
     return [k for k in keys if partition_for(k, "string", project.cluster.partitions) in mine]
 
 
-async def measure(project: Project, count: int, profile: bool) -> None:
+async def measure(project: Project, count: int, profile: str | None) -> None:
     os.chdir(project.path.parent)
     app = create_app(project, "node1").asgi
     await lifespan(app)
@@ -112,15 +114,18 @@ async def measure(project: Project, count: int, profile: bool) -> None:
         for k in keys
     ]
     aliases = [body(aliased((keys * 2)[:1000]))]
+    listed = [body(LIST, {"k": (keys * 2)[:1000]})]
     print(f"one-key lookup: {await mean_us(graphql, bodies, count):.1f} us", flush=True)
     print(f"a peer's one-key /internal/query: {await mean_us(internal, subqueries, count):.1f} us")
     print(f"1000 aliases (cached): {await mean_us(graphql, aliases, 20) / 1000:.2f} ms")
-    if profile:
+    print(f"1000 keys as one list: {await mean_us(graphql, listed, 200) / 1000:.2f} ms")
+    if profile is not None:
+        profiled = {"lookup": (bodies, count), "list": (listed, 200)}[profile]
         profiler = cProfile.Profile()
         profiler.enable()
-        await mean_us(graphql, bodies, count)
+        await mean_us(graphql, *profiled)
         profiler.disable()
-        pstats.Stats(profiler).sort_stats("cumulative").print_stats(50)
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(40)
     os._exit(0)  # the node's threads and tasks: nothing to stop cleanly for
 
 
@@ -128,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.in_process")
     parser.add_argument("--events", type=int, default=100_000)
     parser.add_argument("--requests", type=int, default=20_000)
-    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--profile", choices=["lookup", "list"], help="cProfile of one case")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="stategate-bench-") as work:
         project = demo_built(Path(work), args.events)
