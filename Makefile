@@ -52,7 +52,8 @@ $(JAEGER):
 	rm -rf $(JAEGER_BUILD) && mkdir -p $(JAEGER_BUILD)/module
 	cd $(JAEGER_BUILD)/module && export GOMODCACHE=$(JAEGER_BUILD)/mod GOCACHE=$(JAEGER_BUILD)/cache && \
 	  go mod init jaeger-build >/dev/null 2>&1 && \
-	  go get -tool github.com/jaegertracing/jaeger/cmd/jaeger@$(JAEGER_VERSION) 2>/dev/null && \
+	  (go get -tool github.com/jaegertracing/jaeger/cmd/jaeger@$(JAEGER_VERSION) \
+	    > ../get.log 2>&1 || (tail -5 ../get.log; false)) && \
 	  go build -o $@.part github.com/jaegertracing/jaeger/cmd/jaeger && \
 	  go clean -modcache
 	mv $@.part $@ && rm -rf $(JAEGER_BUILD)
