@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from contracts.access import Access, Principal
+from contracts.access import ANONYMOUS, Access, Principal
 from contracts.conditions import KEY, AllOf, AnyOf, Condition, Filter, Not
 from contracts.project import Store
 from contracts.row_rules import Claim, Rule, fits
-from gateway.model.filters import field_index, predicate
+from gateway.model.filters import field_index, predicate, type_of
 
 NOTHING: Filter = AnyOf(())  # no part holds: no row passes
 Row = list[Any]
@@ -51,12 +51,14 @@ class Visibility:
     def within(self, store: Store, where: Filter | None) -> Filter | None:
         """`where`, narrowed to the rows the request may read."""
         rule = self.of(store)
-        if rule is None or where is None:
-            return rule or where
-        return AllOf((where, rule))
+        if rule is None:
+            return where
+        return rule if where is None else AllOf((where, rule))
 
     def test(self, store: Store, layout: Layout = in_record) -> Callable[[Row], bool] | None:
         """Whether a row (of `layout`) is visible; None: every row is."""
+        if self.access is None:  # no [auth]: nothing to look up on a lookup's way
+            return None
         at = (store.name, layout)
         if at not in self._tests:
             rule = self.of(store)
@@ -75,18 +77,21 @@ class Visibility:
         rules = self.access.rules(self.principal, store.name)
         if rules is None:
             return None
-        bound = [b for b in (_bound(r, self.principal.claims, store) for r in rules) if b]
-        return NOTHING if not bound else bound[0] if len(bound) == 1 else AnyOf(tuple(bound))
+        bound = [_bound(rule, self.principal.claims, store) for rule in rules]
+        passing = tuple(b for b in bound if b is not None)  # a rule missing a claim: no row
+        if len(passing) == 1:
+            return passing[0]
+        return AnyOf(passing)  # of none (NOTHING): no row
 
 
-EVERYTHING = Visibility(None, Principal(None, frozenset()))
+EVERYTHING = Visibility(None, ANONYMOUS)
 
 
 def _bound(rule: Rule, claims: Mapping[str, Any], store: Store) -> Filter | None:
     """The rule with its claims' values; None when one is missing or of the wrong type."""
     match rule:
         case Condition(field, op, Claim(name)):
-            value = _claim(claims.get(name), op, _type(store, field))
+            value = _claim(claims.get(name), op, type_of(store, field))
             return None if value is None else Condition(field, op, value)
         case Condition():
             return rule
@@ -106,10 +111,6 @@ def _claim(value: Any, op: str, kind: str) -> Any:
         values = value if isinstance(value, list) else [value]
         return tuple(values) if all(fits(v, kind) for v in values) else None
     return value if value is not None and fits(value, kind) else None
-
-
-def _type(store: Store, field: str) -> str:
-    return store.key_type if field == KEY else store.columns[field]
 
 
 def _on_key(where: Filter) -> bool:
