@@ -61,13 +61,18 @@ def lookups(keys: list[str]) -> list[bytes]:
     return [body(LOOKUP, {"k": key}) for key in keys]
 
 
-async def p50_ms(url: str, bodies: list[bytes], tls: ssl.SSLContext | None = None) -> float:
-    """One client's median of SEQUENTIAL lookups to `url`, after WARM of them."""
+async def p50_ms(
+    url: str,
+    bodies: list[bytes],
+    tls: ssl.SSLContext | None = None,
+    headers: dict[str, str] | None = None,
+) -> float:
+    """One client's median of SEQUENTIAL requests to `url` (lookups), after WARM of them."""
     async with Pool(tls) as pool:
         times = []
         for number in range(WARM + SEQUENTIAL):
             started = time.perf_counter()
-            reply = await pool.post(url, bodies[number % len(bodies)])
+            reply = await pool.post(url, bodies[number % len(bodies)], headers)
             times.append(time.perf_counter() - started)
             assert reply.status_code == 200 and b'"errors"' not in reply.content, reply.text
     return statistics.median(times[WARM:]) * 1000

@@ -21,15 +21,12 @@ import time
 from pathlib import Path
 
 import jwt
-import orjson
 
-from bench.one_key import WARM, demo_built
+from bench.one_key import demo_built, p50_ms
 from bench.queries import body
-from bench.rawhttp import Pool
 from contracts import project as projects
 from stategate.launcher import Processes, wait_serving
 
-REQUESTS = 300
 SECRET_ENV = "STATEGATE_BENCH_JWT_SECRET"
 SECRET = "a-bench-hmac-secret-long-enough-for-hs256-tokens"
 TRIPS = ["Berlin→Hamburg", "Hamburg→Berlin", "München→Köln"]
@@ -74,18 +71,6 @@ def cases() -> dict[str, tuple[bytes, str]]:
     }
 
 
-async def p50_ms(url: str, request: bytes, headers: dict[str, str]) -> float:
-    async with Pool() as pool:
-        times = []
-        for _ in range(WARM + REQUESTS):
-            started = time.perf_counter()
-            reply = await pool.post(url, request, headers)
-            times.append(time.perf_counter() - started)
-            answer = orjson.loads(reply.content)
-            assert reply.status_code == 200 and "errors" not in answer, reply.text[:500]
-    return statistics.median(times[WARM:]) * 1000
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.row_rules")
     parser.add_argument("--events", type=int, default=100_000)
@@ -107,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
             for number in range(args.rounds):
                 asked = list(cases().items())
                 for name, (request, role) in asked if number % 2 == 0 else reversed(asked):
-                    measured[name].append(asyncio.run(p50_ms(url, request, token(role))))
+                    measured[name].append(asyncio.run(p50_ms(url, [request], headers=token(role))))
                     print(f"{name}: p50 {measured[name][-1]:.3f} ms", flush=True)
             print(f"load {os.getloadavg()[0]:.2f} at the end", flush=True)
         finally:
