@@ -176,8 +176,9 @@ class RequestQueries:
     ) -> Lookup:
         """A lookup from its outcome: its entries, the joins the request selects, its meta."""
         entries = await offload(_entries, keys, outcome, items=len(keys))
-        if self.visible.test(store) is not None:
-            entries = [self._screened(store, entry) for entry in entries]
+        test = self.visible.test(store)
+        if test is not None:
+            entries = _screened(entries, test, self.visible.decides_by_key(store))
         extend, joined = await self._joined(store, [e.row for e in entries], demand)
         if extend:
             entries = [Entry(e.key, e.partition, extend(e.row), e.failure) if e.row else e
@@ -358,19 +359,6 @@ class RequestQueries:
         after = None if last is None else (last[0],)
         return Select(self.visible.within(store, where), (Sort(KEY),), limit, after)
 
-    def _screened(self, store: Store, entry: Entry) -> Entry:
-        """A lookup's entry, or FORBIDDEN in its place when the row rules withhold its key's
-        row (or its key, when a key alone decides: then whether it has a row stays unsaid)."""
-        test = self.visible.test(store)
-        assert test is not None
-        if entry.row is not None:
-            visible = test(entry.row)
-        elif self.visible.decides_by_key(store):
-            visible = test([entry.key])
-        else:
-            return entry
-        return entry if visible else Entry(entry.key, entry.partition, None, Failure.FORBIDDEN)
-
     def _withheld(
         self,
         store: Store,
@@ -546,3 +534,20 @@ def _entries(keys: list[Key], outcome: Outcome) -> list[Entry]:
             row = answer.row_of(key) if answer.ok else None
             entries.append(Entry(key, q.partition, row, answer.failure))
     return entries
+
+
+def _screened(entries: list[Entry], test: Callable[[Row], bool], by_key: bool) -> list[Entry]:
+    """A lookup's entries, FORBIDDEN in the place of each whose row the row rules withhold
+    (or whose key, when a key alone decides: then whether it has a row stays unsaid)."""
+    return [
+        entry
+        if _passes(entry, test, by_key)
+        else Entry(entry.key, entry.partition, None, Failure.FORBIDDEN)
+        for entry in entries
+    ]
+
+
+def _passes(entry: Entry, test: Callable[[Row], bool], by_key: bool) -> bool:
+    if entry.row is not None:
+        return test(entry.row)
+    return not by_key or test([entry.key])
