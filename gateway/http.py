@@ -39,7 +39,13 @@ from gateway.model.queries import keys_of
 from gateway.node import GatewayNode
 from gateway.runtime.lanes import SLICE, offload
 from gateway.storage.delivery.sync import StoreUnreachable
-from gateway.wire.protocol import ProtocolError, decode_request, encode_answers
+from gateway.wire.protocol import (
+    PROTOCOL_HEADER,
+    ProtocolError,
+    check_version,
+    decode_request,
+    encode_answers,
+)
 
 MAX_STATUS_WAIT_S = 60.0  # longest a peer's status request may wait for a switch
 log = logging.getLogger(__name__)
@@ -116,6 +122,7 @@ async def query(request: Request) -> Response:
     node = node_of(request)
     with node.lanes.request():
         try:
+            check_version(request.headers.get(PROTOCOL_HEADER))
             subqueries = decode_request(await request.body())
             for subquery in subqueries:
                 limits.check_subquery(subquery, node.project)

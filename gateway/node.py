@@ -24,6 +24,7 @@ from gateway.cluster.metrics import NodeMetrics, NodeState
 from gateway.cluster.routing import Router
 from gateway.cluster.status import (
     ASSIGNMENT_HEADER,
+    FORMATS,
     NODE_HEADER,
     LiveCounts,
     NodeStatus,
@@ -240,6 +241,7 @@ class GatewayNode:
             live=self.live,
             release=self.release,
             schema=self.schema,
+            formats=FORMATS,
         )
 
     async def exposition(self) -> bytes:

@@ -145,8 +145,9 @@ def status(state: State) -> dict[str, Any]:
 
 async def nodes_status(project: Project, addresses: dict[str, str]) -> dict[str, Any]:
     """What each node says of itself, asked all at once: `nodes` (a node that does not
-    answer says why), the nodes by `releases` and by `schemas`, and `mixed`: whether the
-    nodes that answered differ in either."""
+    answer says why), the nodes by `releases`, by `schemas` and by the versions of each
+    format they read (`formats`: README, Upgrades and rollback), and `mixed`: whether the
+    nodes that answered differ in any."""
     headers = secret_headers(project.cluster.secret)
     async with httpx.AsyncClient(verify=verify(project.tls), timeout=STATUS_TIMEOUT_S) as client:
         said = await asyncio.gather(
@@ -154,12 +155,17 @@ async def nodes_status(project: Project, addresses: dict[str, str]) -> dict[str,
         )
     releases: dict[str, list[str]] = {}
     schemas: dict[str, list[str]] = {}
+    formats: dict[str, dict[str, list[str]]] = {}
     for one in said:
         if one["reachable"]:
             releases.setdefault(one["release"], []).append(one["id"])
             schemas.setdefault(one["schema"], []).append(one["id"])
-    mixed = len(releases) > 1 or len(schemas) > 1
-    return {"nodes": said, "releases": releases, "schemas": schemas, "mixed": mixed}
+            for name, versions in (one["formats"] or {}).items():
+                read = ",".join(map(str, versions))
+                formats.setdefault(name, {}).setdefault(read, []).append(one["id"])
+    mixed = any(len(by) > 1 for by in (releases, schemas, *formats.values()))
+    body = {"releases": releases, "schemas": schemas, "formats": formats, "mixed": mixed}
+    return {"nodes": said, **body}
 
 
 async def _node_status(
@@ -177,6 +183,7 @@ async def _node_status(
         "reachable": True,
         "release": status.release or None,  # None: a release from before nodes said it
         "schema": status.schema or None,
+        "formats": status.formats or None,  # None: a release from before nodes said them
         # partition -> the version it serves, of the partitioned stores and of the global ones
         "serving": _versions(project, status, globals_=False),
         "global": _versions(project, status, globals_=True),

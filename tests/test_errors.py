@@ -8,6 +8,7 @@ import pytest
 
 from contracts.cluster_secret import SECRET_HEADER
 from gateway.model import cursors
+from gateway.wire.protocol import PROTOCOL_HEADER
 
 WIDE = 'from: "2000-01-01T00:00:00Z", to: "2100-01-01T00:00:00Z"'
 BAD = [
@@ -198,6 +199,24 @@ def test_internal_endpoints_refuse_calls_without_the_cluster_secret(served) -> N
             response = client.request(method, url + path, headers=headers, content=b"[]")
             assert response.status_code == 401, (path, response.text)
             assert response.json()["error"]["code"] == "UNAUTHENTICATED"
+
+
+def test_a_call_of_a_protocol_version_the_node_does_not_read_is_refused_in_shape(
+    served,
+) -> None:
+    """What a node of a later release might send: refused as not the protocol (the caller
+    fails over), and a call that states no version is a release's before the header."""
+    client, url = served.nodes.client, served.nodes.url("node1") + "/internal/query"
+    secret = {SECRET_HEADER: served.project.cluster.secret}
+    for stated, status in (("2", 400), (None, 200), ("1", 200)):
+        version = {} if stated is None else {PROTOCOL_HEADER: stated}
+        response = client.post(url, headers={**secret, **version}, content=b"[]")
+        assert response.status_code == status, (stated, response.text)
+    refused = client.post(url, headers={**secret, PROTOCOL_HEADER: "2"}, content=b"[]").json()
+    assert refused["error"] == {
+        "code": "BAD_REQUEST",
+        "message": "not the internal protocol: version 2; this node reads [1]",
+    }
 
 
 def test_nodes_keep_serving_after_bad_input(served) -> None:

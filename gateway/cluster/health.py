@@ -34,7 +34,7 @@ from gateway.model.topology_view import TopologyView
 from gateway.runtime.stalls import Stalls
 from gateway.storage.delivery.node_core import NodeCore
 from gateway.wire.peer_errors import PeerError, PeerUnreachable, PoolExhausted
-from gateway.wire.protocol import ProtocolError
+from gateway.wire.protocol import PROTOCOL, ProtocolError
 
 log = logging.getLogger(__name__)
 
@@ -180,6 +180,11 @@ class Membership:
             status = NodeStatus.from_json(await self.client.get(url, timeout) or b"")
         except (PeerError, ProtocolError) as exc:  # no status from it: down for routing
             self.mark_down(peer.id, exc, started)
+            peer.changes = -1
+            return False
+        if not status.reads("protocol", PROTOCOL):  # a release that cannot read our calls
+            refused = ProtocolError(f"it reads protocol {status.formats.get('protocol')}")
+            self.mark_down(peer.id, refused, started)
             peer.changes = -1
             return False
         switched = [

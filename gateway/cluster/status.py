@@ -8,13 +8,24 @@ from typing import Any
 
 import orjson
 
-from contracts import names
+from contracts import coordination, names, placement, snapshot_file
 from contracts.project import Project
+from gateway.wire import protocol
 from gateway.wire.protocol import ProtocolError
 
 # Headers of every GraphQL answer over HTTP: the node that answered, and the version of the
 # placement it knows (a routing client whose map is older fetches /cluster again).
 NODE_HEADER, ASSIGNMENT_HEADER = "stategate-node", "stategate-assignment"
+
+
+# Each format a node reads, by name, with the versions it reads: its peers' calls (protocol),
+# the manifest and layers (snapshot), the coordinator's records (members, placement).
+FORMATS: dict[str, list[int]] = {
+    "protocol": list(protocol.READS),
+    "snapshot": [snapshot_file.FORMAT],
+    "members": [coordination.FORMAT],
+    "placement": [placement.FORMAT],
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +57,13 @@ class NodeStatus:
     live: LiveCounts
     release: str = ""  # contracts/release.py; "": a node of a release before it said
     schema: str = ""  # its GraphQL schema's version (the SDL's SHA-256, 12 digits)
+    formats: dict[str, list[int]] = field(default_factory=dict)  # FORMATS; {}: unstated
+
+    def reads(self, name: str, version: int) -> bool:
+        """Whether the node reads `version` of a format: a node that stated no formats is of
+        a release before they were stated, which read protocol UNSTATED."""
+        stated = self.formats or {"protocol": [protocol.UNSTATED]}
+        return version in stated.get(name, ())
 
     def to_json(self) -> bytes:
         return orjson.dumps(asdict(self), option=orjson.OPT_NON_STR_KEYS)
@@ -71,6 +89,10 @@ class NodeStatus:
                 live=LiveCounts(**{k: int(v) for k, v in raw["live"].items()}),
                 release=str(raw.get("release", "")),
                 schema=str(raw.get("schema", "")),
+                formats={
+                    str(n): [int(v) for v in versions]
+                    for n, versions in raw.get("formats", {}).items()
+                },
             )
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ProtocolError(f"not a node status: {exc!r}") from exc

@@ -18,7 +18,7 @@ from gateway.runtime.lanes import offload
 from gateway.wire.general import HttpxTransport
 from gateway.wire.hop import HopTransport
 from gateway.wire.peer_errors import PeerRefused
-from gateway.wire.protocol import decode_answers, encode_request
+from gateway.wire.protocol import PROTOCOL, PROTOCOL_HEADER, decode_answers, encode_request
 from gateway.wire.transport import Reply, Transport
 
 NOT_FOUND = 404
@@ -32,7 +32,7 @@ def pooled(settings: Settings, tls: ssl.SSLContext | None = None) -> Transport:
 
 class PeerClient:
     def __init__(self, secret: str, transport: Transport) -> None:
-        self._headers = secret_headers(secret)
+        self._headers = {**secret_headers(secret), PROTOCOL_HEADER: str(PROTOCOL)}
         self.transport = transport
 
     async def post(self, url: str, body: bytes, authorization: str | None = None) -> bytes:

@@ -3,6 +3,12 @@ needs from one node; the reply carries one answer per sub-query.
 
 Both are compact JSON arrays (orjson). A body that does not decode into the types of
 gateway/model/queries.py is a ProtocolError: the receiver answers 400, the caller fails over.
+
+Every internal call says which version of the protocol it speaks (PROTOCOL_HEADER), and
+every node's status which versions it reads (READS), so a node sends a peer only what it
+can read: a peer whose status names none of this node's versions is down for routing
+(gateway/cluster/health.py). A change that the previous release cannot read is a new
+version, read beside the old one for a release (README: Upgrades and rollback).
 """
 
 from __future__ import annotations
@@ -30,10 +36,24 @@ from gateway.model.queries import (
 )
 
 MAX_FILTER_DEPTH = 64  # deeper filters are refused before decoding recurses further
+PROTOCOL = 1  # the version this release sends
+READS = (1,)  # the versions it reads
+PROTOCOL_HEADER = "stategate-protocol"
+UNSTATED = 1  # a call without PROTOCOL_HEADER: from a release before it, which spoke 1
 
 
 class ProtocolError(ValueError):
     """A body that is not the internal protocol (another version, a proxy's page, garbage)."""
+
+
+def check_version(stated: str | None) -> None:
+    """ProtocolError unless a call's PROTOCOL_HEADER names a version this node reads."""
+    try:
+        version = UNSTATED if stated is None else int(stated)
+    except ValueError:
+        raise ProtocolError(f"{PROTOCOL_HEADER} {stated!r} is not a version") from None
+    if version not in READS:
+        raise ProtocolError(f"version {version}; this node reads {list(READS)}")
 
 
 def encode_request(subqueries: list[SubQuery]) -> bytes:

@@ -80,3 +80,15 @@ def test_a_status_from_a_node_of_an_earlier_release_reads_as_not_saying_its_rele
     later = {**earlier, "release": "0.2.0", "schema": "ba9876543210", "something": [1]}
     status = NodeStatus.from_json(orjson.dumps(later))
     assert (status.release, status.schema) == ("0.2.0", "ba9876543210")
+
+
+def test_a_status_says_the_formats_its_node_reads_and_an_earlier_one_read_protocol_1() -> None:
+    live = {"subscriptions": 0, "cohorts": 0, "evaluations": 0}
+    earlier = {"node": "node2", "partitions": {}, "sync_errors": {}, "internal_requests": 3,
+               "changes": 1, "live": live}  # fmt: skip
+    status = NodeStatus.from_json(orjson.dumps(earlier))
+    assert status.reads("protocol", 1) and not status.reads("protocol", 2)
+    assert not status.reads("snapshot", 3)  # unstated: only its calls are known
+    later = NodeStatus.from_json(orjson.dumps({**earlier, "formats": {"protocol": [2, 3]}}))
+    assert later.reads("protocol", 2) and not later.reads("protocol", 1)
+    assert NodeStatus.from_json(later.to_json()).formats == {"protocol": [2, 3]}

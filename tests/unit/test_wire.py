@@ -5,11 +5,13 @@ handler, and the listeners told of a peer that is back."""
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
 
+import orjson
 import pytest
 
 from contracts.cluster_secret import SECRET_HEADER
@@ -24,7 +26,14 @@ from gateway.wire.hop import ClosedByPeer, HopTransport, read_reply
 from gateway.wire.mock import Call, MockTransport
 from gateway.wire.peer_errors import PeerRefused, PeerUnreachable
 from gateway.wire.peers import PeerClient
-from gateway.wire.protocol import decode_request, encode_answers
+from gateway.wire.protocol import (
+    PROTOCOL,
+    PROTOCOL_HEADER,
+    ProtocolError,
+    check_version,
+    decode_request,
+    encode_answers,
+)
 from gateway.wire.transport import Reply
 from tests.cores import node_core
 from tests.projects import write_project
@@ -216,3 +225,28 @@ def test_waiting_for_a_bound_ends_after_bound_wait_s(project: Project) -> None:
     waited = time.monotonic() - started
     assert answers and all(a.failure is Failure.NOT_UP_TO_BOUND for a in answers.values())
     assert project.settings.bound_wait_s <= waited < project.settings.bound_wait_s * 3
+
+
+def test_every_internal_call_states_its_protocol_and_a_version_not_read_is_refused() -> None:
+    transport = MockTransport(lambda call: Reply(200, b"[]"))
+    run(lambda: PeerClient("s", transport).query("http://n/internal/query", []))
+    assert transport.calls[0].headers[PROTOCOL_HEADER] == str(PROTOCOL)
+    check_version(None)  # a release before the header: it spoke version 1
+    check_version(str(PROTOCOL))
+    for stated, said in (("2", "version 2; this node reads [1]"), ("x", "'x' is not a version")):
+        with pytest.raises(ProtocolError, match=re.escape(said)):
+            check_version(stated)
+
+
+def test_a_peer_that_reads_another_protocol_is_down_for_routing(project: Project) -> None:
+    """A node of a release that cannot read this one's calls is never sent one."""
+    live = {"subscriptions": 0, "cohorts": 0, "evaluations": 0}
+    status = {"node": "node2", "partitions": {}, "sync_errors": {}, "internal_requests": 0,
+              "changes": 1, "live": live, "formats": {"protocol": [PROTOCOL + 1]}}  # fmt: skip
+    transport = MockTransport(lambda call: Reply(200, orjson.dumps(status)))
+    membership = Membership(node_core(project, PeerClient("s", transport)))
+    run(membership.poll_once)
+    assert not membership.alive("node2")
+    status["formats"] = {"protocol": [PROTOCOL]}
+    run(membership.poll_once)
+    assert membership.alive("node2")
