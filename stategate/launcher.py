@@ -86,9 +86,11 @@ class Processes:
         quiet_s: float = QUIET_S,
         ceiling_s: float = CEILING_S,
         tls: Tls | None = None,
+        cwd: Path | None = None,
     ) -> None:
         """Start a server and wait until GET {url}/health answers 200 (checked by `tls`'s CA
-        when given), as long as it makes progress; stop it if it does not come up."""
+        when given), as long as it makes progress; stop it if it does not come up. `cwd`:
+        where it runs, whose packages `python -m` imports first (another release's tree)."""
         output = None
         path = self.log_path(name)
         if path is not None:
@@ -99,6 +101,7 @@ class Processes:
             stdout=output,
             stderr=subprocess.STDOUT if output is not None else None,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            cwd=cwd,
         )
         try:
             wait_healthy(url, self.procs[name], quiet_s, ceiling_s, path, tls)

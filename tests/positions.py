@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from threading import Event
 from typing import Any
 
 import pytest
 
 from contracts.project import Project
-from tests import oracle, wire
+from tests import live, oracle, wire
 from tests.projects import HOUR_MS, START_MS
 from tests.wire import as_row, iso, selection
 
@@ -54,6 +55,26 @@ def subscription(project: Project) -> str:
   lookup: customerTotals(key: $key, consistency: {{ token: $token }}) {{
     key partition record {{ {totals} }} {META} }}
 }}"""
+
+
+def follow(
+    socket: live.Socket, client: Client, key: str, stopping: Event, pushed: list[int]
+) -> None:
+    """Subscribe to one key's totals on `socket` with the client's last token, and check
+    every push until `stopping`; each push's offset in the key's partition goes to `pushed`.
+    The socket is closed at the end, or when its node closes it (ConnectionClosed)."""
+    try:
+        socket.subscribe("s", subscription(client.project), {"key": key, "token": client.token})
+        while not stopping.is_set():
+            try:
+                payload = socket.next_of("s", timeout=0.5)
+            except TimeoutError:
+                continue
+            lookup = payload["data"]["lookup"]
+            client.check(payload["data"], lookup["meta"]["consistencyToken"])
+            pushed.append(client.seen.get(lookup["partition"], -1))
+    finally:
+        socket.close()
 
 
 STORES = {

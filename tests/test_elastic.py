@@ -4,10 +4,8 @@ subscribe, and every answer agrees with the oracle at its stated positions."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import os
-import random
 import signal
 import threading
 import time
@@ -22,7 +20,6 @@ from clients.python.routing import RoutingTransport
 from contracts import chains
 from contracts import project as projects
 from contracts.coordination import State
-from contracts.eventlog import Record
 from contracts.partitioner import partition_for
 from gateway.storage.delivery.sync import LINGER_S
 from spark_pipeline import job
@@ -31,13 +28,13 @@ from spark_pipeline.publish import notify_nodes
 from spark_pipeline.spark import LazySpark
 from stategate.etcd import serving_settled
 from stategate.launcher import free_ports
-from tests import live, oracle, positions
+from tests import appends, live, oracle, positions
+from tests.appends import WATCHED
 from tests.coordinator import Etcd
 from tests.held import held, refetched
 from tests.kafka import shared
 from tests.nodes import Nodes, metric
-from tests.projects import HOUR_MS, START_MS, produce_test_events, write_project
-from topics import open_log
+from tests.projects import produce_test_events, write_project
 
 SETTINGS = (
     "health_interval_s = 0.2\nsync_interval_s = 0.5\nsession_ttl_s = 2\n"
@@ -45,8 +42,6 @@ SETTINGS = (
 )
 SETTLE_S = 60
 KEYS = [f"C{i:06d}" for i in range(0, 300, 7)] + ["Zoë", "gone", "日本語"]
-WATCHED = ("C000014", "C000021", "C000042")  # one subscription each
-PRODUCE_EVERY_S = 0.05
 
 
 class Elastic:
@@ -95,40 +90,6 @@ class Elastic:
                 return state
             time.sleep(0.2)
         raise AssertionError(f"not settled: {state}\n{self.nodes.logs_tail()}")
-
-    @contextlib.contextmanager
-    def producing(self) -> Iterator[None]:
-        """Bookings of the test's customers appended every PRODUCE_EVERY_S, meanwhile."""
-        stop = threading.Event()
-        rng = random.Random(7)
-
-        def produce() -> None:
-            while not stop.wait(PRODUCE_EVERY_S):
-                key = f"C{rng.randrange(300):06d}"
-                value = {"trip": "Köln→Zürich", "price": rng.randint(10, 200), "seats": 1}
-                self._append([Record(key, value, START_MS + rng.randrange(6 * HOUR_MS))])
-
-        producer = threading.Thread(target=produce)
-        producer.start()
-        try:
-            yield
-        finally:
-            stop.set()
-            producer.join()
-
-    def produce_watched(self) -> dict[str, int]:
-        """One booking of each watched key; key -> the position after it in its partition."""
-        records = [Record(k, {"price": 1.0}, START_MS) for k in WATCHED]
-        return {key: self._append([record]) for key, record in zip(WATCHED, records, strict=True)}
-
-    def _append(self, records: list[Record]) -> int:
-        """The position after the records (of one partition)."""
-        log = open_log(self.project)
-        try:
-            partition, _ = log.append(self.project.topics["bookings"], records).popitem()
-            return log.end_offset("bookings", partition)
-        finally:
-            log.close()
 
     def caught_up(self, node_id: str, timeout_s: float = 30) -> None:
         """Until the node answers every query kind at the log's end, as the oracle does."""
@@ -240,27 +201,11 @@ class Subscriber(threading.Thread):
         while not self.stopping.is_set():
             url = self.elastic.nodes.url(self.node_ids[min(self.moved, 1)])
             try:
-                self._follow(live.Socket(url))
+                positions.follow(
+                    live.Socket(url), self.client, self.key, self.stopping, self.pushed
+                )
             except (ConnectionClosed, OSError):
                 self.moved += 1  # its node stopped: on to the next one, token and all
-
-    def _follow(self, socket: live.Socket) -> None:
-        try:
-            socket.subscribe(
-                "s",
-                positions.subscription(self.elastic.project),
-                {"key": self.key, "token": self.client.token},
-            )
-            while not self.stopping.is_set():
-                try:
-                    payload = socket.next_of("s", timeout=0.5)
-                except TimeoutError:
-                    continue
-                lookup = payload["data"]["lookup"]
-                self.client.check(payload["data"], lookup["meta"]["consistencyToken"])
-                self.pushed.append(self.client.seen.get(lookup["partition"], -1))
-        finally:
-            socket.close()
 
 
 def test_the_cluster_scales_3_5_2_while_every_query_kind_is_read_and_subscribed(
@@ -283,7 +228,7 @@ def test_the_cluster_scales_3_5_2_while_every_query_kind_is_read_and_subscribed(
             Subscriber(elastic, node, "node1", key)
             for node, key in zip(("node1", "node2", "node3"), WATCHED, strict=True)
         ]
-        with elastic.producing():
+        with appends.producing(elastic.project):
             for client in readers + subscribers:
                 client.start()
             elastic.start("node4", "node5")
@@ -302,7 +247,8 @@ def test_the_cluster_scales_3_5_2_while_every_query_kind_is_read_and_subscribed(
                 kept = lambda node=node: layer_files(elastic, node)  # noqa: E731
                 wait_until(lambda kept=kept: not kept(), f"{node} kept {kept()}", LINGER_S + 10)
                 elastic.nodes.processes.stop(node)
-            ends = elastic.produce_watched()  # each subscription must push its key's new value
+            # each subscription must push its key's new value
+            ends = appends.produce_watched(elastic.project)
             elastic.settled({"node1", "node2"})
             elastic.start("node3")  # started again, a drained node is a member like any other
             back = elastic.state()
