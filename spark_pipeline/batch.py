@@ -313,11 +313,14 @@ def _build_partition(
     bad = _BadRecords(batch, partition)
     for chain in ids:
         topics = chains.topics(batch.project, chain)
-        entry = None if batch.rebuild else batch.manifest.partitions.get(chain)
+        found = batch.manifest.partitions.get(chain)
+        entry = None if batch.rebuild else found
         if entry is not None and all(positions[t] == published[t] for t in topics):
             continue
         moved = {t: positions[t] for t in topics}
-        task = _layer_task(batch, chain, entry, moved, appended, read_ms)
+        # a rebuilt chain goes on above the published one: nodes install only newer versions
+        version = (found.version if found else 0) + 1
+        task = _layer_task(batch, chain, entry, version, moved, appended, read_ms)
         rows: dict[str, int] = {}
         _, layer = build_layer(task, records, rows, bad.handle)
         yield pa.RecordBatch.from_pydict(
@@ -347,12 +350,13 @@ def _layer_task(
     batch: Batch,
     chain: int,
     entry: PartitionEntry | None,
+    version: int,
     positions: dict[str, int],
     appended: dict[str, pa.ChunkedArray],
     read_ms: int,
 ) -> LayerTask:
-    """The next layer of `chain` (a base when it has none, or is due for compaction), up to
-    `positions` of its topics."""
+    """The layer `version` of `chain` over `entry` (a base when there is none, or when it is
+    due for compaction), up to `positions` of its topics."""
     topics = tuple(positions)
     kind: Kind = "delta"
     if entry is None or (batch.compact and due_for_compaction(entry, batch.project.settings)):
@@ -361,7 +365,7 @@ def _layer_task(
     newest_ms = newest(_by_append(appended, topics), entry.top.newest_append_ms if entry else None)
     return LayerTask(
         partition=chain,
-        version=(entry.version if entry else 0) + 1,
+        version=version,
         kind=kind,
         store_root=batch.root(),
         store_url=batch.project.object_store,
