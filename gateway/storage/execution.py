@@ -190,6 +190,8 @@ def _read(
             return answer.fail(Failure.NOT_PRESENT, f"{node_id} has no snapshot of {q.partition}")
         answer.version, answer.offsets = snapshot.version, snapshot.offsets
         answer.appended_ms = snapshot.appended_ms
+        if not snapshot.base.holds(store.name):
+            return answer.fail(Failure.NOT_PRESENT, _unbuilt(store, q.partition, node_id))
         stale = _stale(snapshot, q, node_id)
         if stale is not None:
             return answer.fail(Failure.NOT_UP_TO_BOUND, stale)
@@ -218,6 +220,13 @@ def _rows(reading: Reading, query: Query, engines: tuple[Engine, ...]) -> Rows:
             if rows is not NOT_HERE:
                 return rows
     return NOT_HERE
+
+
+def _unbuilt(store: Store, partition: int, node_id: str) -> str:
+    return (
+        f"{store.name} is not built yet in partition {partition} on {node_id}: the pipeline "
+        "has not published it since it was declared"
+    )
 
 
 def _stale(snapshot: Snapshot, q: SubQuery, node_id: str) -> str | None:

@@ -4,7 +4,9 @@ a base alone and on a base under one or three levels of changed, added and delet
 
 from __future__ import annotations
 
+import functools
 import random
+import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -14,6 +16,7 @@ from typing import Any
 import duckdb
 import pytest
 
+from contracts import chains
 from contracts.errors import Failure
 from contracts.project import Project, Store, load
 from contracts.snapshot_file import columns as stored_columns
@@ -411,12 +414,18 @@ def answer(fx: Fixture, q: SubQuery, snapshot: Snapshot | None, node: str = "nod
     return result
 
 
+@functools.cache
+def declared() -> tuple[Store, ...]:
+    """The test project's stores of partition 0: what a base built by its pipeline holds."""
+    return chains.stores(load(write_project(Path(tempfile.mkdtemp()), [1, 2, 3])), 0)
+
+
 def snapshot_at(
     offsets: dict[str, int], created_ms: int = 0, overlay: Overlay | None = None
 ) -> Snapshot:
     layer = LocalLayer(7, "base", Path("x"))
     header = LayerHeader(offsets, created_ms)
-    base = Base(layer, "snap", header, tables={})
+    base = Base(layer, "snap", header, declared(), tables={})
     if overlay is not None:  # the newest layer's header is the snapshot's
         overlay = Overlay(header, overlay.levels)
     return Snapshot(0, base, overlay, (layer,))

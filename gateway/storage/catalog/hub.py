@@ -20,7 +20,7 @@ import duckdb
 import pyarrow as pa
 
 from contracts import chains
-from contracts.project import Project, Store
+from contracts.project import Project, Store, history_of
 from contracts.snapshot_file import (
     FormatError,
     key_columns,
@@ -60,8 +60,8 @@ def image_of(base: Path) -> Path:
 
 
 class SnapshotError(Exception):
-    """A chain of layer files that cannot be served (unreadable, wrong partition, missing
-    tables)."""
+    """A chain of layer files that cannot be served (unreadable, wrong partition, a delta
+    without a table its base has)."""
 
 
 @dataclass(eq=False)
@@ -69,6 +69,9 @@ class Base:
     layer: LocalLayer
     alias: str  # its ATTACH in the hub
     header: LayerHeader
+    # the declared stores whose tables it has: those of its chain (a store declared since
+    # the pipeline last built the chain has none until it does: README, Changing stores)
+    stores: tuple[Store, ...]
     tables: dict[str, LookupTable]  # keyed stores, in memory
     rows: dict[str, int] = field(default_factory=dict)  # every store's
     newest: dict[str, int] = field(default_factory=dict)  # history -> its newest valid_from
@@ -76,6 +79,10 @@ class Base:
     files: set[Path] = field(default_factory=set)  # its file and the deltas installed over it
     users: int = 0  # snapshots over it not yet released
     keep: bool = False  # its layer files stay on disk once it is closed (`drop`)
+
+    def holds(self, store: str) -> bool:
+        """Whether its chain has the store: the pipeline built it."""
+        return any(s.name == store for s in self.stores)
 
 
 class DuckDBHub:
@@ -109,9 +116,6 @@ class DuckDBHub:
             cursor = self._local.cursor = self._connection.cursor()
         return cursor
 
-    def stores(self, chain: int) -> tuple[Store, ...]:
-        return chains.stores(self._project, chain)
-
     def alias(self, partition: int) -> str:
         """A new name for a level's tables in the hub."""
         return f"o{partition}_{next(self._serial)}"
@@ -126,8 +130,8 @@ class DuckDBHub:
             raise SnapshotError(f"cannot open {layer.path.name}: {exc}") from exc
         try:
             header = read_header(cursor, alias, partition, layer)
-            self._check_stores(cursor, alias, partition)
-            tables, rows, newest, runs = self._tables_of(layer.path, partition)
+            stores = self._built(cursor, alias, partition)
+            tables, rows, newest, runs = self._tables_of(layer.path, stores)
         except (duckdb.Error, SnapshotError, LayerError, FormatError) as exc:
             self._detach(alias)
             raise SnapshotError(
@@ -138,33 +142,44 @@ class DuckDBHub:
             # keeps of them after (tens of MiB a node) goes back to the OS.
             pa.default_memory_pool().release_unused()
         files = {layer.path, image_of(layer.path)} if self._images else {layer.path}
-        return Base(layer, alias, header, tables, rows, newest, runs, files=files)
+        return Base(layer, alias, header, stores, tables, rows, newest, runs, files=files)
 
-    def _check_stores(self, cursor: duckdb.DuckDBPyConnection, alias: str, chain: int) -> None:
+    def _built(
+        self, cursor: duckdb.DuckDBPyConnection, alias: str, chain: int
+    ) -> tuple[Store, ...]:
+        """The chain's declared stores that the base has a table of (a versioned table's
+        only with its history's)."""
         tables = {
             r[0]
             for r in cursor.execute(
                 "SELECT table_name FROM duckdb_tables() WHERE database_name = ?", [alias]
             ).fetchall()
         }
-        missing = [s.name for s in self.stores(chain) if s.name not in tables]
+        declared = chains.stores(self._project, chain)
+        missing = {s.name for s in declared if s.name not in tables}
+        for store in declared:  # a versioned table and its history stand or fall together
+            if store.versioned and {store.name, history_of(store).name} & missing:
+                missing |= {store.name, history_of(store).name}
         if missing:
-            raise SnapshotError(f"stores {missing} are missing")
+            log.info("chain %s: its base has no table yet of %s", chain, sorted(missing))
+        return tuple(s for s in declared if s.name not in missing)
 
-    def _tables_of(self, path: Path, chain: int) -> Tables:
+    def _tables_of(self, path: Path, stores: tuple[Store, ...]) -> Tables:
         """A base's tables: from its image when there is one, else read (and, with images,
         written to one by the process that owns the files, then mapped from it)."""
         if not self._images:
-            return self._load_tables(path, chain)
+            return self._load_tables(path, stores)
         image = image_of(path)
         try:
             found: Tables = images.load(image)
-            return found
+            if set(found[1]) == {s.name for s in stores}:
+                return found
+            log.info("%s: its image holds other stores; read again", path.name)
         except FileNotFoundError:
             pass
         except images.ImageError as exc:
             log.warning("%s: %s; read again", path.name, exc)
-        tables = self._load_tables(path, chain)
+        tables = self._load_tables(path, stores)
         if not self.owns_files:
             return tables
         try:
@@ -175,7 +190,7 @@ class DuckDBHub:
             return tables
         return mapped
 
-    def _load_tables(self, path: Path, chain: int) -> tuple[
+    def _load_tables(self, path: Path, stores: tuple[Store, ...]) -> tuple[
         dict[str, LookupTable], dict[str, int], dict[str, int], dict[str, KeyRuns]
     ]:  # fmt: skip
         """The keyed stores of a file, read by a DuckDB instance of their own (closed after),
@@ -188,7 +203,7 @@ class DuckDBHub:
         }
         with duckdb.connect(":memory:", config=config) as connection:
             connection.execute(f"ATTACH {literal(str(path))} AS snapshot (READ_ONLY)")
-            for store in self.stores(chain):
+            for store in stores:
                 if store.kind in ("window", "versions"):
                     found = connection.sql(
                         f"SELECT {', '.join(columns(store))} FROM snapshot.{quoted(store.name)} "
@@ -211,21 +226,29 @@ class DuckDBHub:
                     loaded[store.name] = table
         return loaded, rows, newest, runs
 
-    def read(self, partition: int, deltas: list[LocalLayer]) -> tuple[LayerHeader, Level]:
+    def read(
+        self, partition: int, deltas: list[LocalLayer], stores: tuple[Store, ...]
+    ) -> tuple[LayerHeader, Level]:
+        """A level of `deltas`, of `stores` (their base's)."""
         try:
-            return read_deltas(self.alias(partition), deltas, partition, self.stores(partition))
+            return read_deltas(self.alias(partition), deltas, partition, stores)
         except (LayerError, FormatError, pa.ArrowException) as exc:
             raise SnapshotError(f"partition {partition}: {exc}") from exc
 
-    def map(self, partition: int, level: LevelImage, deltas: list[LocalLayer]) -> Level:
+    def map(
+        self,
+        partition: int,
+        level: LevelImage,
+        deltas: list[LocalLayer],
+        stores: tuple[Store, ...],
+    ) -> Level:
         """The keeper's level from its image, or read from its deltas when the image is gone
         (the keeper let go of the level LEVEL_DELETE_DELAY_S ago) or unreadable."""
-        stores = self.stores(partition)
         try:
             found = mapped(self.alias(partition), level.path)
         except (OSError, images.ImageError) as exc:
             log.info("partition %s: %s; its deltas read instead", partition, exc)
-            found = self.read(partition, deltas)[1]
+            found = self.read(partition, deltas, stores)[1]
         try:
             if found.image is None:  # read here; a mapped level was indexed by the keeper
                 found.index(stores)

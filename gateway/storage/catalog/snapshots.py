@@ -255,7 +255,7 @@ class SnapshotCatalog:
             for told in levels:
                 found = held.get(told.path)
                 if found is None:
-                    found = self._hub.map(partition, told, deltas[: told.span])
+                    found = self._hub.map(partition, told, deltas[: told.span], base.stores)
                     mapped_now.append(found)
                 overlay.append(found)
                 deltas = deltas[told.span :]
@@ -289,9 +289,9 @@ class SnapshotCatalog:
         `previous`: only the deltas are read."""
         overlay = previous
         if deltas:
-            header, level = self._hub.read(partition, deltas)
+            header, level = self._hub.read(partition, deltas, base.stores)
             try:
-                level.index(self._hub.stores(partition))
+                level.index(base.stores)
                 level = self._hub.share(partition, level)
             except (duckdb.Error, pa.ArrowException) as exc:
                 raise SnapshotError(f"partition {partition}: {exc}") from exc
@@ -339,7 +339,7 @@ class SnapshotCatalog:
                 continue
             kept, merging = overlay.levels[:-count], overlay.levels[-count:]
             try:
-                stores = self._hub.stores(partition)
+                stores = snapshot.base.stores
                 level = merged(self._hub.alias(partition), merging, stores)
                 level.index(stores)
                 level = self._hub.share(partition, level)
@@ -411,7 +411,7 @@ class SnapshotCatalog:
                     found.disk += layer.path.stat().st_size
             for name, table in snapshot.tables.items():
                 found.memory[name] = found.memory.get(name, 0) + table.nbytes
-            for store in self._hub.stores(chain):
+            for store in snapshot.base.stores:
                 runs = snapshot.runs(store.name) if store.kind == "window" else None
                 held = sum(r.nbytes for r in runs or ())
                 found.memory[store.name] = found.memory.get(store.name, 0) + held
