@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 
 from contracts import chains
 from contracts.clock import now_ms
@@ -22,6 +23,7 @@ from gateway.cluster.health import Membership
 from gateway.cluster.log_end import LogEnd, LogFileEnd, PublishedEnd
 from gateway.cluster.metrics import NodeMetrics, NodeState
 from gateway.cluster.routing import Router
+from gateway.cluster.served import servable
 from gateway.cluster.status import (
     ASSIGNMENT_HEADER,
     FORMATS,
@@ -97,6 +99,9 @@ class GatewayNode:
         )
         self.internal_requests = 0
         self.live = LiveCounts()
+        # the declared stores its schema serves (gateway/cluster/served.py), all until start
+        self.served = frozenset(project.stores)
+        self._served_listeners: list[Callable[[frozenset[str]], None]] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._fetching: set[asyncio.Task[None]] = set()
         self._warming_since: dict[int, float] = {}  # partition -> when assigned to warm up
@@ -169,6 +174,8 @@ class GatewayNode:
             *(asyncio.create_task(loop()) for loop in self.duties.loops()),
         ]
         await self.duties.started()
+        await self._serve_first()
+        self._tasks.append(asyncio.create_task(self._serve_more_forever()))
 
     async def stop(self) -> None:
         await self.duties.stop()
@@ -242,7 +249,53 @@ class GatewayNode:
             release=self.release,
             schema=self.schema,
             formats=FORMATS,
+            stores=self.built(),
         )
+
+    def built(self) -> list[str]:
+        """The declared stores this node has built on every chain it serves: those whose
+        base has their table (a store declared since the pipeline built a chain has none)."""
+        current = self.catalog.current().items()
+        return [
+            name
+            for name, store in self.project.stores.items()
+            if all(
+                snapshot.base.holds(name)
+                for chain, snapshot in current
+                if chains.is_global(self.project, chain) == store.is_global
+            )
+        ]
+
+    def when_served(self, listener: Callable[[frozenset[str]], None]) -> None:
+        """Call `listener` with the stores the node serves each time they change."""
+        self._served_listeners.append(listener)
+
+    async def _serve_first(self) -> None:
+        """The stores every node has built (gateway/cluster/served.py), once each peer was
+        asked: what the node serves from its start."""
+        await self.membership.poll_once()
+        self._serve(servable(self.project, self.built(), self.membership.built()))
+
+    async def _serve_more_forever(self) -> None:
+        """Every health_interval_s, also the stores every node has built since."""
+        while True:
+            await asyncio.sleep(self.project.settings.health_interval_s)
+            found = servable(self.project, self.built(), self.membership.built())
+            if not found <= self.served:
+                self._serve(self.served | found)
+
+    def _serve(self, stores: frozenset[str]) -> None:
+        if stores == self.served:
+            return
+        waiting = sorted(set(self.project.stores) - stores)
+        log.info(
+            "serving stores %s%s",
+            ", ".join(sorted(stores)),
+            f"; not yet built on every node: {', '.join(waiting)}" if waiting else "",
+        )
+        self.served = stores
+        for listener in self._served_listeners:
+            listener(stores)
 
     async def exposition(self) -> bytes:
         """The node's metrics: with workers, each one's summed (the keeper's scrape asks

@@ -114,6 +114,13 @@ def create_app(project: Project, node_id: str, role: Role = ALONE) -> NodeApp:
     )
     node = GatewayNode(project, node_id, role, schema_version(operations.schema))
 
+    def serve(stores: frozenset[str]) -> None:
+        schema = build_schema(node.project, stores)
+        operations.switch(schema)
+        node.schema = schema_version(schema)
+
+    node.when_served(serve)
+
     async def home(request: Request) -> Response:
         return RedirectResponse("/graphql")
 

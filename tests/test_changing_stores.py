@@ -1,74 +1,141 @@
 """Stores declared while the cluster runs (README: Changing stores): a node whose project
-declares a store the pipeline has not built yet serves every other store, answers that one
-NOT_PRESENT with the reason, and serves it, as the oracle computes it from the log, once the
-pipeline publishes it; no restart between."""
+declares a store the pipeline has not built yet serves every other store and keeps the
+schema it had; once every node has the store built on every chain it serves, each node's
+schema has it, and it answers as the oracle computes it from the log. No node restarts for
+it, and no read fails meanwhile."""
 
 from __future__ import annotations
 
+import itertools
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from contracts import project as projects
-from contracts.errors import Failure
+from contracts.project import Project, Store
 from spark_pipeline import job
 from spark_pipeline.spark import LazySpark
+from stategate.launcher import node_command
 from tests import oracle
 from tests.nodes import Nodes, serve
 from tests.wire import as_row, selection
 
-NEW_STORE = """
+NEW = "seatsByCustomer"
+NEW_STORE = f"""
 [[stores]]
-name = "seatsByCustomer"
+name = "{NEW}"
 kind = "aggregate"
 topic = "bookings"
-aggregates = { seats = "sum(seats)", bookings = "count" }
+aggregates = {{ seats = "sum(seats)", bookings = "count" }}
 """
 KEYS = ["C000014", "C000021", "Zoë", "gone"]
-META = "meta { partial partitions { partition failure message } }"
+SWITCH_S = 30
 
 
-def test_a_store_declared_before_it_is_built_is_served_once_the_pipeline_builds_it(
+def document(*stores: Store) -> str:
+    fields = " ".join(
+        f"{s.name}(key: $key) {{ meta {{ partial }} record {{ {selection(s)} }} }}" for s in stores
+    )
+    return f"query($key: String!) {{ {fields} }}"
+
+
+class Reader(threading.Thread):
+    """A client asking a store of the project before the change of every node in turn,
+    and, once the nodes serve it, the new store too: every answer whole, none an error."""
+
+    def __init__(self, nodes: Nodes, grown: Project) -> None:
+        super().__init__()
+        self.nodes, self.grown = nodes, grown
+        self.stopping = threading.Event()
+        self.new_served = threading.Event()
+        self.problems: list[str] = []
+        self.answers = 0
+
+    def run(self) -> None:
+        totals, seats = self.grown.stores["customerTotals"], self.grown.stores[NEW]
+        for i in itertools.count():
+            if self.stopping.is_set():
+                return
+            asked = (totals, seats) if self.new_served.is_set() else (totals,)
+            node, key = self.nodes.ids[i % 2], KEYS[i % len(KEYS)]  # node3 is restarted
+            body = self.nodes.gql(node, document(*asked), {"key": key})
+            self.answers += 1
+            if body.get("errors") or any(a["meta"]["partial"] for a in body["data"].values()):
+                self.problems.append(f"{node} {key}: {body}")
+
+
+def test_a_store_is_served_once_every_node_has_it_built_and_never_before(
     spark: LazySpark, tmp_path: Path
 ) -> None:
+    """node1 and node2 declare the new store, node3 still runs the file before it: the
+    pipeline builds it, and no node serves it until node3 has it too."""
     served = serve(tmp_path, spark, start=False)
-    text = served.project.path.read_text()
-    served.project.path.write_text(text.replace("\n[settings]", f"{NEW_STORE}\n[settings]", 1))
-    grown = projects.load(served.project.path)
+    before = served.project
+    text = before.path.read_text()
+    old = before.path.with_name("before.toml")
+    old.write_text(text)
+    before.path.write_text(text.replace("\n[settings]", f"{NEW_STORE}\n[settings]", 1))
+    grown = projects.load(before.path)
     nodes = Nodes(grown, tmp_path)
+    reader = Reader(nodes, grown)
     try:
-        nodes.start_all()  # ready: every partition served, though not every store built
-        seats, totals = grown.stores["seatsByCustomer"], grown.stores["customerTotals"]
-        fields = " ".join(
-            f"{alias}: {store.name}(key: $key) {{ partition {META} "
-            f"record {{ {selection(store)} }} }}"
-            for alias, store in (("seats", seats), ("totals", totals))
-        )
-        document = f"query($key: String!) {{ {fields} }}"
-        for i, key in enumerate(KEYS):
-            data = nodes.data(nodes.ids[i % 3], document, {"key": key})
-            assert _row(totals, data["totals"]) == _expected(grown, "customerTotals", key)
-            (part,) = data["seats"]["meta"]["partitions"]
-            assert data["seats"]["record"] is None and part["failure"] == Failure.NOT_PRESENT
-            assert "seatsByCustomer is not built yet in partition" in part["message"], part
+        nodes.start("node1")
+        nodes.start("node2")
+        start_node3(nodes, projects.load(old))
+        for node in nodes.ids:  # the new store is not built: not in the schema
+            assert NEW not in schema_stores(nodes, node)
+            assert NEW not in nodes.status(node)["stores"]
+        assert_oracle(nodes, grown, "customerTotals")
+        reader.start()
 
-        job.run(grown, spark)  # its stores changed: every partition built again, nodes told
-        deadline = time.monotonic() + 30
-        for i, key in enumerate(KEYS):
-            node = nodes.ids[i % 3]
-            while (data := nodes.data(node, document, {"key": key}))["seats"]["meta"]["partial"]:
-                assert time.monotonic() < deadline, (data, nodes.logs_tail())
-                time.sleep(0.2)
-            assert _row(seats, data["seats"]) == _expected(grown, "seatsByCustomer", key)
-            assert _row(totals, data["totals"]) == _expected(grown, "customerTotals", key)
+        job.run(grown, spark)  # its stores changed: every chain built again, the nodes told
+        for node in ("node1", "node2"):
+            wait_until(lambda n=node: NEW in nodes.status(n)["stores"], nodes)
+        time.sleep(2 * grown.settings.health_interval_s)  # a round of polls: still not served
+        assert all(NEW not in schema_stores(nodes, n) for n in ("node1", "node2"))
+
+        nodes.processes.stop("node3")  # node3 restarts on the project that declares it
+        nodes.start("node3")
+        for node in nodes.ids:
+            wait_until(lambda n=node: NEW in schema_stores(nodes, n), nodes)
+        reader.new_served.set()
+        assert_oracle(nodes, grown, NEW)
+        assert_oracle(nodes, grown, "customerTotals")
+        time.sleep(1)
     finally:
+        reader.stopping.set()
+        reader.join(30)
         nodes.stop_all()
+    assert reader.problems == [] and reader.answers > 10, (reader.answers, reader.problems[:3])
 
 
-def _row(store: projects.Store, answer: dict) -> tuple | None:
-    record = answer["record"]
-    return None if record is None else as_row(store, record)
+def start_node3(nodes: Nodes, project: Project) -> None:
+    url = nodes.url("node3")
+    nodes.processes.start("node3", node_command(project, "node3"), url, tls=project.tls)
 
 
-def _expected(project: projects.Project, store: str, key: str) -> tuple | None:
-    rows = [r for rows in oracle.expected_store(project, store).values() for r in rows]
-    return next((r for r in rows if r[0] == key), None)
+def schema_stores(nodes: Nodes, node: str) -> set[str]:
+    """The stores the node's schema serves: its `stores` field, and its Query type's."""
+    listed = {s["name"] for s in nodes.data(node, "{ stores { name } }")["stores"]}
+    fields = nodes.data(node, '{ __type(name: "Query") { fields { name } } }')["__type"]
+    typed = {f["name"] for f in fields["fields"]}
+    assert (NEW in listed) == (NEW in typed), (listed, typed)
+    return listed
+
+
+def assert_oracle(nodes: Nodes, project: Project, name: str) -> None:
+    store = project.stores[name]
+    rows = [r for rows in oracle.expected_store(project, name).values() for r in rows]
+    for i, key in enumerate(KEYS):
+        data = nodes.data(nodes.ids[i % 3], document(store), {"key": key})
+        record = data[name]["record"]
+        got = None if record is None else as_row(store, record)
+        assert got == next((r for r in rows if r[0] == key), None), (name, key, got)
+
+
+def wait_until(done: Any, nodes: Nodes) -> None:
+    deadline = time.monotonic() + SWITCH_S
+    while not done():
+        assert time.monotonic() < deadline, nodes.logs_tail()
+        time.sleep(0.2)

@@ -48,6 +48,7 @@ class Peer:
     changes: int = -1  # the peer's switch counter as last seen; -1: answer at once
     partitions: dict[int, PartitionState] = field(default_factory=dict)
     runs: tuple[str, str] = ("", "")  # its release and schema version, as it last said
+    stores: frozenset[str] | None = None  # the stores it has built, as it last said
 
 
 class Membership:
@@ -132,6 +133,10 @@ class Membership:
         """Each peer's release and schema, as it last said ("" when it has not)."""
         return {peer.id: peer.runs for peer in self.peers.values()}
 
+    def built(self) -> list[frozenset[str] | None]:
+        """The stores each peer has built, as it last said (None: it said nothing yet)."""
+        return [peer.stores for peer in self.peers.values()]
+
     def offsets(self, node_id: str, partition: int) -> dict[str, int] | None:
         state = self.state(node_id, partition)
         return None if state is None else state.offsets
@@ -194,6 +199,7 @@ class Membership:
         ]
         peer.partitions, peer.changes = status.partitions, status.changes
         peer.runs = (status.release, status.schema)
+        peer.stores = None if status.stores is None else frozenset(status.stores)
         peer.seen_ms = now_ms()
         self.mark_up(peer.id)
         self.switches.observed(switched)

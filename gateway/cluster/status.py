@@ -58,6 +58,9 @@ class NodeStatus:
     release: str = ""  # contracts/release.py; "": a node of a release before it said
     schema: str = ""  # its GraphQL schema's version (the SDL's SHA-256, 12 digits)
     formats: dict[str, list[int]] = field(default_factory=dict)  # FORMATS; {}: unstated
+    # the declared stores built on every chain it serves (gateway/cluster/served.py); None:
+    # unstated, by a release before it
+    stores: list[str] | None = None
 
     def reads(self, name: str, version: int) -> bool:
         """Whether the node reads `version` of a format: a node that stated no formats is of
@@ -93,6 +96,7 @@ class NodeStatus:
                     str(n): [int(v) for v in versions]
                     for n, versions in raw.get("formats", {}).items()
                 },
+                stores=None if raw.get("stores") is None else [str(s) for s in raw["stores"]],
             )
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ProtocolError(f"not a node status: {exc!r}") from exc

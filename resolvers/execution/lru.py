@@ -34,6 +34,10 @@ class LRU(Generic[K, V]):
     def __len__(self) -> int:
         return len(self._entries)
 
+    def clear(self) -> None:
+        self._entries.clear()
+        self.weight = 0
+
     def __call__(self, key: K) -> V:
         try:
             self._entries.move_to_end(key)

@@ -90,12 +90,9 @@ class Operations:
         ConfigError when one does not validate. `rows_of`: a store's rows in the cluster, what
         a request reading it whole costs (resolvers/execution/cost.py). `workers`: the node's
         processes, each of which keeps its share of `document_cache_mb`."""
-        self.schema = schema
         self.settings = settings
         self.rows_of = rows_of
-        self.core = schema._schema
-        assert self.core.query_type is not None
-        self.fields = self.core.query_type.fields
+        self._serve(schema)
         self.rules = [*specified_rules, *introspection_rules(settings)]
         size = max(1, settings.document_cache_size)
         budget = settings.document_cache_mb * MIB // CACHED_BYTES_PER_CHARACTER // workers
@@ -113,6 +110,20 @@ class Operations:
             settings.document_cache_size,
             self._parsed,
         )
+
+    def _serve(self, schema: strawberry.Schema) -> None:
+        self.schema = schema
+        self.core = schema._schema
+        assert self.core.query_type is not None
+        self.fields = self.core.query_type.fields
+
+    def switch(self, schema: strawberry.Schema) -> None:
+        """Serve `schema` from the next request on (README: Changing stores): documents are
+        validated and compiled against it again; the registered operations, checked against
+        the declared stores' schema when the node started, stand."""
+        self._serve(schema)
+        self._errors.clear()
+        self._executors.clear()
 
     def resolve(self, query: str | None, name: str | None, hash: str | None = None) -> Source:
         """The document a request runs: its query, or the one its hash names; Refused when

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
+from collections.abc import Collection
 from typing import Final
 
 import strawberry
@@ -26,7 +28,12 @@ SUBSCRIPTION_DESCRIPTION = (
 FEDERATION: Final = "2.5"  # the version the subgraph links, which Apollo's gateways compose
 
 
-def build_schema(project: Project) -> strawberry.Schema:
+def build_schema(project: Project, served: Collection[str] | None = None) -> strawberry.Schema:
+    """The schema of the declared stores, or of those `served` (README: Changing stores)."""
+    if served is not None:
+        project = dataclasses.replace(
+            project, stores={n: s for n, s in project.stores.items() if n in served}
+        )
     fields = [
         strawberry.field(cluster.stores, name=names.STORES, description="The declared stores."),
         strawberry.field(cluster.cluster, name=names.CLUSTER, description="The partition map."),

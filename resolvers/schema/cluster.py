@@ -118,6 +118,7 @@ def stores(info: strawberry.Info[Context, None]) -> list[StoreInfo] | None:
             joins=[JoinInfo(name=j.name, store=j.store, field=j.field) for j in s.joins],
         )
         for s in info.context.node.project.stores.values()
+        if s.name in info.context.node.served
     ]
 
 

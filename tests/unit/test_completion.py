@@ -225,7 +225,10 @@ class Data:
             key_windows={s.name: self.key_windows(s) for s in stores if s.kind == "window"},
         )
         partition_map = self.partition_map()
-        node = SimpleNamespace(project=project or self.project, partition_map=lambda: partition_map)
+        project = project or self.project
+        node = SimpleNamespace(
+            project=project, served=frozenset(project.stores), partition_map=lambda: partition_map
+        )
         # a project without [auth]: every root field may be read
         return SimpleNamespace(node=node, queries=queries, authorize=lambda name: None)
 

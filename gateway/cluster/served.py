@@ -1,0 +1,33 @@
+"""Which declared stores a node's schema serves (README: Changing stores).
+
+A store declared while the cluster runs is built by the pipeline after the fact, chain by
+chain, and each node declares it once its project file says so. A node serves it in its
+schema only when every node it knows of has it built on every chain it serves (each says so
+in its status: NodeStatus.stores), so a query on it is never sent to a replica that cannot
+answer it: until then the node answers the schema it had. A store whose join reads a store
+not served is not served either. What a node serves only grows while it runs: a node that
+joins without a store does not take it from the schema of those that serve it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from contracts.project import Project
+
+
+def servable(
+    project: Project, built_here: Iterable[str], peers: Iterable[frozenset[str] | None]
+) -> frozenset[str]:
+    """The declared stores that this node (`built_here`) and every peer has built; a peer
+    that said nothing (None: never reached, or of a release before statuses said it) is not
+    counted."""
+    found = set(project.stores) & set(built_here)
+    for theirs in peers:
+        if theirs is not None:
+            found &= theirs
+    while unjoinable := {
+        name for name in found if any(j.store not in found for j in project.stores[name].joins)
+    }:
+        found -= unjoinable
+    return frozenset(found)
