@@ -22,6 +22,9 @@ A base's tables (identifiers quoted):
   to read in this partition.
 - `_snapshot(partition INTEGER, version BIGINT, created_ms BIGINT, format INTEGER,
   kind VARCHAR)`: one row; kind is "base".
+- `_stores(name VARCHAR, built_as VARCHAR)`: each store table, with `built_as` of the
+  declaration it was built by (a base written before it has none: its tables are taken as
+  the node's declarations built them).
 A delta holds the same per store, with `_deleted` after the other columns, and the same
 header in its schema's metadata.
 
@@ -32,8 +35,12 @@ path is never reused.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import re
 from typing import Literal
+
+import orjson
 
 from contracts.project import VALID_FROM, FieldType, Store
 
@@ -42,6 +49,8 @@ FORMAT = 3  # 3: deltas are Arrow IPC files
 POSITION_TABLE = "_position"
 DELETED = "_deleted"
 SNAPSHOT_TABLE = "_snapshot"
+STORES_TABLE = "_stores"
+BUILT_AS_DIGITS = 16
 DUCK_TYPES: dict[FieldType, str] = {
     "string": "VARCHAR",
     "int": "INTEGER",
@@ -73,6 +82,24 @@ def parse_file_name(file_name: str) -> tuple[int, Kind] | None:
         return None
     kind: Kind = "base" if match.group(2) else "delta"
     return int(match.group(1)), kind
+
+
+def shape(store: Store) -> dict[str, object]:
+    """What of a store's declaration its snapshots depend on: not its joins (resolved at
+    query time), and its scope only when global (a digest from before scopes still holds)."""
+    found = dataclasses.asdict(store)
+    del found["joins"]
+    if not store.is_global:
+        del found["scope"]
+    return found
+
+
+def built_as(store: Store) -> str:
+    """A digest of `shape`: a node serves a store's table from a base only when the base was
+    built by the declaration the node has (a store changed in place is not served from the
+    tables of its old declaration)."""
+    digest = hashlib.sha256(orjson.dumps(shape(store), option=orjson.OPT_SORT_KEYS))
+    return digest.hexdigest()[:BUILT_AS_DIGITS]
 
 
 def check_format(found: object, what: str) -> None:

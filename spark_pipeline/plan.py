@@ -12,7 +12,8 @@ import orjson
 
 from contracts import chains
 from contracts.manifest import Manifest
-from contracts.project import Project, Store
+from contracts.project import Project
+from contracts.snapshot_file import shape
 from topics import Log
 
 OffsetRange = tuple[int, int]  # [start, end)
@@ -102,18 +103,8 @@ def plan_run(project: Project, manifest: Manifest, log: Log) -> RunPlan:
 
 def stores_digest(project: Project) -> str:
     """Fingerprint of what the snapshots hold; a change means old state cannot be extended."""
-    shape = {
+    held = {
         "partitions": project.cluster.partitions,
-        "stores": [_shape(s) for s in project.stores.values()],
+        "stores": [shape(s) for s in project.stores.values()],
     }
-    return hashlib.sha256(orjson.dumps(shape, option=orjson.OPT_SORT_KEYS)).hexdigest()
-
-
-def _shape(store: Store) -> dict[str, object]:
-    """What of a store's declaration its snapshots depend on: not its joins (resolved at
-    query time), and its scope only when global (a digest from before scopes still holds)."""
-    shape = dataclasses.asdict(store)
-    del shape["joins"]
-    if not store.is_global:
-        del shape["scope"]
-    return shape
+    return hashlib.sha256(orjson.dumps(held, option=orjson.OPT_SORT_KEYS)).hexdigest()

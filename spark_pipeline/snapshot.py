@@ -42,7 +42,9 @@ from contracts.snapshot_file import (
     FORMAT,
     POSITION_TABLE,
     SNAPSHOT_TABLE,
+    STORES_TABLE,
     Kind,
+    built_as,
     columns,
     key_columns,
     literal,
@@ -266,6 +268,11 @@ def _write_base(
         con.execute(
             f"INSERT INTO {SNAPSHOT_TABLE} VALUES (?, ?, ?, ?, ?)",
             [task.partition, task.version, created_ms, FORMAT, task.kind],
+        )
+        con.execute(f"CREATE TABLE {STORES_TABLE} (name VARCHAR, built_as VARCHAR)")
+        con.executemany(
+            f"INSERT INTO {STORES_TABLE} VALUES (?, ?)",
+            [[store.name, built_as(store)] for store in task.stores],
         )
         con.execute("CHECKPOINT")
     finally:

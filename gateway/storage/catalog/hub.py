@@ -22,7 +22,9 @@ import pyarrow as pa
 from contracts import chains
 from contracts.project import Project, Store, history_of
 from contracts.snapshot_file import (
+    STORES_TABLE,
     FormatError,
+    built_as,
     key_columns,
     literal,
     parse_file_name,
@@ -147,16 +149,25 @@ class DuckDBHub:
     def _built(
         self, cursor: duckdb.DuckDBPyConnection, alias: str, chain: int
     ) -> tuple[Store, ...]:
-        """The chain's declared stores that the base has a table of (a versioned table's
-        only with its history's)."""
+        """The chain's declared stores that the base has a table of, built by the same
+        declaration (contracts/snapshot_file.py: built_as); a versioned table's only with its
+        history's."""
         tables = {
             r[0]
             for r in cursor.execute(
                 "SELECT table_name FROM duckdb_tables() WHERE database_name = ?", [alias]
             ).fetchall()
         }
+        built: dict[str, str] = {}
+        if STORES_TABLE in tables:
+            found = cursor.execute(f"SELECT name, built_as FROM {alias}.{STORES_TABLE}")
+            built = dict(found.fetchall())
         declared = chains.stores(self._project, chain)
         missing = {s.name for s in declared if s.name not in tables}
+        other = {s.name for s in declared if built.get(s.name, built_as(s)) != built_as(s)}
+        if other - missing:
+            log.info("chain %s: its base has %s built by another declaration", chain, other)
+        missing |= other
         for store in declared:  # a versioned table and its history stand or fall together
             if store.versioned and {store.name, history_of(store).name} & missing:
                 missing |= {store.name, history_of(store).name}
