@@ -15,6 +15,7 @@ from contracts.placement import Assignment, Replica
 from contracts.positions import satisfies
 from contracts.project import Project
 from contracts.release import release
+from contracts.snapshot_file import built_as
 from contracts.topology import Topology
 from gateway.assembly import NodeAsks, assemble
 from gateway.auth import Authenticator
@@ -101,6 +102,7 @@ class GatewayNode:
         self.live = LiveCounts()
         # the declared stores its schema serves (gateway/cluster/served.py), all until start
         self.served = frozenset(project.stores)
+        self.declared = {name: built_as(store) for name, store in project.stores.items()}
         self._served_listeners: list[Callable[[frozenset[str]], None]] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._fetching: set[asyncio.Task[None]] = set()
@@ -250,6 +252,7 @@ class GatewayNode:
             schema=self.schema,
             formats=FORMATS,
             stores=self.built(),
+            declared=self.declared,
         )
 
     def built(self) -> list[str]:

@@ -37,6 +37,7 @@ log = logging.getLogger("stategate")
 NEEDS_SPARK = ("demo", "pipeline")
 SERVING = ("node", "pipeline")  # the commands that call or serve nodes
 DRAIN_WAIT_S = 600.0  # `cluster drain --wait`: the longest it waits for the node to hold nothing
+APPLY_WAIT_S = 600.0  # `apply`: the longest it waits for every node to serve the file
 NO_SPARK = (
     "stategate: {} needs Spark, which a node's install leaves out: "
     "pip install 'stategate[pipeline]'"
@@ -132,6 +133,21 @@ def _parser() -> argparse.ArgumentParser:
         help=f"drain: return once the node holds nothing (at most {DRAIN_WAIT_S:g} s, or SECONDS)",
     )
     cluster.add_argument("--config", required=True)
+
+    apply = commands.add_parser(
+        "apply",
+        help="what a changed project file does to the running cluster; then wait until every "
+        "node serves it, saying how far it is",
+    )
+    apply.add_argument("--config", required=True)
+    apply.add_argument("--dry-run", action="store_true", help="print the plan and stop")
+    apply.add_argument(
+        "--wait",
+        type=float,
+        default=APPLY_WAIT_S,
+        metavar="SECONDS",
+        help=f"the longest it waits (default {APPLY_WAIT_S:g} s; then it exits 1)",
+    )
 
     pipeline = commands.add_parser("pipeline", help="compute and publish the state snapshots")
     pipeline.add_argument("--config", required=True)
@@ -471,7 +487,14 @@ def print_settings() -> int:
     return 0
 
 
+def run_apply(project: Project, args: argparse.Namespace) -> int:
+    from stategate import applying
+
+    return applying.run(project, args.dry_run, args.wait)
+
+
 COMMANDS: dict[str, Command] = {
+    "apply": run_apply,
     "cluster": run_cluster,
     "node": run_node,
     "operations": print_operations,

@@ -148,11 +148,8 @@ async def nodes_status(project: Project, addresses: dict[str, str]) -> dict[str,
     answer says why), the nodes by `releases`, by `schemas` and by the versions of each
     format they read (`formats`: README, Upgrades and rollback), and `mixed`: whether the
     nodes that answered differ in any."""
-    headers = secret_headers(project.cluster.secret)
-    async with httpx.AsyncClient(verify=verify(project.tls), timeout=STATUS_TIMEOUT_S) as client:
-        said = await asyncio.gather(
-            *(_node_status(client, project, node, url, headers) for node, url in addresses.items())
-        )
+    asked = await ask_nodes(project, addresses)
+    said = [_node_status(project, n, addresses[n], status) for n, status in asked.items()]
     releases: dict[str, list[str]] = {}
     schemas: dict[str, list[str]] = {}
     formats: dict[str, dict[str, list[str]]] = {}
@@ -168,15 +165,26 @@ async def nodes_status(project: Project, addresses: dict[str, str]) -> dict[str,
     return {"nodes": said, **body}
 
 
-async def _node_status(
-    client: httpx.AsyncClient, project: Project, node: str, url: str, headers: dict[str, str]
-) -> dict[str, Any]:
+async def ask_nodes(project: Project, addresses: dict[str, str]) -> dict[str, NodeStatus | str]:
+    """Each node's status, asked all at once, or why it gave none."""
+    headers = secret_headers(project.cluster.secret)
+    async with httpx.AsyncClient(verify=verify(project.tls), timeout=STATUS_TIMEOUT_S) as client:
+        said = await asyncio.gather(*(_ask(client, url, headers) for url in addresses.values()))
+    return dict(zip(addresses, said, strict=True))
+
+
+async def _ask(client: httpx.AsyncClient, url: str, headers: dict[str, str]) -> NodeStatus | str:
     try:
         reply = await client.get(f"{url}/internal/status", headers=headers)
         reply.raise_for_status()
-        status = NodeStatus.from_json(reply.content)
+        return NodeStatus.from_json(reply.content)
     except (httpx.HTTPError, ProtocolError) as exc:
-        return {"id": node, "address": url, "reachable": False, "error": str(exc) or repr(exc)}
+        return str(exc) or repr(exc)
+
+
+def _node_status(project: Project, node: str, url: str, status: NodeStatus | str) -> dict[str, Any]:
+    if isinstance(status, str):
+        return {"id": node, "address": url, "reachable": False, "error": status}
     return {
         "id": node,
         "address": url,
@@ -184,6 +192,12 @@ async def _node_status(
         "release": status.release or None,  # None: a release from before nodes said it
         "schema": status.schema or None,
         "formats": status.formats or None,  # None: a release from before nodes said them
+        # the declared stores not built yet on every chain it serves (README: Changing stores)
+        "pending": (
+            None
+            if status.stores is None or status.declared is None
+            else sorted(set(status.declared) - set(status.stores))
+        ),
         # partition -> the version it serves, of the partitioned stores and of the global ones
         "serving": _versions(project, status, globals_=False),
         "global": _versions(project, status, globals_=True),

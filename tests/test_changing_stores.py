@@ -7,6 +7,8 @@ it, and no read fails meanwhile."""
 from __future__ import annotations
 
 import itertools
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -31,6 +33,7 @@ aggregates = {{ seats = "sum(seats)", bookings = "count" }}
 """
 KEYS = ["C000014", "C000021", "Zoë", "gone"]
 SWITCH_S = 30
+STATEGATE = [sys.executable, "-m", "stategate.cli"]
 
 
 def document(*stores: Store) -> str:
@@ -79,6 +82,7 @@ def test_a_store_is_served_once_every_node_has_it_built_and_never_before(
     grown = projects.load(before.path)
     nodes = Nodes(grown, tmp_path)
     reader = Reader(nodes, grown)
+    applying: subprocess.Popen[str] | None = None
     try:
         nodes.start("node1")
         nodes.start("node2")
@@ -88,6 +92,15 @@ def test_a_store_is_served_once_every_node_has_it_built_and_never_before(
             assert NEW not in nodes.status(node)["stores"]
         assert_oracle(nodes, grown, "customerTotals")
         reader.start()
+        planned = nodes.cli("apply", "--dry-run")  # what the grown file will do
+        assert f"stores to add: {NEW}\nstores to remove: none\n" in planned, planned
+        assert "building: the pipeline builds every partition again" in planned
+        applying = subprocess.Popen(
+            [*STATEGATE, "apply", "--config", str(grown.path), "--wait", "60"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
 
         job.run(grown, spark)  # its stores changed: every chain built again, the nodes told
         for node in ("node1", "node2"):
@@ -100,10 +113,18 @@ def test_a_store_is_served_once_every_node_has_it_built_and_never_before(
         for node in nodes.ids:
             wait_until(lambda n=node: NEW in schema_stores(nodes, n), nodes)
         reader.new_served.set()
+        said, _ = applying.communicate(timeout=30)
+        assert applying.returncode == 0, said
+        progress = [line for line in said.splitlines() if line.startswith("progress: ")]
+        assert f"{NEW} built on 0 of 3" in progress[0], said
+        assert f"{NEW} built on 3 of 3; 3 of 3 nodes serve" in progress[-1], said
+        assert said.splitlines()[-1].startswith("applied in "), said
         assert_oracle(nodes, grown, NEW)
         assert_oracle(nodes, grown, "customerTotals")
         time.sleep(1)
     finally:
+        if applying is not None and applying.poll() is None:
+            applying.kill()
         reader.stopping.set()
         reader.join(30)
         nodes.stop_all()

@@ -61,6 +61,9 @@ class NodeStatus:
     # the declared stores built on every chain it serves (gateway/cluster/served.py); None:
     # unstated, by a release before it
     stores: list[str] | None = None
+    # each store its project declares, by the digest of its declaration (built_as); None:
+    # unstated, by a release before it
+    declared: dict[str, str] | None = None
 
     def reads(self, name: str, version: int) -> bool:
         """Whether the node reads `version` of a format: a node that stated no formats is of
@@ -97,6 +100,11 @@ class NodeStatus:
                     for n, versions in raw.get("formats", {}).items()
                 },
                 stores=None if raw.get("stores") is None else [str(s) for s in raw["stores"]],
+                declared=(
+                    None
+                    if raw.get("declared") is None
+                    else {str(n): str(d) for n, d in raw["declared"].items()}
+                ),
             )
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ProtocolError(f"not a node status: {exc!r}") from exc

@@ -1,0 +1,178 @@
+"""`stategate apply`: what a changed project file does to the running cluster, then its
+progress until every node serves it (README: Changing stores).
+
+It asks every node what it declares and has built (its /internal/status, with the cluster
+secret), compares the file's stores, and prints the plan: the stores to add, what building
+them reads and writes, and the steps that apply it. With `--dry-run` it stops there.
+Otherwise it prints a line each time the progress changes (the new stores built on how many
+nodes, how many serve the file's schema), and exits 0 once every node serves the file's
+schema, 1 if `--wait` seconds pass first. A file that does not load, a store changed in
+place and nodes that cannot be asked exit 2, with one line saying why."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from dataclasses import dataclass
+
+from contracts.coordination import Coordination, CoordinatorError
+from contracts.manifest import FILE_NAME, Manifest
+from contracts.project import Project, scheme
+from contracts.snapshot_file import FormatError, built_as
+from gateway.cluster.status import NodeStatus
+from resolvers.schema.build import build_schema
+from snapshot_store import StoreError, open_store
+from stategate.app import schema_version
+from stategate.cluster_commands import ask_nodes
+
+# A rebuild's pace on two cores, from the published records (README: Performance, "a full
+# rebuild of the 5M-event log": 28-29 s): what the time the plan gives is estimated from.
+REBUILD_RECORDS_PER_S = 175_000
+POLL_S = 0.5
+
+
+class NotApplied(Exception):
+    """A change `apply` does not make, and why."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    added: tuple[str, ...]  # declared by the file, not built on every node yet
+    removed: tuple[str, ...]  # declared by a node, not by the file
+    schema: str  # the version of the schema the file's stores make
+    records: int  # what a rebuild reads: the records the published chains hold
+    size: int  # the published layers' bytes: about what a rebuild writes again
+
+    def lines(self) -> list[str]:
+        said = [
+            f"stores to add: {', '.join(self.added) or 'none'}",
+            f"stores to remove: {', '.join(self.removed) or 'none'}",
+            f"schema: {self.schema}",
+        ]
+        if self.added:
+            seconds = self.records / REBUILD_RECORDS_PER_S
+            said += [
+                f"building: the pipeline builds every partition again from the log: "
+                f"{self.records:,} records read, about {self.size / 2**20:,.1f} MiB written, "
+                f"about {max(1, round(seconds)):,} s on two cores",
+                "steps: restart the pipeline and each node (one at a time) with this file; "
+                "each node serves the new stores once every node has them built",
+            ]
+        elif self.removed:
+            said.append("steps: restart each node (one at a time) with this file")
+        return said
+
+
+def plan(project: Project, said: dict[str, NodeStatus], manifest: Manifest) -> Plan:
+    """The change from what the nodes have built to the file's stores: a store is to add
+    until every node has it built, to remove while a node declares it. NotApplied for a store
+    changed in place, or when a node does not say what it declares."""
+    if not said or any(s.declared is None or s.stores is None for s in said.values()):
+        raise NotApplied("a node does not say what it declares (a release before `apply`)")
+    wanted = {name: built_as(store) for name, store in project.stores.items()}
+    changed = sorted(
+        {n for s in said.values() for n, d in (s.declared or {}).items() if wanted.get(n, d) != d}
+    )
+    if changed:
+        raise NotApplied(
+            f"{', '.join(changed)} changed in place: declare the new form as a store of another "
+            "name, move the clients to it, then remove the old one (README: Changing stores)"
+        )
+    built = set(wanted).intersection(*(s.stores or () for s in said.values()))
+    declared = set().union(*(s.declared or {} for s in said.values()))
+    chains = manifest.partitions.values()
+    return Plan(
+        added=tuple(sorted(wanted.keys() - built)),
+        removed=tuple(sorted(declared - wanted.keys())),
+        schema=schema_version(build_schema(project)),
+        records=sum(sum(entry.position.values()) for entry in chains),
+        size=sum(layer.size for entry in chains for layer in entry.layers),
+    )
+
+
+def run(project: Project, dry_run: bool, wait_s: float) -> int:
+    try:
+        said = _answered(asyncio.run(_statuses(project)))
+        manifest = _manifest(project)
+        change = plan(project, said, manifest)
+    except NotApplied as refused:
+        print(f"stategate apply: {refused}", file=sys.stderr)
+        return 2
+    for line in change.lines():
+        print(line)
+    if dry_run:
+        return 0
+    return _follow(project, change, wait_s)
+
+
+def _follow(project: Project, change: Plan, wait_s: float) -> int:
+    """Print the progress each time it changes, until every node serves the schema."""
+    started, last = time.monotonic(), ""
+    while True:
+        try:
+            asked = asyncio.run(_statuses(project))
+        except NotApplied as refused:
+            asked = {"coordinator": str(refused)}
+        progress = _progress(change, asked)
+        if progress != last:
+            print(f"progress: {progress}", flush=True)
+            last = progress
+        if all(isinstance(s, NodeStatus) and s.schema == change.schema for s in asked.values()):
+            print(f"applied in {time.monotonic() - started:.1f} s")
+            return 0
+        if time.monotonic() - started > wait_s:
+            print(f"stategate apply: not applied after {wait_s:g} s", file=sys.stderr)
+            return 1
+        time.sleep(POLL_S)
+
+
+def _progress(change: Plan, asked: dict[str, NodeStatus | str]) -> str:
+    said = [s for s in asked.values() if isinstance(s, NodeStatus)]
+    nodes = len(asked)
+    parts = [
+        f"{store} built on {sum(store in (s.stores or ()) for s in said)} of {nodes}"
+        for store in change.added
+    ]
+    serving = sum(s.schema == change.schema for s in said)
+    parts.append(f"{serving} of {nodes} nodes serve schema {change.schema}")
+    silent = sorted(node for node, s in asked.items() if isinstance(s, str))
+    return "; ".join(parts + ([f"no answer from {', '.join(silent)}"] if silent else []))
+
+
+async def _statuses(project: Project) -> dict[str, NodeStatus | str]:
+    """Every node's status, or why it gave none."""
+    return await ask_nodes(project, await _addresses(project))
+
+
+def _answered(asked: dict[str, NodeStatus | str]) -> dict[str, NodeStatus]:
+    """The statuses; NotApplied naming the nodes that gave none."""
+    silent = {node: why for node, why in asked.items() if isinstance(why, str)}
+    if silent:
+        named = "; ".join(f"{node}: {why}" for node, why in sorted(silent.items()))
+        raise NotApplied(f"nodes that do not answer: {named}")
+    return {node: status for node, status in asked.items() if isinstance(status, NodeStatus)}
+
+
+async def _addresses(project: Project) -> dict[str, str]:
+    """The nodes to ask: the file's, or an elastic cluster's members."""
+    cluster = project.cluster
+    if cluster.coordinator is None:
+        return {n.id: n.url for n in cluster.nodes}
+    coordination = Coordination(cluster.coordinator, cluster.name, tls=cluster.tls)
+    try:
+        await coordination.connect()
+        state = await coordination.read()
+    except CoordinatorError as exc:
+        raise NotApplied(f"the coordinator: {exc}") from exc
+    finally:
+        await coordination.close()
+    return {m.id: f"{scheme(cluster.tls)}://{m.address}" for m in state.members.values()}
+
+
+def _manifest(project: Project) -> Manifest:
+    try:
+        found = open_store(project.snapshot_url).read(FILE_NAME)
+        return Manifest() if found is None else Manifest.from_json(found[0])
+    except (StoreError, FormatError) as exc:
+        raise NotApplied(f"the snapshot store: {exc}") from exc

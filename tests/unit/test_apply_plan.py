@@ -1,0 +1,56 @@
+"""`stategate apply`'s plan from what the nodes say (stategate/applying.py): a store is to
+add until every node has it built, to remove while a node declares it; a store changed in
+place, or a node that says nothing of its stores, is refused with the reason."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from contracts.manifest import Manifest
+from contracts.project import Project, load
+from contracts.snapshot_file import built_as
+from gateway.cluster.status import LiveCounts, NodeStatus
+from stategate.applying import NotApplied, plan
+from tests.projects import write_project
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Project:
+    return load(write_project(tmp_path_factory.mktemp("apply"), [1, 2, 3]))
+
+
+def status(project: Project, built: set[str], declared: set[str] | None = None) -> NodeStatus:
+    names = set(project.stores) if declared is None else declared
+    return NodeStatus(
+        "n", {}, {}, 0, 0, LiveCounts(),
+        stores=sorted(built), declared={n: built_as(project.stores[n]) for n in names},
+    )  # fmt: skip
+
+
+def test_a_store_is_to_add_until_every_node_has_it_built(project: Project) -> None:
+    every = set(project.stores)
+    said = {"a": status(project, every), "b": status(project, every - {"hourlyRevenue"})}
+    found = plan(project, said, Manifest())
+    assert (found.added, found.removed) == (("hourlyRevenue",), ())
+    assert plan(project, {"a": status(project, every)}, Manifest()).added == ()
+
+
+def test_a_store_declared_by_a_node_and_not_by_the_file_is_to_remove(project: Project) -> None:
+    fewer = dataclasses.replace(
+        project, stores={n: s for n, s in project.stores.items() if n != "trainStatus"}
+    )
+    found = plan(fewer, {"a": status(project, set(project.stores))}, Manifest())
+    assert (found.added, found.removed) == ((), ("trainStatus",))
+
+
+def test_a_store_changed_in_place_is_refused_with_the_way_to_change_it(project: Project) -> None:
+    hourly = project.stores["hourlyRevenue"]
+    wider = dataclasses.replace(hourly, window_size_ms=2 * hourly.window_size_ms)
+    changed = dataclasses.replace(project, stores={**project.stores, "hourlyRevenue": wider})
+    with pytest.raises(NotApplied, match="hourlyRevenue changed in place: declare the new form"):
+        plan(changed, {"a": status(project, set(project.stores))}, Manifest())
+    unstated = dataclasses.replace(status(project, set()), declared=None)
+    with pytest.raises(NotApplied, match="does not say what it declares"):
+        plan(project, {"a": unstated}, Manifest())
