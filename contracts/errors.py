@@ -48,9 +48,10 @@ class Failure(StrEnum):
 
     @property
     def retryable(self) -> bool:
-        """Another replica may not have this failure: the router tries the next one."""
+        """Another replica may not have this failure: the router tries the next one. A
+        replica that has no such store may run a project file without it, while another
+        replica still has it (a store being removed: README, Changing stores)."""
         return self not in (
-            Failure.DOES_NOT_EXIST,
             Failure.UNKNOWN_QUERY_TYPE,
             Failure.OUTSIDE_HISTORY,
             Failure.FORBIDDEN,

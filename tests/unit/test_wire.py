@@ -168,6 +168,23 @@ def test_a_partition_with_no_live_replica_fails_with_its_reason(project: Project
     assert answers and all(a.failure is Failure.NODE_UNAVAILABLE for a in answers.values())
 
 
+def test_a_replica_without_the_store_sends_the_read_to_one_that_has_it(project: Project) -> None:
+    """node2 runs a project file without the store (one being removed, node2 restarted
+    first): its partitions' reads go on to node3, which still has it."""
+
+    def peer(call: Call) -> Reply:
+        node = "node" + call.url.split(":")[2][3]
+        answers = [Answer(id=q.id, node=node, rows=[]) for q in decode_request(call.body)]
+        if node == "node2":
+            for answer in answers:
+                answer.fail(Failure.DOES_NOT_EXIST, "no store 'latestBooking' on node node2")
+        return Reply(200, encode_answers(answers))
+
+    answers, transport = _route(project, peer=peer)
+    assert answers and all(a.failure is None and a.node == "node3" for a in answers.values())
+    assert {c.url.split("/")[2] for c in transport.calls} == {"127.0.0.1:7102", "127.0.0.1:7103"}
+
+
 def test_listeners_hear_once_of_a_peer_that_is_back(project: Project) -> None:
     peers = PeerClient("s", MockTransport(lambda call: Reply(404, b"")))  # never called
     membership = Membership(node_core(project, peers))
