@@ -6,9 +6,15 @@ the file in turn (out of the rotation meanwhile, as a load balancer's health che
 
     python -m bench.changes --workload main --reuse
 
-Printed: how long the build and the whole change took, the client's failed and partial
-answers during it, its p50 / p99 idle and during the change (with the machine's load), and
-the snapshot store's extra bytes while the rebuilt chains sit beside the old ones.
+With `--upgrade TREE`, every node is rolled instead to the release checked out at TREE (a
+git worktree of another commit), then rolled back:
+
+    git worktree add /tmp/previous <commit>
+    python -m bench.changes --workload main --reuse --upgrade /tmp/previous
+
+Printed, per phase (idle, then the change): how long it took, the client's answers and its
+failed or partial ones, its p50 / p99, and the machine's load; for a store, also the
+rebuild's time and the snapshot store's extra bytes after it.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import defaultdict
 from pathlib import Path
 
 import httpx
@@ -45,7 +52,7 @@ STATEGATE = [sys.executable, "-m", "stategate.cli"]
 
 
 class Client(threading.Thread):
-    """One key at a time, of a node of the rotation; latencies by phase, and what failed."""
+    """One key at a time, of a node of the rotation; latencies and failures by phase."""
 
     def __init__(self, project: Project, customers: int) -> None:
         super().__init__(daemon=True)
@@ -54,8 +61,8 @@ class Client(threading.Thread):
         self.lock = threading.Lock()
         self.customers = customers
         self.phase = "idle"
-        self.took: dict[str, list[float]] = {"idle": [], "change": []}
-        self.failed: list[str] = []
+        self.took: dict[str, list[float]] = defaultdict(list)
+        self.failed: dict[str, list[str]] = defaultdict(list)
         self.stopping = threading.Event()
 
     def run(self) -> None:
@@ -66,86 +73,106 @@ class Client(threading.Thread):
                 with self.lock:
                     node = rng.choice(self.rotation)
                 key = f"C{rng.randrange(self.customers):06d}"
-                began = time.perf_counter()
+                phase, began = self.phase, time.perf_counter()
                 try:
                     reply = client.post(
                         self.urls[node], content=body(ONE_KEY, {"key": key}), headers=headers
                     )
                     answer = reply.json()
                 except (httpx.HTTPError, ValueError) as exc:
-                    self.failed.append(f"{node}: {exc!r}")
+                    self.failed[phase].append(f"{node}: {exc!r}")
                     continue
                 took = time.perf_counter() - began
                 if answer.get("errors") or answer["data"]["customerTotals"]["meta"]["partial"]:
-                    self.failed.append(f"{node}: {str(answer)[:200]}")
+                    self.failed[phase].append(f"{node}: {str(answer)[:200]}")
                     continue
-                self.took[self.phase].append(took * 1000)
+                self.took[phase].append(took * 1000)
 
-    def out(self, node: str) -> None:
-        with self.lock:
-            self.rotation.remove(node)
+    def roll(self, processes: Processes, project: Project, tree: Path | None = None) -> None:
+        """Each node in turn out of the rotation, restarted (from `tree` when given, else
+        this one) on `project`, and back in once it serves."""
+        for node in [n.id for n in project.cluster.nodes]:
+            with self.lock:
+                self.rotation.remove(node)
+            time.sleep(0.3)  # what the balancer sent it before is answered
+            processes.stop(node)
+            url = project.cluster.node(node).url
+            processes.start(node, node_command(project, node), url, cwd=tree)
+            wait_serving(project, [node])
+            with self.lock:
+                self.rotation.append(node)
 
-    def back(self, node: str) -> None:
-        with self.lock:
-            self.rotation.append(node)
+    def row(self, phase: str, seconds: float) -> str:
+        took = sorted(self.took[phase])
+        return (
+            f"| {phase} | {seconds:.1f} s | {len(took):,} / {len(self.failed[phase])} | "
+            f"{_q(took, 0.5):.2f} / {_q(took, 0.99):.2f} ms | {os.getloadavg()[0]:.2f} |"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.changes")
     parser.add_argument("--workload", default="main", choices=NAMES)
     parser.add_argument("--reuse", action="store_true", help="reuse the workload when built")
+    parser.add_argument(
+        "--upgrade",
+        type=Path,
+        metavar="TREE",
+        help="instead of adding a store, roll every node to the release checked out at TREE "
+        "(a git worktree), then back",
+    )
     args = parser.parse_args(argv)
     workload = built(args.workload, args.reuse)
     project = copy_workload(workload, prefix="changes")
     processes = Processes(project.path.parent / "logs")
-    ids = [n.id for n in project.cluster.nodes]
     processes.start_nodes(project)
-    wait_serving(project, ids)
+    wait_serving(project, [n.id for n in project.cluster.nodes])
     client = Client(project, workload.customers)
+    rows: list[str] = []
     try:
         client.start()
         time.sleep(IDLE_S)
-        idle_load = os.getloadavg()[0]
-        stored = _bytes(Path(project.snapshot_store))
-        client.phase = "change"
-        began = time.monotonic()
-        project.path.write_text(project.path.read_text() + NEW_STORE)
-        grown = projects.load(project.path)
-        config = ["--config", str(grown.path)]
-        applying = subprocess.Popen([*STATEGATE, "apply", *config, "--wait", "1800"])
-        build = time.monotonic()
-        subprocess.run([*STATEGATE, "pipeline", *config], check=True, capture_output=True)
-        built_s = time.monotonic() - build
-        extra = _bytes(Path(grown.snapshot_store)) - stored
-        for node in ids:
-            client.out(node)
-            time.sleep(0.3)  # what the balancer sent it before is answered
-            processes.stop(node)
-            url = grown.cluster.node(node).url
-            processes.start(node, node_command(grown, node), url)
-            wait_serving(grown, [node])
-            client.back(node)
-        assert applying.wait(1800) == 0, "apply did not see the change through"
-        change_s = time.monotonic() - began
-        change_load = os.getloadavg()[0]
+        rows.append(client.row("idle", IDLE_S))
+        if args.upgrade is not None:
+            for phase, tree in (("upgrade", args.upgrade), ("rollback", None)):
+                client.phase, began = phase, time.monotonic()
+                client.roll(processes, project, tree)
+                rows.append(client.row(phase, time.monotonic() - began))
+        else:
+            rows += _add_store(client, processes, project)
     finally:
         client.stopping.set()
         client.join(30)
         processes.stop_all()
-    idle, during = (sorted(client.took[p]) for p in ("idle", "change"))
-    print(f"\n{workload.events:,} events; load {idle_load:.2f} idle, {change_load:.2f} after")
-    print("| adding a store | value |\n| --- | --- |")
-    print(f"| the pipeline's rebuild | {built_s:.1f} s |")
-    print(f"| from the file's edit to every node serving it | {change_s:.1f} s |")
-    print(
-        f"| answers during the change / failed or partial | {len(during)} / {len(client.failed)} |"
-    )
-    print(f"| one key p50 idle / during | {_q(idle, 0.5):.2f} / {_q(during, 0.5):.2f} ms |")
-    print(f"| one key p99 idle / during | {_q(idle, 0.99):.2f} / {_q(during, 0.99):.2f} ms |")
-    print(f"| the snapshot store's extra bytes after the rebuild | {extra / 2**20:,.0f} MiB |")
-    for failure in client.failed[:5]:
+    print(f"\n{workload.events:,} events, one client asking one key at a time")
+    print("| phase | took | answers / failed or partial | p50 / p99 | load |")
+    print("| --- | --- | --- | --- | --- |")
+    print("\n".join(rows))
+    failed = [f for phase in client.failed.values() for f in phase]
+    for failure in failed[:5]:
         print(f"failed: {failure}")
-    return 0 if not client.failed else 1
+    return 0 if not failed else 1
+
+
+def _add_store(client: Client, processes: Processes, project: Project) -> list[str]:
+    """Declare NEW_STORE, rebuild with the one-shot pipeline, restart each node in turn;
+    `stategate apply` follows it. The rows of the build and of the whole change."""
+    stored = _bytes(Path(project.snapshot_store))
+    client.phase, began = "add a store", time.monotonic()
+    project.path.write_text(project.path.read_text() + NEW_STORE)
+    grown = projects.load(project.path)
+    config = ["--config", str(grown.path)]
+    applying = subprocess.Popen([*STATEGATE, "apply", *config, "--wait", "1800"])
+    subprocess.run([*STATEGATE, "pipeline", *config], check=True, capture_output=True)
+    built_s = time.monotonic() - began
+    extra = _bytes(Path(grown.snapshot_store)) - stored
+    client.roll(processes, grown)
+    assert applying.wait(1800) == 0, "apply did not see the change through"
+    return [
+        client.row("add a store", time.monotonic() - began),
+        f"| of it, the pipeline's rebuild | {built_s:.1f} s | | | |",
+        f"| the snapshot store's extra bytes after it | {extra / 2**20:,.0f} MiB | | | |",
+    ]
 
 
 def _q(values: list[float], q: float) -> float:
