@@ -283,9 +283,12 @@ class GatewayNode:
         """Every health_interval_s, also the stores every node has built since."""
         while True:
             await asyncio.sleep(self.project.settings.health_interval_s)
-            found = servable(self.project, self.built(), self.membership.built())
-            if not found <= self.served:
-                self._serve(self.served | found)
+            try:
+                found = servable(self.project, self.built(), self.membership.built())
+                if not found <= self.served:
+                    self._serve(self.served | found)
+            except Exception:  # a schema never switched again is worse than one round lost
+                log.exception("the stores served were not switched")
 
     def _serve(self, stores: frozenset[str]) -> None:
         if stores == self.served:
@@ -296,9 +299,9 @@ class GatewayNode:
             ", ".join(sorted(stores)),
             f"; not yet built on every node: {', '.join(waiting)}" if waiting else "",
         )
-        self.served = stores
         for listener in self._served_listeners:
             listener(stores)
+        self.served = stores  # once the schema switched: a failed switch is tried again
 
     async def exposition(self) -> bytes:
         """The node's metrics: with workers, each one's summed (the keeper's scrape asks
