@@ -82,9 +82,12 @@ class Base:
     users: int = 0  # snapshots over it not yet released
     keep: bool = False  # its layer files stay on disk once it is closed (`drop`)
 
+    def __post_init__(self) -> None:
+        self._held = frozenset(s.name for s in self.stores)  # what every read asks of it
+
     def holds(self, store: str) -> bool:
         """Whether its chain has the store: the pipeline built it."""
-        return any(s.name == store for s in self.stores)
+        return store in self._held
 
 
 class DuckDBHub:
