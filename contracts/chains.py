@@ -65,6 +65,13 @@ def stores(project: Project, chain: int) -> tuple[Store, ...]:
     return (*declared, *(history_of(s) for s in declared if s.versioned))
 
 
+def every_store(project: Project) -> tuple[Store, ...]:
+    """The stores the chains hold, of every kind of chain: each declared store, then each
+    versioned table's history."""
+    declared = tuple(project.stores.values())
+    return (*declared, *(history_of(s) for s in declared if s.versioned))
+
+
 def held(project: Project, assigned: Iterable[int]) -> list[int]:
     """The chains a node holds: those of the partitions placement gives it, and every
     global one."""

@@ -10,11 +10,14 @@ snapshot store and read by every node.
                                         "traceparent"},
                                        ...]}},
      "log_end": {"<topic>": {"<p>": offset}},
-     "stores_digest": "...", "updated_ms": ...}
+     "stores_digest": "...", "updated_ms": ...,
+     "built": {"partitions": n, "stores": {store: built_as}}}
 
 A partition's layers are its chain (contracts/snapshot_file.py): a base, then deltas of
 consecutive versions, oldest first. A layer's freshness fields (contracts/freshness.py) are
-optional: a manifest written before them reads as "unknown". It is replaced atomically
+optional: a manifest written before them reads as "unknown". `built` says which declaration
+built each store's state (contracts/snapshot_file.py: built_as), so that a change of the
+stores builds only what changed (none in a manifest written before it). It is replaced atomically
 (write_manifest), so a reader sees the old one or the new one.
 """
 
@@ -107,11 +110,27 @@ class PartitionEntry:
 
 
 @dataclass(frozen=True)
+class Built:
+    """What the chains were built by: the partition count, and each store's declaration."""
+
+    partitions: int
+    stores: dict[str, str]  # store -> built_as of its declaration
+
+    def changed(self, now: Built) -> frozenset[str]:
+        """The stores of `now` whose state these chains do not hold: new or declared
+        otherwise (every one when the partitions changed)."""
+        if now.partitions != self.partitions:
+            return frozenset(now.stores)
+        return frozenset(s for s, digest in now.stores.items() if self.stores.get(s) != digest)
+
+
+@dataclass(frozen=True)
 class Manifest:
     partitions: dict[int, PartitionEntry] = field(default_factory=dict)
     log_end: dict[str, dict[int, int]] = field(default_factory=dict)  # what the pipeline saw
     stores_digest: str | None = None
     updated_ms: int = 0
+    built: Built | None = None  # None: written before it
 
     @cached_property
     def store_rows(self) -> dict[str, int]:
@@ -136,6 +155,8 @@ class Manifest:
             "stores_digest": self.stores_digest,
             "updated_ms": self.updated_ms,
         }
+        if self.built is not None:
+            body["built"] = vars(self.built)
         return orjson.dumps(body, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)
 
     @classmethod
@@ -154,6 +175,7 @@ class Manifest:
                 },
                 stores_digest=body.get("stores_digest"),
                 updated_ms=int(body.get("updated_ms", 0)),
+                built=_built(body.get("built")),
             )
         except FormatError:
             raise
@@ -171,6 +193,13 @@ def _stored(layer: Layer, newest: int) -> dict[str, Any]:
     if layer.traceparent is None:  # untraced (nearly always): not written at all
         body = {k: v for k, v in body.items() if k != "traceparent"}
     return body
+
+
+def _built(raw: Any) -> Built | None:
+    if raw is None:
+        return None
+    stores = {str(store): str(digest) for store, digest in raw["stores"].items()}
+    return Built(int(raw["partitions"]), stores)
 
 
 def _entry(raw: dict[str, Any]) -> PartitionEntry:

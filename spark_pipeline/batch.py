@@ -44,7 +44,7 @@ from spark_pipeline import dead_letter
 from spark_pipeline.checks import BadRow
 from spark_pipeline.layer_files import scratch
 from spark_pipeline.log_source import ddl, members
-from spark_pipeline.plan import Until, stores_digest
+from spark_pipeline.plan import Rebuild, Until, built_by, stores_digest
 from spark_pipeline.snapshot import LayerTask, build_layer
 from topics import Log
 from topics.batches import RECORDS, Span
@@ -117,7 +117,7 @@ class Batch:
     project: Project
     store_root: str  # the driver's working folder; "": each executor's own (object stores)
     manifest: Manifest
-    rebuild: bool  # the stores changed: every partition gets a base from its whole log
+    rebuild: Rebuild | None  # the stores changed: every chain gets a base (plan.py)
     compact: bool  # a due chain is folded into the new layer (else a compactor does it)
     groups: int  # the task groups the records come in (log_source.members)
     # topic -> partition -> where the executors' read stopped (the plan's ends): a partition's
@@ -133,10 +133,16 @@ class Batch:
         return scratch(url)
 
     def published(self, partition: int) -> dict[str, int]:
-        """Where the partition's new records start, per topic (0 everywhere to rebuild)."""
-        if self.rebuild:
-            return dict.fromkeys(self.project.topics, 0)
+        """How far the partition's records are published, per topic (0 before any is)."""
         return chains.position(self.project, self.manifest, partition)
+
+    def reads_from(self, partition: int) -> dict[str, int]:
+        """Where the partition's read starts, per topic: where it is published, or offset 0
+        for a topic a store to build reads."""
+        published = self.published(partition)
+        if self.rebuild is None:
+            return published
+        return {t: 0 if self.rebuild.reads(t) else at for t, at in published.items()}
 
 
 def publish(
@@ -147,12 +153,12 @@ def publish(
     records: DataFrame,
     groups: int,
     ends: dict[str, dict[int, int]],
-    rebuild: bool = False,
+    rebuild: Rebuild | None = None,
     compact: bool = True,
 ) -> Published:
     """Write a layer for each partition with new `records` (rows of log_source.SCHEMA, one
     Spark partition per task group of `groups`, read up to `ends`; records below the
-    published positions are ignored), or for every partition when rebuilding or when some
+    published positions are ignored), or for every chain when the stores changed or when some
     were never published; returns the new manifest, not yet written."""
     # with an object store, executors share no folder with the driver: each writes its own
     root = "" if project.object_store is not None else str(store_dir)
@@ -174,11 +180,11 @@ def publish_here(
     log: Log,
     until: Until,
     commit: Callable[[Published], None] | None = None,
-    rebuild: bool = False,
+    rebuild: Rebuild | None = None,
     compact: bool = False,
 ) -> Published:
     """The same publication as `publish`, built in this process for the records of `log`
-    between the published positions (offset 0 to `rebuild`) and `until`, a partition per thread of
+    between where the reads start (Batch.reads_from) and `until`, a partition per thread of
     DRIVER_THREADS (DuckDB works outside the GIL): no Spark stage, whose fixed cost (~0.7 s for a
     stage with no work, more on a busy machine) exceeds a small batch's work. With `commit`,
     each partition's layer is handed to it as soon as it is written, in a publication of
@@ -188,7 +194,7 @@ def publish_here(
     batch = Batch(project, str(store_dir), manifest, rebuild, compact, groups=1)
 
     def build(partition: int) -> list[dict[str, Any]]:
-        read_ms, published = now_ms(), batch.published(partition)
+        read_ms, published = now_ms(), batch.reads_from(partition)
         ends = {topic: until(topic, partition) for topic in sorted(project.topics)}
         spans = [
             Span(partition, topic, published[topic], end)
@@ -235,7 +241,7 @@ def _published(batch: Batch, built: list[dict[str, Any]], built_in: str) -> Publ
     for chain, layer in layers.items():
         below = () if layer.kind == "base" else entries[chain].layers
         entries[chain] = PartitionEntry((*below, layer))
-    published = Manifest(entries, {}, stores_digest(project), stamp)
+    published = Manifest(entries, {}, stores_digest(project), stamp, built_by(project))
     partitions = [
         p
         for p in range(project.cluster.partitions)
@@ -244,7 +250,7 @@ def _published(batch: Batch, built: list[dict[str, Any]], built_in: str) -> Publ
     ends = {p: chains.position(project, published, p) for p in partitions}
     count = 0
     for p in {chains.partition(project, chain) for chain in layers}:
-        starts = batch.published(p)
+        starts = batch.reads_from(p)
         count += sum(end - starts[t] for t, end in ends[p].items())
     log_end = {t: {p: ends[p][t] for p in partitions} for t in project.topics}
     next_manifest = replace(published, log_end=log_end)
@@ -313,14 +319,15 @@ def _build_partition(
     bad = _BadRecords(batch, partition)
     for chain in ids:
         topics = chains.topics(batch.project, chain)
-        found = batch.manifest.partitions.get(chain)
-        entry = None if batch.rebuild else found
-        if entry is not None and all(positions[t] == published[t] for t in topics):
-            continue
+        entry = batch.manifest.partitions.get(chain)
         moved = {t: positions[t] for t in topics}
-        # a rebuilt chain goes on above the published one: nodes install only newer versions
-        version = (found.version if found else 0) + 1
-        task = _layer_task(batch, chain, entry, version, moved, appended, read_ms)
+        if (
+            not batch.rebuild
+            and entry is not None
+            and all(positions[t] == published[t] for t in topics)
+        ):
+            continue
+        task = _layer_task(batch, chain, entry, moved, appended, read_ms)
         rows: dict[str, int] = {}
         _, layer = build_layer(task, records, rows, bad.handle)
         yield pa.RecordBatch.from_pydict(
@@ -350,32 +357,45 @@ def _layer_task(
     batch: Batch,
     chain: int,
     entry: PartitionEntry | None,
-    version: int,
     positions: dict[str, int],
     appended: dict[str, pa.ChunkedArray],
     read_ms: int,
 ) -> LayerTask:
-    """The layer `version` of `chain` over `entry` (a base when there is none, or when it is
-    due for compaction), up to `positions` of its topics."""
+    """The next layer of `chain` over `entry`, up to `positions` of its topics: a base when
+    there is none, when the stores changed, or when it is due for compaction. A chain built
+    again goes on above the published one: nodes install only newer versions."""
     topics = tuple(positions)
+    stores = chains.stores(batch.project, chain)
     kind: Kind = "delta"
-    if entry is None or (batch.compact and due_for_compaction(entry, batch.project.settings)):
+    if (
+        entry is None
+        or batch.rebuild
+        or (batch.compact and due_for_compaction(entry, batch.project.settings))
+    ):
         kind = "base"
+    from_start = frozenset(s.name for s in stores)
+    if entry is not None:
+        from_start &= batch.rebuild.stores if batch.rebuild else frozenset()
+    # the records of the stores kept start where the chain is, past those read from offset 0
+    published = batch.published(chains.partition(batch.project, chain))
+    since = {t: published[t] for t in topics if batch.rebuild and batch.rebuild.reads(t)}
     times = _by_append(appended, chains.counted(batch.project, chain))
     newest_ms = newest(_by_append(appended, topics), entry.top.newest_append_ms if entry else None)
     return LayerTask(
         partition=chain,
-        version=version,
+        version=(entry.version if entry else 0) + 1,
         kind=kind,
         store_root=batch.root(),
         store_url=batch.project.object_store,
-        below=() if entry is None else entry.layers,
+        below=() if entry is None or len(from_start) == len(stores) else entry.layers,
         positions=positions,
         topics=tuple(batch.project.topics[t] for t in topics),
-        stores=chains.stores(batch.project, chain),
+        stores=stores,
         appended=times,
         newest_append_ms=newest_ms,
         read_ms=read_ms,
+        from_start=from_start,
+        since=since,
     )
 
 
@@ -409,11 +429,11 @@ class _BadRecords:
 def _fresh(
     batch: Batch, partition: int, group: pa.Table
 ) -> tuple[dict[str, pa.Table], dict[str, pa.ChunkedArray]]:
-    """topic -> the partition's records (of its group's) at or past the published position,
-    and topic -> their append times. They may start past it: a Kafka topic's offsets have
-    gaps (compaction, transactions' markers and aborted records); a log that lost records
-    refuses to read them (topics/)."""
-    published = batch.published(partition)
+    """topic -> the partition's records (of its group's) at or past where its read starts
+    (Batch.reads_from), and topic -> their append times. They may start past it: a Kafka
+    topic's offsets have gaps (compaction, transactions' markers and aborted records); a log
+    that lost records refuses to read them (topics/)."""
+    published = batch.reads_from(partition)
     table = group.filter(pc.equal(group.column("partition"), partition))
     if table.num_rows == 0:
         return {}, {}

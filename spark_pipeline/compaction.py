@@ -70,4 +70,4 @@ def rebase(
             continue  # rebuilt or rebased meanwhile: this base folds a chain no longer served
         published = replace(base, published_ms=stamp)
         partitions[partition] = PartitionEntry((published, *entry.layers[len(before) :]))
-    return Manifest(partitions, manifest.log_end, manifest.stores_digest, stamp)
+    return replace(manifest, partitions=partitions, updated_ms=stamp)

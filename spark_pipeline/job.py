@@ -45,7 +45,7 @@ from contracts.project import Project, load  # noqa: E402
 from spark_pipeline.batch import Published, publish, publish_here  # noqa: E402
 from spark_pipeline.log_source import read_log, task_groups  # noqa: E402
 from spark_pipeline.manifests import Manifests  # noqa: E402
-from spark_pipeline.plan import RunPlan, plan_run  # noqa: E402
+from spark_pipeline.plan import Rebuild, RunPlan, plan_run  # noqa: E402
 from spark_pipeline.progress import log_bad_records, positions, size, stage_progress  # noqa: E402
 from spark_pipeline.publish import mirror, notify_nodes, prune, sweep_temporaries  # noqa: E402
 from spark_pipeline.spark import LazySpark, cancelled_on, spark_session  # noqa: E402
@@ -63,7 +63,8 @@ class RunReport:
     """What one run did."""
 
     records: int  # new records read
-    rebuild: bool  # the stores changed, so every partition was rebuilt from offset 0
+    rebuild: bool  # the stores changed, so every chain got a base
+    from_start: list[str] = field(default_factory=list)  # the stores built from offset 0
     versions: dict[int, tuple[int | None, int]] = field(default_factory=dict)  # p -> old, new
     layers: dict[int, str] = field(default_factory=dict)  # p -> "base" or "delta"
     notify: dict[str, str] = field(default_factory=dict)  # node -> "ok" or what went wrong
@@ -105,7 +106,8 @@ def run(
         _sweep(store_dir)
         manifest = manifests.read()
         plan = plan_run(project, manifest, events)
-        report = RunReport(records=plan.records(topics), rebuild=plan.rebuild)
+        report = RunReport(plan.records(topics), plan.rebuild is not None)
+        report.from_start = sorted(plan.rebuild.stores) if plan.rebuild else []
         _log_plan(project, events, plan, report.records)
         published = Published(manifest)
         if plan.changed:
@@ -202,7 +204,7 @@ def _log_plan(project: Project, events: Log, plan: RunPlan, records: int) -> Non
         records,
         len(plan.changed),
         project.cluster.partitions,
-        " (the stores changed: every partition is rebuilt from offset 0)" if plan.rebuild else "",
+        _rebuilding(plan.rebuild),
     )
     for partition in plan.changed:
         ranges = [
@@ -211,6 +213,13 @@ def _log_plan(project: Project, events: Log, plan: RunPlan, records: int) -> Non
             for start, end in [by_p[partition]]
         ]
         log.info("partition %d: %s", partition, ", ".join(ranges))
+
+
+def _rebuilding(rebuild: Rebuild | None) -> str:
+    if rebuild is None:
+        return ""
+    built = ", ".join(sorted(rebuild.stores)) or "none"
+    return f" (the stores changed: every chain gets a base; built from offset 0: {built})"
 
 
 def _log_layers(project: Project, published: Published, seconds: float) -> None:

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 import orjson
 
 from contracts import chains
-from contracts.manifest import Manifest
+from contracts.manifest import Built, Manifest
 from contracts.project import Project
-from contracts.snapshot_file import shape
+from contracts.snapshot_file import built_as, shape
 from topics import Log
 
 OffsetRange = tuple[int, int]  # [start, end)
@@ -26,10 +26,23 @@ class LogBehindError(RuntimeError):
 
 
 @dataclass(frozen=True)
+class Rebuild:
+    """The stores changed: every chain gets a new base, in which the `stores` not built yet
+    (new, or declared otherwise) are built from each partition's first record and every
+    other store is folded from its chain, as a compaction does."""
+
+    stores: frozenset[str]  # built from offset 0
+    topics: frozenset[str]  # read from offset 0: those `stores` read
+
+    def reads(self, topic: str) -> bool:
+        return topic in self.topics
+
+
+@dataclass(frozen=True)
 class RunPlan:
     ranges: dict[str, dict[int, OffsetRange]]  # topic -> partition -> new records
     changed: list[int]  # partitions that get a new version
-    rebuild: bool  # the stores changed: rebuild every partition from offset 0
+    rebuild: Rebuild | None  # None: the published chains hold the declared stores
 
     def records(self, topics: set[str]) -> int:
         return sum(e - s for t in topics for s, e in self.ranges[t].values())
@@ -73,10 +86,11 @@ class RunPlan:
 
 
 def plan_run(project: Project, manifest: Manifest, log: Log) -> RunPlan:
-    """Read from each partition's published position to the log's end now. A partition is
-    rebuilt when it has new records, has never been published, or the stores changed."""
+    """Read from each partition's published position to the log's end now (from offset 0
+    for a topic a store to build reads). A partition gets a new layer when it has new
+    records, has never been published, or the stores changed."""
     published = manifest.partitions
-    rebuild = bool(published) and manifest.stores_digest != stores_digest(project)
+    rebuild = to_rebuild(project, manifest)
     ranges: dict[str, dict[int, OffsetRange]] = {}
     starts = {p: chains.position(project, manifest, p) for p in range(project.cluster.partitions)}
     ends = log.end_offsets()
@@ -84,7 +98,7 @@ def plan_run(project: Project, manifest: Manifest, log: Log) -> RunPlan:
         ranges[topic] = {}
         for partition in range(project.cluster.partitions):
             entry = published.get(partition)
-            start = 0 if rebuild else starts[partition][topic]
+            start = 0 if rebuild and rebuild.reads(topic) else starts[partition][topic]
             end = ends[topic][partition]
             if end < start:
                 raise LogBehindError(
@@ -108,3 +122,21 @@ def stores_digest(project: Project) -> str:
         "stores": [shape(s) for s in project.stores.values()],
     }
     return hashlib.sha256(orjson.dumps(held, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def built_by(project: Project) -> Built:
+    """What chains built by the project's declarations hold (the manifest's `built`)."""
+    stores = {store.name: built_as(store) for store in chains.every_store(project)}
+    return Built(project.cluster.partitions, stores)
+
+
+def to_rebuild(project: Project, manifest: Manifest) -> Rebuild | None:
+    """What a change of the stores since the published chains asks (None when there was
+    none): the new and changed stores built from offset 0, or every store when the
+    partitions changed or the manifest does not say what built its chains."""
+    if not manifest.partitions or manifest.stores_digest == stores_digest(project):
+        return None
+    now = built_by(project)
+    stores = frozenset(now.stores) if manifest.built is None else manifest.built.changed(now)
+    topics = {s.topic.name for s in chains.every_store(project) if s.name in stores}
+    return Rebuild(stores, frozenset(topics))

@@ -23,7 +23,7 @@ import uuid
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
@@ -85,6 +85,11 @@ class LayerTask:
     newest_append_ms: int | None = None
     read_ms: int | None = None  # when the task read the new records
     store_url: str | None = None  # the object store the layer goes to, and those below are in
+    # the stores built from the records alone, with nothing of the layers below (a base's)
+    from_start: frozenset[str] = frozenset()
+    # topic -> where the records of the other stores start, when the records start before
+    # (a rebuild read the topic from offset 0 for the stores built from the start)
+    since: dict[str, int] = field(default_factory=dict)
 
     def local(self, layer: Layer) -> Path:
         """A layer below on this host (fetched from the object store if it is not)."""
@@ -227,16 +232,17 @@ def _write_base(
     attached, registered = [], []
     try:
         below: list[dict[str, tuple[str, bool]]] = []  # per layer: store -> (relation, marks)
+        folded = [s for s in task.stores if s.name not in task.from_start]
         for i, layer in enumerate(task.below):
             layer_path = task.local(layer)
             if layer.kind == "base":
                 con.execute(f"ATTACH {literal(str(layer_path))} AS below{i} (READ_ONLY)")
                 attached.append(f"below{i}")
-                below.append({s.name: (f"below{i}.{quoted(s.name)}", False) for s in task.stores})
+                below.append({s.name: (f"below{i}.{quoted(s.name)}", False) for s in folded})
                 continue
             _, frames = read_delta(layer_path)
             relations = {}
-            for number, store in enumerate(task.stores):
+            for number, store in enumerate(folded):
                 con.register(f"below{i}_{number}", frames[store.name])
                 registered.append(f"below{i}_{number}")
                 relations[store.name] = (f"below{i}_{number}", True)
@@ -245,11 +251,12 @@ def _write_base(
             if store.kind == "versions":
                 continue  # written with its store
             con.execute(_create_sql(store))
+            layers = [] if store.name in task.from_start else below  # its state below
             if store.versioned:
-                history = [layer[history_of(store).name] for layer in below]
+                history = [layer[history_of(store).name] for layer in layers]
                 rows.update(_versions_base(con, store, number, history, deltas))
                 continue
-            sources = [layer[store.name] for layer in below]
+            sources = [layer[store.name] for layer in layers]
             inserted = con.execute(
                 _base_sql(store, sources, f"(FROM {deltas[store.name]})")
             ).fetchone()
@@ -302,7 +309,8 @@ def _stage(
         views[topic.name] = records_view(number)
         con.register(f"arrow_{number}", records.get(topic.name, _no_records()))
         checked = _checked(con, topic, f"arrow_{number}")
-        bad = bad_rows(con, checked)
+        handled = task.since.get(topic.name, 0)  # the bad records before it were, once
+        bad = [row for row in bad_rows(con, checked) if row.offset >= handled]
         if bad and on_bad is not None:
             on_bad(topic, bad)
         con.execute(
@@ -318,6 +326,9 @@ def _stage(
             continue
         tables[store.name] = f"memory.main.delta_{number}"
         view = views[store.topic.name]
+        kept_from = task.since.get(store.topic.name)
+        if kept_from is not None and store.name not in task.from_start:
+            view = f'(SELECT * FROM {view} WHERE "offset" >= {kept_from})'
         sql = versions.candidates_sql(store, view) if store.versioned else delta_sql(store, view)
         con.execute(f"CREATE OR REPLACE TABLE {tables[store.name]} AS {sql}")
     tables.update({history_of(s).name: tables[s.name] for s in task.stores if s.versioned})

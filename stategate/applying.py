@@ -16,6 +16,7 @@ import sys
 import time
 from dataclasses import dataclass
 
+from contracts import chains
 from contracts.coordination import Coordination, CoordinatorError
 from contracts.manifest import FILE_NAME, Manifest
 from contracts.project import Project, scheme
@@ -23,10 +24,11 @@ from contracts.snapshot_file import FormatError, built_as
 from gateway.cluster.status import NodeStatus
 from resolvers.schema.build import build_schema
 from snapshot_store import StoreError, open_store
+from spark_pipeline.plan import Rebuild, to_rebuild
 from stategate.app import schema_version
 from stategate.cluster_commands import ask_nodes
 
-# A rebuild's pace on two cores, from the published records (README: Performance, "a full
+# A rebuild's pace on two cores, from the records read again (README: Performance, "a full
 # rebuild of the 5M-event log": 28-29 s): what the time the plan gives is estimated from.
 REBUILD_RECORDS_PER_S = 175_000
 POLL_S = 0.5
@@ -41,8 +43,9 @@ class Plan:
     added: tuple[str, ...]  # declared by the file, not built on every node yet
     removed: tuple[str, ...]  # declared by a node, not by the file
     schema: str  # the version of the schema the file's stores make
-    records: int  # what a rebuild reads: the records the published chains hold
-    size: int  # the published layers' bytes: about what a rebuild writes again
+    rebuild: Rebuild | None  # what the pipeline builds (None: the published chains hold it)
+    records: int  # what the rebuild reads again: the published records of its topics
+    size: int  # the published layers' bytes: about what the rebuild's bases write
 
     def lines(self) -> list[str]:
         said = [
@@ -50,15 +53,24 @@ class Plan:
             f"stores to remove: {', '.join(self.removed) or 'none'}",
             f"schema: {self.schema}",
         ]
-        if self.added:
+        if self.rebuild is not None:
+            built = ", ".join(sorted(self.rebuild.stores))
+            read = ", ".join(sorted(self.rebuild.topics))
             seconds = self.records / REBUILD_RECORDS_PER_S
-            said += [
-                f"building: the pipeline builds every partition again from the log: "
-                f"{self.records:,} records read, about {self.size / 2**20:,.1f} MiB written, "
-                f"about {max(1, round(seconds)):,} s on two cores",
+            said.append(
+                f"building: the pipeline builds {built or 'no store'} from the log "
+                f"({self.records:,} records of {read or 'no topic'} read again) and folds "
+                f"every other store into a new base of each chain: about "
+                f"{self.size / 2**20:,.1f} MiB written, about {max(1, round(seconds)):,} s "
+                "on two cores"
+            )
+        elif self.added:
+            said.append("building: done (the published chains hold every store of the file)")
+        if self.added:
+            said.append(
                 "steps: restart the pipeline and each node (one at a time) with this file; "
-                "each node serves the new stores once every node has them built",
-            ]
+                "each node serves the new stores once every node has them built"
+            )
         elif self.removed:
             said.append("steps: restart each node (one at a time) with this file")
         return said
@@ -81,13 +93,19 @@ def plan(project: Project, said: dict[str, NodeStatus], manifest: Manifest) -> P
         )
     built = set(wanted).intersection(*(s.stores or () for s in said.values()))
     declared = set().union(*(s.declared or {} for s in said.values()))
-    chains = manifest.partitions.values()
+    rebuild = to_rebuild(project, manifest)
     return Plan(
         added=tuple(sorted(wanted.keys() - built)),
         removed=tuple(sorted(declared - wanted.keys())),
         schema=schema_version(build_schema(project)),
-        records=sum(sum(entry.position.values()) for entry in chains),
-        size=sum(layer.size for entry in chains for layer in entry.layers),
+        rebuild=rebuild,
+        records=sum(
+            at
+            for p in range(project.cluster.partitions)
+            for topic, at in chains.position(project, manifest, p).items()
+            if rebuild is not None and rebuild.reads(topic)
+        ),
+        size=sum(layer.size for entry in manifest.partitions.values() for layer in entry.layers),
     )
 
 

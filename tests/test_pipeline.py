@@ -182,12 +182,70 @@ def test_a_run_without_new_records_changes_nothing(
     assert not (_store(project) / ".staging").exists()
 
 
-def test_changed_stores_rebuild_every_partition_from_the_start(project: Project, second: dict):
-    manifest = Manifest.from_json(orjson.dumps({**second["manifest"], "stores_digest": "other"}))
+def test_stores_changed_since_a_manifest_that_does_not_say_what_built_it_are_all_rebuilt(
+    project: Project, second: dict
+):
+    """A manifest written before `built`: every store is built again, from offset 0."""
+    written = {k: v for k, v in second["manifest"].items() if k != "built"}
+    manifest = Manifest.from_json(orjson.dumps({**written, "stores_digest": "other"}))
     plan = plan_run(project, manifest, FileLog(project))
-    assert plan.rebuild
+    assert plan.rebuild is not None
+    assert plan.rebuild.stores == {s.name for s in chains.every_store(project)}
     assert plan.changed == list(range(project.cluster.partitions))
     assert all(start == 0 for ranges in plan.ranges.values() for start, _ in ranges.values())
+
+
+ADDED_STORE = """
+[[stores]]
+name = "seatsByCustomer"
+kind = "aggregate"
+topic = "bookings"
+aggregates = { seats = "sum(seats)", bookings = "count" }
+"""
+
+
+@pytest.mark.parametrize("built_in", ["executors", "driver"])
+def test_a_change_of_the_stores_builds_only_the_stores_it_changes(
+    tmp_path: Path, spark: LazySpark, built_in: str
+) -> None:
+    """A store added, a window resized and a store removed: the new and resized stores are
+    built from each partition's first record, every other store is folded from its chain
+    and the records since, and a topic no changed store reads is not read again. Every
+    store of every chain is then the oracle's over the whole log."""
+    settings = "driver_batch_records = 0" if built_in == "executors" else ""
+    path = write_project(tmp_path, ports=[18111, 18112, 18113], settings=settings)
+    before = load(path)
+    produce_test_events(before, seed=1)
+    run(before, spark, notify=False)
+    text = path.read_text()
+    removed = text.index('[[stores]]\nname = "departures"')
+    text = text[:removed] + text[text.index("[[stores]]", removed + 1) :]
+    resized = text.index('name = "delaysHopping"')
+    text = text[:resized] + text[resized:].replace('size = "1h"', 'size = "2h"', 1)
+    path.write_text(text.replace("\n[settings]", f"{ADDED_STORE}\n[settings]", 1))
+    after = load(path)
+    assert "departures" not in after.stores and "seatsByCustomer" in after.stores
+    produce_test_events(after, seed=2, n_bookings=300, n_trains=100, n_trips=40, only={1, 4})
+
+    published = read_manifest(_store(after))
+    plan = plan_run(after, published, FileLog(after))
+    assert plan.rebuild is not None
+    assert plan.rebuild.stores == {"seatsByCustomer", "delaysHopping"}
+    assert plan.changed == list(range(after.cluster.partitions))
+    for topic, ranges in plan.ranges.items():
+        for p, (start, _) in ranges.items():
+            read_again = topic in ("bookings", "trains")
+            assert start == (0 if read_again else chains.position(after, published, p)[topic])
+    report = run(after, spark, notify=False)
+    assert report.rebuild and report.from_start == ["delaysHopping", "seatsByCustomer"]
+    manifest = _manifest(after)
+    for chain, entry in manifest["partitions"].items():
+        [base] = entry["layers"]  # every chain a base, above its published version
+        assert base["kind"] == "base"
+        assert base["version"] == published.partitions[int(chain)].version + 1
+    assert_published_state_is_the_oracles(after, manifest)
+    again = run(after, spark, notify=False)  # the chains are the declarations': extended
+    assert not again.rebuild and again.versions == {}
 
 
 def test_a_log_behind_the_published_positions_is_refused(project: Project, second: dict):

@@ -8,10 +8,11 @@ import dataclasses
 
 import pytest
 
-from contracts.manifest import Manifest
+from contracts.manifest import Layer, Manifest, PartitionEntry
 from contracts.project import Project, load
 from contracts.snapshot_file import built_as
 from gateway.cluster.status import LiveCounts, NodeStatus
+from spark_pipeline.plan import built_by
 from stategate.applying import NotApplied, plan
 from tests.projects import write_project
 
@@ -54,3 +55,24 @@ def test_a_store_changed_in_place_is_refused_with_the_way_to_change_it(project: 
     unstated = dataclasses.replace(status(project, set()), declared=None)
     with pytest.raises(NotApplied, match="does not say what it declares"):
         plan(project, {"a": unstated}, Manifest())
+
+
+def test_the_plan_builds_only_the_stores_the_published_chains_lack(project: Project) -> None:
+    """Built from the log: the store the chains were not built with, from the topic it reads."""
+    fewer = {n: s for n, s in project.stores.items() if n != "hourlyRevenue"}
+    published = Manifest(
+        partitions={
+            0: PartitionEntry((Layer(1, "base", "p000/v1", "", 2**20, {"bookings": 7}, 0),))
+        },
+        stores_digest="before",
+        built=built_by(dataclasses.replace(project, stores=fewer)),
+    )
+    every = set(project.stores)
+    found = plan(project, {"a": status(project, every - {"hourlyRevenue"})}, published)
+    assert found.rebuild is not None and found.rebuild.stores == {"hourlyRevenue"}
+    assert found.records == 7
+    [building] = [line for line in found.lines() if line.startswith("building: ")]
+    assert building.startswith(
+        "building: the pipeline builds hourlyRevenue from the log (7 records of bookings read "
+        "again) and folds every other store into a new base of each chain: about 1.0 MiB"
+    ), building
