@@ -20,7 +20,7 @@ import logging
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 # spark-submit of this file from a source checkout: make the packages importable here and in
@@ -45,7 +45,7 @@ from contracts.project import Project, load  # noqa: E402
 from spark_pipeline.batch import Published, publish, publish_here  # noqa: E402
 from spark_pipeline.log_source import read_log, task_groups  # noqa: E402
 from spark_pipeline.manifests import Manifests  # noqa: E402
-from spark_pipeline.plan import Rebuild, RunPlan, plan_run  # noqa: E402
+from spark_pipeline.plan import Rebuild, RunPlan, built_by, plan_run  # noqa: E402
 from spark_pipeline.progress import log_bad_records, positions, size, stage_progress  # noqa: E402
 from spark_pipeline.publish import mirror, notify_nodes, prune, sweep_temporaries  # noqa: E402
 from spark_pipeline.spark import LazySpark, cancelled_on, spark_session  # noqa: E402
@@ -142,6 +142,9 @@ def run(
                 len(published.layers),
                 sorted(published.layers),
             )
+        elif manifest.partitions and manifest.built is None and plan.rebuild is None:
+            # chains of a release before `built`: said, so that a change builds only itself
+            manifests.write(replace(manifest, built=built_by(project)))
         report.add(manifest.partitions, published.layers)
     if published.layers and notify:
         telling = time.monotonic()

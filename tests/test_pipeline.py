@@ -182,6 +182,20 @@ def test_a_run_without_new_records_changes_nothing(
     assert not (_store(project) / ".staging").exists()
 
 
+def test_a_run_says_what_built_the_chains_of_a_manifest_that_does_not(
+    project: Project, spark: LazySpark, second: dict
+):
+    """A manifest of a release before `built`, of the same stores: the next run records it,
+    changing nothing else, so that the next change of the stores builds only itself."""
+    manifest_path = _store(project) / "manifest.json"
+    written = manifest_path.read_bytes()
+    without = {k: v for k, v in orjson.loads(written).items() if k != "built"}
+    manifest_path.write_bytes(orjson.dumps(without))
+    report = run(project, spark, notify=False)
+    assert report.versions == {} and not report.rebuild
+    assert manifest_path.read_bytes() == written
+
+
 def test_stores_changed_since_a_manifest_that_does_not_say_what_built_it_are_all_rebuilt(
     project: Project, second: dict
 ):
