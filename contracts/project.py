@@ -261,6 +261,10 @@ class Kafka:
         return self.prefix + name
 
 
+# What a running node may take of a project file read again (Project.take).
+TAKEN = ("topics", "stores", "settings", "access")
+
+
 @dataclass(frozen=True)
 class Project:
     path: Path
@@ -297,6 +301,15 @@ class Project:
     @cached_property
     def partitioned_stores(self) -> tuple[Store, ...]:
         return tuple(s for s in self.stores.values() if not s.is_global)
+
+    def take(self, newer: Project) -> None:
+        """Take `newer`'s topics, stores, settings and [auth], in place: the one project every
+        part of a running node reads (a reload, stategate/reloading.py). Each is swapped
+        whole, so a reader sees the old one or the new one, never a mix of one."""
+        for name in TAKEN:
+            object.__setattr__(self, name, getattr(newer, name))
+        for derived in ("global_stores", "partitioned_stores"):
+            self.__dict__.pop(derived, None)
 
     @property
     def operations_file(self) -> Path | None:

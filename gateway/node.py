@@ -255,6 +255,25 @@ class GatewayNode:
             declared=self.declared,
         )
 
+    def take(self, newer: Project) -> None:
+        """A project file read again (stategate/reloading.py), taken into the project every
+        part of the node reads. The chains whose bases have tables of stores it declares
+        since are opened again (SnapshotCatalog.widen), off the event loop; the schema takes
+        those stores once every node has them built, as it does from start."""
+        authenticator = Authenticator(newer.access, newer.settings.max_token_lifetime_s)
+        self.project.take(newer)  # once the keys [auth] names were read: ConfigError before
+        self.authenticator = authenticator
+        self.declared = {name: built_as(store) for name, store in newer.stores.items()}
+        self.key_routes = key_routes(self.project)
+        task = asyncio.get_running_loop().create_task(self._widen())
+        self._fetching.add(task)
+        task.add_done_callback(self._fetching.discard)
+
+    async def _widen(self) -> None:
+        opened = await asyncio.to_thread(self.catalog.widen)
+        if opened:
+            log.info("opened chains %s again for the stores declared since", opened)
+
     def built(self) -> list[str]:
         """The declared stores this node has built on every chain it serves: those whose
         base has their table (a store declared since the pipeline built a chain has none)."""

@@ -20,7 +20,6 @@ from starlette.websockets import WebSocket
 from contracts import tracing
 from contracts.project import Project
 from gateway import http
-from gateway.auth import Authenticator
 from gateway.node import GatewayNode
 from gateway.runtime.lanes import Lanes
 from gateway.runtime.process import tune_for_serving
@@ -91,9 +90,7 @@ class NodeApp:
     def reload(self, project: Project) -> None:
         """Apply `project`, which differs from the running one only in what a reload applies;
         a ConfigError (keys [auth] names that cannot be read) before anything changed."""
-        authenticator = Authenticator(project.access, project.settings.max_token_lifetime_s)
-        self.node.project = project
-        self.node.authenticator = authenticator
+        self.node.take(project)
         self.operations.settings = project.settings
         self.origins.listing(project.settings.cors_origins)
         logs.level(project.settings)

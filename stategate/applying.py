@@ -68,8 +68,9 @@ class Plan:
             said.append("building: done (the published chains hold every store of the file)")
         if self.added:
             said.append(
-                "steps: restart the pipeline and each node (one at a time) with this file; "
-                "each node serves the new stores once every node has them built"
+                "steps: restart the pipeline with this file, and SIGHUP each node with it (or "
+                "restart them one at a time); each node serves the new stores once every node "
+                "has them built"
             )
         elif self.removed:
             said.append("steps: restart each node (one at a time) with this file")

@@ -1,8 +1,8 @@
-"""Settings read again while serving (README: Changing settings without a restart): on
-SIGHUP a node reads its project file again. What it can apply in place (the RELOADABLE
-settings and [auth]) it applies to the objects that read them per request, its connections
-kept; a file that does not load, or that changes anything else, changes nothing and says
-why in one line."""
+"""Settings and stores read again while serving (README: Changing settings without a
+restart, Changing stores): on SIGHUP a node reads its project file again. What it can apply
+in place (the RELOADABLE settings, [auth], stores added on the topics it had) it takes into
+the project its parts read (Project.take), its connections kept; a file that does not load,
+or that changes anything else, changes nothing and says why in one line."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from dataclasses import fields
 from types import FrameType
 
 from contracts.entries import ConfigError
-from contracts.project import Project
+from contracts.project import TAKEN, Project
 from contracts.settings import Settings
 from stategate import certificates
 from stategate.app import NodeApp
@@ -34,12 +34,11 @@ RELOADABLE = (
     "max_request_cost",
     "bulk_request_cost",
 )
-APPLIED_PART = ("settings", "access")  # the parts of a project a reload may change
 
 
 def changed(old: Project, new: Project) -> tuple[list[str], list[str]]:
     """(what a reload applies, what it cannot) of the entries that differ: settings by
-    name, [auth], and the project's other parts."""
+    name, [auth], stores by name, and the project's other parts."""
     applied: list[str] = []
     refused: list[str] = []
     for entry in fields(Settings):
@@ -47,10 +46,20 @@ def changed(old: Project, new: Project) -> tuple[list[str], list[str]]:
             (applied if entry.name in RELOADABLE else refused).append(entry.name)
     if old.access != new.access:
         applied.append("[auth]")
+    added = sorted(new.stores.keys() - old.stores.keys())
+    if added:
+        applied.append(f"stores added: {', '.join(added)}")
+    other = sorted(n for n, store in old.stores.items() if new.stores.get(n) != store)
+    if other:
+        refused.append(f"stores removed or changed: {', '.join(other)}")
+    if old.topics != new.topics:
+        refused.append("[[topics]]")
+    if new.global_stores and not old.global_stores:
+        refused.append("the first global store (its chains are new)")
     refused += [
         f"[{part.name}]"
         for part in fields(Project)
-        if part.name not in APPLIED_PART and getattr(old, part.name) != getattr(new, part.name)
+        if part.name not in TAKEN and getattr(old, part.name) != getattr(new, part.name)
     ]
     return applied, refused
 
@@ -66,7 +75,7 @@ def reload(
         if refused:
             log.error(
                 "SIGHUP: nothing changed: %s differ from the running node's, which a restart "
-                "applies (a reload applies %s and [auth])",
+                "applies (a reload applies %s, [auth] and stores added)",
                 ", ".join(refused),
                 ", ".join(RELOADABLE),
             )

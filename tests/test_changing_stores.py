@@ -1,12 +1,15 @@
 """Stores declared while the cluster runs (README: Changing stores): a node whose project
 declares a store the pipeline has not built yet serves every other store and keeps the
 schema it had; once every node has the store built on every chain it serves, each node's
-schema has it, and it answers as the oracle computes it from the log. No node restarts for
-it, and no read fails meanwhile."""
+schema has it, and it answers as the oracle computes it from the log. A node takes a store
+declared since it started on SIGHUP, in every worker, with no restart; no read fails
+meanwhile."""
 
 from __future__ import annotations
 
 import itertools
+import os
+import signal
 import subprocess
 import sys
 import threading
@@ -164,3 +167,70 @@ def wait_until(done: Any, nodes: Nodes) -> None:
     while not done():
         assert time.monotonic() < deadline, nodes.logs_tail()
         time.sleep(0.2)
+
+
+def test_a_store_declared_since_is_taken_on_sighup_with_no_restart(
+    spark: LazySpark, tmp_path: Path
+) -> None:
+    """The pipeline builds a store no node declares yet; each node in turn (node1 with two
+    workers) reads its file again on SIGHUP and opens its chains again with the store; once
+    the last did, every node (every worker) serves it as the oracle computes it."""
+    served = serve(tmp_path, spark, start=False)
+    before = served.project
+    text = before.path.read_text()
+    two_workers = before.path.with_name("node1.toml")  # node1's own file: two workers
+    two_workers.write_text(text.replace("workers = 1", "workers = 2", 1))
+    grown_text = text.replace("\n[settings]", f"{NEW_STORE}\n[settings]", 1)
+    grown = projects.load(write(before.path.with_name("grown.toml"), grown_text))
+    nodes = Nodes(before, tmp_path)
+    reader = Reader(nodes, grown)
+    try:
+        nodes.processes.start(
+            "node1",
+            node_command(projects.load(two_workers), "node1"),
+            nodes.url("node1"),
+        )
+        nodes.start("node2")
+        nodes.start("node3")
+        for node in nodes.ids:
+            wait_until(lambda n=node: set(nodes.status(n)["stores"]) == set(before.stores), nodes)
+        reader.start()
+        before.path.write_text(grown_text)
+        two_workers.write_text(grown_text.replace("workers = 1", "workers = 2", 1))
+        nodes.project = grown
+        report = job.run(grown, spark)  # built from the log: the new store alone
+        assert report.from_start == [NEW], report
+        for node in nodes.ids:  # installed, not declared: not served, not said to be built
+            wait_until(lambda n=node: chains_at(nodes, n, report.versions), nodes)
+            assert NEW not in nodes.status(node)["stores"]
+        for turn, node in enumerate(nodes.ids):
+            os.kill(nodes.processes.pid(node), signal.SIGHUP)
+            wait_until(lambda n=node: NEW in nodes.status(n)["stores"], nodes)
+            said = nodes.processes.tail(node, 200)
+            assert f"SIGHUP: the project file read again: stores added: {NEW}" in said, said
+            if turn < 2:  # a node still without it: no schema has it
+                time.sleep(2 * grown.settings.health_interval_s)
+                assert all(NEW not in schema_stores(nodes, n) for n in nodes.ids)
+        for node in nodes.ids:
+            wait_until(lambda n=node: NEW in schema_stores(nodes, n), nodes)
+        reader.new_served.set()
+        for _ in range(4):  # node1's two workers, each asked by the kernel's turn
+            assert_oracle(nodes, grown, NEW)
+        assert_oracle(nodes, grown, "customerTotals")
+        time.sleep(1)
+    finally:
+        reader.stopping.set()
+        reader.join(30)
+        nodes.stop_all()
+    assert reader.problems == [] and reader.answers > 10, (reader.answers, reader.problems[:3])
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def chains_at(nodes: Nodes, node: str, versions: dict[int, tuple[int | None, int]]) -> bool:
+    """Whether the node serves the runs' new versions of each chain it holds."""
+    held = {int(chain): state for chain, state in nodes.status(node)["partitions"].items()}
+    return all(held[c]["version"] == new for c, (_, new) in versions.items() if c in held)

@@ -126,6 +126,7 @@ def test_sighup_applies_limits_origins_and_log_level_in_every_worker(node: Proje
             "max_document_tokens",
         ),
         ({"partitions = 9": "partitions = 12"}, "[cluster] differ"),
+        ({'size = "1h"': 'size = "2h"'}, "stores removed or changed: delaysHopping, hourlyRevenue"),
     ],
 )
 def test_a_file_a_reload_cannot_apply_changes_nothing_and_says_why(

@@ -81,6 +81,8 @@ class Base:
     files: set[Path] = field(default_factory=set)  # its file and the deltas installed over it
     users: int = 0  # snapshots over it not yet released
     keep: bool = False  # its layer files stay on disk once it is closed (`drop`)
+    # the chain's declared stores when it was opened: it is opened again once they change
+    declared: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         self._held = frozenset(s.name for s in self.stores)  # what every read asks of it
@@ -135,6 +137,7 @@ class DuckDBHub:
             raise SnapshotError(f"cannot open {layer.path.name}: {exc}") from exc
         try:
             header = read_header(cursor, alias, partition, layer)
+            declared = self.declared(partition)
             stores = self._built(cursor, alias, partition)
             tables, rows, newest, runs = self._tables_of(layer.path, stores)
         except (duckdb.Error, SnapshotError, LayerError, FormatError) as exc:
@@ -147,7 +150,18 @@ class DuckDBHub:
             # keeps of them after (tens of MiB a node) goes back to the OS.
             pa.default_memory_pool().release_unused()
         files = {layer.path, image_of(layer.path)} if self._images else {layer.path}
-        return Base(layer, alias, header, stores, tables, rows, newest, runs, files=files)
+        return Base(
+            layer, alias, header, stores, tables, rows, newest, runs, files, declared=declared
+        )
+
+    def declared(self, chain: int) -> frozenset[str]:
+        """The chain's declared stores, by name."""
+        return frozenset(s.name for s in chains.stores(self._project, chain))
+
+    def outdated(self, base: Base, chain: int) -> bool:
+        """Whether the chain's declared stores changed since `base` was opened (a reload
+        declared more): opened again, it may serve more of them."""
+        return base.declared != self.declared(chain)
 
     def _built(
         self, cursor: duckdb.DuckDBPyConnection, alias: str, chain: int
@@ -260,6 +274,9 @@ class DuckDBHub:
         (the keeper let go of the level LEVEL_DELETE_DELAY_S ago) or unreadable."""
         try:
             found = mapped(self.alias(partition), level.path)
+            lacking = [s.name for s in stores if s.name not in found.frames]
+            if lacking:  # the keeper's base was opened before a reload declared them
+                raise images.ImageError(f"its image has no rows of {lacking}")
         except (OSError, images.ImageError) as exc:
             log.info("partition %s: %s; its deltas read instead", partition, exc)
             found = self.read(partition, deltas, stores)[1]

@@ -115,10 +115,11 @@ class Footprint:
     memory: dict[str, int] = field(default_factory=dict)  # store -> bytes of its rows
 
 
-def _replaces(snapshot: Snapshot, old: Snapshot, mirrored: bool) -> bool:
+def _replaces(snapshot: Snapshot, old: Snapshot, same_order: bool) -> bool:
     """Whether a snapshot installed replaces the partition's current one: a newer one, or
-    the same version over the keeper's settled levels."""
-    return snapshot.order > old.order or (mirrored and snapshot.order == old.order)
+    with `same_order` the same version (over the keeper's settled levels, or opened again
+    for stores declared since)."""
+    return snapshot.order > old.order or (same_order and snapshot.order == old.order)
 
 
 class SnapshotCatalog:
@@ -186,16 +187,33 @@ class SnapshotCatalog:
         with self._work():
             return self._install(partition, chain, levels)
 
+    def widen(self) -> list[int]:
+        """Open again each chain served over a base opened before its declared stores changed
+        (a reload declared more): over the same files, it serves the new stores the base has
+        tables of. Returns the chains opened again."""
+        opened = []
+        for partition, snapshot in self.current().items():
+            if not self._hub.outdated(snapshot.base, partition):
+                continue
+            try:
+                self.install(partition, list(snapshot.layers))
+            except SnapshotError as exc:
+                log.warning("partition %s: not opened again: %s", partition, exc)
+                continue
+            opened.append(partition)
+        return opened
+
     def _install(
         self, partition: int, chain: list[LocalLayer], levels: Sequence[LevelImage] | None
     ) -> Snapshot | None:
         current = self.get(partition)
         known = len(current.layers) if current else 0
+        outdated = current is not None and self._hub.outdated(current.base, partition)
         if levels is not None:
-            snapshot = self._mirror(partition, current, chain, tuple(levels))
+            snapshot = self._mirror(partition, current, chain, tuple(levels), outdated)
             if snapshot is current:
                 return current
-        elif current is not None and tuple(chain[:known]) == current.layers:
+        elif current is not None and not outdated and tuple(chain[:known]) == current.layers:
             if len(chain) == known:
                 return current
             snapshot = self._extend(partition, current, chain)
@@ -205,7 +223,7 @@ class SnapshotCatalog:
             old = self._current.get(partition)
             stale: Snapshot | None
             if old is not current or (
-                old is not None and not _replaces(snapshot, old, levels is not None)
+                old is not None and not _replaces(snapshot, old, levels is not None or outdated)
             ):
                 stale = snapshot  # handed over or replaced meanwhile, or no newer
             else:
@@ -235,12 +253,14 @@ class SnapshotCatalog:
         current: Snapshot | None,
         chain: list[LocalLayer],
         levels: tuple[LevelImage, ...],
+        outdated: bool,
     ) -> Snapshot:
         """A snapshot of the chain over the keeper's levels, mapped from their images (those
-        the current snapshot maps already, reused); the current one when it is that already."""
+        the current snapshot maps already, reused); the current one when it is that already.
+        The base is opened again when it is `outdated` (hub.outdated)."""
         if sum(level.span for level in levels) != len(chain) - 1:
             raise SnapshotError(f"partition {partition}: the levels told are not the chain's")
-        same_base = current is not None and current.layers[0] == chain[0]
+        same_base = current is not None and not outdated and current.layers[0] == chain[0]
         if current is not None and same_base:
             if current.layers == tuple(chain) and current.level_images() == levels:
                 return current
@@ -478,9 +498,11 @@ class SnapshotCatalog:
             self._close_base(base)
 
     def _close_base(self, base: Base) -> None:
-        """Let go of a base no snapshot uses, with its files but those of the chains served."""
+        """Let go of a base no snapshot uses, with its files but those of the chains served
+        (a base opened again over the same file shares its file and image)."""
         with self._lock:
             in_use = {layer.path for s in self._current.values() for layer in s.layers}
+            in_use |= {path for s in self._current.values() for path in s.base.files}
         self._hub.close_base(base, in_use)
 
     def _remove_strays(self, partitions: list[int]) -> None:
