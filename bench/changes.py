@@ -1,8 +1,9 @@
-"""A store added to a running deployment (issue 53), on a built workload: three nodes serve
-it while a client asks one key at a time of the nodes in rotation; then the store is declared
-in the project file, `stategate apply` follows the change, the pipeline builds every
-partition again (one run, on local Spark or in its driver), and each node is restarted with
-the file in turn (out of the rotation meanwhile, as a load balancer's health check takes it).
+"""Changes to a running deployment (issue 53), on a built workload: three nodes serve it
+while a client asks one key at a time of the nodes in rotation. First a settings reload: a
+limit changed in the project file and each node sent SIGHUP in turn. Then a store added: it
+is declared in the file, `stategate apply` follows the change, the pipeline builds it (one
+run, on local Spark or in its driver: the new store from the log, the others folded), and
+each node is sent SIGHUP in turn, taking it with no restart.
 
     python -m bench.changes --workload main --reuse
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import signal
 import statistics
 import subprocess
 import sys
@@ -48,6 +50,8 @@ topic = "bookings"
 aggregates = { seats = "sum(seats)", bookings = "count" }
 """
 IDLE_S = 20.0
+RELOAD_S = 10.0  # the settings reload's phase: the three SIGHUPs, spread over it
+RELOADED = "SIGHUP: the project file read again"
 STATEGATE = [sys.executable, "-m", "stategate.cli"]
 
 
@@ -139,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
                 client.roll(processes, project, tree)
                 rows.append(client.row(phase, time.monotonic() - began))
         else:
+            rows.append(_reload_settings(client, processes, project))
             rows += _add_store(client, processes, project)
     finally:
         client.stopping.set()
@@ -154,11 +159,31 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if not failed else 1
 
 
+def _reload_settings(client: Client, processes: Processes, project: Project) -> str:
+    """A limit changed in the file, each node sent SIGHUP in turn: the phase's row."""
+    client.phase, began = "settings reload", time.monotonic()
+    project.path.write_text(project.path.read_text() + "\n[settings]\nmax_aliases = 40\n")
+    _hang_up(processes, project, RELOAD_S / 3)
+    time.sleep(max(0.0, RELOAD_S - (time.monotonic() - began)))
+    return client.row("settings reload", time.monotonic() - began)
+
+
+def _hang_up(processes: Processes, project: Project, apart_s: float) -> None:
+    """SIGHUP each node in turn, `apart_s` apart, once it said it read the file again."""
+    for node in project.cluster.nodes:
+        before = processes.tail(node.id, 10_000).count(RELOADED)
+        os.kill(processes.pid(node.id), signal.SIGHUP)
+        while processes.tail(node.id, 10_000).count(RELOADED) == before:
+            time.sleep(0.05)
+        time.sleep(apart_s)
+
+
 def _add_store(client: Client, processes: Processes, project: Project) -> list[str]:
-    """Declare NEW_STORE, rebuild with the one-shot pipeline, restart each node in turn;
-    `stategate apply` follows it. The rows of the build and of the whole change."""
+    """Declare NEW_STORE, build it with the one-shot pipeline, SIGHUP each node in turn;
+    `stategate apply` follows it. The rows of the build, of the nodes taking it, and of the
+    whole change."""
     stored = _bytes(Path(project.snapshot_store))
-    client.phase, began = "add a store", time.monotonic()
+    client.phase, began = "add a store: the pipeline builds it", time.monotonic()
     project.path.write_text(project.path.read_text() + NEW_STORE)
     grown = projects.load(project.path)
     config = ["--config", str(grown.path)]
@@ -166,11 +191,14 @@ def _add_store(client: Client, processes: Processes, project: Project) -> list[s
     subprocess.run([*STATEGATE, "pipeline", *config], check=True, capture_output=True)
     built_s = time.monotonic() - began
     extra = _bytes(Path(grown.snapshot_store)) - stored
-    client.roll(processes, grown)
+    client.phase = "add a store: SIGHUP, until every node serves it"
+    _hang_up(processes, grown, 0.0)
     assert applying.wait(1800) == 0, "apply did not see the change through"
+    whole_s = time.monotonic() - began
     return [
-        client.row("add a store", time.monotonic() - began),
-        f"| of it, the pipeline's rebuild | {built_s:.1f} s | | | |",
+        client.row("add a store: the pipeline builds it", built_s),
+        client.row("add a store: SIGHUP, until every node serves it", whole_s - built_s),
+        f"| the whole change (the file's edit to every node serving it) | {whole_s:.1f} s | | | |",
         f"| the snapshot store's extra bytes after it | {extra / 2**20:,.0f} MiB | | | |",
     ]
 
