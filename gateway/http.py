@@ -210,6 +210,7 @@ ROUTES: list[BaseRoute] = [
     Mount(
         "/internal",
         routes=[
+            Route("/metrics", metrics),  # for the cluster's own tools: stategate apply
             Route("/query", query, methods=["POST"]),
             Route("/status", status, methods=["GET", "HEAD"]),
             Route("/sync", sync, methods=["POST"]),

@@ -144,6 +144,7 @@ class RequestQueries:
     tokens: list[Position] = field(default_factory=list)  # one per result
     selected: frozenset[str] = frozenset()  # every field the request's document names
     partitions: set[int] = field(default_factory=set)  # every partition read
+    stores: set[str] = field(default_factory=set)  # every store read
     failed: set[int] = field(default_factory=set)  # those that could not answer
     # (chain, node) -> the version that node answered for it (contracts/chains.py: a
     # partition's global stores are a chain of their own, of its own versions)
@@ -395,6 +396,7 @@ class RequestQueries:
         outcomes = list(await self.load(works))
         for outcome in outcomes:
             store = outcome.work.store
+            self.stores.add(store.name)
             self.partitions.update(q.partition for q, _ in outcome.parts)
             self.failed.update(q.partition for q, a in outcome.parts if a.failure is not None)
             self.answered.update(

@@ -133,6 +133,7 @@ def create_app(project: Project, node_id: str, role: Role = ALONE) -> NodeApp:
         tracing.flush()
 
     hub = Hub(node, operations)
+    node.metrics.watch_reading(hub.reading)
 
     async def graphql_ws(websocket: WebSocket) -> None:
         await websocket_protocol.serve(websocket, hub)

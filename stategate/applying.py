@@ -14,19 +14,29 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 
+import httpx
+from graphql import specified_rules
+from prometheus_client.parser import text_string_to_metric_families
+
 from contracts import chains
+from contracts.cluster_secret import secret_headers
 from contracts.coordination import Coordination, CoordinatorError
+from contracts.entries import ConfigError
 from contracts.manifest import FILE_NAME, Manifest
 from contracts.project import Project, scheme
 from contracts.snapshot_file import FormatError, built_as
+from contracts.tls import verify
+from gateway.cluster.metrics import SUBSCRIPTIONS_READING
 from gateway.cluster.status import NodeStatus
+from resolvers.execution import persisted
 from resolvers.schema.build import build_schema
 from snapshot_store import StoreError, open_store
 from spark_pipeline.plan import Rebuild, to_rebuild
 from stategate.app import schema_version
-from stategate.cluster_commands import ask_nodes
+from stategate.cluster_commands import STATUS_TIMEOUT_S, ask_nodes
 
 # A rebuild's pace on two cores, from the records read again (README: Performance, "a full
 # rebuild of the 5M-event log": 28-29 s): what the time the plan gives is estimated from.
@@ -110,11 +120,14 @@ def plan(project: Project, said: dict[str, NodeStatus], manifest: Manifest) -> P
     )
 
 
-def run(project: Project, dry_run: bool, wait_s: float) -> int:
+def run(project: Project, dry_run: bool, wait_s: float, force: bool = False) -> int:
     try:
         said = _answered(asyncio.run(_statuses(project)))
         manifest = _manifest(project)
         change = plan(project, said, manifest)
+        check_operations(project)
+        if change.removed and not force:
+            check_unread(change.removed, asyncio.run(_reading(project)))
     except NotApplied as refused:
         print(f"stategate apply: {refused}", file=sys.stderr)
         return 2
@@ -123,6 +136,50 @@ def run(project: Project, dry_run: bool, wait_s: float) -> int:
     if dry_run:
         return 0
     return _follow(project, change, wait_s)
+
+
+def check_operations(project: Project) -> None:
+    """NotApplied when an operation of the operations file does not validate against the
+    file's schema (one reads a store it removes): a node refuses to start with it."""
+    path = project.operations_file
+    if path is None:
+        return
+    try:
+        persisted.load(path, build_schema(project)._schema, specified_rules)
+    except ConfigError as exc:
+        raise NotApplied(f"{exc}: change the operations file first") from None
+
+
+def check_unread(removed: Iterable[str], reading: dict[str, int]) -> None:
+    """NotApplied when an open subscription reads a store to remove."""
+    read = {store: reading[store] for store in removed if reading.get(store)}
+    if read:
+        said = ", ".join(f"{store} by {count}" for store, count in sorted(read.items()))
+        raise NotApplied(
+            f"stores to remove are read by open subscriptions: {said}; move their clients "
+            "off them first, or --force (they end as each node restarts without them)"
+        )
+
+
+async def _reading(project: Project) -> dict[str, int]:
+    """Each store's open subscriptions, summed over the nodes (a node's /internal/metrics
+    sums its workers'); NotApplied when a node does not say."""
+    addresses = await _addresses(project)
+    headers = secret_headers(project.cluster.secret)
+    found: dict[str, int] = {}
+    async with httpx.AsyncClient(verify=verify(project.tls), timeout=STATUS_TIMEOUT_S) as client:
+        for node, url in addresses.items():
+            try:
+                reply = await client.get(f"{url}/internal/metrics", headers=headers)
+                reply.raise_for_status()
+            except httpx.HTTPError as exc:
+                said = f"{node} does not say which stores its subscriptions read: {exc}"
+                raise NotApplied(said) from None
+            for family in text_string_to_metric_families(reply.text):
+                for sample in family.samples if family.name == SUBSCRIPTIONS_READING else ():
+                    store = sample.labels["store"]
+                    found[store] = found.get(store, 0) + int(sample.value)
+    return found
 
 
 def _follow(project: Project, change: Plan, wait_s: float) -> int:

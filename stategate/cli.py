@@ -142,6 +142,12 @@ def _parser() -> argparse.ArgumentParser:
     apply.add_argument("--config", required=True)
     apply.add_argument("--dry-run", action="store_true", help="print the plan and stop")
     apply.add_argument(
+        "--force",
+        action="store_true",
+        help="remove stores that open subscriptions read (they are ended when their node "
+        "restarts without them)",
+    )
+    apply.add_argument(
         "--wait",
         type=float,
         default=APPLY_WAIT_S,
@@ -490,7 +496,7 @@ def print_settings() -> int:
 def run_apply(project: Project, args: argparse.Namespace) -> int:
     from stategate import applying
 
-    return applying.run(project, args.dry_run, args.wait)
+    return applying.run(project, args.dry_run, args.wait, args.force)
 
 
 COMMANDS: dict[str, Command] = {

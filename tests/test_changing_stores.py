@@ -23,6 +23,7 @@ from spark_pipeline import job
 from spark_pipeline.spark import LazySpark
 from stategate.launcher import node_command
 from tests import oracle
+from tests.live import Socket
 from tests.nodes import Nodes, serve
 from tests.wire import as_row, selection
 
@@ -234,3 +235,43 @@ def chains_at(nodes: Nodes, node: str, versions: dict[int, tuple[int | None, int
     """Whether the node serves the runs' new versions of each chain it holds."""
     held = {int(chain): state for chain, state in nodes.status(node)["partitions"].items()}
     return all(held[c]["version"] == new for c, (_, new) in versions.items() if c in held)
+
+
+def test_a_store_read_by_a_subscription_or_an_operation_is_not_removed_unless_forced(
+    spark: LazySpark, tmp_path: Path
+) -> None:
+    """`apply` refuses a file that removes a store an open subscription reads (at any node,
+    in any worker), unless --force; and one whose operations file reads a store it
+    removes, which a node would refuse to start with."""
+    served = serve(tmp_path, spark, settings="workers = 2")
+    nodes, project = served.nodes, served.project
+    shrunk = project.path.with_name("shrunk.toml")
+    removed = project.path.read_text().index('[[stores]]\nname = "trainStatus"')
+    text = project.path.read_text()
+    shrunk.write_text(text[:removed] + text[text.index("[[stores]]", removed + 1) :])
+    apply = [*STATEGATE, "apply", "--config", str(shrunk), "--dry-run"]
+    try:
+        plan = subprocess.run(apply, capture_output=True, text=True, timeout=60)
+        assert plan.returncode == 0 and "stores to remove: trainStatus\n" in plan.stdout, plan
+        dashboard = Socket(nodes.url("node2"))
+        dashboard.subscribe("1", "subscription { trainStatus(key: 7) { meta { partial } } }")
+        assert not dashboard.next_of("1")["data"]["trainStatus"]["meta"]["partial"]
+        refused = subprocess.run(apply, capture_output=True, text=True, timeout=60)
+        assert refused.returncode == 2, refused
+        assert "read by open subscriptions: trainStatus by 1;" in refused.stderr, refused.stderr
+        forced = subprocess.run([*apply, "--force"], capture_output=True, text=True, timeout=60)
+        assert forced.returncode == 0 and "stores to remove: trainStatus" in forced.stdout, forced
+        dashboard.close()
+        operations = shrunk.with_name("operations.graphql")
+        operations.write_text("query Trains { trainStatus(key: 7) { record { key } } }\n")
+        shrunk.write_text(
+            shrunk.read_text().replace(
+                "[settings]", '[settings]\noperations = "operations.graphql"', 1
+            )
+        )
+        refused = subprocess.run(apply, capture_output=True, text=True, timeout=60)
+        assert refused.returncode == 2, refused
+        assert "operation 'Trains':" in refused.stderr and "trainStatus" in refused.stderr, refused
+        assert "change the operations file first" in refused.stderr, refused.stderr
+    finally:
+        nodes.stop_all()

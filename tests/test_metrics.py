@@ -28,6 +28,8 @@ def test_a_node_exposes_its_requests_calls_snapshots_peers_and_subscriptions(
     socket = Socket(url)
     socket.subscribe("s", "subscription { stores { name } }")
     socket.next_of("s")
+    socket.subscribe("t", "subscription { trainStatus(key: 7) { meta { partial } } }")
+    socket.next_of("t")
     after = nodes.metrics(node_id)
 
     def grew(name: str, **labels: str) -> float:
@@ -59,6 +61,9 @@ def test_a_node_exposes_its_requests_calls_snapshots_peers_and_subscriptions(
     assert versions == {p: s["version"] for p, s in status.items()}
     assert all(metric(after, "stategate_snapshot_age_seconds", partition=p) > 0 for p in status)
     assert all(metric(after, "stategate_snapshot_lag", partition=p) == 0 for p in status)
-    assert metric(after, "stategate_subscriptions") == 1
-    assert metric(after, "stategate_subscription_cohorts") == 1
+    assert metric(after, "stategate_subscriptions") == 2
+    assert metric(after, "stategate_subscription_cohorts") == 2
+    reading = "stategate_subscriptions_reading"
+    assert metric(after, reading, store="trainStatus") == 1  # the other reads no store
+    assert {labels for name, labels in after if name == reading} == {(("store", "trainStatus"),)}
     socket.close()

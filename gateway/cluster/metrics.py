@@ -23,6 +23,7 @@ from prometheus_client.registry import Collector
 from contracts.freshness import Delays
 from gateway.cluster.status import LiveCounts, NodeStatus
 
+SUBSCRIPTIONS_READING = "stategate_subscriptions_reading"  # by store
 MAX_OPERATION_NAMES = 200  # distinct operation labels; later names count as "other"
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
@@ -115,6 +116,11 @@ class NodeMetrics:
         internal requests it served."""
         self.registry.register(_StateCollector(state, node_wide))
 
+    def watch_reading(self, reading: Callable[[], dict[str, int]]) -> None:
+        """Read at each scrape: this worker's open subscriptions by the store they read
+        (resolvers/transport/live.py: Hub.reading)."""
+        self.registry.register(_ReadingCollector(reading))
+
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
 
@@ -148,6 +154,22 @@ class _Collected(Collector):
 
     def collect(self) -> Iterator[Metric]:
         return iter(self.families)
+
+
+class _ReadingCollector(Collector):
+    def __init__(self, reading: Callable[[], dict[str, int]]) -> None:
+        self.reading = reading
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            SUBSCRIPTIONS_READING,
+            "open subscriptions whose last evaluation read the store (a store removed while "
+            "any reads it is refused: stategate apply)",
+            labels=["store"],
+        )
+        for store, count in sorted(self.reading().items()):
+            family.add_metric([store], count)
+        yield family
 
 
 class _StateCollector(Collector):

@@ -120,6 +120,7 @@ class Cohort:
     operation: Operation
     subscribers: set[Subscriber] = field(default_factory=set)
     reads: frozenset[int] | None = None  # partitions read last time; None: all of them
+    stores: frozenset[str] = frozenset()  # the stores read last time
     unanswered: frozenset[int] = frozenset()  # those of them that failed
     latest: Update | None = None
     position: Position = field(default_factory=dict)  # the highest of every update sent
@@ -133,6 +134,7 @@ class Cohort:
         """Record an evaluation; the update to push, or None when nothing is to be sent."""
         queries = context.queries
         self.reads = frozenset(queries.partitions) or None
+        self.stores = frozenset(queries.stores)
         self.unanswered = frozenset(queries.failed)
         body = results.response(result)
         if self.latest is None and body.get("data") is None:
@@ -192,6 +194,14 @@ class Hub:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+
+    def reading(self) -> dict[str, int]:
+        """Each store's open subscriptions here: those whose last evaluation read it."""
+        found: dict[str, int] = {}
+        for cohort in self.cohorts.values():
+            for store in cohort.stores:
+                found[store] = found.get(store, 0) + len(cohort.subscribers)
+        return found
 
     def refusal(self) -> GatewayError | None:
         """Why one more subscription would be refused on this node, if it would."""
