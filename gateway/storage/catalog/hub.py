@@ -127,8 +127,9 @@ class DuckDBHub:
         """A new name for a level's tables in the hub."""
         return f"o{partition}_{next(self._serial)}"
 
-    def open_base(self, partition: int, layer: LocalLayer) -> Base:
-        """Attach a base file and read its keyed stores into memory."""
+    def open_base(self, partition: int, layer: LocalLayer, reopened: Base | None = None) -> Base:
+        """Attach a base file and read its keyed stores into memory: those `reopened` (the
+        same file, opened before its declared stores changed) holds already are its."""
         alias = f"b{partition}_{next(self._serial)}"
         cursor = self._connection.cursor()
         try:
@@ -139,7 +140,8 @@ class DuckDBHub:
             header = read_header(cursor, alias, partition, layer)
             declared = self.declared(partition)
             stores = self._built(cursor, alias, partition)
-            tables, rows, newest, runs = self._tables_of(layer.path, stores)
+            held = reopened if reopened is not None and reopened.layer == layer else None
+            tables, rows, newest, runs = self._tables_of(layer.path, stores, held)
         except (duckdb.Error, SnapshotError, LayerError, FormatError) as exc:
             self._detach(alias)
             raise SnapshotError(
@@ -192,11 +194,12 @@ class DuckDBHub:
             log.info("chain %s: its base has no table yet of %s", chain, sorted(missing))
         return tuple(s for s in declared if s.name not in missing)
 
-    def _tables_of(self, path: Path, stores: tuple[Store, ...]) -> Tables:
-        """A base's tables: from its image when there is one, else read (and, with images,
-        written to one by the process that owns the files, then mapped from it)."""
+    def _tables_of(self, path: Path, stores: tuple[Store, ...], held: Base | None) -> Tables:
+        """A base's tables: from its image when there is one, else read (but those `held`
+        has), and with images written to one by the process that owns the files, then mapped
+        from it."""
         if not self._images:
-            return self._load_tables(path, stores)
+            return self._load_tables(path, stores, held)
         image = image_of(path)
         try:
             found: Tables = images.load(image)
@@ -207,7 +210,7 @@ class DuckDBHub:
             pass
         except images.ImageError as exc:
             log.warning("%s: %s; read again", path.name, exc)
-        tables = self._load_tables(path, stores)
+        tables = self._load_tables(path, stores, held)
         if not self.owns_files:
             return tables
         try:
@@ -218,13 +221,21 @@ class DuckDBHub:
             return tables
         return mapped
 
-    def _load_tables(self, path: Path, stores: tuple[Store, ...]) -> tuple[
+    def _load_tables(self, path: Path, stores: tuple[Store, ...], held: Base | None) -> tuple[
         dict[str, LookupTable], dict[str, int], dict[str, int], dict[str, KeyRuns]
     ]:  # fmt: skip
         """The keyed stores of a file, read by a DuckDB instance of their own (closed after),
         so that the hub's buffer pool does not keep every row of them; every store's row
-        count; each history's newest valid_from; the windows' and histories' rows indexed."""
+        count; each history's newest valid_from; the windows' and histories' rows indexed.
+        Those `held` has are taken from it, not read again."""
         loaded, rows, newest, runs = {}, {}, {}, {}
+        if held is not None:
+            kept = {s.name for s in stores if held.holds(s.name)}
+            loaded = {n: t for n, t in held.tables.items() if n in kept}
+            rows = {n: r for n, r in held.rows.items() if n in kept}
+            newest = {n: t for n, t in held.newest.items() if n in kept}
+            runs = {n: r for n, r in held.runs.items() if n in kept}
+            stores = tuple(s for s in stores if s.name not in kept)
         config: dict[str, str | bool | int | float | list[str]] = {
             "threads": 1,
             "memory_limit": self._memory,

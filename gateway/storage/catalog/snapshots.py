@@ -218,7 +218,8 @@ class SnapshotCatalog:
                 return current
             snapshot = self._extend(partition, current, chain)
         else:
-            snapshot = self._load(partition, chain)
+            reopened = current.base if outdated and current is not None else None
+            snapshot = self._load(partition, chain, reopened)
         with self._lock:
             old = self._current.get(partition)
             stale: Snapshot | None
@@ -238,8 +239,10 @@ class SnapshotCatalog:
             self._release_if_unused(stale)
         return serving
 
-    def _load(self, partition: int, chain: list[LocalLayer]) -> Snapshot:
-        base = self._hub.open_base(partition, chain[0])
+    def _load(
+        self, partition: int, chain: list[LocalLayer], reopened: Base | None = None
+    ) -> Snapshot:
+        base = self._hub.open_base(partition, chain[0], reopened)
         try:
             return self._over(partition, base, None, chain, chain[1:])
         except SnapshotError:
@@ -267,7 +270,8 @@ class SnapshotCatalog:
             held = {lv.image: lv for lv in current.overlay.levels} if current.overlay else {}
             base = current.base
         else:
-            held, base = {}, self._hub.open_base(partition, chain[0])
+            reopened = current.base if outdated and current is not None else None
+            held, base = {}, self._hub.open_base(partition, chain[0], reopened)
         mapped_now: list[Level] = []
         overlay: list[Level] = []
         deltas = chain[1:]
