@@ -13,7 +13,8 @@ Errors share one shape, contracts.errors.error_document: UNAUTHENTICATED (401), 
 (400) for a body that is not the internal protocol, a sub-query past the limits of a GraphQL
 request (400, coded as there: gateway/model/limits.py), METHOD_NOT_ALLOWED (405:
 `method_not_allowed`, the app's handler of Starlette's 405), STORE_UNREACHABLE (502),
-NOT_READY (503).
+NOT_READY (503), NOT_RELOADABLE (409: POST /internal/reload to a process that takes no
+SIGHUP, one not started by `stategate node`).
 """
 
 from __future__ import annotations
@@ -170,6 +171,15 @@ async def sync(request: Request) -> Response:
     )
 
 
+async def reload(request: Request) -> Response:
+    """Read the project file again, as SIGHUP does (stategate/reloading.py): 202 once asked;
+    what it applied, the node's status says (`declared`) and its log says in one line."""
+    node = node_of(request)
+    if not node.ask_reload():
+        return error_response(409, "NOT_RELOADABLE", f"{node.id} does not read SIGHUP")
+    return JSONResponse({"node": node.id, "reloading": True}, status_code=202)
+
+
 async def cluster_map(request: Request) -> Response:
     return Response(node_of(request).partition_map().to_json(), media_type="application/json")
 
@@ -212,6 +222,7 @@ ROUTES: list[BaseRoute] = [
         routes=[
             Route("/metrics", metrics),  # for the cluster's own tools: stategate apply
             Route("/query", query, methods=["POST"]),
+            Route("/reload", reload, methods=["POST"]),
             Route("/status", status, methods=["GET", "HEAD"]),
             Route("/sync", sync, methods=["POST"]),
         ],

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import signal
 import time
 from collections.abc import Callable
 
@@ -53,6 +55,7 @@ class GatewayNode:
     ) -> None:
         self.project = project
         self.id = node_id
+        self.role = role
         self.schema = schema  # the version of the schema it serves (NodeStatus.schema)
         self.release = release()  # read once, at start: a checkout's asks git
         self.authenticator = Authenticator(project.access, project.settings.max_token_lifetime_s)
@@ -268,6 +271,18 @@ class GatewayNode:
         task = asyncio.get_running_loop().create_task(self._widen())
         self._fetching.add(task)
         task.add_done_callback(self._fetching.discard)
+
+    def ask_reload(self) -> bool:
+        """Have the node read its project file again, as SIGHUP does: its first process is
+        sent SIGHUP (a follower's keeper, which passes it on). False when this process
+        would not take the signal as a reload (no handler: it would end)."""
+        if self.role.kind == "follower":
+            os.kill(os.getppid(), signal.SIGHUP)
+            return True
+        if signal.getsignal(signal.SIGHUP) in (signal.SIG_DFL, signal.SIG_IGN, None):
+            return False
+        os.kill(os.getpid(), signal.SIGHUP)
+        return True
 
     async def _widen(self) -> None:
         opened = await asyncio.to_thread(self.catalog.widen)

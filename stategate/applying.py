@@ -78,9 +78,9 @@ class Plan:
             said.append("building: done (the published chains hold every store of the file)")
         if self.added:
             said.append(
-                "steps: restart the pipeline with this file, and SIGHUP each node with it (or "
-                "restart them one at a time); each node serves the new stores once every node "
-                "has them built"
+                "steps: this file on every host; restart the pipeline with it; each node reads "
+                "it again (apply asks them, as SIGHUP does); each node serves the new stores "
+                "once every node has them built"
             )
         elif self.removed:
             said.append("steps: restart each node (one at a time) with this file")
@@ -135,6 +135,10 @@ def run(project: Project, dry_run: bool, wait_s: float, force: bool = False) -> 
         print(line)
     if dry_run:
         return 0
+    asked = asyncio.run(_reload(project))
+    print("asked each node to read its project file again: " + ", ".join(
+        f"{node} {outcome}" for node, outcome in sorted(asked.items())
+    ))  # fmt: skip
     return _follow(project, change, wait_s)
 
 
@@ -182,6 +186,22 @@ async def _reading(project: Project) -> dict[str, int]:
     return found
 
 
+async def _reload(project: Project) -> dict[str, str]:
+    """POST /internal/reload to every node (each reads its own copy of the file, as on
+    SIGHUP): node -> "ok" or why not."""
+    headers = secret_headers(project.cluster.secret)
+    said: dict[str, str] = {}
+    async with httpx.AsyncClient(verify=verify(project.tls), timeout=STATUS_TIMEOUT_S) as client:
+        for node, url in (await _addresses(project)).items():
+            try:
+                reply = await client.post(f"{url}/internal/reload", headers=headers)
+                reply.raise_for_status()
+                said[node] = "ok"
+            except httpx.HTTPError as exc:
+                said[node] = f"not asked ({exc}): SIGHUP it"
+    return said
+
+
 def _follow(project: Project, change: Plan, wait_s: float) -> int:
     """Print the progress each time it changes, until every node serves the schema."""
     started, last = time.monotonic(), ""
@@ -207,7 +227,8 @@ def _progress(change: Plan, asked: dict[str, NodeStatus | str]) -> str:
     said = [s for s in asked.values() if isinstance(s, NodeStatus)]
     nodes = len(asked)
     parts = [
-        f"{store} built on {sum(store in (s.stores or ()) for s in said)} of {nodes}"
+        f"{store} declared on {sum(store in (s.declared or {}) for s in said)} of {nodes}, "
+        f"built on {sum(store in (s.stores or ()) for s in said)} of {nodes}"
         for store in change.added
     ]
     serving = sum(s.schema == change.schema for s in said)

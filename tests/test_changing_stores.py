@@ -122,8 +122,8 @@ def test_a_store_is_served_once_every_node_has_it_built_and_never_before(
         said, _ = applying.communicate(timeout=30)
         assert applying.returncode == 0, said
         progress = [line for line in said.splitlines() if line.startswith("progress: ")]
-        assert f"{NEW} built on 0 of 3" in progress[0], said
-        assert f"{NEW} built on 3 of 3; 3 of 3 nodes serve" in progress[-1], said
+        assert f"{NEW} declared on 2 of 3, built on 0 of 3" in progress[0], said
+        assert f"{NEW} declared on 3 of 3, built on 3 of 3; 3 of 3 nodes serve" in progress[-1]
         assert said.splitlines()[-1].startswith("applied in "), said
         assert_oracle(nodes, grown, NEW)
         assert_oracle(nodes, grown, "customerTotals")
@@ -174,8 +174,9 @@ def test_a_store_declared_since_is_taken_on_sighup_with_no_restart(
     spark: LazySpark, tmp_path: Path
 ) -> None:
     """The pipeline builds a store no node declares yet; each node in turn (node1 with two
-    workers) reads its file again on SIGHUP and opens its chains again with the store; once
-    the last did, every node (every worker) serves it as the oracle computes it."""
+    workers) reads its file again on SIGHUP (node3 as `apply` asks it) and opens its chains
+    again with the store; once the last did, every node (every worker) serves it as the
+    oracle computes it."""
     served = serve(tmp_path, spark, start=False)
     before = served.project
     text = before.path.read_text()
@@ -204,14 +205,22 @@ def test_a_store_declared_since_is_taken_on_sighup_with_no_restart(
         for node in nodes.ids:  # installed, not declared: not served, not said to be built
             wait_until(lambda n=node: chains_at(nodes, n, report.versions), nodes)
             assert NEW not in nodes.status(node)["stores"]
-        for turn, node in enumerate(nodes.ids):
+        for node in ("node1", "node2"):
             os.kill(nodes.processes.pid(node), signal.SIGHUP)
             wait_until(lambda n=node: NEW in nodes.status(n)["stores"], nodes)
             said = nodes.processes.tail(node, 200)
             assert f"SIGHUP: the project file read again: stores added: {NEW}" in said, said
-            if turn < 2:  # a node still without it: no schema has it
-                time.sleep(2 * grown.settings.health_interval_s)
-                assert all(NEW not in schema_stores(nodes, n) for n in nodes.ids)
+            time.sleep(2 * grown.settings.health_interval_s)  # node3 lacks it: no schema has it
+            assert all(NEW not in schema_stores(nodes, n) for n in nodes.ids)
+        # node3 is asked by `apply`, as every node is (POST /internal/reload)
+        command = [*STATEGATE, "apply", "--config", str(grown.path), "--wait", "60"]
+        applied = subprocess.run(command, capture_output=True, text=True, timeout=90)
+        assert applied.returncode == 0, applied
+        asked = "asked each node to read its project file again: node1 ok, node2 ok, node3 ok"
+        assert asked in applied.stdout, applied.stdout
+        assert f"SIGHUP: the project file read again: stores added: {NEW}" in (
+            nodes.processes.tail("node3", 200)
+        )
         for node in nodes.ids:
             wait_until(lambda n=node: NEW in schema_stores(nodes, n), nodes)
         reader.new_served.set()

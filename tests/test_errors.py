@@ -194,6 +194,8 @@ def test_internal_endpoints_refuse_calls_without_the_cluster_secret(served) -> N
         ("POST", "/internal/query"),
         ("GET", "/internal/status"),
         ("POST", "/internal/sync"),
+        ("POST", "/internal/reload"),
+        ("GET", "/internal/metrics"),
     ]:
         for headers in [{}, {SECRET_HEADER: "wrong"}]:
             response = client.request(method, url + path, headers=headers, content=b"[]")
