@@ -19,11 +19,12 @@ P7 = ("bookings", 7)
 @dataclass
 class Evaluated:
     """What Cohort.settle reads of an evaluation's context: its queries' partitions,
-    failures and position."""
+    failures, stores and position."""
 
     position: Position
     partitions: set[int] = field(default_factory=lambda: {7})
     failed: set[int] = field(default_factory=set)
+    stores: set[str] = field(default_factory=lambda: {"latestBooking"})
 
     def response_token(self) -> Position:
         return self.position
