@@ -11,12 +11,12 @@ snapshot store and read by every node.
                                        ...]}},
      "log_end": {"<topic>": {"<p>": offset}},
      "stores_digest": "...", "updated_ms": ...,
-     "built": {"partitions": n, "stores": {store: built_as}}}
+     "built": {"partitions": n, "stores": {store: rows_as}}}
 
 A partition's layers are its chain (contracts/snapshot_file.py): a base, then deltas of
 consecutive versions, oldest first. A layer's freshness fields (contracts/freshness.py) are
 optional: a manifest written before them reads as "unknown". `built` says which declaration
-built each store's state (contracts/snapshot_file.py: built_as), so that a change of the
+built each store's rows (contracts/snapshot_file.py: rows_as), so that a change of the
 stores builds only what changed (none in a manifest written before it). It is replaced atomically
 (write_manifest), so a reader sees the old one or the new one.
 """
@@ -114,7 +114,7 @@ class Built:
     """What the chains were built by: the partition count, and each store's declaration."""
 
     partitions: int
-    stores: dict[str, str]  # store -> built_as of its declaration
+    stores: dict[str, str]  # store -> rows_as of its declaration
 
     def changed(self, now: Built) -> frozenset[str]:
         """The stores of `now` whose state these chains do not hold: new or declared

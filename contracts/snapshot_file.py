@@ -22,9 +22,10 @@ A base's tables (identifiers quoted):
   to read in this partition.
 - `_snapshot(partition INTEGER, version BIGINT, created_ms BIGINT, format INTEGER,
   kind VARCHAR)`: one row; kind is "base".
-- `_stores(name VARCHAR, built_as VARCHAR)`: each store table, with `built_as` of the
-  declaration it was built by (a base written before it has none: its tables are taken as
-  the node's declarations built them).
+- `_stores(name VARCHAR, built_as VARCHAR, rows_as VARCHAR)`: each store table, with
+  `built_as` and `rows_as` of the declaration it was built by (a base written before
+  `_stores` has none: its tables are taken as the node's declarations built them; one
+  written before `rows_as` has `built_as` alone).
 A delta holds the same per store, with `_deleted` after the other columns, and the same
 header in its schema's metadata.
 
@@ -95,10 +96,27 @@ def shape(store: Store) -> dict[str, object]:
 
 
 def built_as(store: Store) -> str:
-    """A digest of `shape`: a node serves a store's table from a base only when the base was
-    built by the declaration the node has (a store changed in place is not served from the
-    tables of its old declaration)."""
-    digest = hashlib.sha256(orjson.dumps(shape(store), option=orjson.OPT_SORT_KEYS))
+    """A digest of `shape`, its index included: what a base written before `rows_as` says
+    its tables were built by."""
+    return _digest(shape(store))
+
+
+def rows_as(store: Store) -> str:
+    """A digest of what decides a store's rows: `shape` but its index, which only the nodes
+    keep (in memory). A node serves a store's table from a base only when the base was
+    built by a declaration of the same rows as its own (a store changed in place is not
+    served from the tables of its old declaration; one given another index is)."""
+    return _digest({k: v for k, v in shape(store).items() if k != "index"})
+
+
+def same_rows(one: Store, other: Store) -> bool:
+    """Whether two declarations of a store make the same rows: they differ in the index at
+    most."""
+    return rows_as(one) == rows_as(other)
+
+
+def _digest(shaped: dict[str, object]) -> str:
+    digest = hashlib.sha256(orjson.dumps(shaped, option=orjson.OPT_SORT_KEYS))
     return digest.hexdigest()[:BUILT_AS_DIGITS]
 
 

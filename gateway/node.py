@@ -17,7 +17,7 @@ from contracts.placement import Assignment, Replica
 from contracts.positions import satisfies
 from contracts.project import Project
 from contracts.release import release
-from contracts.snapshot_file import built_as
+from contracts.snapshot_file import rows_as
 from contracts.topology import Topology
 from gateway.assembly import NodeAsks, assemble
 from gateway.auth import Authenticator
@@ -105,7 +105,7 @@ class GatewayNode:
         self.live = LiveCounts()
         # the declared stores its schema serves (gateway/cluster/served.py), all until start
         self.served = frozenset(project.stores)
-        self.declared = {name: built_as(store) for name, store in project.stores.items()}
+        self.declared = {name: rows_as(store) for name, store in project.stores.items()}
         self._served_listeners: list[Callable[[frozenset[str]], None]] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._fetching: set[asyncio.Task[None]] = set()
@@ -266,7 +266,7 @@ class GatewayNode:
         authenticator = Authenticator(newer.access, newer.settings.max_token_lifetime_s)
         self.project.take(newer)  # once the keys [auth] names were read: ConfigError before
         self.authenticator = authenticator
-        self.declared = {name: built_as(store) for name, store in newer.stores.items()}
+        self.declared = {name: rows_as(store) for name, store in newer.stores.items()}
         self.key_routes = key_routes(self.project)
         task = asyncio.get_running_loop().create_task(self._widen())
         self._fetching.add(task)

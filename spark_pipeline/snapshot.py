@@ -51,6 +51,7 @@ from contracts.snapshot_file import (
     newest_rows,
     quoted,
     relative_path,
+    rows_as,
 )
 from spark_pipeline import versions
 from spark_pipeline.checks import REASON, BadRow, bad_rows, checked_sql
@@ -276,10 +277,12 @@ def _write_base(
             f"INSERT INTO {SNAPSHOT_TABLE} VALUES (?, ?, ?, ?, ?)",
             [task.partition, task.version, created_ms, FORMAT, task.kind],
         )
-        con.execute(f"CREATE TABLE {STORES_TABLE} (name VARCHAR, built_as VARCHAR)")
+        con.execute(
+            f"CREATE TABLE {STORES_TABLE} (name VARCHAR, built_as VARCHAR, rows_as VARCHAR)"
+        )
         con.executemany(
-            f"INSERT INTO {STORES_TABLE} VALUES (?, ?)",
-            [[store.name, built_as(store)] for store in task.stores],
+            f"INSERT INTO {STORES_TABLE} VALUES (?, ?, ?)",
+            [[store.name, built_as(store), rows_as(store)] for store in task.stores],
         )
         con.execute("CHECKPOINT")
     finally:

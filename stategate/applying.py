@@ -27,7 +27,7 @@ from contracts.coordination import Coordination, CoordinatorError
 from contracts.entries import ConfigError
 from contracts.manifest import FILE_NAME, Manifest
 from contracts.project import Project, scheme
-from contracts.snapshot_file import FormatError, built_as
+from contracts.snapshot_file import FormatError, rows_as
 from contracts.tls import verify
 from gateway.cluster.metrics import SUBSCRIPTIONS_READING
 from gateway.cluster.status import NodeStatus
@@ -93,7 +93,7 @@ def plan(project: Project, said: dict[str, NodeStatus], manifest: Manifest) -> P
     changed in place, or when a node does not say what it declares."""
     if not said or any(s.declared is None or s.stores is None for s in said.values()):
         raise NotApplied("a node does not say what it declares (a release before `apply`)")
-    wanted = {name: built_as(store) for name, store in project.stores.items()}
+    wanted = {name: rows_as(store) for name, store in project.stores.items()}
     changed = sorted(
         {n for s in said.values() for n, d in (s.declared or {}).items() if wanted.get(n, d) != d}
     )

@@ -17,6 +17,7 @@ from types import FrameType
 from contracts.entries import ConfigError
 from contracts.project import TAKEN, Project
 from contracts.settings import Settings
+from contracts.snapshot_file import same_rows
 from stategate import certificates
 from stategate.app import NodeApp
 from stategate.workers import FollowerProcesses
@@ -49,9 +50,14 @@ def changed(old: Project, new: Project) -> tuple[list[str], list[str]]:
     added = sorted(new.stores.keys() - old.stores.keys())
     if added:
         applied.append(f"stores added: {', '.join(added)}")
-    other = sorted(n for n, store in old.stores.items() if new.stores.get(n) != store)
-    if other:
-        refused.append(f"stores removed or changed: {', '.join(other)}")
+    other = {n for n, store in old.stores.items() if new.stores.get(n) != store}
+    indexed = sorted(
+        n for n in other if n in new.stores and same_rows(old.stores[n], new.stores[n])
+    )
+    if indexed:
+        applied.append(f"index changed: {', '.join(indexed)}")
+    if other - set(indexed):
+        refused.append(f"stores removed or changed: {', '.join(sorted(other - set(indexed)))}")
     if old.topics != new.topics:
         refused.append("[[topics]]")
     if new.global_stores and not old.global_stores:

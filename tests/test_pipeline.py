@@ -262,6 +262,18 @@ def test_a_change_of_the_stores_builds_only_the_stores_it_changes(
     assert not again.rebuild and again.versions == {}
 
 
+def test_an_index_changed_builds_nothing_from_the_log(project: Project, second: dict):
+    """The index is the nodes' own: another one folds the chains into new bases (which say
+    what built their rows, index aside), reading no record again."""
+    totals = project.stores["customerTotals"]
+    reindexed = dataclasses.replace(totals, index=("seats",))
+    changed = dataclasses.replace(project, stores={**project.stores, "customerTotals": reindexed})
+    manifest = Manifest.from_json(orjson.dumps(second["manifest"]))
+    plan = plan_run(changed, manifest, FileLog(project))
+    assert plan.rebuild is not None and plan.rebuild.stores == frozenset()
+    assert all(end == start for by_p in plan.ranges.values() for start, end in by_p.values())
+
+
 def test_a_log_behind_the_published_positions_is_refused(project: Project, second: dict):
     manifest = orjson.loads(orjson.dumps(second["manifest"]))
     manifest["partitions"]["3"]["layers"][-1]["position"]["trains"] += 1

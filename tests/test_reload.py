@@ -117,6 +117,30 @@ def test_sighup_applies_limits_origins_and_log_level_in_every_worker(node: Proje
     assert preflight(node) == DASHBOARD
 
 
+def test_sighup_takes_another_index_with_the_same_answers(node: Project) -> None:
+    """An index is the node's own (in memory): taken on SIGHUP, its chains opened again."""
+    ordered = "{ customerTotalsList(orderBy: SEATS_DESC, first: 5) { records { key seats } } }"
+    kept = connection(node)
+    before = ask(kept, ordered)
+    assert not before.get("errors") and before["data"]["customerTotalsList"]["records"]
+    text = node.path.read_text()
+    try:
+        hang_up(
+            node,
+            {'index = ["revenue"]': 'index = ["seats"]'},
+            "SIGHUP: the project file read again: index changed: customerTotals",
+        )
+        log = node.path.parent / "node1.log"
+        deadline = time.monotonic() + WITHIN_S
+        while log.read_text().rsplit("index changed", 1)[1].count("opened chains") < 2:
+            assert time.monotonic() < deadline, log.read_text()[-3000:]  # in both workers
+            time.sleep(0.1)
+        assert ask(kept, ordered)["data"] == before["data"]
+    finally:
+        node.path.write_text(text)
+        kept.close()
+
+
 @pytest.mark.parametrize(
     ("change", "why"),
     [

@@ -61,7 +61,7 @@ class NodeStatus:
     # the declared stores built on every chain it serves (gateway/cluster/served.py); None:
     # unstated, by a release before it
     stores: list[str] | None = None
-    # each store its project declares, by the digest of its declaration (built_as); None:
+    # each store its project declares, by the digest of its rows' declaration (rows_as); None:
     # unstated, by a release before it
     declared: dict[str, str] | None = None
 

@@ -10,7 +10,7 @@ import pytest
 
 from contracts.manifest import Layer, Manifest, PartitionEntry
 from contracts.project import Project, load
-from contracts.snapshot_file import built_as
+from contracts.snapshot_file import rows_as
 from gateway.cluster.status import LiveCounts, NodeStatus
 from spark_pipeline.plan import built_by
 from stategate.applying import NotApplied, plan
@@ -26,7 +26,7 @@ def status(project: Project, built: set[str], declared: set[str] | None = None) 
     names = set(project.stores) if declared is None else declared
     return NodeStatus(
         "n", {}, {}, 0, 0, LiveCounts(),
-        stores=sorted(built), declared={n: built_as(project.stores[n]) for n in names},
+        stores=sorted(built), declared={n: rows_as(project.stores[n]) for n in names},
     )  # fmt: skip
 
 
@@ -44,6 +44,15 @@ def test_a_store_declared_by_a_node_and_not_by_the_file_is_to_remove(project: Pr
     )
     found = plan(fewer, {"a": status(project, set(project.stores))}, Manifest())
     assert (found.added, found.removed) == ((), ("trainStatus",))
+
+
+def test_an_index_changed_is_not_a_store_changed(project: Project) -> None:
+    """The index is the nodes' own (in memory): a store given another is no change of its rows."""
+    totals = project.stores["customerTotals"]
+    reindexed = dataclasses.replace(totals, index=("seats",))
+    changed = dataclasses.replace(project, stores={**project.stores, "customerTotals": reindexed})
+    found = plan(changed, {"a": status(project, set(project.stores))}, Manifest())
+    assert (found.added, found.removed) == ((), ())
 
 
 def test_a_store_changed_in_place_is_refused_with_the_way_to_change_it(project: Project) -> None:

@@ -60,3 +60,7 @@ def test_a_base_serves_only_the_stores_its_declarations_built(tmp_path: Path) ->
     changed = served_from_base(before, after, tmp_path / "changed")
     assert changed == held - {"hourlyRevenue"}, changed
     assert served_from_base(after, after, tmp_path / "rebuilt") == held | {"seatsByCustomer"}
+    path.write_text(text.replace('index = ["revenue"]', 'index = ["seats"]', 1))
+    reindexed = load(path)  # another index: the same rows, served from the same base
+    assert reindexed.stores["customerTotals"].index == ("seats",)
+    assert served_from_base(before, reindexed, tmp_path / "reindexed") == held

@@ -30,6 +30,8 @@ from contracts.snapshot_file import (
     parse_file_name,
     partition_folder,
     quoted,
+    rows_as,
+    same_rows,
 )
 from gateway.storage.catalog import images
 from gateway.storage.catalog.layers import (
@@ -81,8 +83,9 @@ class Base:
     files: set[Path] = field(default_factory=set)  # its file and the deltas installed over it
     users: int = 0  # snapshots over it not yet released
     keep: bool = False  # its layer files stay on disk once it is closed (`drop`)
-    # the chain's declared stores when it was opened: it is opened again once they change
-    declared: frozenset[str] = frozenset()
+    # the chain's declared stores when it was opened (name, index): opened again once they
+    # change (a reload)
+    declared: frozenset[tuple[str, tuple[str, ...]]] = frozenset()
 
     def __post_init__(self) -> None:
         self._held = frozenset(s.name for s in self.stores)  # what every read asks of it
@@ -90,6 +93,15 @@ class Base:
     def holds(self, store: str) -> bool:
         """Whether its chain has the store: the pipeline built it."""
         return store in self._held
+
+
+def _indexed_as(tables: dict[str, LookupTable], stores: tuple[Store, ...]) -> bool:
+    """Whether the keyed stores' tables are sorted by the columns each store's index names."""
+    return all(
+        {column for column, _ in tables[s.name].sorted_by} == set(s.index)
+        for s in stores
+        if s.name in tables
+    )
 
 
 class DuckDBHub:
@@ -139,7 +151,7 @@ class DuckDBHub:
         try:
             header = read_header(cursor, alias, partition, layer)
             declared = self.declared(partition)
-            stores = self._built(cursor, alias, partition)
+            stores = self._built(cursor, alias, partition, reopened)
             held = reopened if reopened is not None and reopened.layer == layer else None
             tables, rows, newest, runs = self._tables_of(layer.path, stores, held)
         except (duckdb.Error, SnapshotError, LayerError, FormatError) as exc:
@@ -156,9 +168,9 @@ class DuckDBHub:
             layer, alias, header, stores, tables, rows, newest, runs, files, declared=declared
         )
 
-    def declared(self, chain: int) -> frozenset[str]:
-        """The chain's declared stores, by name."""
-        return frozenset(s.name for s in chains.stores(self._project, chain))
+    def declared(self, chain: int) -> frozenset[tuple[str, tuple[str, ...]]]:
+        """The chain's declared stores, by name and index."""
+        return frozenset((s.name, s.index) for s in chains.stores(self._project, chain))
 
     def outdated(self, base: Base, chain: int) -> bool:
         """Whether the chain's declared stores changed since `base` was opened (a reload
@@ -166,24 +178,42 @@ class DuckDBHub:
         return base.declared != self.declared(chain)
 
     def _built(
-        self, cursor: duckdb.DuckDBPyConnection, alias: str, chain: int
+        self, cursor: duckdb.DuckDBPyConnection, alias: str, chain: int, reopened: Base | None
     ) -> tuple[Store, ...]:
-        """The chain's declared stores that the base has a table of, built by the same
-        declaration (contracts/snapshot_file.py: built_as); a versioned table's only with its
-        history's."""
+        """The chain's declared stores that the base has a table of, built by a declaration
+        of the same rows (contracts/snapshot_file.py: rows_as); a versioned table's only with
+        its history's. A base written before rows_as says built_as, which covers the index
+        too: one opened again after a reload changed an index only is taken as before."""
         tables = {
             r[0]
             for r in cursor.execute(
                 "SELECT table_name FROM duckdb_tables() WHERE database_name = ?", [alias]
             ).fetchall()
         }
-        built: dict[str, str] = {}
+        built: dict[str, tuple[str, str | None]] = {}
         if STORES_TABLE in tables:
-            found = cursor.execute(f"SELECT name, built_as FROM {alias}.{STORES_TABLE}")
-            built = dict(found.fetchall())
+            listed = cursor.execute(
+                "SELECT column_name FROM duckdb_columns() WHERE database_name = ? "
+                "AND table_name = ?",
+                [alias, STORES_TABLE],
+            ).fetchall()
+            rows = "rows_as" if ("rows_as",) in listed else "NULL"
+            found = cursor.execute(f"SELECT name, built_as, {rows} FROM {alias}.{STORES_TABLE}")
+            built = {name: (digest, by_rows) for name, digest, by_rows in found.fetchall()}
+        served = {s.name: s for s in reopened.stores} if reopened is not None else {}
+
+        def same(store: Store) -> bool:
+            if store.name not in built:
+                return True  # a base written before _stores
+            digest, by_rows = built[store.name]
+            if by_rows is not None:
+                return by_rows == rows_as(store)
+            before = served.get(store.name, store)
+            return digest == built_as(before) and same_rows(before, store)
+
         declared = chains.stores(self._project, chain)
         missing = {s.name for s in declared if s.name not in tables}
-        other = {s.name for s in declared if built.get(s.name, built_as(s)) != built_as(s)}
+        other = {s.name for s in declared if not same(s)}
         if other - missing:
             log.info("chain %s: its base has %s built by another declaration", chain, other)
         missing |= other
@@ -203,9 +233,9 @@ class DuckDBHub:
         image = image_of(path)
         try:
             found: Tables = images.load(image)
-            if set(found[1]) == {s.name for s in stores}:
+            if set(found[1]) == {s.name for s in stores} and _indexed_as(found[0], stores):
                 return found
-            log.info("%s: its image holds other stores; read again", path.name)
+            log.info("%s: its image holds other stores or indexes; read again", path.name)
         except FileNotFoundError:
             pass
         except images.ImageError as exc:
@@ -229,8 +259,8 @@ class DuckDBHub:
         count; each history's newest valid_from; the windows' and histories' rows indexed.
         Those `held` has are taken from it, not read again."""
         loaded, rows, newest, runs = {}, {}, {}, {}
-        if held is not None:
-            kept = {s.name for s in stores if held.holds(s.name)}
+        if held is not None:  # those declared as they were (an index is in its tables)
+            kept = {s.name for s in stores if s in held.stores}
             loaded = {n: t for n, t in held.tables.items() if n in kept}
             rows = {n: r for n, r in held.rows.items() if n in kept}
             newest = {n: t for n, t in held.newest.items() if n in kept}
