@@ -303,6 +303,10 @@ class GatewayNode:
             )
         ]
 
+    def pending(self) -> tuple[str, ...]:
+        """The declared stores it has not built yet on every chain it serves."""
+        return tuple(sorted(set(self.declared) - set(self.built())))
+
     def when_served(self, listener: Callable[[frozenset[str]], None]) -> None:
         """Call `listener` with the stores the node serves each time they change."""
         self._served_listeners.append(listener)
@@ -381,6 +385,7 @@ class GatewayNode:
             leader=described.get("leader"),
             routes=self.key_routes,
             releases={**self.membership.releases(), self.id: (self.release, self.schema)},
+            pending={**self.membership.pending(), self.id: self.pending()},
         )
 
     def _replica(self, partition: int, node_id: str, active: bool) -> ReplicaInfo:

@@ -165,17 +165,23 @@ async def nodes_status(project: Project, addresses: dict[str, str]) -> dict[str,
     return {"nodes": said, **body}
 
 
+def cluster_client(project: Project) -> httpx.AsyncClient:
+    """A client of the nodes' internal endpoints: the cluster's TLS, its secret on every
+    call, STATUS_TIMEOUT_S."""
+    headers = secret_headers(project.cluster.secret)
+    return httpx.AsyncClient(verify=verify(project.tls), timeout=STATUS_TIMEOUT_S, headers=headers)
+
+
 async def ask_nodes(project: Project, addresses: dict[str, str]) -> dict[str, NodeStatus | str]:
     """Each node's status, asked all at once, or why it gave none."""
-    headers = secret_headers(project.cluster.secret)
-    async with httpx.AsyncClient(verify=verify(project.tls), timeout=STATUS_TIMEOUT_S) as client:
-        said = await asyncio.gather(*(_ask(client, url, headers) for url in addresses.values()))
+    async with cluster_client(project) as client:
+        said = await asyncio.gather(*(_ask(client, url) for url in addresses.values()))
     return dict(zip(addresses, said, strict=True))
 
 
-async def _ask(client: httpx.AsyncClient, url: str, headers: dict[str, str]) -> NodeStatus | str:
+async def _ask(client: httpx.AsyncClient, url: str) -> NodeStatus | str:
     try:
-        reply = await client.get(f"{url}/internal/status", headers=headers)
+        reply = await client.get(f"{url}/internal/status")
         reply.raise_for_status()
         return NodeStatus.from_json(reply.content)
     except (httpx.HTTPError, ProtocolError) as exc:
@@ -193,11 +199,7 @@ def _node_status(project: Project, node: str, url: str, status: NodeStatus | str
         "schema": status.schema or None,
         "formats": status.formats or None,  # None: a release from before nodes said them
         # the declared stores not built yet on every chain it serves (README: Changing stores)
-        "pending": (
-            None
-            if status.stores is None or status.declared is None
-            else sorted(set(status.declared) - set(status.stores))
-        ),
+        "pending": status.pending(),
         # partition -> the version it serves, of the partitioned stores and of the global ones
         "serving": _versions(project, status, globals_=False),
         "global": _versions(project, status, globals_=True),

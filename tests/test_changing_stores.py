@@ -94,6 +94,8 @@ def test_a_store_is_served_once_every_node_has_it_built_and_never_before(
         for node in nodes.ids:  # the new store is not built: not in the schema
             assert NEW not in schema_stores(nodes, node) | listed_stores(nodes, node)
             assert NEW not in nodes.status(node)["stores"]
+        building = {"node1": [NEW], "node2": [NEW], "node3": []}  # as GET /cluster says it
+        wait_until(lambda: pending_said(nodes, "node3") == building, nodes)
         assert_oracle(nodes, grown, "customerTotals")
         reader.start()
         planned = nodes.cli("apply", "--dry-run")  # what the grown file will do
@@ -135,6 +137,12 @@ def test_a_store_is_served_once_every_node_has_it_built_and_never_before(
         reader.join(30)
         nodes.stop_all()
     assert reader.problems == [] and reader.answers > 10, (reader.answers, reader.problems[:3])
+
+
+def pending_said(nodes: Nodes, node: str) -> dict[str, list[str] | None]:
+    """Each node's stores declared and not built yet, as `node`'s partition map says."""
+    said = nodes.client.get(f"{nodes.url(node)}/cluster").json()["nodes"]
+    return {n["id"]: n["pending"] for n in said}
 
 
 def start_node3(nodes: Nodes, project: Project) -> None:

@@ -65,6 +65,13 @@ class NodeStatus:
     # unstated, by a release before it
     declared: dict[str, str] | None = None
 
+    def pending(self) -> tuple[str, ...] | None:
+        """The stores it declares and has not built yet on every chain it serves (None: a
+        release before it said neither)."""
+        if self.declared is None or self.stores is None:
+            return None
+        return tuple(sorted(set(self.declared) - set(self.stores)))
+
     def reads(self, name: str, version: int) -> bool:
         """Whether the node reads `version` of a format: a node that stated no formats is of
         a release before they were stated, which read protocol UNSTATED."""
@@ -155,6 +162,8 @@ class PartitionMap:
     routes: list[KeyRoute]  # what a client needs to send a key's query to its replicas
     # node id -> (release, schema), "" when not known
     releases: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # node id -> the stores it declares and has not built yet (None: not known)
+    pending: dict[str, tuple[str, ...] | None] = field(default_factory=dict)
 
     def to_json(self) -> bytes:
         return orjson.dumps(_json_map(self))
@@ -178,9 +187,15 @@ def _json_map(partition_map: PartitionMap) -> dict[str, Any]:
     """As GET /cluster writes it: offsets and lag, the GraphQL API's Longs, as decimal
     strings (a JSON number past 2^53 is rounded by clients whose numbers are doubles)."""
     body = asdict(partition_map)
-    del body["releases"]
+    del body["releases"], body["pending"]
     body["nodes"] = [
-        {"id": i, "address": a, "release": release, "schema": schema}
+        {
+            "id": i,
+            "address": a,
+            "release": release,
+            "schema": schema,
+            "pending": partition_map.pending.get(i),
+        }
         for i, a in partition_map.nodes.items()
         for release, schema in [partition_map.said(i)]
     ]

@@ -29,6 +29,7 @@ def test_cluster_json_writes_offsets_and_lag_as_decimal_strings() -> None:
         "node1", 1, 2, {"t": "long"}, {"node1": "127.0.0.1:1", "node2": "127.0.0.1:2"},
         [PartitionInfo(0, replicas, warming)], 1_767_225_600_000, 3, None, None,
         [KeyRoute("trains", "key", "t", "long")], {"node1": ("0.1.0+gabc", "0123456789ab")},
+        {"node1": ("seatsByCustomer",)},
     )  # fmt: skip
     body = orjson.loads(partition_map.to_json())
     (partition,) = body["partitions"]
@@ -40,10 +41,11 @@ def test_cluster_json_writes_offsets_and_lag_as_decimal_strings() -> None:
     assert (standby["position"], standby["lag"], standby["role"]) == ({}, None, "STANDBY")
     (copying,) = partition["warming"]
     assert (copying["position"], copying["lag"], copying["role"]) == ({"t": "5"}, "9", "WARMING")
-    assert body["nodes"] == [  # node2's release not known yet (it has not said)
+    assert body["nodes"] == [  # node2's release and stores not known yet (it has not said)
         {"id": "node1", "address": "127.0.0.1:1", "release": "0.1.0+gabc",
-         "schema": "0123456789ab"},
-        {"id": "node2", "address": "127.0.0.1:2", "release": None, "schema": None},
+         "schema": "0123456789ab", "pending": ["seatsByCustomer"]},
+        {"id": "node2", "address": "127.0.0.1:2", "release": None, "schema": None,
+         "pending": None},
     ]  # fmt: skip
     assert body["generated_ms"] == 1_767_225_600_000 and body["partitions_count"] == 1
     assert body["assignment_version"] == 3  # an Int in the API

@@ -210,8 +210,9 @@ function renderFreshness(meta, extensions) {
   tick();
 }
 
-// What each node runs (its release and schema version), from the partition map: a rolling
-// upgrade shows as nodes that differ.
+// What each node runs (its release and schema version, and the stores it declares and has not
+// built yet), from the partition map: a rolling upgrade or a store being added shows as nodes
+// that differ.
 const NODES_EVERY_MS = 5000;
 
 async function followNodes() {
@@ -232,7 +233,8 @@ function renderNodes(nodes) {
   state.nodes = new Map(nodes.map((n) => [n.id, n]));
   const byRelease = new Map();
   for (const n of nodes) {
-    const runs = `${n.release ?? "unknown release"} · schema ${n.schema ?? "unknown"}`;
+    const building = n.pending?.length ? ` · building ${n.pending.join(", ")}` : "";
+    const runs = `${n.release ?? "unknown release"} · schema ${n.schema ?? "unknown"}${building}`;
     byRelease.set(runs, [...(byRelease.get(runs) ?? []), n.id]);
   }
   const box = $("#releases");
