@@ -22,13 +22,11 @@ from graphql import specified_rules
 from prometheus_client.parser import text_string_to_metric_families
 
 from contracts import chains
-from contracts.cluster_secret import secret_headers
 from contracts.coordination import Coordination, CoordinatorError
 from contracts.entries import ConfigError
 from contracts.manifest import FILE_NAME, Manifest
 from contracts.project import Project, scheme
 from contracts.snapshot_file import FormatError, rows_as
-from contracts.tls import verify
 from gateway.cluster.metrics import SUBSCRIPTIONS_READING
 from gateway.cluster.status import NodeStatus
 from resolvers.execution import persisted
@@ -36,7 +34,7 @@ from resolvers.schema.build import build_schema
 from snapshot_store import StoreError, open_store
 from spark_pipeline.plan import Rebuild, to_rebuild
 from stategate.app import schema_version
-from stategate.cluster_commands import STATUS_TIMEOUT_S, ask_nodes
+from stategate.cluster_commands import ask_nodes, cluster_client
 
 # A rebuild's pace on two cores, from the records read again (README: Performance, "a full
 # rebuild of the 5M-event log": 28-29 s): what the time the plan gives is estimated from.
@@ -169,12 +167,11 @@ async def _reading(project: Project) -> dict[str, int]:
     """Each store's open subscriptions, summed over the nodes (a node's /internal/metrics
     sums its workers'); NotApplied when a node does not say."""
     addresses = await _addresses(project)
-    headers = secret_headers(project.cluster.secret)
     found: dict[str, int] = {}
-    async with httpx.AsyncClient(verify=verify(project.tls), timeout=STATUS_TIMEOUT_S) as client:
+    async with cluster_client(project) as client:
         for node, url in addresses.items():
             try:
-                reply = await client.get(f"{url}/internal/metrics", headers=headers)
+                reply = await client.get(f"{url}/internal/metrics")
                 reply.raise_for_status()
             except httpx.HTTPError as exc:
                 said = f"{node} does not say which stores its subscriptions read: {exc}"
@@ -189,12 +186,11 @@ async def _reading(project: Project) -> dict[str, int]:
 async def _reload(project: Project) -> dict[str, str]:
     """POST /internal/reload to every node (each reads its own copy of the file, as on
     SIGHUP): node -> "ok" or why not."""
-    headers = secret_headers(project.cluster.secret)
     said: dict[str, str] = {}
-    async with httpx.AsyncClient(verify=verify(project.tls), timeout=STATUS_TIMEOUT_S) as client:
+    async with cluster_client(project) as client:
         for node, url in (await _addresses(project)).items():
             try:
-                reply = await client.post(f"{url}/internal/reload", headers=headers)
+                reply = await client.post(f"{url}/internal/reload")
                 reply.raise_for_status()
                 said[node] = "ok"
             except httpx.HTTPError as exc:
