@@ -38,6 +38,7 @@ from gateway.cluster.status import (
     PartitionState,
     ReplicaInfo,
     key_routes,
+    unbuilt,
 )
 from gateway.runtime.lanes import Lanes
 from gateway.runtime.stalls import Stalls
@@ -305,7 +306,7 @@ class GatewayNode:
 
     def pending(self) -> tuple[str, ...]:
         """The declared stores it has not built yet on every chain it serves."""
-        return tuple(sorted(set(self.declared) - set(self.built())))
+        return unbuilt(self.declared, self.built())
 
     def when_served(self, listener: Callable[[frozenset[str]], None]) -> None:
         """Call `listener` with the stores the node serves each time they change."""

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -70,7 +71,7 @@ class NodeStatus:
         release before it said neither)."""
         if self.declared is None or self.stores is None:
             return None
-        return tuple(sorted(set(self.declared) - set(self.stores)))
+        return unbuilt(self.declared, self.stores)
 
     def reads(self, name: str, version: int) -> bool:
         """Whether the node reads `version` of a format: a node that stated no formats is of
@@ -172,6 +173,11 @@ class PartitionMap:
         """A node's release and schema version as last heard; None when not known."""
         release, schema = self.releases.get(node, ("", ""))
         return release or None, schema or None
+
+
+def unbuilt(declared: Iterable[str], built: Iterable[str]) -> tuple[str, ...]:
+    """The stores declared and not built yet on every chain served, by name."""
+    return tuple(sorted(set(declared) - set(built)))
 
 
 def key_routes(project: Project) -> list[KeyRoute]:

@@ -208,9 +208,11 @@ class SnapshotCatalog:
     ) -> Snapshot | None:
         current = self.get(partition)
         known = len(current.layers) if current else 0
+        # a base opened before the chain's declared stores changed: opened again
         outdated = current is not None and self._hub.outdated(current.base, partition)
+        reopened = current.base if current is not None and outdated else None
         if levels is not None:
-            snapshot = self._mirror(partition, current, chain, tuple(levels), outdated)
+            snapshot = self._mirror(partition, current, chain, tuple(levels), reopened)
             if snapshot is current:
                 return current
         elif current is not None and not outdated and tuple(chain[:known]) == current.layers:
@@ -218,7 +220,6 @@ class SnapshotCatalog:
                 return current
             snapshot = self._extend(partition, current, chain)
         else:
-            reopened = current.base if outdated and current is not None else None
             snapshot = self._load(partition, chain, reopened)
         with self._lock:
             old = self._current.get(partition)
@@ -256,21 +257,20 @@ class SnapshotCatalog:
         current: Snapshot | None,
         chain: list[LocalLayer],
         levels: tuple[LevelImage, ...],
-        outdated: bool,
+        reopened: Base | None,
     ) -> Snapshot:
         """A snapshot of the chain over the keeper's levels, mapped from their images (those
         the current snapshot maps already, reused); the current one when it is that already.
-        The base is opened again when it is `outdated` (hub.outdated)."""
+        The base is opened again over `reopened` (an outdated one: hub.outdated)."""
         if sum(level.span for level in levels) != len(chain) - 1:
             raise SnapshotError(f"partition {partition}: the levels told are not the chain's")
-        same_base = current is not None and not outdated and current.layers[0] == chain[0]
+        same_base = current is not None and reopened is None and current.layers[0] == chain[0]
         if current is not None and same_base:
             if current.layers == tuple(chain) and current.level_images() == levels:
                 return current
             held = {lv.image: lv for lv in current.overlay.levels} if current.overlay else {}
             base = current.base
         else:
-            reopened = current.base if outdated and current is not None else None
             held, base = {}, self._hub.open_base(partition, chain[0], reopened)
         mapped_now: list[Level] = []
         overlay: list[Level] = []
