@@ -373,9 +373,9 @@ def _layer_task(
         or (batch.compact and due_for_compaction(entry, batch.project.settings))
     ):
         kind = "base"
-    from_start = frozenset(s.name for s in stores)
-    if entry is not None:
-        from_start &= batch.rebuild.stores if batch.rebuild else frozenset()
+    from_start = frozenset(s.name for s in stores)  # a new chain: all, from its records
+    if entry is not None:  # else those a change of the stores builds, none otherwise
+        from_start = from_start & batch.rebuild.stores if batch.rebuild else frozenset()
     # the records of the stores kept start where the chain is, past those read from offset 0
     published = batch.published(chains.partition(batch.project, chain))
     since = {t: published[t] for t in topics if batch.rebuild and batch.rebuild.reads(t)}

@@ -106,8 +106,8 @@ def run(
         _sweep(store_dir)
         manifest = manifests.read()
         plan = plan_run(project, manifest, events)
-        report = RunReport(plan.records(topics), plan.rebuild is not None)
-        report.from_start = sorted(plan.rebuild.stores) if plan.rebuild else []
+        from_start = sorted(plan.rebuild.stores) if plan.rebuild else []
+        report = RunReport(plan.records(topics), plan.rebuild is not None, from_start)
         _log_plan(project, events, plan, report.records)
         published = Published(manifest)
         if plan.changed:
