@@ -113,6 +113,19 @@ STATIONS = ("Berlin", "Hamburg", "München", "Köln", "Zürich")
 TRAINS = ("", " (night)", " (sleeper)")  # the timetable's kinds of train on a route
 
 
+SEATS_BY_CUSTOMER = "seatsByCustomer"  # a store the test project does not declare
+
+
+def with_seats_by_customer(text: str) -> str:
+    """A project file's text declaring SEATS_BY_CUSTOMER too (an aggregate of the bookings),
+    before its [settings]: a store added to a running deployment."""
+    declared = (
+        f'\n[[stores]]\nname = "{SEATS_BY_CUSTOMER}"\nkind = "aggregate"\ntopic = "bookings"\n'
+        'aggregates = { seats = "sum(seats)", bookings = "count" }\n'
+    )
+    return text.replace("\n[settings]", f"{declared}\n[settings]", 1)
+
+
 def write_project(
     root: Path,
     ports: list[int],

@@ -25,16 +25,10 @@ from stategate.launcher import node_command
 from tests import oracle
 from tests.live import Socket
 from tests.nodes import Nodes, serve
+from tests.projects import SEATS_BY_CUSTOMER, with_seats_by_customer
 from tests.wire import as_row, selection
 
-NEW = "seatsByCustomer"
-NEW_STORE = f"""
-[[stores]]
-name = "{NEW}"
-kind = "aggregate"
-topic = "bookings"
-aggregates = {{ seats = "sum(seats)", bookings = "count" }}
-"""
+NEW = SEATS_BY_CUSTOMER
 KEYS = ["C000014", "C000021", "Zoë", "gone"]
 SWITCH_S = 30
 STATEGATE = [sys.executable, "-m", "stategate.cli"]
@@ -82,7 +76,7 @@ def test_a_store_is_served_once_every_node_has_it_built_and_never_before(
     text = before.path.read_text()
     old = before.path.with_name("before.toml")
     old.write_text(text)
-    before.path.write_text(text.replace("\n[settings]", f"{NEW_STORE}\n[settings]", 1))
+    before.path.write_text(with_seats_by_customer(text))
     grown = projects.load(before.path)
     nodes = Nodes(grown, tmp_path)
     reader = Reader(nodes, grown)
@@ -190,7 +184,7 @@ def test_a_store_declared_since_is_taken_on_sighup_with_no_restart(
     text = before.path.read_text()
     two_workers = before.path.with_name("node1.toml")  # node1's own file: two workers
     two_workers.write_text(text.replace("workers = 1", "workers = 2", 1))
-    grown_text = text.replace("\n[settings]", f"{NEW_STORE}\n[settings]", 1)
+    grown_text = with_seats_by_customer(text)
     grown = projects.load(write(before.path.with_name("grown.toml"), grown_text))
     nodes = Nodes(before, tmp_path)
     reader = Reader(nodes, grown)

@@ -33,7 +33,7 @@ from tests.oracle import (
     layer_names,
     layer_store,
 )
-from tests.projects import produce_test_events, write_project
+from tests.projects import produce_test_events, with_seats_by_customer, write_project
 from topics.files import FileLog
 
 CHANGED = {1, 4, 7}
@@ -209,15 +209,6 @@ def test_stores_changed_since_a_manifest_that_does_not_say_what_built_it_are_all
     assert all(start == 0 for ranges in plan.ranges.values() for start, _ in ranges.values())
 
 
-ADDED_STORE = """
-[[stores]]
-name = "seatsByCustomer"
-kind = "aggregate"
-topic = "bookings"
-aggregates = { seats = "sum(seats)", bookings = "count" }
-"""
-
-
 @pytest.mark.parametrize("built_in", ["executors", "driver"])
 def test_a_change_of_the_stores_builds_only_the_stores_it_changes(
     tmp_path: Path, spark: LazySpark, built_in: str
@@ -236,7 +227,7 @@ def test_a_change_of_the_stores_builds_only_the_stores_it_changes(
     text = text[:removed] + text[text.index("[[stores]]", removed + 1) :]
     resized = text.index('name = "delaysHopping"')
     text = text[:resized] + text[resized:].replace('size = "1h"', 'size = "2h"', 1)
-    path.write_text(text.replace("\n[settings]", f"{ADDED_STORE}\n[settings]", 1))
+    path.write_text(with_seats_by_customer(text))
     after = load(path)
     assert "departures" not in after.stores and "seatsByCustomer" in after.stores
     produce_test_events(after, seed=2, n_bookings=300, n_trains=100, n_trips=40, only={1, 4})

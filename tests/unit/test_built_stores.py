@@ -13,16 +13,9 @@ from contracts.snapshot_file import relative_path
 from gateway.storage.catalog.layers import LocalLayer
 from gateway.storage.catalog.snapshots import SnapshotCatalog
 from tests.chains import WrittenChain
-from tests.projects import write_project
+from tests.projects import with_seats_by_customer, write_project
 
 CHAIN = 1
-NEW_STORE = """
-[[stores]]
-name = "seatsByCustomer"
-kind = "aggregate"
-topic = "bookings"
-aggregates = { seats = "sum(seats)" }
-"""
 
 
 def served_from_base(built_by: Project, node: Project, folder: Path) -> set[str]:
@@ -45,11 +38,7 @@ def test_a_base_serves_only_the_stores_its_declarations_built(tmp_path: Path) ->
     path = write_project(tmp_path / "p", [1, 2, 3], partitions=3)
     before = load(path)
     text = path.read_text()
-    path.write_text(
-        text.replace('size = "1h"', 'size = "2h"', 1).replace(
-            "\n[settings]", f"{NEW_STORE}\n[settings]", 1
-        )
-    )
+    path.write_text(with_seats_by_customer(text.replace('size = "1h"', 'size = "2h"', 1)))
     after = load(path)
     assert (
         after.stores["hourlyRevenue"].window_size_ms
