@@ -228,7 +228,15 @@ def run_node(project: Project, args: argparse.Namespace) -> int:
     if following and args.lifeline is None:
         print("stategate: --follow is for a keeper's followers, with --lifeline", file=sys.stderr)
         return 2
-    if not following and (not _may_listen(address, project) or not _coordinator_answers(project)):
+    if not following and not _may_listen(address, project):
+        return 2
+    count = workers.count(project.settings)  # a follower runs where its keeper may
+    followers = workers.FollowerProcesses(args, count - 1) if count > 1 and not following else None
+    if followers is not None:
+        followers.prefork(main)  # before this process runs a thread of its own
+    if not following and not _coordinator_answers(project):
+        if followers is not None:
+            followers.stop()
         return 2
     try:
         context = None if project.tls is None else serving(project.tls, args.node)
@@ -237,8 +245,6 @@ def run_node(project: Project, args: argparse.Namespace) -> int:
         return 2
     source = f"{args.node} worker {os.getpid()}" if following else args.node  # "node1 worker 42"
     logs.configure(source, project.settings)
-    count = workers.count(project.settings)  # a follower runs where its keeper may
-    followers = workers.FollowerProcesses(args, count - 1) if count > 1 and not following else None
     if following:
         lifeline = Lifeline(args.lifeline, args.follow)
         lifeline.watch()  # from here on, the keeper's end stops this worker

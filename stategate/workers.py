@@ -6,11 +6,20 @@ listens only once it serves (uvicorn binds, then listens after its start-up), so
 connection waits on one still loading. A follower that dies is started again; one that
 stops, because it was asked to or because its keeper stopped or is gone, is not. A stopping
 keeper starts none again, and waits for them all (gateway/workers/keeper.py).
+
+The first followers are forked from the keeper once it imported the node's modules, before
+it runs a thread of its own (`FollowerProcesses.prefork`): they share those pages with it
+(copy-on-write, the objects frozen out of the collector so it writes none of them), ~50
+MiB a follower, and skip the imports' CPU. A follower started again later, while the
+keeper runs threads, is its command started afresh: a fork then would copy locks other
+threads hold.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gc
 import logging
 import os
 import signal
@@ -19,6 +28,9 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
+from collections.abc import Callable
+from typing import NoReturn, Protocol
 
 from contracts.settings import Settings
 
@@ -61,6 +73,40 @@ def _socket(family: int, kind: int, proto: int, reuse_port: bool) -> socket.sock
     return sock
 
 
+class Follower(Protocol):
+    """A follower's process: subprocess.Popen's, or a Forked one."""
+
+    pid: int
+
+    def wait(self) -> int: ...
+    def send_signal(self, signum: int) -> None: ...
+    def kill(self) -> None: ...
+
+
+class Forked:
+    """A follower forked from its keeper (`FollowerProcesses.prefork`), said as Popen says
+    a process: signalled through a pidfd, which reaches this process or none, never a pid
+    reused once it is reaped."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self._pidfd = os.pidfd_open(pid)
+
+    def wait(self) -> int:
+        _, status = os.waitpid(self.pid, 0)
+        return os.waitstatus_to_exitcode(status)
+
+    def send_signal(self, signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError):  # ended already
+            signal.pidfd_send_signal(self._pidfd, signum)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def close(self) -> None:
+        os.close(self._pidfd)
+
+
 class FollowerProcesses:
     """A keeper's followers: its own command, following it, each run by a thread of its own
     (`_keep`) until `stop`. Each holds the read end of the keeper's lifeline
@@ -78,13 +124,63 @@ class FollowerProcesses:
         if args.data_dir is not None:
             command += ["--data-dir", args.data_dir]
         self._command = command
-        self._running: dict[int, subprocess.Popen[bytes]] = {}
+        self._forked: list[Forked] = []  # forked, not let go yet
+        self._go: int | None = None  # the write end of the pipe they wait on
+        self._running: dict[int, Follower] = {}
         self._stopping = False
         self._lock = threading.Lock()
 
+    def prefork(self, run: Callable[[list[str]], int]) -> None:
+        """Fork the followers now, while this process runs no thread of its own; each
+        waits until `start`, then runs `run` on its command's arguments, as the command
+        would. Nothing returns here in a follower."""
+        wait, self._go = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        gc.freeze()
+        for _ in range(self.count):
+            pid = os.fork()
+            if pid == 0:
+                self._forked_run(wait, [self._keeper_end, self._go], run)
+            self._forked.append(Forked(pid))
+        os.close(wait)
+
+    def _forked_run(
+        self, wait: int, keepers: list[int], run: Callable[[list[str]], int]
+    ) -> NoReturn:
+        """A forked follower: its keeper's ends closed, it waits to be let go, or for its
+        keeper's stop or end, then runs as a follower (which, in the last two cases, reads
+        its lifeline's end at once and says why it stops). It ends as a follower started by
+        its command does: by its signal, or with `run`'s code."""
+        code = 1
+        try:
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            for fd in [*keepers, *(f._pidfd for f in self._forked)]:
+                os.close(fd)
+            os.read(wait, 1)
+            os.close(wait)
+            code = run(self._command[3:])
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        except BaseException:  # noqa: BLE001 - as the interpreter ends a command: its traceback
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+
     def start(self) -> None:
+        self._let_go(len(self._forked))
         for _ in range(self.count):
             threading.Thread(target=self._keep, name="follower", daemon=True).start()
+
+    def _let_go(self, count: int) -> None:
+        """One byte to each forked follower waiting (none: they end)."""
+        with self._lock:
+            if self._go is not None:
+                os.write(self._go, b"." * count)
+                os.close(self._go)
+                self._go = None
 
     def running(self) -> list[int]:
         with self._lock:
@@ -97,6 +193,7 @@ class FollowerProcesses:
             if not self._stopping:
                 self._stopping = True
                 os.close(self._keeper_end)
+        self._let_go(0)
 
     def signal(self, signum: int) -> None:
         """Pass a signal on to every follower running (SIGHUP: read the certificate again)."""
@@ -121,11 +218,13 @@ class FollowerProcesses:
             with self._lock:
                 if self._stopping:
                     return
-                process = subprocess.Popen(self._command, pass_fds=(self._lifeline,))
+                process = self._next()
                 self._running[process.pid] = process
             code = process.wait()
             with self._lock:
                 del self._running[process.pid]
+                if isinstance(process, Forked):
+                    process.close()
             if code in STOPPED or self._stopping:
                 log.info("worker %s stopped", process.pid)
                 return
@@ -133,3 +232,9 @@ class FollowerProcesses:
             delay = min(delay * 2, MAX_RESTART_DELAY_S) if quick else RESTART_DELAY_S
             log.warning("worker %s ended (%s): started again in %g s", process.pid, code, delay)
             time.sleep(delay)
+
+    def _next(self) -> Follower:
+        """A forked follower let go, while one waits; else the command, started."""
+        if self._forked:
+            return self._forked.pop()
+        return subprocess.Popen(self._command, pass_fds=(self._lifeline,))

@@ -37,6 +37,7 @@ BATCH = """query($keys: [String!]!) { latestBookingBatch(keys: $keys) {
   entries { key failure record { key seats } } meta { partial } } }"""
 LIVE = "subscription { trainDelaysRange(first: 1000) { records { key reports } } }"
 WORKERS = 2
+SHARED_IMPORTS_MIB = 20  # of the ~40 MiB a node's imports write
 ACCEPT_WAIT_S = 5.0
 MAX_CONNECTIONS = 64  # opened until both workers of a node hold one (the kernel hashes them)
 START_WAIT_S = 60.0
@@ -138,6 +139,21 @@ def test_every_worker_answers_as_the_oracle(cluster: Served) -> None:
                 record = entry["record"]
                 assert (record is not None) == (entry["key"] in bookings), (node, pid, entry)
             conn.close()
+
+
+def test_a_nodes_first_followers_share_its_imported_modules(cluster: Served) -> None:
+    """Forked from the keeper once it imported the node's modules: the pages those imports
+    wrote are the keeper's and its followers' at once (Shared_Dirty counts only such pages,
+    which a process started by its command shares with none)."""
+    for pid in workers(cluster, "node1"):
+        assert shared_dirty_mib(pid) > SHARED_IMPORTS_MIB, pid
+
+
+def shared_dirty_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        if line.startswith("Shared_Dirty:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError(f"no Shared_Dirty for {pid}")
 
 
 def test_metrics_count_every_workers_requests(cluster: Served) -> None:
