@@ -55,7 +55,7 @@ from bench.object_store import onto_bucket
 from bench.on_kafka import onto_kafka
 from bench.procs import NodeProcesses
 from bench.queries import body
-from bench.workload import BENCH_DIR, NAMES, Workload, with_workers
+from bench.workload import BENCH_DIR, NAMES, Workload, with_settings, with_workers
 from contracts import eventlog
 from contracts.eventlog import Record
 from contracts.freshness import STAGES, Delays
@@ -91,7 +91,7 @@ class Freshness:
     workload: str
     rate: int
     seconds: float
-    pipeline_nice: int = 0  # the pipeline's niceness (0: as the nodes)
+    pipeline_nice: int = 0  # the pipeline's niceness (settings.pipeline_niceness)
     log: str = "file"  # or "kafka"
     snapshots: str = "folder"  # or "bucket" (an S3 server's)
     appended: int = 0
@@ -439,12 +439,13 @@ def measure(
     rate: int,
     seconds: float,
     logs: Path,
-    pipeline_nice: int = 0,
+    pipeline_nice: int | None = None,
     workers: int | None = None,
     kafka: bool = False,
     bucket: bool = False,
 ) -> Freshness:
-    """`workers`: each node's (None: the setting's default, one per core); `kafka`: on a
+    """`pipeline_nice`: the pipeline's niceness (None: the setting's default); `workers`:
+    each node's (None: the setting's default, one per core); `kafka`: on a
     broker of its own, its topics a copy of the workload's log; `bucket`: the snapshots in
     a bucket of an S3 server of its own."""
     project = copy_workload(workload)
@@ -461,7 +462,11 @@ def measure(
             project = onto_bucket(project, server)
         if workers is not None:
             project = with_workers(project, workers)
-        return _measure(workload, project, rate, seconds, logs, pipeline_nice)
+        if pipeline_nice is not None:
+            project = with_settings(
+                project, f"nice-{pipeline_nice}", pipeline_niceness=pipeline_nice
+            )
+        return _measure(workload, project, rate, seconds, logs)
 
 
 def _measure(
@@ -470,15 +475,15 @@ def _measure(
     rate: int,
     seconds: float,
     logs: Path,
-    pipeline_nice: int,
 ) -> Freshness:
     log = "kafka" if project.kafka is not None else "file"
     snapshots = "folder" if project.object_store is None else "bucket"
-    result = Freshness(workload.name, rate, seconds, pipeline_nice, log, snapshots)
+    nice = project.settings.pipeline_niceness
+    result = Freshness(workload.name, rate, seconds, nice, log, snapshots)
     nodes = NodeProcesses.gateway(project, logs / f"fresh-{workload.name}")
     pipeline_log = logs / f"fresh-{workload.name}-pipeline.log"
     pipeline_log.unlink(missing_ok=True)
-    follow = start_pipeline(project, pipeline_log, pipeline_nice)
+    follow = start_pipeline(project, pipeline_log)
     try:
         nodes.start()
         nodes.wait_serving()
@@ -560,17 +565,11 @@ def _measure(
     return result
 
 
-def start_pipeline(project: Project, log: Path, nice: int = 0) -> subprocess.Popen[bytes]:
-    """`stategate pipeline --follow`, at niceness `nice` (the nodes keep 0: a reads-first
-    trade of freshness for read latency when the pipeline shares their cores)."""
+def start_pipeline(project: Project, log: Path) -> subprocess.Popen[bytes]:
+    """`stategate pipeline --follow`, at the niceness its settings say."""
     command = [sys.executable, "-m", "stategate.cli", "pipeline", "--config", str(project.path)]
     with open(log, "ab") as out:
-        return subprocess.Popen(
-            command + ["--follow"],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            preexec_fn=(lambda: os.nice(nice)) if nice else None,
-        )
+        return subprocess.Popen(command + ["--follow"], stdout=out, stderr=subprocess.STDOUT)
 
 
 def stop_pipeline(follow: subprocess.Popen[bytes]) -> None:
@@ -597,7 +596,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workload", default="main", choices=NAMES)
     parser.add_argument("--rate", type=int, default=1000, help="events per second")
     parser.add_argument("--seconds", type=float, default=60)
-    parser.add_argument("--pipeline-nice", type=int, default=0, help="the pipeline's niceness")
+    parser.add_argument(
+        "--pipeline-nice", type=int, help="the pipeline's niceness (default: the setting's)"
+    )
     parser.add_argument("--workers", type=int, help="each node's (default: one per core)")
     parser.add_argument("--kafka", action="store_true", help="on a Kafka broker of its own")
     parser.add_argument("--bucket", action="store_true", help="snapshots in an S3 bucket")

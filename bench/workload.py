@@ -192,12 +192,18 @@ def _stores_sha256() -> str:
 def with_workers(project: Project, workers: int) -> Project:
     """The project with each node on `workers` worker processes (README: Workers), as a file
     beside it."""
-    text, setting = project.path.read_text(), f"workers = {workers}\n"
+    return with_settings(project, f"workers-{workers}", workers=workers)
+
+
+def with_settings(project: Project, name: str, **settings: int) -> Project:
+    """The project with `settings` set, as a file beside it named after `name`."""
+    text = project.path.read_text()
+    lines = "".join(f"{key} = {value}\n" for key, value in settings.items())
     if "[settings]\n" in text:
-        text = text.replace("[settings]\n", f"[settings]\n{setting}", 1)
+        text = text.replace("[settings]\n", f"[settings]\n{lines}", 1)
     else:
-        text = f"{text}\n[settings]\n{setting}"
-    path = project.path.with_name(f"{project.path.stem}.workers-{workers}.toml")
+        text = f"{text}\n[settings]\n{lines}"
+    path = project.path.with_name(f"{project.path.stem}.{name}.toml")
     path.write_text(text)
     return config.load(path)
 

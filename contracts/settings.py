@@ -253,6 +253,14 @@ class Settings:
         "burst) runs on the executors; 0: every one on the executors",
         0,
     )
+    pipeline_niceness: int = _setting(
+        10,
+        "the niceness `stategate pipeline` runs at, with the processes it starts on its host "
+        "(Spark's JVM): on a host it shares with nodes, reads first (README: Freshness); "
+        "a pipeline started at a higher niceness keeps it; 0: as the nodes",
+        0,
+        19,
+    )
     compact_after_deltas: int = _setting(
         64, "a partition's delta layers before they are folded into a new base", 1
     )

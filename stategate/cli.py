@@ -360,6 +360,7 @@ def run_pipeline(project: Project, args: argparse.Namespace) -> int:
     from spark_pipeline.job import run
     from spark_pipeline.spark import LazySpark, json_logging
 
+    _yield_to_reads(project.settings.pipeline_niceness)
     logs.configure("pipeline", project.settings)
     tracing.configure("pipeline")  # its publications' spans (OTEL_TRACES_EXPORTER)
     stop = stopping.StopRequest().install()
@@ -408,6 +409,14 @@ def run_pipeline(project: Project, args: argparse.Namespace) -> int:
             log.info("Spark stopped")
         stop.exit()
     return status
+
+
+def _yield_to_reads(niceness: int) -> None:
+    """Raise this process's niceness to `niceness`, before it starts a thread: Linux sets a
+    thread's, and a thread or process started after inherits it. Never lowered: that takes
+    privileges, and whoever started it nicer meant it."""
+    if niceness > os.getpriority(os.PRIO_PROCESS, 0):
+        os.setpriority(os.PRIO_PROCESS, 0, niceness)
 
 
 def follow(

@@ -16,11 +16,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 import pyspark
 import pytest
 
 from contracts import chains
 from contracts.project import Project, load
+from contracts.settings import Settings
 from spark_pipeline.loop import CRASH_AT
 from stategate.s3server import S3Server
 from tests.chains import fetched_from_bucket
@@ -227,6 +229,11 @@ def test_the_continuous_pipeline_runs_on_a_standalone_cluster(
     try:
         follow.wait_following(CLUSTER_START_S)
         assert_state_is_the_oracles(project, wait_caught_up(project))
+        # reads first: at the setting's niceness (or this one's, if higher), Spark's JVM too
+        driver = psutil.Process(follow.proc.pid)
+        (jvm,) = [p for p in driver.children(recursive=True) if p.name() == "java"]
+        nice = max(Settings().pipeline_niceness, os.getpriority(os.PRIO_PROCESS, 0))
+        assert driver.nice() == jvm.nice() == nice
         produce_round(project, 1)
         manifest = wait_caught_up(project)
         assert_state_is_the_oracles(project, manifest)
