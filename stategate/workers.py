@@ -73,7 +73,7 @@ def _socket(family: int, kind: int, proto: int, reuse_port: bool) -> socket.sock
     return sock
 
 
-class Follower(Protocol):
+class FollowerProcess(Protocol):
     """A follower's process: subprocess.Popen's, or a Forked one."""
 
     pid: int
@@ -126,7 +126,7 @@ class FollowerProcesses:
         self._command = command
         self._forked: list[Forked] = []  # forked, not let go yet
         self._go: int | None = None  # the write end of the pipe they wait on
-        self._running: dict[int, Follower] = {}
+        self._running: dict[int, FollowerProcess] = {}
         self._stopping = False
         self._lock = threading.Lock()
 
@@ -233,7 +233,7 @@ class FollowerProcesses:
             log.warning("worker %s ended (%s): started again in %g s", process.pid, code, delay)
             time.sleep(delay)
 
-    def _next(self) -> Follower:
+    def _next(self) -> FollowerProcess:
         """A forked follower let go, while one waits; else the command, started."""
         if self._forked:
             return self._forked.pop()
