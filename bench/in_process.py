@@ -26,7 +26,7 @@ import uvloop
 from starlette.types import ASGIApp, Message
 
 from bench.one_key import CUSTOMERS, demo_built, lookups
-from bench.queries import aliased, body
+from bench.queries import KEYS_LIST, aliased, body
 from contracts.cluster_secret import SECRET_HEADER
 from contracts.partitioner import partition_for
 from contracts.project import Project
@@ -35,8 +35,6 @@ from gateway.wire.protocol import encode_request
 from stategate.app import create_app
 
 Call = Callable[[bytes], Awaitable[bytes]]
-LIST = """query($k: [String!]!) {
-  customerTotalsBatch(keys: $k) { entries { key record { bookings revenue } } } }"""
 
 
 def caller(app: ASGIApp, path: str, headers: list[tuple[bytes, bytes]]) -> Call:
@@ -101,20 +99,20 @@ async def measure(project: Project, count: int, profile: str | None) -> None:
     os.chdir(project.path.parent)
     app = create_app(project, "node1").asgi
     await lifespan(app)
-    keys = local_keys(project)[:500]
+    keys = local_keys(project)[:1000]
     graphql = caller(app, "/graphql", [(b"content-type", b"application/json")])
     secret = [(SECRET_HEADER.encode(), project.cluster.secret.encode())]
     internal = caller(app, "/internal/query", secret)
-    bodies = lookups(keys)
+    bodies = lookups(keys[:500])
     while b'"record":{' not in await graphql(bodies[0]):  # until node1 serves its partitions
         await asyncio.sleep(0.1)
     store = project.stores["customerTotals"]
     subqueries = [
         encode_request([SubQuery(0, partition_for(k, "string", 9), store.name, Get((k,)))])
-        for k in keys
+        for k in keys[:500]
     ]
-    aliases = [body(aliased((keys * 2)[:1000]))]
-    listed = [body(LIST, {"k": (keys * 2)[:1000]})]
+    aliases = [body(aliased(keys))]
+    listed = [body(KEYS_LIST, {"keys": keys})]
     print(f"one-key lookup: {await mean_us(graphql, bodies, count):.1f} us", flush=True)
     print(f"a peer's one-key /internal/query: {await mean_us(internal, subqueries, count):.1f} us")
     print(f"1000 aliases (cached): {await mean_us(graphql, aliases, 20) / 1000:.2f} ms")

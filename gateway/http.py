@@ -38,7 +38,7 @@ from gateway.auth import Unauthenticated, Who
 from gateway.model import limits
 from gateway.model.queries import keys_of
 from gateway.node import GatewayNode
-from gateway.runtime.lanes import SLICE, offload
+from gateway.runtime.lanes import SLICE, SMALL_BULK_KEYS, offload
 from gateway.storage.delivery.sync import StoreUnreachable
 from gateway.wire.protocol import (
     PROTOCOL_HEADER,
@@ -135,7 +135,7 @@ async def query(request: Request) -> Response:
         parent = tracing.extracted(request.headers)
         with (
             tracing.span("internal query", {"stategate.node": node.id}, parent),
-            node.lanes.enter(bulk=keys_of(subqueries) > SLICE),
+            node.lanes.enter(keys_of(subqueries) > SLICE, keys_of(subqueries) <= SMALL_BULK_KEYS),
         ):
             answers = await node.execute_local(subqueries)
             body = await offload(encode_answers, answers)

@@ -34,6 +34,7 @@ from graphql import (
 from strawberry.types import ExecutionResult
 
 from contracts.settings import Settings
+from gateway.runtime.lanes import SMALL_BULK_VALUES
 from resolvers.execution.cost import Cost, RowsOf, Shape, shape
 from resolvers.execution.executors import Compiled, Executor, General
 from resolvers.execution.key_lookup import key_lookup
@@ -171,7 +172,7 @@ class Operations:
         try:
             context.queries.selected = prepared.fields  # the joins its results carry
             async with asyncio.timeout(deadline):
-                with context.node.lanes.enter(bulk):
+                with context.node.lanes.enter(bulk, prepared.values <= SMALL_BULK_VALUES):
                     return await prepared.executor.run(context, variables)
         except TimeoutError:
             message = f"the request ran past request_timeout_s ({deadline} s) and was stopped"

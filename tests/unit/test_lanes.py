@@ -54,6 +54,36 @@ def test_small_stretches_of_bulk_work_run_here() -> None:
     assert asyncio.run(small()) == threading.current_thread().name
 
 
+async def _small_bulk(lanes: Lanes) -> str:
+    with lanes.enter(bulk=True, small=True):
+        return await offload(lambda: threading.current_thread().name, items=SLICE + 1)
+
+
+def test_small_bulk_work_runs_here_unless_an_interactive_request_is_in_flight() -> None:
+    """A hop to the bulk thread and back costs more than it shields when nothing waits."""
+
+    async def alone_then_beside() -> tuple[str, str]:
+        with _lanes() as lanes:
+            alone = await _small_bulk(lanes)
+            in_flight, done = asyncio.Event(), asyncio.Event()
+
+            async def interactive() -> None:
+                with lanes.request():
+                    in_flight.set()
+                    await done.wait()
+
+            task = asyncio.create_task(interactive())
+            await in_flight.wait()
+            beside = await _small_bulk(lanes)
+            done.set()
+            await task
+            return alone, beside
+
+    alone, beside = asyncio.run(alone_then_beside())
+    assert alone == threading.current_thread().name
+    assert beside.startswith("bulk")
+
+
 def test_bulk_slices_run_back_to_back_on_the_bulk_thread_when_nothing_else_is_in_flight() -> None:
     async def alone() -> tuple[str, list[float]]:
         with _lanes() as lanes:
