@@ -172,6 +172,26 @@ class RequestQueries:
             for (store, keys), outcome in zip(asked, outcomes, strict=True)
         ]
 
+    async def key_lookups(self, asked: Sequence[tuple[Store, list[Key]]]) -> list[list[Lookup]]:
+        """A one-key lookup of each key of each store (a document of many root fields that
+        each read one key), read as one batch, as those lookups are: each with its key's
+        entry and the meta of its key's partition alone, as its own lookup says. No demand;
+        no join (the request selects none of the stores')."""
+        works = [
+            Work(store, Get(tuple(dict.fromkeys(keys))), (), NO_DEMANDS) for store, keys in asked
+        ]
+        outcomes = await self._load_all(works)
+        found = []
+        for (store, keys), outcome in zip(asked, outcomes, strict=True):
+            entries = await offload(_entries, keys, outcome, items=len(keys))
+            test = self.visible.test(store)
+            if test is not None:
+                entries = _screened(entries, test, self.visible.decides_by_key(store))
+            metas = [self._meta(Outcome(outcome.work, [part])) for part in outcome.parts]
+            by_key = outcome.key_parts
+            found.append([Lookup([entry], metas[by_key[entry.key]]) for entry in entries])
+        return found
+
     async def _lookup_of(
         self, store: Store, keys: list[Key], outcome: Outcome, demand: Demand | None
     ) -> Lookup:

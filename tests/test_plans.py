@@ -277,11 +277,13 @@ def test_compiled_and_general_paths_answer_alike(served: Any, node: str) -> None
 
 
 @pytest.mark.parametrize("node", ["node1", "node3"])
-def test_one_key_reads_answer_as_the_plan_does(served: Any, node: str) -> None:
-    """A document that reads the record of one key and nothing else is answered in one step
-    (resolvers/execution/key_lookup.py) where the node reads that key's partition at once,
-    by the plan elsewhere: either way as the general path answers it, present keys and
-    missing ones, variables and literals, global stores, joins (left to the plan) included."""
+def test_key_reads_answer_as_the_plan_does(served: Any, node: str) -> None:
+    """A document whose root fields each read the record of one key, one field or several
+    aliased (of one store or several, a key asked twice), is answered in one step
+    (resolvers/execution/key_lookup.py): a one-field document where the node reads that
+    key's partition at once, by the plan elsewhere; either way as the general path answers
+    it, present keys and missing ones, variables and literals, global stores, joins (left to
+    the plan) included."""
     rng = random.Random(11 if node == "node1" else 12)
     documents = Documents(served, rng)
     operations = Operations(build_schema(served.project), served.project.settings)
@@ -289,24 +291,34 @@ def test_one_key_reads_answer_as_the_plan_does(served: Any, node: str) -> None:
     assert query_type is not None
     stores = [s for s in served.project.stores.values() if s.kind != "window"]
     client, url = served.nodes.client, f"{served.nodes.url(node)}/graphql"
-    looked_up = 0
+    looked_up = several = 0
     for _ in range(DOCUMENTS // 2):
         documents.fragments = []
-        store = rng.choice(stores)
-        name = names.root_fields(store)["lookup"]
-        field = query_type.fields[name]
-        key, selection = documents.key(store.name), documents.selection(field.type)
-        if rng.random() < 0.6:
-            text = f"query Q($k: {field.args['key'].type}) {{ {name}(key: $k){selection} }}"
-            variables: dict[str, Any] = {"k": key}
-        else:
-            text = f"{{ {name}(key: {_literal(key, field.args['key'].type)}){selection} }}"
-            variables = {}
+        declared, fields, variables = [], [], {}
+        for number in range(rng.choice([1, 1, 2, 3, 6])):
+            if number == 0 or rng.random() < 0.8:  # else the key the last field asked, again
+                store = rng.choice(stores)
+                key = documents.key(store.name)
+            name = names.root_fields(store)["lookup"]
+            field = query_type.fields[name]
+            selection, alias = documents.selection(field.type), f"f{number}: "
+            if rng.random() < 0.6:
+                declared.append(f"$k{number}: {field.args['key'].type}")
+                fields.append(f"{alias}{name}(key: $k{number}){selection}")
+                variables[f"k{number}"] = key
+            else:
+                literal = _literal(key, field.args["key"].type)
+                fields.append(f"{alias}{name}(key: {literal}){selection}")
+        signature = f"query Q({', '.join(declared)})" if declared else "query Q"
+        text = f"{signature} {{ {' '.join(fields)} }}"
         query = "\n".join([text, *documents.fragments])
         executor = operations.prepare(Source(query, None), variables).executor
-        looked_up += isinstance(executor, Compiled) and executor.key is not None
+        keyed = isinstance(executor, Compiled) and executor.key is not None
+        looked_up += keyed
+        several += keyed and len(fields) > 1
         fast = client.post(url, json={"query": query, "variables": variables})
         general = client.post(url, json={"query": query + GENERAL, "variables": variables})
         assert fast.status_code == general.status_code == 200, query
         assert comparable(fast.json()) == comparable(general.json()), (query, variables)
-    assert looked_up > DOCUMENTS // 4, "most of these documents are one-key reads"
+    assert looked_up > DOCUMENTS // 4, "most of these documents are key reads"
+    assert several > DOCUMENTS // 12, "many of them of several fields"

@@ -3,7 +3,7 @@
 
 General runs graphql-core's executor (with the fast completion of plain records,
 resolvers/execution/completion.py). Compiled runs a document's OperationPlan
-(resolvers/execution/plans.py; for one key and nothing else, its KeyLookup:
+(resolvers/execution/plans.py; for root fields that each read one key, its KeyLookup:
 resolvers/execution/key_lookup.py) and hands over only what the plan cannot word: a request
 whose variables do not bind, before anything ran; or, after the root fields ran, their
 results, which graphql-core then completes without running a resolver again. Either way a
@@ -71,7 +71,7 @@ class Compiled:
     plan: OperationPlan
     schema: strawberry.Schema
     general: General
-    key: KeyLookup | None = None  # when the plan reads one key and nothing else
+    key: KeyLookup | None = None  # when each root field reads one key and nothing else
 
     async def run(self, context: Context, variables: dict[str, Any] | None) -> ExecutionResult:
         if self.key is not None:

@@ -1,13 +1,15 @@
-"""The shortest way through a node: a request (alone, not one of a batch) whose document's
-one root field reads the record of one key (`s(key: $k) { ... }`, a dashboard's most
-common request), with no consistency demand and none of the store's joins selected.
+"""The shortest way through a node: a request whose document's root fields each read the
+record of one key (`s(key: $k) { ... }`, a dashboard's most common
+request; or a thousand of them, aliased, as a dashboard that writes its keys into the text
+sends them), with no consistency demand and none of the stores' joins selected.
 
-The key goes to the query service's lookup as the field's resolver would send it, and the
-response is built as the compiled plan builds it (the field's completion, the response's
-extensions), without Strawberry's argument binding, the resolver call and the plan's
-gathering between them. A variable that does not bind plainly, or a role that may not read
-the store, returns None before anything ran, and the compiled plan answers as always; so
-both give the same response (tests/test_plans.py).
+The keys go to the query service as one batch of one-key lookups (`key_lookups`), as the
+fields' resolvers would send them, and the response is built as the compiled plan builds it
+(each field's completion, the response's extensions), without Strawberry's argument binding,
+a resolver call, a task and a lookup per field. So such a request costs per key, not per
+field. A variable that does not bind plainly, or a role that may not read a store, returns
+None before anything ran, and the compiled plan answers as always; so both give the same
+response (tests/test_plans.py).
 """
 
 from __future__ import annotations
@@ -21,55 +23,107 @@ from graphql.execution.values import get_argument_values
 from graphql.pyutils import Undefined
 from strawberry.types import ExecutionResult
 
+from contracts.partitioner import Key
 from contracts.project import Store
-from resolvers.execution.plans import OperationPlan, Resolved
+from gateway.runtime.lanes import offload
+from gateway.service import Lookup
+from resolvers.execution.plans import OperationPlan, Resolved, RootField
 from resolvers.execution.results import response_extensions
-from resolvers.schema.annotations import KEY, Plan
+from resolvers.schema.annotations import KEY
 from resolvers.schema.context import Context
 
 KEY_ARGUMENT = "key"
 
 
 @dataclass(frozen=True)
-class KeyLookup:
-    response_key: str
+class KeyField:
+    """A root field that reads one key's record: where its key comes from."""
+
     store: Store
-    complete: Plan
     variable: str | None  # the variable the key comes from; None: the literal
     accepts: Callable[[Any], bool]  # the variable's values passed unchanged
     literal: Any = None
 
-    async def run(
-        self, context: Context, variables: dict[str, Any] | None
-    ) -> ExecutionResult | Resolved | None:
-        """The response; the field's result Resolved when graphql-core must complete it (a
-        value the schema refuses); None when nothing ran: the compiled plan answers."""
-        key = self._key(variables or {})
-        store, access = self.store, context.node.project.access
-        if not context.lone or key is None:
-            return None  # a batch shared with other operations routes them all together
-        if access is not None and not access.permits(context.principal, store.name):
-            return None
-        lookup = await context.queries.lookup(store, [key], None)
-        try:
-            data = {self.response_key: self.complete(lookup)}
-        except Exception:  # noqa: BLE001 - a value the schema refuses: graphql-core words it
-            return Resolved({self.response_key: lookup})
-        return ExecutionResult(data, None, response_extensions(context))
-
-    def _key(self, variables: dict[str, Any]) -> Any:
+    def key(self, variables: Mapping[str, Any]) -> Any:
+        """The key; None when the plan must bind it (absent, null, or not plain)."""
         if self.variable is None:
             return self.literal
         value = variables.get(self.variable, Undefined)
         return value if value is not Undefined and self.accepts(value) else None
 
 
+@dataclass(frozen=True)
+class KeyLookup:
+    plan: OperationPlan
+    fields: tuple[KeyField, ...]  # one per root field of the plan, in its order
+
+    async def run(
+        self, context: Context, variables: dict[str, Any] | None
+    ) -> ExecutionResult | Resolved | None:
+        """The response; the fields' results Resolved when graphql-core must complete them
+        (a value the schema refuses); None when nothing ran: the compiled plan answers."""
+        keys = [field.key(variables or {}) for field in self.fields]
+        if any(key is None for key in keys):
+            return None
+        access = context.node.project.access
+        if access is not None and not all(
+            access.permits(context.principal, field.store.name) for field in self.fields
+        ):
+            return None
+        if len(keys) == 1:  # the one-key read: its lookup, its field's completion
+            if not context.lone:
+                return None  # a batch shared with other operations routes them all together
+            lookup = await context.queries.lookup(self.fields[0].store, keys, None)
+            (root,) = self.plan.fields
+            try:
+                data = {root.key: root.complete(lookup)}
+            except Exception:  # noqa: BLE001 - a value the schema refuses: graphql-core words it
+                return Resolved({root.key: lookup})
+            return ExecutionResult(data, None, response_extensions(context))
+        results = await self._looked_up(context, keys)
+        completed = await offload(self.plan.complete, results, items=len(results))
+        if completed is None:
+            fields = self.plan.fields
+            return Resolved({r.key: result for r, result in zip(fields, results, strict=True)})
+        data, errors = completed
+        return ExecutionResult(data, errors or None, response_extensions(context))
+
+    async def _looked_up(self, context: Context, keys: list[Key]) -> list[Lookup]:
+        """Each field's lookup, in the fields' order: every store's keys read as one batch."""
+        places: dict[str, list[int]] = {}  # store -> the fields reading it
+        for number, field in enumerate(self.fields):
+            places.setdefault(field.store.name, []).append(number)
+        stores = [self.fields[numbers[0]].store for numbers in places.values()]
+        asked = [
+            (store, [keys[n] for n in numbers])
+            for store, numbers in zip(stores, places.values(), strict=True)
+        ]
+        results: list[Lookup] = [None] * len(keys)  # type: ignore[list-item]
+        found = await context.queries.key_lookups(asked)
+        for numbers, lookups in zip(places.values(), found, strict=True):
+            for number, lookup in zip(numbers, lookups, strict=True):
+                results[number] = lookup
+        return results
+
+
 def key_lookup(plan: OperationPlan, selected: frozenset[str]) -> KeyLookup | None:
-    """The KeyLookup of a compiled plan that reads one key and nothing else; `selected`: every
-    field name its document holds (a join selected needs the plan)."""
-    if len(plan.fields) != 1 or plan.plain is None:
+    """The KeyLookup of a compiled plan whose root fields each read one key and nothing
+    else; `selected`: every field name its document holds (a join selected needs the plan)."""
+    if plan.plain is None:
         return None
-    (root,) = plan.fields
+    declared = {v.name: v for v in plan.plain}
+    fields = [_key_field(root, declared, selected) for root in plan.fields]
+    if any(field is None for field in fields):
+        return None
+    used = {field.variable for field in fields if field is not None and field.variable}
+    if used != set(declared):
+        return None  # variables that are declared must bind: the plan checks them
+    return KeyLookup(plan, tuple(field for field in fields if field is not None))
+
+
+def _key_field(
+    root: RootField, declared: Mapping[str, Any], selected: frozenset[str]
+) -> KeyField | None:
     metadata: Mapping[str, Any] = root.field.metadata or {}
     store: Store | None = metadata.get(KEY)
     if store is None or any(join.name in selected for join in store.joins):
@@ -77,13 +131,9 @@ def key_lookup(plan: OperationPlan, selected: frozenset[str]) -> KeyLookup | Non
     arguments = root.nodes[0].arguments or ()
     if len(arguments) != 1 or arguments[0].name.value != KEY_ARGUMENT:
         return None  # a consistency demand: the plan's
-    value, declared = arguments[0].value, {v.name: v for v in plan.plain}
+    value = arguments[0].value
     if isinstance(value, VariableNode):
         variable = declared.get(value.name.value)
-        if variable is None or len(declared) != 1:
-            return None
-        return KeyLookup(root.key, store, root.complete, variable.name, variable.accepts)
-    if declared:
-        return None  # variables that are declared must bind: the plan checks them
+        return None if variable is None else KeyField(store, variable.name, variable.accepts)
     literal = get_argument_values(root.definition, root.nodes[0])[KEY_ARGUMENT]
-    return KeyLookup(root.key, store, root.complete, None, lambda value: False, literal)
+    return KeyField(store, None, lambda value: False, literal)

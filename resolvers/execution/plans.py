@@ -168,13 +168,13 @@ class OperationPlan:
             results = [await _settled(calls[0])]
         else:
             results = await asyncio.gather(*calls, return_exceptions=True)
-        completed = await offload(self._complete, results)
+        completed = await offload(self.complete, results)
         if completed is None:
             return Resolved({r.key: result for r, result in zip(self.fields, results, strict=True)})
         data, errors = completed
         return ExecutionResult(data, errors or None, response_extensions(context))
 
-    def _complete(self, results: list[Any]) -> tuple[dict[str, Any], list[GraphQLError]] | None:
+    def complete(self, results: list[Any]) -> tuple[dict[str, Any], list[GraphQLError]] | None:
         """The data and the field errors, or None when graphql-core must complete it. In
         the bulk lane (on its thread), each field's value comes encoded: see _encoded."""
         bulk = in_bulk_lane()
