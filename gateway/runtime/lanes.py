@@ -137,7 +137,7 @@ def sliced(items: Sequence[T], size: int = STEP) -> Iterator[Sequence[T]]:
     """The items in slices of `size`, giving way between them on the bulk thread; else all
     of them at once."""
     lane = _bulk.get()
-    if lane is None or len(items) <= size or not _on_bulk_thread():
+    if lane is None or len(items) <= size or not on_bulk_thread():
         yield items
         return
     lanes = lane[0]
@@ -151,5 +151,5 @@ def _mark_bulk_thread() -> None:
     _this_thread.bulk = True
 
 
-def _on_bulk_thread() -> bool:
+def on_bulk_thread() -> bool:
     return getattr(_this_thread, "bulk", False)

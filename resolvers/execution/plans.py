@@ -56,7 +56,7 @@ from strawberry.types import ExecutionResult
 from strawberry.types.field import StrawberryField
 
 from contracts.errors import GatewayError
-from gateway.runtime.lanes import STEP, in_bulk_lane, offload, sliced
+from gateway.runtime.lanes import STEP, offload, on_bulk_thread, sliced
 from gateway.service import Lookup
 from resolvers.execution.completion import PlanCompiler
 from resolvers.execution.results import response_extensions
@@ -177,7 +177,7 @@ class OperationPlan:
     def complete(self, results: list[Any]) -> tuple[dict[str, Any], list[GraphQLError]] | None:
         """The data and the field errors, or None when graphql-core must complete it. In
         the bulk lane (on its thread), each field's value comes encoded: see _encoded."""
-        bulk = in_bulk_lane()
+        bulk = on_bulk_thread()
         data: dict[str, Any] = {}
         errors: list[GraphQLError] = []
         for some in sliced(list(zip(self.fields, results, strict=True))):
