@@ -10,6 +10,7 @@ milliseconds per operation), so a reader can tell a slow server from a busy clie
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 import math
 import os
@@ -111,6 +112,14 @@ def _cpu_used(before: dict[int, float], servers: Servers) -> float:
     return sum(seconds - before.get(pid, 0.0) for pid, seconds in after.items())
 
 
+def _freeze_prepared() -> None:
+    """What the run prepared (keys, bodies, expected rows: millions of objects), frozen out
+    of this process's collections before it measures: a full collection walking them took
+    ~50 ms and landed in the latencies of the calls under way (a 1000-key list at 4 clients:
+    p99 76.6 ms, 29.9 ms frozen)."""
+    gc.freeze()
+
+
 async def run_async(
     name: str,
     operation: Operation,
@@ -126,6 +135,7 @@ async def run_async(
     """Call `operation` from `concurrency` tasks until `duration_s` passed or `until()` holds
     (and at least `min_count` calls were started) or `max_count` calls were made, after
     `warmup` untimed calls."""
+    _freeze_prepared()
     for i in range(warmup):
         await operation(-1 - i)
     counter = itertools.count()
@@ -163,6 +173,7 @@ async def run_paced(
     """Start calls at `rate` a second for `duration_s`, whether earlier ones answered or not
     (an open loop, as independent clients send), each timed from the moment it was due: time
     it spent waiting to be sent counts (no coordinated omission)."""
+    _freeze_prepared()
     for i in range(warmup):
         await operation(-1 - i)
     latencies: list[float] = []
@@ -200,6 +211,7 @@ def run_sync(
     name: str, operation: SyncOperation, duration_s: float, max_count: int, warmup: int = 3
 ) -> Stats:
     """The same for a blocking operation, one call at a time (the storage floor)."""
+    _freeze_prepared()
     for i in range(warmup):
         operation(-1 - i)
     latencies: list[float] = []
