@@ -111,7 +111,8 @@ class FollowerProcesses:
     """A keeper's followers: its own command, following it, each run by a thread of its own
     (`_keep`) until `stop`. Each holds the read end of the keeper's lifeline
     (gateway/workers/lifeline.py), whose write end this process alone holds: os.pipe's ends
-    are not inherited by what it starts, and each follower is passed its read end only."""
+    are not inherited by what it starts, and each follower is passed its read end only (a
+    forked one closes the keeper's ends first)."""
 
     def __init__(self, args: argparse.Namespace, count: int) -> None:
         self.count = count
@@ -155,8 +156,10 @@ class FollowerProcesses:
         code = 1
         try:
             signal.signal(signal.SIGINT, signal.SIG_DFL)
-            for fd in [*keepers, *(f._pidfd for f in self._forked)]:
+            for fd in keepers:
                 os.close(fd)
+            for forked in self._forked:  # the followers forked before this one
+                forked.close()
             os.read(wait, 1)
             os.close(wait)
             code = run(self._command[3:])
