@@ -183,10 +183,7 @@ class RequestQueries:
         outcomes = await self._load_all(works)
         found = []
         for (store, keys), outcome in zip(asked, outcomes, strict=True):
-            entries = await offload(_entries, keys, outcome, items=len(keys))
-            test = self.visible.test(store)
-            if test is not None:
-                entries = _screened(entries, test, self.visible.decides_by_key(store))
+            entries = await self._visible_entries(store, keys, outcome)
             metas = [self._meta(Outcome(outcome.work, [part])) for part in outcome.parts]
             by_key = outcome.key_parts
             found.append([Lookup([entry], metas[by_key[entry.key]]) for entry in entries])
@@ -196,15 +193,23 @@ class RequestQueries:
         self, store: Store, keys: list[Key], outcome: Outcome, demand: Demand | None
     ) -> Lookup:
         """A lookup from its outcome: its entries, the joins the request selects, its meta."""
-        entries = await offload(_entries, keys, outcome, items=len(keys))
-        test = self.visible.test(store)
-        if test is not None:
-            entries = _screened(entries, test, self.visible.decides_by_key(store))
+        entries = await self._visible_entries(store, keys, outcome)
         extend, joined = await self._joined(store, [e.row for e in entries], demand)
         if extend:
             entries = [Entry(e.key, e.partition, extend(e.row), e.failure) if e.row else e
                        for e in entries]  # fmt: skip
         return Lookup(entries, self._meta(outcome, joined))
+
+    async def _visible_entries(
+        self, store: Store, keys: list[Key], outcome: Outcome
+    ) -> list[Entry]:
+        """The keys' entries, in their order, each whose row the row rules withhold
+        FORBIDDEN."""
+        entries = await offload(_entries, keys, outcome, items=len(keys))
+        test = self.visible.test(store)
+        if test is None:
+            return entries
+        return _screened(entries, test, self.visible.decides_by_key(store))
 
     async def windows_of_key(
         self, store: Store, key: Key, from_ms: int, to_ms: int, demand: Demand | None
