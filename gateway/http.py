@@ -133,9 +133,10 @@ async def query(request: Request) -> Response:
             return error_response(400, exc.code, exc.message)
         node.internal_requests += 1
         parent = tracing.extracted(request.headers)
+        keys = keys_of(subqueries)
         with (
             tracing.span("internal query", {"stategate.node": node.id}, parent),
-            node.lanes.enter(keys_of(subqueries) > SLICE, keys_of(subqueries) <= SMALL_BULK_KEYS),
+            node.lanes.enter(keys > SLICE, keys <= SMALL_BULK_KEYS),
         ):
             answers = await node.execute_local(subqueries)
             body = await offload(encode_answers, answers)

@@ -90,20 +90,17 @@ class KeyLookup:
 
     async def _looked_up(self, context: Context, keys: list[Key]) -> list[Lookup]:
         """Each field's lookup, in the fields' order: every store's keys read as one batch."""
-        places: dict[str, list[int]] = {}  # store -> the fields reading it
+        readers: dict[str, tuple[Store, list[int]]] = {}  # store -> the fields reading it
         for number, field in enumerate(self.fields):
-            places.setdefault(field.store.name, []).append(number)
-        stores = [self.fields[numbers[0]].store for numbers in places.values()]
-        asked = [
-            (store, [keys[n] for n in numbers])
-            for store, numbers in zip(stores, places.values(), strict=True)
-        ]
-        results: list[Lookup] = [None] * len(keys)  # type: ignore[list-item]
+            readers.setdefault(field.store.name, (field.store, []))[1].append(number)
+        asked = [(store, [keys[n] for n in numbers]) for store, numbers in readers.values()]
         found = await context.queries.key_lookups(asked)
-        for numbers, lookups in zip(places.values(), found, strict=True):
-            for number, lookup in zip(numbers, lookups, strict=True):
-                results[number] = lookup
-        return results
+        lookups = {
+            number: lookup
+            for (_, numbers), looked_up in zip(readers.values(), found, strict=True)
+            for number, lookup in zip(numbers, looked_up, strict=True)
+        }
+        return [lookups[number] for number in range(len(keys))]
 
 
 def key_lookup(plan: OperationPlan, selected: frozenset[str]) -> KeyLookup | None:
@@ -112,13 +109,13 @@ def key_lookup(plan: OperationPlan, selected: frozenset[str]) -> KeyLookup | Non
     if plan.plain is None:
         return None
     declared = {v.name: v for v in plan.plain}
-    fields = [_key_field(root, declared, selected) for root in plan.fields]
-    if any(field is None for field in fields):
+    found = [_key_field(root, declared, selected) for root in plan.fields]
+    fields = tuple(field for field in found if field is not None)
+    if len(fields) != len(found):
         return None
-    used = {field.variable for field in fields if field is not None and field.variable}
-    if used != set(declared):
+    if {field.variable for field in fields if field.variable} != set(declared):
         return None  # variables that are declared must bind: the plan checks them
-    return KeyLookup(plan, tuple(field for field in fields if field is not None))
+    return KeyLookup(plan, fields)
 
 
 def _key_field(
