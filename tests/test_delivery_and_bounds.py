@@ -207,6 +207,12 @@ def test_a_damaged_snapshot_is_refused_and_the_previous_version_keeps_serving(
     remote, tmp_path: Path
 ) -> None:
     cluster, store = remote
+    # node3 serves version 1, from the last test; stopped while its versions 2 are damaged,
+    # so that its own periodic sync cannot fetch them whole in between
+    status = cluster.nodes.status("node3")
+    stale = [p for p in (2, 5, 8) if status["partitions"][str(p)]["version"] == 1]
+    assert stale, "node3 should still hold version 1 of its active partitions"
+    cluster.nodes.kill("node3")
     if store.proc is None:
         store.start()
     bucket = open_store(cluster.project.snapshot_url)
@@ -214,9 +220,6 @@ def test_a_damaged_snapshot_is_refused_and_the_previous_version_keeps_serving(
     assert found is not None
     manifest = orjson.loads(found[0])
     node3 = cluster.project.cluster.node("node3")
-    status = cluster.nodes.status("node3")
-    stale = [p for p in (2, 5, 8) if status["partitions"][str(p)]["version"] == 1]
-    assert stale, "node3 should still hold version 1 of its active partitions"
     damaged, flipped = stale[0], stale[1] if len(stale) > 1 else None
     local = Path(cluster.project.snapshot_store)  # the pipeline's copies, written as uploaded
     layer = top(manifest, damaged)["path"]
@@ -228,6 +231,7 @@ def test_a_damaged_snapshot_is_refused_and_the_previous_version_keeps_serving(
         raw[len(raw) // 2] ^= 0xFF  # same size, one bit pattern changed
         damage.write_bytes(bytes(raw))
         bucket.upload(top(manifest, flipped)["path"], damage)
+    cluster.nodes.start("node3")  # on the version 1 it holds: the damaged ones are refused
 
     response = httpx.post(
         f"{node3.url}/internal/sync",
