@@ -91,7 +91,7 @@ class NodeApp:
         """Apply `project`, which differs from the running one only in what a reload applies;
         a ConfigError (keys [auth] names that cannot be read) before anything changed."""
         self.node.take(project)
-        self.operations.settings = project.settings
+        self.operations.take(project.settings)
         self.origins.listing(project.settings.cors_origins)
         logs.level(project.settings)
 

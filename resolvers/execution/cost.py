@@ -72,6 +72,15 @@ class Shape:
                 scanned += root.times * -(-rows_of(store) // SCAN_ROWS_PER_UNIT)
         return Cost(values, scanned)
 
+    def fixed(self, fields: Mapping[str, GraphQLField]) -> bool:
+        """Whether the cost is the same for every request: no root field's cost reads its
+        arguments (COST) or a store's rows (SCANS)."""
+        return not any(
+            _metadata(fields.get(root.node.name.value), kind)
+            for root in self.roots
+            for kind in (COST, SCANS)
+        )
+
 
 @dataclass(frozen=True)
 class Cost:

@@ -13,14 +13,14 @@ V = TypeVar("V")
 
 
 class LRU(Generic[K, V]):
-    """The most recently used values, each made by `make(key)` on a miss: at most `size` of
-    them and, with `weigh`, at most `budget` of their keys' weight together (the newest is
-    kept whatever it weighs)."""
+    """The most recently used values, each made by `make(key)` on a miss (or put there by
+    hand): at most `size` of them and, with `weigh`, at most `budget` of their keys' weight
+    together (the newest is kept whatever it weighs)."""
 
     def __init__(
         self,
         size: int,
-        make: Callable[[K], V],
+        make: Callable[[K], V] | None = None,
         weigh: Callable[[K], int] | None = None,
         budget: int = 0,
     ) -> None:
@@ -43,16 +43,30 @@ class LRU(Generic[K, V]):
             self._entries.move_to_end(key)
             return self._entries[key][0]
         except KeyError:
+            assert self.make is not None, "an LRU filled by hand is read with get"
             value = self.make(key)
-            weight = self.weigh(key) if self.weigh else 0
-            self._entries[key] = (value, weight)
-            self.weight += weight
-            while len(self._entries) > 1 and (
-                len(self._entries) > self.size or (self.weigh and self.weight > self.budget)
-            ):
-                _, (_, dropped) = self._entries.popitem(last=False)
-                self.weight -= dropped
+            self.put(key, value)
             return value
+
+    def get(self, key: K) -> V | None:
+        """The value made for `key` and still kept, without making one."""
+        try:
+            self._entries.move_to_end(key)
+        except KeyError:
+            return None
+        return self._entries[key][0]
+
+    def put(self, key: K, value: V) -> None:
+        if key in self._entries:
+            self.weight -= self._entries.pop(key)[1]
+        weight = self.weigh(key) if self.weigh else 0
+        self._entries[key] = (value, weight)
+        self.weight += weight
+        while len(self._entries) > 1 and (
+            len(self._entries) > self.size or (self.weigh and self.weight > self.budget)
+        ):
+            _, (_, dropped) = self._entries.popitem(last=False)
+            self.weight -= dropped
 
 
 class Recent(Generic[K, V]):

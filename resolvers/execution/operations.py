@@ -101,6 +101,8 @@ class Operations:
         self._picked = LRU(size, self._pick, _text_length, budget)
         self._errors = LRU(size, self._validate, len, budget)
         self._executors = LRU(size, self._executor, _text_length, budget)
+        # operations whose checks give the same answer whatever the request's variables
+        self._ready: LRU[tuple[str, str | None], Prepared] = LRU(size, None, _text_length, budget)
         registry = Registry()
         if operations_file is not None:
             registry = load(operations_file, self.core, self.rules)
@@ -125,6 +127,12 @@ class Operations:
         self._serve(schema)
         self._errors.clear()
         self._executors.clear()
+        self._ready.clear()
+
+    def take(self, settings: Settings) -> None:
+        """Hold requests to `settings`' limits from the next one on (a reload)."""
+        self.settings = settings
+        self._ready.clear()
 
     def resolve(self, query: str | None, name: str | None, hash: str | None = None) -> Source:
         """The document a request runs: its query, or the one its hash names; Refused when
@@ -133,8 +141,13 @@ class Operations:
 
     def prepare(self, source: Source, variables: dict[str, Any] | None) -> Prepared:
         """The checked operation, or Refused: parse, pick, measure, validate. A document
-        sent with a hash is remembered by it once it passed."""
+        sent with a hash is remembered by it once it passed. An operation whose cost is
+        fixed passes or fails every request alike: once it passed, it is ready at once."""
         query, name = source.query, source.name
+        ready = self._ready.get((query, name))
+        if ready is not None:
+            self.persisted.remember(source)
+            return ready
         parsed = self._parsed(query)
         if isinstance(parsed, GraphQLError):
             raise Refused.coded("GRAPHQL_PARSE_FAILED", [parsed])
@@ -154,7 +167,12 @@ class Operations:
         executor = self._executors((query, name))
         operation = picked.operation.operation
         document, fields = picked.document, picked.fields
-        return Prepared(query, name, operation, document, cost.total, cost.values, executor, fields)
+        prepared = Prepared(
+            query, name, operation, document, cost.total, cost.values, executor, fields
+        )
+        if isinstance(picked.shape, Shape) and picked.shape.fixed(self.fields):
+            self._ready.put((query, name), prepared)
+        return prepared
 
     def kind(self, query: str, name: str | None) -> OperationType | None:
         """The kind of the operation the request names, when the document has it."""

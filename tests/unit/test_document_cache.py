@@ -12,7 +12,7 @@ import pytest
 from contracts import project as projects
 from contracts.settings import Settings
 from resolvers.execution.lru import LRU
-from resolvers.execution.operations import MIB, Operations
+from resolvers.execution.operations import MIB, Operations, Refused
 from resolvers.execution.persisted import Source
 from resolvers.schema.build import build_schema
 from tests.projects import write_project
@@ -63,3 +63,26 @@ def test_many_large_documents_stay_within_the_memory_budget(tmp_path: Path, work
         tracemalloc.stop()
     assert 1 < len(operations._parsed) < len(documents)
     assert held < BUDGET_MB * MIB * 1.25 / workers, held / MIB
+
+
+def test_an_operation_of_fixed_cost_is_checked_once_until_the_limits_change(
+    tmp_path: Path,
+) -> None:
+    """A document whose cost reads no argument (one key per field) passes or fails alike
+    for every request: its second request gets the operation prepared by the first. One
+    whose cost reads its arguments (a list of keys) is measured each time, and a reload's
+    limits hold from the next request on."""
+    project = projects.load(write_project(tmp_path, [1, 2, 3]))
+    operations = Operations(build_schema(project), Settings(), None)  # type: ignore[call-arg]
+    fixed = Source(aliased(3, 0), None)
+    first = operations.prepare(fixed, {})
+    assert operations.prepare(fixed, {"unused": 1}) is first
+    listed = "query Q($k: [String!]!) { customerTotalsBatch(keys: $k) { entries { key } } }"
+    keys = Source(listed, None)
+    assert (
+        operations.prepare(keys, {"k": ["C1"]}).cost
+        < operations.prepare(keys, {"k": ["C1", "C2", "C3"]}).cost
+    )
+    operations.take(Settings(max_aliases=2))  # type: ignore[call-arg]
+    with pytest.raises(Refused, match="max_aliases"):
+        operations.prepare(fixed, {})
