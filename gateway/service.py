@@ -10,6 +10,7 @@ position its consistency token stands for.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,11 +19,12 @@ from contracts import chains
 from contracts.clock import LATEST_MS
 from contracts.conditions import KEY, AllOf, Condition, Filter
 from contracts.errors import Failure, GatewayError, bad_input
-from contracts.partitioner import Key
+from contracts.partitioner import Key, partition_for
 from contracts.positions import Position, decode_token, merge
 from contracts.project import Project, Store
 from contracts.topology import Topology
 from gateway.cluster.batching import Consistency, Outcome, Work
+from gateway.cluster.routing import Router, Trace
 from gateway.model import cursors, limits, merging
 from gateway.model.filters import WINDOW_START, Sort, field_index, with_tie_breaker
 from gateway.model.limits import SCAN_LOOKAHEAD
@@ -475,30 +477,9 @@ class RequestQueries:
         return {key: row if row is not None and test(row) else None for key, row in rows.items()}
 
     def _meta(self, outcome: Outcome, joined: Sequence[Outcome] = ()) -> Meta:
-        """A result's meta: how each partition of its store answered, then each partition
-        of the stores it joins; the position and token over all of them."""
-        parts = [*outcome.parts, *(part for one in joined for part in one.parts)]
-        position = merging.merged_position(parts)
-        token = merge([outcome.work.consistency.bound, position])  # tokens only move forward
-        self.tokens.append(token)
-        partitions = [self._outcome(one.work.store, q, a) for one in (outcome, *joined)
-                      for q, a in one.parts]  # fmt: skip
-        return Meta(partitions, position, token)
-
-    def _outcome(self, store: Store, q: SubQuery, a: Answer) -> PartitionOutcome:
-        # no node is a standby of a global store
-        active = store.is_global or self.topology.active(q.partition) == a.node
-        return PartitionOutcome(
-            store=store.name,
-            partition=q.partition,
-            node=a.node or None,
-            active=bool(a.node) and active,
-            version=a.version or None,
-            offsets=a.offsets,
-            failure=a.failure,
-            message=a.message,
-            appended_ms=a.appended_ms,
-        )
+        meta = meta_of(self.topology, outcome, joined)
+        self.tokens.append(meta.token)
+        return meta
 
     def _after(self, store: Store, after: str | None, first: int) -> list[Key] | None:
         limits.check_page_size(first, self.project.settings)
@@ -544,6 +525,52 @@ class RequestQueries:
             if value is not None and value < 0:
                 raise bad_input(f"{name} must not be negative, got {value}")
         return Consistency(bound, demand.require_active, demand.max_lag, demand.max_age_ms)
+
+
+def meta_of(topology: Topology, outcome: Outcome, joined: Sequence[Outcome] = ()) -> Meta:
+    """A result's meta: how each partition of its store answered, then each partition of
+    the stores it joins; the position and token over all of them."""
+    parts = [*outcome.parts, *(part for one in joined for part in one.parts)]
+    position = merging.merged_position(parts)
+    token = merge([outcome.work.consistency.bound, position])  # tokens only move forward
+    partitions = [_partition_outcome(topology, one.work.store, q, a)
+                  for one in (outcome, *joined) for q, a in one.parts]  # fmt: skip
+    return Meta(partitions, position, token)
+
+
+def _partition_outcome(
+    topology: Topology, store: Store, q: SubQuery, a: Answer
+) -> PartitionOutcome:
+    # no node is a standby of a global store
+    active = store.is_global or topology.active(q.partition) == a.node
+    return PartitionOutcome(
+        store=store.name,
+        partition=q.partition,
+        node=a.node or None,
+        active=bool(a.node) and active,
+        version=a.version or None,
+        offsets=a.offsets,
+        failure=a.failure,
+        message=a.message,
+        appended_ms=a.appended_ms,
+    )
+
+
+def read_at_once(
+    router: Router, topology: Topology, store: Store, key: Key
+) -> tuple[Lookup, Trace] | None:
+    """The lookup of one key that names no demand and selects no join, when this node reads
+    it from memory at once (the first replica of its partition): the Lookup
+    RequestQueries.lookup gives, and its trace; None when a round must go (RequestBatch)."""
+    partition = partition_for(key, store.key_type, router.project.cluster.partitions)
+    q = SubQuery(0, partition, store.name, Get((key,)))
+    read = router.read_here(q, time.perf_counter())
+    if read is None:
+        return None
+    answer, trace = read
+    outcome = Outcome(Work(store, q.query, (), NO_DEMANDS), [(q, answer)], {key: 0})
+    entry = Entry(key, partition, answer.row_of(key), None)
+    return Lookup([entry], meta_of(topology, outcome)), trace
 
 
 def _joined_row(outcome: Outcome, key: Key) -> Row | None:

@@ -32,6 +32,7 @@ from graphql import (
     is_enum_type,
     is_leaf_type,
 )
+from prometheus_client.parser import text_string_to_metric_families
 
 from contracts import names
 from resolvers.execution.executors import Compiled
@@ -44,6 +45,7 @@ from tests import oracle
 CLOCKED = ("newestRecordAgeMs",)  # never aliased by the generator: found by name
 DOCUMENTS = 240
 GENERAL = " # @ general path"
+GRAPHQL_RESPONSE = "application/graphql-response+json"
 DAY = datetime(2026, 1, 1, tzinfo=UTC)
 
 
@@ -283,7 +285,9 @@ def test_key_reads_answer_as_the_plan_does(served: Any, node: str) -> None:
     (resolvers/execution/key_lookup.py): a one-field document where the node reads that
     key's partition at once, by the plan elsewhere; either way as the general path answers
     it, present keys and missing ones, variables and literals, global stores, joins (left to
-    the plan) included."""
+    the plan) included. Sent again, a one-field document the node prepared before is
+    answered from its bytes (resolvers/transport/known.py) where it reads the key at once:
+    as the general path answers it too, in either media type."""
     rng = random.Random(11 if node == "node1" else 12)
     documents = Documents(served, rng)
     operations = Operations(build_schema(served.project), served.project.settings)
@@ -292,6 +296,7 @@ def test_key_reads_answer_as_the_plan_does(served: Any, node: str) -> None:
     stores = [s for s in served.project.stores.values() if s.kind != "window"]
     client, url = served.nodes.client, f"{served.nodes.url(node)}/graphql"
     looked_up = several = 0
+    at_once = read_at_once(served, node)
     for _ in range(DOCUMENTS // 2):
         documents.fragments = []
         declared, fields, variables = [], [], {}
@@ -316,9 +321,24 @@ def test_key_reads_answer_as_the_plan_does(served: Any, node: str) -> None:
         keyed = isinstance(executor, Compiled) and executor.key is not None
         looked_up += keyed
         several += keyed and len(fields) > 1
-        fast = client.post(url, json={"query": query, "variables": variables})
-        general = client.post(url, json={"query": query + GENERAL, "variables": variables})
-        assert fast.status_code == general.status_code == 200, query
-        assert comparable(fast.json()) == comparable(general.json()), (query, variables)
+        accept = {"accept": rng.choice([GRAPHQL_RESPONSE, "application/json"])}
+        request = {"query": query, "variables": variables, "operationName": "Q"}
+        fast = client.post(url, json=request, headers=accept)
+        again = client.post(url, json=request, headers=accept)
+        general = client.post(url, json={**request, "query": query + GENERAL}, headers=accept)
+        for answer in (fast, again):
+            assert answer.status_code == general.status_code == 200, query
+            assert answer.headers["content-type"] == general.headers["content-type"]
+            assert comparable(answer.json()) == comparable(general.json()), (query, variables)
     assert looked_up > DOCUMENTS // 4, "most of these documents are key reads"
     assert several > DOCUMENTS // 12, "many of them of several fields"
+    assert read_at_once(served, node) - at_once > DOCUMENTS // 20, "the shortest path ran"
+
+
+def read_at_once(served: Any, node: str) -> float:
+    """The node's requests answered from their bytes, all its workers'."""
+    exposition = served.nodes.client.get(f"{served.nodes.url(node)}/metrics").text
+    for family in text_string_to_metric_families(exposition):
+        if family.name == "stategate_graphql_read_at_once":
+            return sum(sample.value for sample in family.samples if sample.name.endswith("_total"))
+    raise AssertionError("no stategate_graphql_read_at_once in /metrics")

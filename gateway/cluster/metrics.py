@@ -60,6 +60,12 @@ class NodeMetrics:
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
+        self.at_once = Counter(
+            "stategate_graphql_read_at_once",
+            "GraphQL requests answered from their bytes on the shortest path: a known "
+            "one-key read of this node's memory (resolvers/transport/known.py)",
+            registry=self.registry,
+        )
         self.internal_calls = Counter(
             "stategate_internal_calls",
             "internal calls this node made, by peer and outcome "
@@ -109,6 +115,10 @@ class NodeMetrics:
         count, latency = children
         count.inc()
         latency.observe(seconds)
+
+    def read_at_once(self, name: str | None, seconds: float) -> None:
+        self.request(name, "ok", seconds)
+        self.at_once.inc()
 
     def watch(self, state: NodeState, node_wide: bool = True) -> None:
         """Read `state` at each scrape: all of it, or (a follower's, whose keeper reports

@@ -24,11 +24,13 @@ from graphql.pyutils import Undefined
 from strawberry.types import ExecutionResult
 
 from contracts.partitioner import Key
+from contracts.positions import merge
 from contracts.project import Store
+from gateway.node import GatewayNode
 from gateway.runtime.lanes import offload
-from gateway.service import Lookup
+from gateway.service import Lookup, read_at_once
 from resolvers.execution.plans import OperationPlan, Resolved, RootField
-from resolvers.execution.results import response_extensions
+from resolvers.execution.results import extensions, response_extensions
 from resolvers.schema.annotations import KEY
 from resolvers.schema.context import Context
 
@@ -87,6 +89,28 @@ class KeyLookup:
             return Resolved({r.key: result for r, result in zip(fields, results, strict=True)})
         data, errors = completed
         return ExecutionResult(data, errors or None, response_extensions(context))
+
+    def at_once(
+        self, node: GatewayNode, variables: dict[str, Any] | None
+    ) -> ExecutionResult | None:
+        """A lone one-key read's response, as run() gives it, when this node reads the key
+        from memory at once (resolvers/transport/known.py); None when run() must answer:
+        nothing was counted, and the read had no effect."""
+        if len(self.fields) != 1:
+            return None
+        (field,), (root,) = self.fields, self.plan.fields
+        key = field.key(variables or {})
+        if key is None:
+            return None
+        read = read_at_once(node.router, node.topology.current, field.store, key)
+        if read is None:
+            return None
+        lookup, trace = read
+        try:
+            data = {root.key: root.complete(lookup)}
+        except Exception:  # noqa: BLE001 - a value the schema refuses: run() words it
+            return None
+        return ExecutionResult(data, None, extensions(merge([lookup.meta.token]), [trace]))
 
     async def _looked_up(self, context: Context, keys: list[Key]) -> list[Lookup]:
         """Each field's lookup, in the fields' order: every store's keys read as one batch."""

@@ -37,7 +37,7 @@ from contracts.settings import Settings
 from gateway.runtime.lanes import SMALL_BULK_VALUES
 from resolvers.execution.cost import Cost, RowsOf, Shape, shape
 from resolvers.execution.executors import Compiled, Executor, General
-from resolvers.execution.key_lookup import key_lookup
+from resolvers.execution.key_lookup import KeyLookup, key_lookup
 from resolvers.execution.lru import LRU
 from resolvers.execution.persisted import Persisted, Registry, Source, load
 from resolvers.execution.plans import compile_plan
@@ -63,6 +63,15 @@ class Prepared:
     values: int  # of it, the values the response may hold: what bulk_request_cost weighs
     executor: Executor
     fields: frozenset[str]  # every field name the document holds: the joins it may select
+
+    @property
+    def key_read(self) -> KeyLookup | None:
+        """The plan of a query whose one root field reads one key, and nothing else."""
+        executor = self.executor
+        if self.kind is not OperationType.QUERY or not isinstance(executor, Compiled):
+            return None
+        key = executor.key
+        return key if key is not None and len(key.fields) == 1 else None
 
     @property
     def lone(self) -> bool:
@@ -173,6 +182,12 @@ class Operations:
         if isinstance(picked.shape, Shape) and picked.shape.fixed(self.fields):
             self._ready.put((query, name), prepared)
         return prepared
+
+    def ready(self, query: str, name: str | None) -> Prepared | None:
+        """The operation as a request of its text runs it, when it was prepared before and
+        its cost is fixed (no check to make again); None otherwise, or Refused."""
+        source = self.resolve(query, name)
+        return self._ready.get((source.query, source.name))
 
     def kind(self, query: str, name: str | None) -> OperationType | None:
         """The kind of the operation the request names, when the document has it."""

@@ -5,6 +5,7 @@ encoded once and capped at the node's largest response; and a request refused be
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -12,8 +13,9 @@ from graphql import ASTValidationRule, GraphQLError, NoSchemaIntrospectionCustom
 from strawberry.types import ExecutionResult
 
 from contracts.errors import GatewayError
-from contracts.positions import encode_token
+from contracts.positions import Position, encode_token
 from contracts.settings import Settings
+from gateway.cluster.routing import Trace
 from resolvers.execution import client_errors
 from resolvers.schema.context import Context
 
@@ -108,9 +110,13 @@ def encoded(body: dict[str, Any], limit: int) -> bytes:
 
 
 def response_extensions(context: Context) -> dict[str, Any]:
-    traces = context.batch.traces
+    return extensions(context.queries.response_token(), context.batch.traces)
+
+
+def extensions(token: Position, traces: Sequence[Trace]) -> dict[str, Any]:
+    """A response's extensions: what its consistency token stands for, what routing cost."""
     return {
-        "consistencyToken": encode_token(context.queries.response_token()),
+        "consistencyToken": encode_token(token),
         "routing": {
             "rounds": [r for t in traces for r in t.rounds],
             "internalRequests": sum(t.calls() for t in traces),

@@ -22,7 +22,6 @@ from typing import TypeVar
 import orjson
 from graphql import OperationType
 from starlette.datastructures import Headers, QueryParams
-from starlette.responses import HTMLResponse, Response
 from starlette.types import Receive, Scope, Send
 
 from contracts import tracing
@@ -32,10 +31,12 @@ from resolvers.execution import client_errors, results
 from resolvers.execution.operations import Operations, Refused
 from resolvers.execution.persisted import NOT_FOUND_OUTCOME, Source
 from resolvers.schema.context import Context
+from resolvers.transport.known import KnownReads
 from resolvers.transport.requests import JSON, GraphQLRequest, TransportError, read_get, read_post
 from resolvers.transport.session import Session
 
 GRAPHQL_RESPONSE = "application/graphql-response+json"
+HTML = "text/html; charset=utf-8"
 CLIENT_CLOSED = 499  # never seen by the client, which left: for the access log only
 WATCH_AFTER_S = 0.05  # how long a request runs before a disconnect would cancel it
 T = TypeVar("T")
@@ -52,49 +53,72 @@ class Rendered:
     headers: dict[str, str] | None = None
 
 
+@dataclass(frozen=True)
+class Outgoing:
+    """What goes back: sent as two ASGI messages, with no response object between."""
+
+    body: bytes
+    media: str
+    status: int = 200
+    headers: dict[str, str] | None = None
+
+    async def send(self, send: Send, more: list[tuple[bytes, bytes]]) -> None:
+        raw = [(b"content-type", self.media.encode()), (b"content-length", b"%d" % len(self.body))]
+        raw.extend(
+            (k.encode("latin-1"), v.encode("latin-1")) for k, v in (self.headers or {}).items()
+        )
+        raw.extend(more)
+        await send({"type": "http.response.start", "status": self.status, "headers": raw})
+        await send({"type": "http.response.body", "body": self.body})
+
+
 class GraphQLEndpoint:
     def __init__(self, node: GatewayNode, operations: Operations, playground: str) -> None:
         self.node = node
         self.operations = operations
         self.settings = node.project.settings
-        self.playground = playground
+        self.playground = playground.encode()
+        self.known = KnownReads(node, operations)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = Headers(scope=scope)
         media = _media(headers.get("accept", ""))
         try:
-            response = await self._respond(scope, headers, receive, media)
+            outgoing = await self._respond(scope, headers, receive, media)
         except Unauthenticated as refused:
             who = client_errors.Who.at(scope.get("client"), refused.subject)
             client_errors.transport(refused.code, refused.message, "http", who)
             self.node.metrics.request(None, "refused", 0.0)
             challenge = {"www-authenticate": refused.challenge}
             error = TransportError(401, refused.code, refused.message, challenge)
-            response = _transport_error(error, media)
+            outgoing = _transport_error(error, media)
         except TransportError as error:
             client_errors.transport(error.code, error.message)
             self.node.metrics.request(None, "refused", 0.0)
-            response = _transport_error(error, media)
+            outgoing = _transport_error(error, media)
         except Exception:  # a bug: logged, and still answered in the one error shape
             log.exception("answering a GraphQL request failed")
             failed = TransportError(500, "INTERNAL_SERVER_ERROR", "the node failed to answer")
-            response = _transport_error(failed, media)
-        response.raw_headers.extend(self.node.answer_headers())
-        await response(scope, receive, send)
+            outgoing = _transport_error(failed, media)
+        await outgoing.send(send, self.node.answer_headers())
 
     async def _respond(
         self, scope: Scope, headers: Headers, receive: Receive, media: str
-    ) -> Response:
+    ) -> Outgoing:
         method = scope["method"]
         if method == "GET":
             params = QueryParams(scope["query_string"])
             asks = "query" in params or "extensions" in params or "documentId" in params
             if not asks and "text/html" in headers.get("accept", ""):
-                return HTMLResponse(self.playground)
+                return Outgoing(self.playground, HTML)
             parsed: GraphQLRequest | list[GraphQLRequest] = read_get(params)
         elif method == "POST":
             body = await _read(headers, receive, self.settings.max_request_bytes)
-            parsed = read_post(headers.get("content-type", ""), body, self.settings.max_batch_size)
+            content_type = headers.get("content-type", "")
+            known = self.known.answer(content_type, body)
+            if known is not None:
+                return Outgoing(known, media)
+            parsed = read_post(content_type, body, self.settings.max_batch_size)
         else:
             raise TransportError(
                 405, "METHOD_NOT_ALLOWED", f"{method} is not GraphQL over HTTP: use GET or POST",
@@ -111,12 +135,11 @@ class GraphQLEndpoint:
             answered = await _unless_disconnected(work, receive)
         if answered is None:
             session.count(None, "cancelled", started)
-            return Response(status_code=CLIENT_CLOSED)
+            return Outgoing(b"", media, CLIENT_CLOSED)
         if isinstance(answered, list):
-            body = b"[" + b",".join(a.body for a in answered) + b"]"
-            return Response(body, media_type=media)
+            return Outgoing(b"[" + b",".join(a.body for a in answered) + b"]", media)
         status = answered.status if media == GRAPHQL_RESPONSE else 200
-        return Response(answered.body, status, answered.headers, media_type=media)
+        return Outgoing(answered.body, media, status, answered.headers)
 
     async def _answer(
         self, parsed: GraphQLRequest | list[GraphQLRequest], session: Session, get: bool
@@ -177,9 +200,9 @@ def _media(accept: str) -> str:
     return JSON
 
 
-def _transport_error(error: TransportError, media: str) -> Response:
+def _transport_error(error: TransportError, media: str) -> Outgoing:
     body = {"errors": [{"message": error.message, "extensions": {"code": error.code}}]}
-    return Response(orjson.dumps(body), error.status, error.headers, media_type=media)
+    return Outgoing(orjson.dumps(body), media, error.status, error.headers)
 
 
 async def _read(headers: Headers, receive: Receive, limit: int) -> bytes:
