@@ -263,12 +263,14 @@ class GatewayNode:
         """A project file read again (stategate/reloading.py), taken into the project every
         part of the node reads. The chains whose bases have tables of stores it declares
         since are opened again (SnapshotCatalog.widen), off the event loop; the schema takes
-        those stores once every node has them built, as it does from start."""
+        those stores once every node has them built, as it does from start; the stores it no
+        longer declares go from the schema at once."""
         authenticator = Authenticator(newer.access, newer.settings.max_token_lifetime_s)
         self.project.take(newer)  # once the keys [auth] names were read: ConfigError before
         self.authenticator = authenticator
         self.declared = {name: rows_as(store) for name, store in newer.stores.items()}
         self.key_routes = key_routes(self.project)
+        self._serve(self.served & frozenset(self.project.stores))  # the stores removed go
         task = asyncio.get_running_loop().create_task(self._widen())
         self._fetching.add(task)
         task.add_done_callback(self._fetching.discard)

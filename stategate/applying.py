@@ -81,7 +81,11 @@ class Plan:
                 "once every node has them built"
             )
         elif self.removed:
-            said.append("steps: restart each node (one at a time) with this file")
+            said.append(
+                "steps: this file on every host; each node reads it again (apply asks them, as "
+                "SIGHUP does) and serves the removed stores no more, ending the subscriptions "
+                "that read them (SCHEMA_CHANGED); restart the pipeline with it"
+            )
         return said
 
 
@@ -159,7 +163,7 @@ def check_unread(removed: Iterable[str], reading: dict[str, int]) -> None:
         said = ", ".join(f"{store} by {count}" for store, count in sorted(read.items()))
         raise NotApplied(
             f"stores to remove are read by open subscriptions: {said}; move their clients "
-            "off them first, or --force (they end as each node restarts without them)"
+            "off them first, or --force (they end with SCHEMA_CHANGED as each node takes the file)"
         )
 
 

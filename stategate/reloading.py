@@ -1,6 +1,7 @@
 """Settings and stores read again while serving (README: Changing settings without a
 restart, Changing stores): on SIGHUP a node reads its project file again. What it can apply
-in place (the RELOADABLE settings, [auth], stores added on the topics it had) it takes into
+in place (the RELOADABLE settings, [auth], stores added on the topics it had or removed,
+another index) it takes into
 the project its parts read (Project.take), its connections kept; a file that does not load,
 or that changes anything else, changes nothing and says why in one line."""
 
@@ -50,18 +51,21 @@ def changed(old: Project, new: Project) -> tuple[list[str], list[str]]:
     added = sorted(new.stores.keys() - old.stores.keys())
     if added:
         applied.append(f"stores added: {', '.join(added)}")
-    other = {n for n, store in old.stores.items() if new.stores.get(n) != store}
-    indexed = sorted(
-        n for n in other if n in new.stores and same_rows(old.stores[n], new.stores[n])
-    )
+    removed = sorted(old.stores.keys() - new.stores.keys())
+    if removed:
+        applied.append(f"stores removed: {', '.join(removed)}")
+    other = {n for n, store in old.stores.items() if n in new.stores and new.stores[n] != store}
+    indexed = sorted(n for n in other if same_rows(old.stores[n], new.stores[n]))
     if indexed:
         applied.append(f"index changed: {', '.join(indexed)}")
     if other - set(indexed):
-        refused.append(f"stores removed or changed: {', '.join(sorted(other - set(indexed)))}")
+        refused.append(f"stores changed: {', '.join(sorted(other - set(indexed)))}")
     if old.topics != new.topics:
         refused.append("[[topics]]")
     if new.global_stores and not old.global_stores:
         refused.append("the first global store (its chains are new)")
+    if old.global_stores and not new.global_stores:
+        refused.append("the last global store (its chains go)")
     refused += [
         f"[{part.name}]"
         for part in fields(Project)
@@ -81,7 +85,7 @@ def reload(
         if refused:
             log.error(
                 "SIGHUP: nothing changed: %s differ from the running node's, which a restart "
-                "applies (a reload applies %s, [auth] and stores added)",
+                "applies (a reload applies %s, [auth], stores added or removed and indexes)",
                 ", ".join(refused),
                 ", ".join(RELOADABLE),
             )

@@ -53,20 +53,23 @@ class Socket:
     def next_of(self, id: str, timeout: float = 30) -> dict[str, Any]:
         """The payload of the next `next` message of `id` (others of this id fail the test);
         other ids' messages are held for later calls."""
+        message = self.message_of(id, timeout)
+        assert message["type"] == "next", message
+        payload: dict[str, Any] = message["payload"]
+        return payload
+
+    def message_of(self, id: str, timeout: float = 30) -> dict[str, Any]:
+        """The next message of `id`, of any type; other ids' are held for later calls."""
         deadline = time.monotonic() + timeout
         while True:
             mine = [m for m in self.held if m.get("id") == id]
             if mine:
-                message = mine[0]
-                self.held.remove(message)
-            else:
-                message = self.receive(max(0.01, deadline - time.monotonic()))
-                if message.get("id") != id:
-                    self.held.append(message)
-                    continue
-            assert message["type"] == "next", message
-            payload: dict[str, Any] = message["payload"]
-            return payload
+                self.held.remove(mine[0])
+                return mine[0]
+            message = self.receive(max(0.01, deadline - time.monotonic()))
+            if message.get("id") == id:
+                return message
+            self.held.append(message)
 
     def drain(self, quiet_s: float) -> list[dict[str, Any]]:
         """Every message that arrives until none came for `quiet_s` seconds."""

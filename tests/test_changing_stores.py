@@ -18,14 +18,16 @@ from pathlib import Path
 from typing import Any
 
 from contracts import project as projects
+from contracts.eventlog import Record
 from contracts.project import Project, Store
 from spark_pipeline import job
 from spark_pipeline.spark import LazySpark
 from stategate.launcher import node_command
 from tests import oracle
+from tests.appends import append
 from tests.live import Socket
 from tests.nodes import Nodes, serve
-from tests.projects import SEATS_BY_CUSTOMER, with_seats_by_customer
+from tests.projects import SEATS_BY_CUSTOMER, START_MS, with_seats_by_customer
 from tests.wire import as_row, selection
 
 NEW = SEATS_BY_CUSTOMER
@@ -253,7 +255,8 @@ def test_a_store_read_by_a_subscription_or_an_operation_is_not_removed_unless_fo
 ) -> None:
     """`apply` refuses a file that removes a store an open subscription reads (at any node,
     in any worker), unless --force; and one whose operations file reads a store it
-    removes, which a node would refuse to start with."""
+    removes, which a node would refuse to start with. Forced, the removal is taken with no
+    restart, and ends only the subscriptions that read the store."""
     served = serve(tmp_path, spark, settings="workers = 2")
     nodes, project = served.nodes, served.project
     shrunk = project.path.with_name("shrunk.toml")
@@ -272,7 +275,7 @@ def test_a_store_read_by_a_subscription_or_an_operation_is_not_removed_unless_fo
         assert "read by open subscriptions: trainStatus by 1;" in refused.stderr, refused.stderr
         forced = subprocess.run([*apply, "--force"], capture_output=True, text=True, timeout=60)
         assert forced.returncode == 0 and "stores to remove: trainStatus" in forced.stdout, forced
-        dashboard.close()
+        remove_for_real(served, dashboard, shrunk, spark)
         operations = shrunk.with_name("operations.graphql")
         operations.write_text("query Trains { trainStatus(key: 7) { record { key } } }\n")
         shrunk.write_text(
@@ -286,3 +289,31 @@ def test_a_store_read_by_a_subscription_or_an_operation_is_not_removed_unless_fo
         assert "change the operations file first" in refused.stderr, refused.stderr
     finally:
         nodes.stop_all()
+
+
+def remove_for_real(served: Any, dashboard: Socket, shrunk: Path, spark: LazySpark) -> None:
+    """`apply --force` of the file without trainStatus, for real: every node (two workers
+    each) takes it with no restart; the subscription on trainStatus ends with
+    SCHEMA_CHANGED; one on customerTotals on the same connection carries on, and is pushed
+    its key's next booking once the pipeline published it."""
+    nodes, project = served.nodes, served.project
+    watched = 'subscription { customerTotals(key: "C000014") { record { bookings } } }'
+    dashboard.subscribe("2", watched)
+    bookings = dashboard.next_of("2")["data"]["customerTotals"]["record"]["bookings"]
+    project.path.write_text(shrunk.read_text())
+    apply = [*STATEGATE, "apply", "--config", str(project.path), "--force", "--wait", "60"]
+    applied = subprocess.run(apply, capture_output=True, text=True, timeout=90)
+    assert applied.returncode == 0 and "applied in" in applied.stdout, applied
+    ended = dashboard.message_of("1")
+    assert ended["type"] == "error", ended
+    (error,) = ended["payload"]
+    assert error["extensions"]["code"] == "SCHEMA_CHANGED" and "trainStatus" in error["message"]
+    for node in nodes.ids:
+        assert "trainStatus" not in schema_stores(nodes, node), node
+        said = nodes.processes.tail(node, 200)
+        assert "SIGHUP: the project file read again: stores removed: trainStatus" in said, said
+    append(project, [Record("C000014", {"price": 1.0}, START_MS)])
+    job.run(projects.load(project.path), spark, notify=False)
+    pushed = dashboard.next_of("2", timeout=60)["data"]["customerTotals"]["record"]
+    assert int(pushed["bookings"]) == int(bookings) + 1, pushed
+    dashboard.close()

@@ -5,8 +5,9 @@ chain, and each node declares it once its project file says so. A node serves it
 schema only when every node it knows of has it built on every chain it serves (each says so
 in its status: NodeStatus.stores), so a query on it is never sent to a replica that cannot
 answer it: until then the node answers the schema it had. A store whose join reads a store
-not served is not served either. What a node serves only grows while it runs: a node that
-joins without a store does not take it from the schema of those that serve it.
+not served is not served either. What a node serves only grows while it runs, but for the
+stores its project file no longer declares (a reload that removes them): a node that joins
+without a store does not take it from the schema of those that serve it.
 """
 
 from __future__ import annotations

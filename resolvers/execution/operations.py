@@ -189,6 +189,10 @@ class Operations:
         source = self.resolve(query, name)
         return self._ready.get((source.query, source.name))
 
+    def invalid(self, document: DocumentNode) -> tuple[GraphQLError, ...]:
+        """What the schema served now finds wrong with a document prepared before it."""
+        return tuple(graphql.validate(self.core, document, self.rules))
+
     def kind(self, query: str, name: str | None) -> OperationType | None:
         """The kind of the operation the request names, when the document has it."""
         if isinstance(self._parsed(query), GraphQLError):

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+from graphql import GraphQLError
 from strawberry.types import ExecutionResult
 
 from contracts.access import Principal
@@ -89,14 +90,22 @@ def _with_extensions(body: bytes, extensions: dict[str, Any]) -> bytes:
 
 
 class Subscriber:
-    """One subscription of a connection: the update it has yet to send, if any."""
+    """One subscription of a connection: the update it has yet to send, if any; or the
+    errors it ends with, when the node ended it."""
 
     def __init__(self, id: str, ready: Callable[[Subscriber], None]) -> None:
         self.id = id
         self.pending: Update | None = None
         self.skipped = 0
         self.revision = 0  # of the latest update offered
+        self.ended: list[dict[str, Any]] | None = None
         self._ready = ready
+
+    def end(self, errors: list[dict[str, Any]]) -> None:
+        """End it with `errors`, its pending update dropped: its connection sends them."""
+        if self.ended is None:
+            self.ended, self.pending = errors, None
+            self._ready(self)
 
     def offer(self, update: Update) -> None:
         if update.revision <= self.revision:
@@ -160,6 +169,11 @@ class Cohort:
         return self.latest  # keeps the offset sent before: later updates may not go below it
 
 
+def _schema_changed(error: GraphQLError) -> dict[str, Any]:
+    message = f"the subscription ended: the schema this node serves changed ({error.message})"
+    return {"message": message, "extensions": {"code": "SCHEMA_CHANGED"}}
+
+
 def _behind(position: Position, sent: Position) -> bool:
     return any(offset < sent[tp] for tp, offset in position.items() if tp in sent)
 
@@ -186,6 +200,8 @@ class Hub:
         self._returns = 0  # peers that came back so far
         node.switches.listen(self._switched)
         node.membership.when_back(self._peer_back)
+        self._serving = node.served
+        node.when_served(self._served)  # after the schema switched (stategate/app.py)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._evaluate_forever())
@@ -244,6 +260,28 @@ class Hub:
             del self.cohorts[operation.key]
             self.counts.cohorts -= 1
             self._due.discard(cohort)
+
+    def _served(self, stores: frozenset[str]) -> None:
+        """The schema lost stores (README: Changing stores): each cohort whose document no
+        longer validates against it ends, with SCHEMA_CHANGED and why; the rest carry on."""
+        lost, self._serving = self._serving - stores, stores
+        if not lost:
+            return
+        for key, cohort in list(self.cohorts.items()):
+            invalid = self.operations.invalid(cohort.operation.prepared.document)
+            if not invalid:
+                continue
+            errors = [_schema_changed(error) for error in invalid]
+            for subscriber in cohort.subscribers:
+                subscriber.end(errors)
+            self.counts.subscriptions -= len(cohort.subscribers)
+            self.counts.cohorts -= 1
+            del self.cohorts[key]
+            self._due.discard(cohort)
+            log.info(
+                "%d subscriptions of %s ended: the schema served no longer has what they read",
+                len(cohort.subscribers), cohort.operation.prepared.name or "an anonymous operation",
+            )  # fmt: skip
 
     def _switched(self, partitions: frozenset[int]) -> None:
         self._mark_due(

@@ -281,8 +281,13 @@ class Connection:
             self._wake.clear()
             while self._ready:
                 subscriber = self._ready.popleft()
-                payload = subscriber.take()
                 current = self.operations.get(subscriber.id, (None, None))[1]
+                if current is subscriber and subscriber.ended is not None:
+                    del self.operations[subscriber.id]  # the hub let go of it
+                    message = {"id": subscriber.id, "type": "error", "payload": subscriber.ended}
+                    await self._send(message)
+                    continue
+                payload = subscriber.take()
                 if payload is None or current is not subscriber:
                     continue
                 head = b'{"id":' + orjson.dumps(subscriber.id) + b',"type":"next","payload":'
