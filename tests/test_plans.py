@@ -37,7 +37,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from contracts import names
 from resolvers.execution.executors import Compiled
 from resolvers.execution.operations import Operations
-from resolvers.execution.persisted import Source
+from resolvers.execution.persisted import Source, sha256
 from resolvers.execution.plans import compile_plan
 from resolvers.schema.build import build_schema
 from tests import oracle
@@ -286,8 +286,9 @@ def test_key_reads_answer_as_the_plan_does(served: Any, node: str) -> None:
     key's partition at once, by the plan elsewhere; either way as the general path answers
     it, present keys and missing ones, variables and literals, global stores, joins (left to
     the plan) included. Sent again, a one-field document the node prepared before is
-    answered from its bytes (resolvers/transport/known.py) where it reads the key at once:
-    as the general path answers it too, in either media type."""
+    answered from its bytes (resolvers/transport/known.py) where it reads the key at once,
+    by its text or by its persisted hash: as the general path answers it too, in either
+    media type."""
     rng = random.Random(11 if node == "node1" else 12)
     documents = Documents(served, rng)
     operations = Operations(build_schema(served.project), served.project.settings)
@@ -323,9 +324,18 @@ def test_key_reads_answer_as_the_plan_does(served: Any, node: str) -> None:
         several += keyed and len(fields) > 1
         accept = {"accept": rng.choice([GRAPHQL_RESPONSE, "application/json"])}
         request = {"query": query, "variables": variables, "operationName": "Q"}
+        repeated = request
+        if (
+            rng.random() < 0.5
+        ):  # as Apollo's persisted queries: the text and its hash, then the hash
+            hashed = {"extensions": {"persistedQuery": {"version": 1, "sha256Hash": sha256(query)}}}
+            request = {**request, **hashed}
+            repeated = {**hashed, "variables": variables, "operationName": "Q"}
         fast = client.post(url, json=request, headers=accept)
-        again = client.post(url, json=request, headers=accept)
-        general = client.post(url, json={**request, "query": query + GENERAL}, headers=accept)
+        again = client.post(url, json=repeated, headers=accept)
+        general = client.post(
+            url, json={"query": query + GENERAL, "variables": variables}, headers=accept
+        )
         for answer in (fast, again):
             assert answer.status_code == general.status_code == 200, query
             assert answer.headers["content-type"] == general.headers["content-type"]

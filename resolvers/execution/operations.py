@@ -183,11 +183,14 @@ class Operations:
             self._ready.put((query, name), prepared)
         return prepared
 
-    def ready(self, query: str, name: str | None) -> Prepared | None:
-        """The operation as a request of its text runs it, when it was prepared before and
-        its cost is fixed (no check to make again); None otherwise, or Refused."""
-        source = self.resolve(query, name)
-        return self._ready.get((source.query, source.name))
+    def ready(self, query: str | None, name: str | None, hash: str | None) -> Prepared | None:
+        """The operation a request runs, as prepare() gives it, when it was prepared before
+        and its cost is fixed (no check to make again); None otherwise, or Refused."""
+        source = self.resolve(query, name, hash)
+        ready = self._ready.get((source.query, source.name))
+        if ready is not None:
+            self.persisted.remember(source)
+        return ready
 
     def invalid(self, document: DocumentNode) -> tuple[GraphQLError, ...]:
         """What the schema served now finds wrong with a document prepared before it."""

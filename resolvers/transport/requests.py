@@ -67,7 +67,7 @@ def read_post(
     content_type: str, body: bytes, max_batch: int
 ) -> GraphQLRequest | list[GraphQLRequest]:
     """A POST request's body: one request, or a batch (a JSON array) when batching is on."""
-    if content_type.split(";")[0].strip().lower() != JSON:
+    if not _json(content_type):
         raise TransportError(
             415,
             "UNSUPPORTED_MEDIA_TYPE",
@@ -85,6 +85,22 @@ def read_post(
             raise bad_request(f"a batch holds 1 to {max_batch} operations (max_batch_size)")
         return [_request(item, f"operation {i} of the batch: ") for i, item in enumerate(data)]
     return _request(data)
+
+
+def read_one(content_type: str, body: bytes) -> GraphQLRequest | None:
+    """A POST body of one request, as read_post reads it; None for a batch, and for anything
+    read_post refuses (it words why)."""
+    if not _json(content_type):
+        return None
+    try:
+        data = orjson.loads(body)
+        return _request(data) if type(data) is dict else None
+    except (orjson.JSONDecodeError, TransportError):
+        return None
+
+
+def _json(content_type: str) -> bool:
+    return content_type == JSON or content_type.split(";")[0].strip().lower() == JSON
 
 
 def _json_param(name: str, value: str) -> Any:
