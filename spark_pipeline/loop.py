@@ -19,7 +19,9 @@ crash anywhere in a batch loses and doubles nothing: a restart reads from the sa
 
 Stopping (stop(), on SIGTERM or SIGINT in `stategate pipeline`): a catch-up run is cancelled;
 a micro-batch under way may finish (up to STOP_GRACE_S), then its Spark job, if any, is
-cancelled; so a stop publishes a whole micro-batch or nothing of it.
+cancelled; so a stop publishes a whole micro-batch or nothing of it. A new project file
+(take(), on SIGHUP) stops the loop the same way, then starts it again on the file, in the
+same process and Spark: a restart without the JVM's start.
 """
 
 from __future__ import annotations
@@ -86,6 +88,7 @@ class PipelineLoop:
         self.manifests = Manifests(project, self.store_dir)
         self.progress = LoopProgress()
         self.stopping = threading.Event()
+        self.stop_requested = False  # a stop, not a new file: stopping stays set
         self._loop: threading.Thread | None = None
         self._failure: BaseException | None = None  # what ended the loop, if not a stop
         self._compactor: threading.Thread | None = None
@@ -129,25 +132,60 @@ class PipelineLoop:
             positions({p: chains.position(self.project, manifest, p) for p in partitions}),
         )
 
-    def wait(self) -> None:
-        """Until stop() or the loop fails (re-raised)."""
+    def wait(self, hangup: threading.Event | None = None) -> bool:
+        """Until stop() or the loop fails (re-raised); True when `hangup` came first."""
         if self._loop is None:
-            return  # stopped before following
+            return False  # stopped before following
         while not self.stopping.is_set() and self._loop.is_alive():
-            self._loop.join(1)
+            if hangup is not None and hangup.is_set():
+                return True
+            self._loop.join(0.2)
         failure = self._failure
         if failure is not None and not self.stopping.is_set():
             raise refusal(failure) or failure
+        return False
 
     def request_stop(self) -> None:
         """Ask for a stop without waiting (from a signal handler): a catch-up run is cancelled
         (spark_pipeline/job.py); a micro-batch under way is left to stop()."""
+        self.stop_requested = True
         self.stopping.set()
+
+    def take(self, newer: Project) -> None:
+        """Follow `newer` from here on: the loop stops as at a stop (a micro-batch under way
+        publishes whole), then starts again on it, a one-shot run first when its stores
+        changed, as a start does; Spark and its JVM stay."""
+        self._halt(STOP_GRACE_S)
+        if self.stop_requested:
+            return
+        self.stopping.clear()
+        self._notifier.close()
+        self.events.close()
+        self.project = newer
+        self.store_dir = snapshot_dir(newer)
+        self.manifests = Manifests(newer, self.store_dir)
+        self._notifier = Notifier(newer)
+        self.events = open_log(newer)
+        self.start()
 
     def stop(self, grace_s: float = STOP_GRACE_S) -> None:
         """Stop following: let the micro-batch under way publish (up to `grace_s`, then its
         Spark job is cancelled), let a compaction under way finish, and cancel the
         notifications due."""
+        self._halt(grace_s)
+        self._notifier.close()
+        self.events.close()
+        log.info(
+            "stopped after %d micro-batches: %d records, %d layers, %d compactions",
+            self.progress.batches,
+            self.progress.records,
+            self.progress.layers,
+            self.progress.compactions,
+        )
+
+    def _halt(self, grace_s: float) -> None:
+        """The loop and the compactor stopped, a micro-batch under way published or
+        cancelled."""
         self.stopping.set()
         if self._loop is not None:
             self._loop.join(grace_s)
@@ -162,15 +200,7 @@ class PipelineLoop:
                 self._loop.join(60)
         if self._compactor is not None:
             self._compactor.join(60)
-        self._notifier.close()
-        self.events.close()
-        log.info(
-            "stopped after %d micro-batches: %d records, %d layers, %d compactions",
-            self.progress.batches,
-            self.progress.records,
-            self.progress.layers,
-            self.progress.compactions,
-        )
+        self._loop = self._compactor = None
 
     def _follow(self) -> None:
         """The loop: a micro-batch, then the rest of `trigger_interval_s`, until the stop;

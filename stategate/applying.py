@@ -76,15 +76,15 @@ class Plan:
             said.append("building: done (the published chains hold every store of the file)")
         if self.added:
             said.append(
-                "steps: this file on every host; restart the pipeline with it; each node reads "
-                "it again (apply asks them, as SIGHUP does); each node serves the new stores "
-                "once every node has them built"
+                "steps: this file on every host; SIGHUP the pipeline (or restart it); each "
+                "node reads it again (apply asks them, as SIGHUP does); each node serves the "
+                "new stores once every node has them built"
             )
         elif self.removed:
             said.append(
                 "steps: this file on every host; each node reads it again (apply asks them, as "
                 "SIGHUP does) and serves the removed stores no more, ending the subscriptions "
-                "that read them (SCHEMA_CHANGED); restart the pipeline with it"
+                "that read them (SCHEMA_CHANGED); SIGHUP the pipeline (or restart it)"
             )
         return said
 

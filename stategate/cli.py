@@ -426,19 +426,55 @@ def follow(
     notify: bool,
     metrics: str | None = None,
 ) -> None:
-    """Run the continuous pipeline until the stop, then stop it cleanly."""
+    """Run the continuous pipeline until the stop, then stop it cleanly; on SIGHUP, follow
+    the project file read again (PipelineLoop.take), in this process."""
     from spark_pipeline.loop import PipelineLoop
 
     follower = PipelineLoop(project, spark, notify=notify)
     if metrics is not None:
         follower.serve_metrics(metrics)
     stop.on_stop(follower.request_stop)
+    hangup = threading.Event()
+    signal.signal(signal.SIGHUP, lambda signum, frame: hangup.set())
     try:
         follower.start()
-        follower.wait()
+        while follower.wait(hangup):
+            hangup.clear()
+            newer = _read_again(follower.project)
+            if newer is not None:
+                follower.take(newer)
     finally:
         follower.stop()
     print(json.dumps(dataclasses.asdict(follower.progress), default=str), flush=True)
+
+
+def _read_again(project: Project) -> Project | None:
+    """The pipeline's project file read again on SIGHUP, when it loads and differs; None,
+    with one line saying why, when there is nothing to take."""
+    try:
+        newer = projects.load(project.path)
+    except projects.ConfigError as exc:
+        log.error("SIGHUP: nothing changed: %s", exc)
+        return None
+    if newer == project:
+        log.info("SIGHUP: the project file read again: nothing changed")
+        return None
+    added, removed = (
+        newer.stores.keys() - project.stores.keys(),
+        project.stores.keys() - newer.stores.keys(),
+    )
+    changed = {
+        n
+        for n in newer.stores.keys() & project.stores.keys()
+        if newer.stores[n] != project.stores[n]
+    }
+    kinds = {"stores added": added, "stores removed": removed, "stores changed": changed}
+    said = [f"{kind}: {', '.join(sorted(names))}" for kind, names in kinds.items() if names]
+    log.info(
+        "SIGHUP: the project file read again (%s): following it from here",
+        "; ".join(said) or "its stores unchanged",
+    )
+    return newer
 
 
 def run_produce(project: Project, args: argparse.Namespace) -> int:

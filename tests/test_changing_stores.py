@@ -19,14 +19,16 @@ from typing import Any
 
 from contracts import project as projects
 from contracts.eventlog import Record
+from contracts.manifest import read_manifest
 from contracts.project import Project, Store
 from spark_pipeline import job
+from spark_pipeline.job import snapshot_dir
 from spark_pipeline.spark import LazySpark
 from stategate.launcher import node_command
 from tests import oracle
 from tests.appends import append
 from tests.live import Socket
-from tests.nodes import Nodes, serve
+from tests.nodes import Nodes, following, serve
 from tests.projects import SEATS_BY_CUSTOMER, START_MS, with_seats_by_customer
 from tests.wire import as_row, selection
 
@@ -317,3 +319,33 @@ def remove_for_real(served: Any, dashboard: Socket, shrunk: Path, spark: LazySpa
     pushed = dashboard.next_of("2", timeout=60)["data"]["customerTotals"]["record"]
     assert int(pushed["bookings"]) == int(bookings) + 1, pushed
     dashboard.close()
+
+
+def test_the_pipeline_takes_a_store_declared_since_on_sighup_in_the_same_process(
+    spark: LazySpark, tmp_path: Path
+) -> None:
+    """`stategate pipeline --follow` reads its file again on SIGHUP: its loop stops as at a
+    stop, builds the new store from the log (a one-shot run, in the same process), and
+    follows again; `apply` then has the nodes take it. Nothing was restarted, and the store
+    answers as the oracle computes it."""
+    served = serve(tmp_path, spark)
+    nodes, project = served.nodes, served.project
+    said = tmp_path / "pipeline.log"
+    pipeline = following(project, said)
+    try:
+        project.path.write_text(with_seats_by_customer(project.path.read_text()))
+        pipeline.send_signal(signal.SIGHUP)
+        wait_until(lambda: said.read_text().count("spark_pipeline.loop: following ") == 2, nodes)
+        took = f"SIGHUP: the project file read again (stores added: {NEW}): following it from here"
+        assert took in said.read_text() and pipeline.poll() is None, said.read_text()[-3000:]
+        built = read_manifest(snapshot_dir(project)).built
+        assert built is not None and NEW in built.stores, built
+        grown = nodes.project = projects.load(project.path)
+        command = [*STATEGATE, "apply", "--config", str(project.path), "--wait", "60"]
+        applied = subprocess.run(command, capture_output=True, text=True, timeout=90)
+        assert applied.returncode == 0, applied
+        assert_oracle(nodes, grown, NEW)
+    finally:
+        pipeline.send_signal(signal.SIGTERM)
+        pipeline.wait(60)
+        nodes.stop_all()
