@@ -163,7 +163,7 @@ class LookupTable:
         if probe is None:
             return None
         at = int(np.searchsorted(self._keys, probe))
-        if at == len(self._keys) or self._keys[at] != probe:
+        if at == len(self._keys) or self._keys.item(at) != probe:
             return None
         return at
 
@@ -194,8 +194,8 @@ class LookupTable:
         return raw
 
     def _row(self, at: int) -> Row:
-        index = at if self._order is None else int(self._order[at])
-        key = self._keys[at].item()
+        index = at if self._order is None else self._order.item(at)
+        key = self._keys.item(at)
         return [key.decode() if self._strings else key, *(c.value(index) for c in self._columns)]
 
     def _rows(self, positions: np.ndarray) -> list[Row]:
