@@ -4,7 +4,9 @@ limit changed in the project file and each node sent SIGHUP in turn; then anothe
 a store, taken the same way. Then a store added: it is declared in the file, `stategate
 apply` asks every node to read the file again (each takes it with no restart) and follows
 the change, and the pipeline builds it (one run, on local Spark or in its driver: the new
-store from the log, the others folded).
+store from the log, the others folded). Last, that store removed again with `apply --force`
+while a dashboard subscribes to it and to another store: the first subscription must end
+with SCHEMA_CHANGED, the second stay open.
 
     python -m bench.changes --workload main --reuse
 
@@ -22,6 +24,8 @@ rebuild's time and the snapshot store's extra bytes after it.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import os
 import random
 import signal
@@ -34,6 +38,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import httpx
+from websockets.sync.client import connect
 
 from bench.elastic import built
 from bench.freshness import copy_workload
@@ -50,6 +55,11 @@ kind = "aggregate"
 topic = "bookings"
 aggregates = { seats = "sum(seats)", bookings = "count" }
 """
+SUBSCRIPTIONS = {
+    "gone": 'subscription { seatsByCustomer(key: "C000001") { record { seats } } }',
+    "kept": 'subscription { customerTotals(key: "C000001") { record { bookings } } }',
+}
+WS_PROTOCOL = "graphql-transport-ws"
 IDLE_S = 20.0
 RELOAD_S = 10.0  # the settings reload's phase: the three SIGHUPs, spread over it
 RELOADED = "SIGHUP: the project file read again"
@@ -147,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(_reload_settings(client, processes, project))
             rows.append(_reindex(client, processes, project))
             rows += _add_store(client, project)
+            rows += _remove_store(client, project)
     finally:
         client.stopping.set()
         client.join(30)
@@ -210,6 +221,41 @@ def _add_store(client: Client, project: Project) -> list[str]:
         client.row("add a store", time.monotonic() - began),
         f"| of it, the pipeline's run (Spark's start included) | {built_s:.1f} s | | | |",
         f"| the snapshot store's extra bytes after it | {extra / 2**20:,.0f} MiB | | | |",
+    ]
+
+
+def _remove_store(client: Client, project: Project) -> list[str]:
+    """NEW_STORE removed again by `apply --force` (every node takes the file with no
+    restart) while a dashboard on node1 subscribes to it and to customerTotals: the phase's
+    row, and what each subscription got."""
+    url = "ws" + project.cluster.nodes[0].url.removeprefix("http") + "/graphql"
+    with connect(url, subprotocols=[WS_PROTOCOL], open_timeout=10) as dashboard:  # type: ignore[list-item]
+        dashboard.send(json.dumps({"type": "connection_init"}))
+        assert json.loads(dashboard.recv(10))["type"] == "connection_ack"
+        for id, query in SUBSCRIPTIONS.items():
+            dashboard.send(json.dumps({"id": id, "type": "subscribe", "payload": {"query": query}}))
+        got = {json.loads(dashboard.recv(30))["id"] for _ in SUBSCRIPTIONS}
+        assert got == set(SUBSCRIPTIONS), got
+        client.phase, began = "remove a store", time.monotonic()
+        project.path.write_text(project.path.read_text().replace(NEW_STORE, ""))
+        config = ["--config", str(project.path), "--force", "--wait", "600"]
+        applied = subprocess.run([*STATEGATE, "apply", *config], capture_output=True, text=True)
+        assert applied.returncode == 0, applied
+        took = time.monotonic() - began
+        said: dict[str, str] = {}
+        with contextlib.suppress(TimeoutError):
+            while True:
+                message = json.loads(dashboard.recv(2))
+                said[message["id"]] = message["type"] + "".join(
+                    f" {e['extensions']['code']}" for e in message.get("payload") or ()
+                    if message["type"] == "error"
+                )  # fmt: skip
+    assert said.get("gone") == "error SCHEMA_CHANGED", said
+    assert "kept" not in said or said["kept"] == "next", said
+    return [
+        client.row("remove a store", took),
+        "| of it, the subscription on the store | ended: SCHEMA_CHANGED | | | |",
+        "| of it, the subscription on customerTotals | open | | | |",
     ]
 
 
