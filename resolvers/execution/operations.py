@@ -153,7 +153,7 @@ class Operations:
         sent with a hash is remembered by it once it passed. An operation whose cost is
         fixed passes or fails every request alike: once it passed, it is ready at once."""
         query, name = source.query, source.name
-        ready = self._ready.get((query, name))
+        ready = self._kept((query, name))
         if ready is not None:
             self.persisted.remember(source)
             return ready
@@ -187,9 +187,20 @@ class Operations:
         """The operation a request runs, as prepare() gives it, when it was prepared before
         and its cost is fixed (no check to make again); None otherwise, or Refused."""
         source = self.resolve(query, name, hash)
-        ready = self._ready.get((source.query, source.name))
+        ready = self._kept((source.query, source.name))
         if ready is not None:
             self.persisted.remember(source)
+        return ready
+
+    def _kept(self, key: tuple[str, str | None]) -> Prepared | None:
+        """The ready operation, made the newest in every cache that holds its parts too: so
+        that they keep what the ready one holds, and the documents kept stay within the one
+        budget."""
+        ready = self._ready.get(key)
+        if ready is not None:
+            self._parsed.get(key[0])
+            self._picked.get(key)
+            self._executors.get(key)
         return ready
 
     def invalid(self, document: DocumentNode) -> tuple[GraphQLError, ...]:

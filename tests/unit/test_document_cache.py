@@ -86,3 +86,22 @@ def test_an_operation_of_fixed_cost_is_checked_once_until_the_limits_change(
     operations.take(Settings(max_aliases=2))  # type: ignore[call-arg]
     with pytest.raises(Refused, match="max_aliases"):
         operations.prepare(fixed, {})
+
+
+def test_a_ready_operation_keeps_its_parts_in_the_other_caches(tmp_path: Path) -> None:
+    """A hot document of fixed cost among many of varying cost: each request of it makes
+    its parts the newest in every cache, so the documents kept are the same everywhere and
+    stay within one budget (not one per cache)."""
+    project = projects.load(write_project(tmp_path, [1, 2, 3]))
+    settings = Settings(document_cache_size=3)  # type: ignore[call-arg]
+    operations = Operations(build_schema(project), settings, None)
+    hot = Source(aliased(2, 0), None)
+    for salt in range(6):
+        batch = "customerTotalsBatch(keys: $k) { entries { key } }"
+        listed = f"query Q{salt}($k: [String!]!) {{ {batch} }}"
+        operations.prepare(Source(listed, None), {"k": ["C1"]})
+        operations.prepare(hot, {})
+    kept = {key for key in operations._ready._entries}
+    assert (hot.query, None) in kept
+    assert kept <= set(operations._executors._entries), "a ready operation's plan was dropped"
+    assert {q for q, _ in kept} <= set(operations._parsed._entries)
