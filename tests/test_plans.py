@@ -287,8 +287,8 @@ def test_key_reads_answer_as_the_plan_does(served: Any, node: str) -> None:
     it, present keys and missing ones, variables and literals, global stores, joins (left to
     the plan) included. Sent again, a one-field document the node prepared before is
     answered from its bytes (resolvers/transport/known.py) where it reads the key at once,
-    by its text or by its persisted hash: as the general path answers it too, in either
-    media type."""
+    by its text or by its persisted hash, POSTed or in a GET's parameters: as the general
+    path answers it too, in either media type."""
     rng = random.Random(11 if node == "node1" else 12)
     documents = Documents(served, rng)
     operations = Operations(build_schema(served.project), served.project.settings)
@@ -325,14 +325,16 @@ def test_key_reads_answer_as_the_plan_does(served: Any, node: str) -> None:
         accept = {"accept": rng.choice([GRAPHQL_RESPONSE, "application/json"])}
         request = {"query": query, "variables": variables, "operationName": "Q"}
         repeated = request
-        if (
-            rng.random() < 0.5
-        ):  # as Apollo's persisted queries: the text and its hash, then the hash
+        if rng.random() < 0.5:  # as Apollo's persisted queries: the text and its hash, then it
             hashed = {"extensions": {"persistedQuery": {"version": 1, "sha256Hash": sha256(query)}}}
             request = {**request, **hashed}
             repeated = {**hashed, "variables": variables, "operationName": "Q"}
-        fast = client.post(url, json=request, headers=accept)
-        again = client.post(url, json=repeated, headers=accept)
+        if rng.random() < 0.3:  # GET, each entry a parameter (variables, extensions: JSON)
+            fast = client.get(url, params=as_params(request), headers=accept)
+            again = client.get(url, params=as_params(repeated), headers=accept)
+        else:
+            fast = client.post(url, json=request, headers=accept)
+            again = client.post(url, json=repeated, headers=accept)
         general = client.post(
             url, json={"query": query + GENERAL, "variables": variables}, headers=accept
         )
@@ -343,6 +345,11 @@ def test_key_reads_answer_as_the_plan_does(served: Any, node: str) -> None:
     assert looked_up > DOCUMENTS // 4, "most of these documents are key reads"
     assert several > DOCUMENTS // 12, "many of them of several fields"
     assert read_at_once(served, node) - at_once > DOCUMENTS // 20, "the shortest path ran"
+
+
+def as_params(request: dict[str, Any]) -> dict[str, str]:
+    """A request's entries as GET's URL parameters."""
+    return {k: v if isinstance(v, str) else json.dumps(v) for k, v in request.items()}
 
 
 def read_at_once(served: Any, node: str) -> float:

@@ -114,16 +114,15 @@ class GraphQLEndpoint:
             parsed: GraphQLRequest | list[GraphQLRequest] = read_get(params)
         elif method == "POST":
             body = await _read(headers, receive, self.settings.max_request_bytes)
-            content_type = headers.get("content-type", "")
-            known = self.known.answer(content_type, body)
-            if known is not None:
-                return Outgoing(known, media)
-            parsed = read_post(content_type, body, self.settings.max_batch_size)
+            parsed = read_post(headers.get("content-type", ""), body, self.settings.max_batch_size)
         else:
             raise TransportError(
                 405, "METHOD_NOT_ALLOWED", f"{method} is not GraphQL over HTTP: use GET or POST",
                 {"allow": "GET, POST"},
             )  # fmt: skip
+        known = None if isinstance(parsed, list) else self.known.answer(parsed)
+        if known is not None:
+            return Outgoing(known, media)
         session = Session(
             self.node, self.operations, "http", scope.get("client"), headers.get("authorization")
         )

@@ -1,13 +1,13 @@
 """Known reads: the shortest way through a node, from a request's bytes to its answer's.
 
-A POST of one request (a document's text, or the hash of a persisted one) whose operation
-this node prepared before, and which reads one key and nothing else (a KeyLookup of one
-field), on a node without [auth] and without tracing: when the node reads the key from its
-own memory at once (it is the first replica of the key's partition: no hop), the answer is
-read, completed and encoded here, with no session, context, batch, task or deadline made
-for it, as no await comes between the body and the answer. Anything else returns None
-before anything was counted or read, and the general path (endpoint.py) answers. Both give
-the same bytes (tests/test_plans.py).
+One request (POST or GET; a document's text, or the hash of a persisted one, as
+requests.py reads it) whose operation this node prepared before, and which reads one key
+and nothing else (a KeyLookup of one field), on a node without [auth] and without tracing:
+when the node reads the key from its own memory at once (it is the first replica of the
+key's partition: no hop), the answer is read, completed and encoded here, with no session,
+context, batch, task or deadline made for it, as no await comes between the request read
+and the answer. Anything else returns None before anything was counted or read, and the
+general path (endpoint.py) answers. Both give the same bytes (tests/test_plans.py).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from contracts import tracing
 from gateway.node import GatewayNode
 from resolvers.execution import results
 from resolvers.execution.operations import Operations, Refused
-from resolvers.transport.requests import read_one
+from resolvers.transport.requests import GraphQLRequest
 
 
 class KnownReads:
@@ -26,12 +26,9 @@ class KnownReads:
         self.node = node
         self.operations = operations
 
-    def answer(self, content_type: str, body: bytes) -> bytes | None:
+    def answer(self, request: GraphQLRequest) -> bytes | None:
         """The answer's body, or None: the general path answers."""
         if self.node.project.access is not None or tracing.on():
-            return None
-        request = read_one(content_type, body)
-        if request is None:
             return None
         try:
             prepared = self.operations.ready(request.query, request.operation_name, request.hash)

@@ -87,18 +87,6 @@ def read_post(
     return _request(data)
 
 
-def read_one(content_type: str, body: bytes) -> GraphQLRequest | None:
-    """A POST body of one request, as read_post reads it; None for a batch, and for anything
-    read_post refuses (it words why)."""
-    if not _json(content_type):
-        return None
-    try:
-        data = orjson.loads(body)
-        return _request(data) if type(data) is dict else None
-    except (orjson.JSONDecodeError, TransportError):
-        return None
-
-
 def _json(content_type: str) -> bool:
     return content_type == JSON or content_type.split(";")[0].strip().lower() == JSON
 
