@@ -318,6 +318,14 @@ class Project:
         return self.path.parent / name if name else None
 
 
+def stores_changed(old: Project, new: Project) -> tuple[list[str], list[str], list[str]]:
+    """The stores added, removed and declared otherwise, by name, each sorted."""
+    added = sorted(new.stores.keys() - old.stores.keys())
+    removed = sorted(old.stores.keys() - new.stores.keys())
+    other = sorted(n for n, store in old.stores.items() if new.stores.get(n, store) != store)
+    return added, removed, other
+
+
 def load(path: str | os.PathLike[str], *, serving: bool = True) -> Project:
     """The project file, checked; `serving=False` for what never calls a node or serves one
     (the schema, the operations, producing): it leaves the cluster secret unread ("" when

@@ -459,17 +459,9 @@ def _read_again(project: Project) -> Project | None:
     if newer == project:
         log.info("SIGHUP: the project file read again: nothing changed")
         return None
-    added, removed = (
-        newer.stores.keys() - project.stores.keys(),
-        project.stores.keys() - newer.stores.keys(),
-    )
-    changed = {
-        n
-        for n in newer.stores.keys() & project.stores.keys()
-        if newer.stores[n] != project.stores[n]
-    }
+    added, removed, changed = projects.stores_changed(project, newer)
     kinds = {"stores added": added, "stores removed": removed, "stores changed": changed}
-    said = [f"{kind}: {', '.join(sorted(names))}" for kind, names in kinds.items() if names]
+    said = [f"{kind}: {', '.join(names)}" for kind, names in kinds.items() if names]
     log.info(
         "SIGHUP: the project file read again (%s): following it from here",
         "; ".join(said) or "its stores unchanged",

@@ -16,7 +16,7 @@ from dataclasses import fields
 from types import FrameType
 
 from contracts.entries import ConfigError
-from contracts.project import TAKEN, Project
+from contracts.project import TAKEN, Project, stores_changed
 from contracts.settings import Settings
 from contracts.snapshot_file import same_rows
 from stategate import certificates
@@ -48,18 +48,16 @@ def changed(old: Project, new: Project) -> tuple[list[str], list[str]]:
             (applied if entry.name in RELOADABLE else refused).append(entry.name)
     if old.access != new.access:
         applied.append("[auth]")
-    added = sorted(new.stores.keys() - old.stores.keys())
+    added, removed, other = stores_changed(old, new)
     if added:
         applied.append(f"stores added: {', '.join(added)}")
-    removed = sorted(old.stores.keys() - new.stores.keys())
     if removed:
         applied.append(f"stores removed: {', '.join(removed)}")
-    other = {n for n, store in old.stores.items() if n in new.stores and new.stores[n] != store}
-    indexed = sorted(n for n in other if same_rows(old.stores[n], new.stores[n]))
+    indexed = [n for n in other if same_rows(old.stores[n], new.stores[n])]
     if indexed:
         applied.append(f"index changed: {', '.join(indexed)}")
-    if other - set(indexed):
-        refused.append(f"stores changed: {', '.join(sorted(other - set(indexed)))}")
+    if len(indexed) < len(other):
+        refused.append(f"stores changed: {', '.join(n for n in other if n not in indexed)}")
     if old.topics != new.topics:
         refused.append("[[topics]]")
     if new.global_stores and not old.global_stores:
