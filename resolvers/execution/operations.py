@@ -152,11 +152,10 @@ class Operations:
         """The checked operation, or Refused: parse, pick, measure, validate. A document
         sent with a hash is remembered by it once it passed. An operation whose cost is
         fixed passes or fails every request alike: once it passed, it is ready at once."""
-        query, name = source.query, source.name
-        ready = self._kept((query, name))
+        ready = self._ready_for(source)
         if ready is not None:
-            self.persisted.remember(source)
             return ready
+        query, name = source.query, source.name
         parsed = self._parsed(query)
         if isinstance(parsed, GraphQLError):
             raise Refused.coded("GRAPHQL_PARSE_FAILED", [parsed])
@@ -186,19 +185,17 @@ class Operations:
     def ready(self, query: str | None, name: str | None, hash: str | None) -> Prepared | None:
         """The operation a request runs, as prepare() gives it, when it was prepared before
         and its cost is fixed (no check to make again); None otherwise, or Refused."""
-        source = self.resolve(query, name, hash)
-        ready = self._kept((source.query, source.name))
-        if ready is not None:
-            self.persisted.remember(source)
-        return ready
+        return self._ready_for(self.resolve(query, name, hash))
 
-    def _kept(self, key: tuple[str, str | None]) -> Prepared | None:
-        """The ready operation, made the newest in every cache that holds its parts too: so
-        that they keep what the ready one holds, and the documents kept stay within the one
-        budget."""
+    def _ready_for(self, source: Source) -> Prepared | None:
+        """The ready operation of a document, remembered by its hash as prepare() does, and
+        made the newest in every cache that holds its parts too: so that they keep what the
+        ready one holds, and the documents kept stay within the one budget."""
+        key = (source.query, source.name)
         ready = self._ready.get(key)
         if ready is not None:
-            self._parsed.get(key[0])
+            self.persisted.remember(source)
+            self._parsed.get(source.query)
             self._picked.get(key)
             self._executors.get(key)
         return ready

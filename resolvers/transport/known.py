@@ -34,8 +34,8 @@ class KnownReads:
             prepared = self.operations.ready(request.query, request.operation_name, request.hash)
         except Refused:
             return None
-        read = None if prepared is None else prepared.key_read
-        if prepared is None or read is None:
+        read = prepared and prepared.key_read
+        if not (prepared and read):
             return None
         started = time.perf_counter()
         result = read.at_once(self.node, request.variables)

@@ -267,20 +267,18 @@ class Hub:
         lost, self._serving = self._serving - stores, stores
         if not lost:
             return
-        for key, cohort in list(self.cohorts.items()):
+        for cohort in list(self.cohorts.values()):
             invalid = self.operations.invalid(cohort.operation.prepared.document)
             if not invalid:
                 continue
             errors = [_schema_changed(error) for error in invalid]
-            for subscriber in cohort.subscribers:
+            subscribers = list(cohort.subscribers)
+            for subscriber in subscribers:
                 subscriber.end(errors)
-            self.counts.subscriptions -= len(cohort.subscribers)
-            self.counts.cohorts -= 1
-            del self.cohorts[key]
-            self._due.discard(cohort)
+                self.leave(cohort.operation, subscriber)
             log.info(
                 "%d subscriptions of %s ended: the schema served no longer has what they read",
-                len(cohort.subscribers), cohort.operation.prepared.name or "an anonymous operation",
+                len(subscribers), cohort.operation.prepared.name or "an anonymous operation",
             )  # fmt: skip
 
     def _switched(self, partitions: frozenset[int]) -> None:
