@@ -24,11 +24,12 @@ import logging
 
 import orjson
 from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import HTTPConnection, Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Mount, Route, request_response
+from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from contracts import chains, tracing
@@ -119,28 +120,53 @@ async def method_not_allowed(request: Request, exc: Exception) -> Response:
     return error_response(405, "METHOD_NOT_ALLOWED", message, dict(exc.headers or {}))
 
 
-async def query(request: Request) -> Response:
-    node = node_of(request)
-    with node.lanes.request():
-        try:
-            check_version(request.headers.get(PROTOCOL_HEADER))
-            subqueries = decode_request(await request.body())
-            for subquery in subqueries:
-                limits.check_subquery(subquery, node.project)
-        except ProtocolError as exc:
-            return error_response(400, "BAD_REQUEST", f"not the internal protocol: {exc}")
-        except GatewayError as exc:
-            return error_response(400, exc.code, exc.message)
-        node.internal_requests += 1
-        parent = tracing.extracted(request.headers)
-        keys = keys_of(subqueries)
-        with (
-            tracing.span("internal query", {"stategate.node": node.id}, parent),
-            node.lanes.enter(keys > SLICE, keys <= SMALL_BULK_KEYS),
-        ):
-            answers = await node.execute_local(subqueries)
-            body = await offload(encode_answers, answers)
-        return Response(body, media_type="application/json")
+class InternalQuery:
+    """POST /internal/query, a peer's sub-queries: read and answered as raw ASGI messages,
+    with no request or response object between (every hop's other end, so its cost is a
+    hop's). Its errors are error_response's, as every endpoint's."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        node: GatewayNode = scope["app"].state.node
+        with node.lanes.request():
+            headers = Headers(scope=scope)
+            try:
+                check_version(headers.get(PROTOCOL_HEADER))
+                subqueries = decode_request(await _body(receive))
+                for subquery in subqueries:
+                    limits.check_subquery(subquery, node.project)
+            except ProtocolError as exc:
+                message = f"not the internal protocol: {exc}"
+                await error_response(400, "BAD_REQUEST", message)(scope, receive, send)
+                return
+            except GatewayError as exc:
+                await error_response(400, exc.code, exc.message)(scope, receive, send)
+                return
+            node.internal_requests += 1
+            keys = keys_of(subqueries)
+            with (
+                tracing.span(
+                    "internal query", {"stategate.node": node.id}, tracing.extracted(headers)
+                ),  # fmt: skip
+                node.lanes.enter(keys > SLICE, keys <= SMALL_BULK_KEYS),
+            ):
+                answers = await node.execute_local(subqueries)
+                body = await offload(encode_answers, answers)
+        raw = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+        await send({"type": "http.response.start", "status": 200, "headers": raw})
+        await send({"type": "http.response.body", "body": body})
+
+
+async def _body(receive: Receive) -> bytes:
+    """A request's whole body (a peer's: behind the cluster secret, sized by its limits)."""
+    message = await receive()
+    body: bytes = message.get("body", b"")
+    if not message.get("more_body", False):
+        return body  # the one message a small body comes in
+    chunks = [body]
+    while message.get("more_body", False):
+        message = await receive()
+        chunks.append(message.get("body", b""))
+    return b"".join(chunks)
 
 
 async def status(request: Request) -> Response:
@@ -222,7 +248,7 @@ ROUTES: list[BaseRoute] = [
         "/internal",
         routes=[
             Route("/metrics", metrics),  # for the cluster's own tools: stategate apply
-            Route("/query", query, methods=["POST"]),
+            Route("/query", InternalQuery(), methods=["POST"]),
             Route("/reload", reload, methods=["POST"]),
             Route("/status", status, methods=["GET", "HEAD"]),
             Route("/sync", sync, methods=["POST"]),
@@ -230,4 +256,4 @@ ROUTES: list[BaseRoute] = [
         middleware=[Middleware(SecretRequired)],
     ),
 ]
-internal_query: ASGIApp = SecretRequired(request_response(query))  # as routed, for Direct
+internal_query: ASGIApp = SecretRequired(InternalQuery())  # as routed, for Direct
