@@ -147,14 +147,15 @@ async def read_reply(reader: asyncio.StreamReader) -> tuple[int, bytes, bool]:
     reply began, ConnectionError when the reply is broken."""
     try:
         try:
-            status_line = await reader.readuntil(b"\r\n")
+            head = await reader.readuntil(b"\r\n\r\n")  # its status and headers at once
         except asyncio.IncompleteReadError as exc:
             if exc.partial:
                 raise
             raise ClosedByPeer("the peer closed the connection") from exc
+        status_line, *lines = head[:-4].split(b"\r\n")
         status = int(status_line.split(b" ", 2)[1])
         length, chunked, keep_alive = -1, False, True
-        while (line := await reader.readuntil(b"\r\n")) != b"\r\n":
+        for line in lines:
             name, _, value = line.partition(b":")
             name = name.strip().lower()
             if name == b"content-length":
