@@ -2,13 +2,13 @@
 the way: node1's ASGI app (the demo's project) called directly, on uvloop, with the
 requests a client or a peer sends (issue 52).
 
-    python -m bench.in_process --events 100000 --requests 20000 [--profile lookup|list|aliases]
+    python -m bench.in_process --events 100000 --requests 20000 [--profile CASE]
 
 Four figures, each the median of five rounds' mean of sequential calls after a warm-up (this
 machine is noisy): a one-key GraphQL lookup of a key node1 serves, a peer's /internal/query
 of one such key, a 1000-alias document (cached) and 1000 keys as one list field. The other
-two nodes are not started: every key asked is node1's own. --profile lookup|list|aliases
-prints cProfile's costliest functions of one.
+two nodes are not started: every key asked is node1's own. --profile lookup|internal|list|
+aliases prints cProfile's costliest functions of one.
 """
 
 from __future__ import annotations
@@ -125,11 +125,16 @@ async def measure(project: Project, count: int, profile: str | None) -> None:
     print(f"1000 aliases (cached): {await mean_us(graphql, aliases, 20) / 1000:.2f} ms")
     print(f"1000 keys as one list: {await mean_us(graphql, listed, 200) / 1000:.2f} ms")
     if profile is not None:
-        cases = {"lookup": (bodies, count), "list": (listed, 200), "aliases": (aliases, 20)}
-        profiled = cases[profile]
+        cases = {
+            "lookup": (graphql, bodies, count),
+            "internal": (internal, subqueries, count),
+            "list": (graphql, listed, 200),
+            "aliases": (graphql, aliases, 20),
+        }
+        called, requests, times = cases[profile]
         profiler = cProfile.Profile()
         profiler.enable()
-        await mean_us(graphql, *profiled)
+        await mean_us(called, requests, times)
         profiler.disable()
         pstats.Stats(profiler).sort_stats("tottime").print_stats(40)
     os._exit(0)  # the node's threads and tasks: nothing to stop cleanly for
@@ -140,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--events", type=int, default=100_000)
     parser.add_argument("--requests", type=int, default=20_000)
     parser.add_argument(
-        "--profile", choices=["lookup", "list", "aliases"], help="cProfile of one case"
+        "--profile", choices=["lookup", "internal", "list", "aliases"], help="cProfile of one case"
     )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="stategate-bench-") as work:

@@ -8,8 +8,9 @@ node1 of the demo's 3-node cluster runs under the server being measured (one wor
 other two under `stategate node`. Per round: GET /health and one-key lookups of keys whose
 partition node1 serves as active (no hop), each by 16 clients on kept-alive connections
 (bench/rawhttp.py, this process) for --seconds, with node1's CPU per request (its processes'
-user + system time over the run, psutil); and one client's lookup p50. A subscription over
-WebSocket is checked once per server: does it answer?
+user + system time over the run, psutil); one client's lookup p50; and one-key lookups to
+node1 of keys node2 serves as active (each hops: node1's CPU and node2's, per request). A
+subscription over WebSocket is checked once per server: does it answer?
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ class Server:
     lookup_rps: list[float] = field(default_factory=list)
     lookup_cpu_ms: list[float] = field(default_factory=list)
     p50_ms: list[float] = field(default_factory=list)
+    hop_rps: list[float] = field(default_factory=list)
+    hop_cpu_ms: list[float] = field(default_factory=list)
     websocket: str = ""
 
 
@@ -70,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"load {os.getloadavg()[0]:.2f} at start", flush=True)
             for number in range(args.rounds):
                 for server in servers if number % 2 == 0 else reversed(servers):
-                    _round(server, project, args.seconds, options)
+                    _round(server, project, args.seconds, options, processes.pid("node2"))
         finally:
             processes.stop_all()
         print(f"load {os.getloadavg()[0]:.2f} at the end", flush=True)
@@ -87,7 +90,9 @@ def _command(server: str, project: Project, options: list[str]) -> list[str]:
             "--no-access-log", *options, "bench.granian_app:app"]  # fmt: skip
 
 
-def _round(server: Server, project: Project, seconds: float, options: list[str]) -> None:
+def _round(
+    server: Server, project: Project, seconds: float, options: list[str], node2: int
+) -> None:
     env = {**os.environ, "STATEGATE_CONFIG": str(project.path), "STATEGATE_NODE": "node1"}
     url = project.cluster.node("node1").url
     log = open(Path(project.path.parent / "logs" / f"node1-{server.name}.log"), "ab")  # noqa: SIM115
@@ -96,14 +101,19 @@ def _round(server: Server, project: Project, seconds: float, options: list[str])
     try:
         wait_healthy(url, proc)
         wait_serving(project, ["node1"])
-        keys = _local_keys(project)
         tree = psutil.Process(proc.pid)
-        health = _load(lambda pool, n: pool.get(f"{url}/health"), seconds, tree)
-        bodies = one_key.lookups(keys)
+        health = _load(lambda pool, n: pool.get(f"{url}/health"), seconds, [tree])
+        bodies = one_key.lookups(_keys_of(project, "node1"))
         lookups = _load(
-            lambda pool, n: pool.post(f"{url}/graphql", bodies[n % len(bodies)]), seconds, tree
+            lambda pool, n: pool.post(f"{url}/graphql", bodies[n % len(bodies)]), seconds, [tree]
         )
         p50 = asyncio.run(one_key.p50_ms(f"{url}/graphql", bodies))
+        hopping = one_key.lookups(_keys_of(project, "node2"))
+        hops = _load(
+            lambda pool, n: pool.post(f"{url}/graphql", hopping[n % len(hopping)]),
+            seconds,
+            [tree, psutil.Process(node2)],
+        )
         if not server.websocket:
             server.websocket = _subscribes(url)
     finally:
@@ -115,16 +125,19 @@ def _round(server: Server, project: Project, seconds: float, options: list[str])
     server.lookup_rps.append(lookups[0])
     server.lookup_cpu_ms.append(lookups[1])
     server.p50_ms.append(p50)
+    server.hop_rps.append(hops[0])
+    server.hop_cpu_ms.append(hops[1])
     print(
         f"{server.name}: /health {health[0]:,.0f} req/s ({health[1]:.3f} ms CPU each), "
-        f"lookups {lookups[0]:,.0f} req/s ({lookups[1]:.3f} ms CPU each), p50 {p50:.3f} ms",
+        f"lookups {lookups[0]:,.0f} req/s ({lookups[1]:.3f} ms CPU each), p50 {p50:.3f} ms, "
+        f"hops {hops[0]:,.0f} req/s ({hops[1]:.3f} ms CPU each, both nodes)",
         flush=True,
     )
 
 
-def _local_keys(project: Project) -> list[str]:
-    """Keys whose partition node1 serves as active: answered without a hop."""
-    mine = {p for p, nodes in project.cluster.replica_map.items() if nodes[0] == "node1"}
+def _keys_of(project: Project, node: str) -> list[str]:
+    """Keys whose partition `node` serves as active (node1 answers them without a hop)."""
+    mine = {p for p, nodes in project.cluster.replica_map.items() if nodes[0] == node}
     partitions = project.cluster.partitions
     keys = (f"C{i:06d}" for i in range(CUSTOMERS))
     return [k for k in keys if partition_for(k, "string", partitions) in mine][:500]
@@ -139,12 +152,12 @@ def _cpu_s(tree: psutil.Process) -> float:
 
 
 def _load(
-    ask: Callable[[Pool, int], Awaitable[Reply]], seconds: float, tree: psutil.Process
+    ask: Callable[[Pool, int], Awaitable[Reply]], seconds: float, trees: list[psutil.Process]
 ) -> tuple[float, float]:
-    """(requests/s, the server's CPU ms per request) of one_key.CLIENTS clients."""
-    cpu = _cpu_s(tree)
+    """(requests/s, the servers' CPU ms per request) of one_key.CLIENTS clients."""
+    cpu = sum(_cpu_s(tree) for tree in trees)
     ran = asyncio.run(one_key.throughput(ask, seconds))
-    return ran.rate, (_cpu_s(tree) - cpu) / ran.requests * 1000
+    return ran.rate, (sum(_cpu_s(tree) for tree in trees) - cpu) / ran.requests * 1000
 
 
 def _subscribes(url: str) -> str:
@@ -173,6 +186,8 @@ def _report(servers: list[Server]) -> None:
         ("one-key lookup, req/s", "lookup_rps", ",.0f"),
         ("one-key lookup, server CPU per request, ms", "lookup_cpu_ms", ".3f"),
         ("one-key lookup, 1 client, p50 ms", "p50_ms", ".3f"),
+        ("one-key lookup hopping to node2, req/s", "hop_rps", ",.0f"),
+        ("the same, CPU per request of node1 and node2, ms", "hop_cpu_ms", ".3f"),
     ):
         a = statistics.median(getattr(uvicorn, attribute))
         b = statistics.median(getattr(granian, attribute))
