@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,6 +89,9 @@ class Wire:
     problems: dict[str, str] = field(default_factory=dict)  # class -> one example
     _port: int | None = None
     _last: str = ""
+    _sent: float = 0.0  # when the request under way was sent (time.monotonic)
+    _answered: float = 0.0  # when the one before it was answered
+    _before: str = ""  # what that one was
 
     def __post_init__(self) -> None:
         self.client = httpx.Client(
@@ -99,9 +103,12 @@ class Wire:
 
     def _arrived(self, response: httpx.Response) -> None:
         port = response.extensions["network_stream"].get_extra_info("client_addr")[1]
-        if self._port is not None and port != self._port:
-            self.problem("connection closed silently", f"after {self._last}")
-        self._port = port
+        idle = self._sent - self._answered  # a connection idle for keep_alive_s is closed
+        reopened = self._port is not None and port != self._port
+        if reopened and idle < self.project.settings.keep_alive_s:
+            example = f"after {self._before} (then {self._last}, {idle:.1f} s later)"
+            self.problem("connection closed silently", example)
+        self._port, self._answered, self._before = port, time.monotonic(), self._last
 
     def problem(self, kind: str, example: str) -> None:
         self.problems.setdefault(kind, example[:600])
@@ -111,7 +118,7 @@ class Wire:
     ) -> httpx.Response | None:
         """A request; its response when it came back in a documented shape (`reply`: a 200
         is an internal reply, checked by the caller)."""
-        self._last = what
+        self._last, self._sent = what, time.monotonic()
         try:
             response = self.client.request(method, path, **kwargs)
         except httpx.HTTPError as exc:
