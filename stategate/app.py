@@ -30,7 +30,6 @@ from resolvers.transport import websocket as websocket_protocol
 from resolvers.transport.endpoint import GraphQLEndpoint
 from resolvers.transport.live import Hub
 from stategate import logs
-from stategate.deadlines import BodyDeadline
 from stategate.origins import Origins
 
 STATIC = Path(__file__).parent / "static"  # client libraries pages load from the node
@@ -153,7 +152,5 @@ def create_app(project: Project, node_id: str, role: Role = ALONE) -> NodeApp:
         exception_handlers={405: http.method_not_allowed},
     )
     app.state.node = node
-    served = Direct(graphql, app, node.lanes)
-    settings = project.settings
-    origins = Origins(served, settings.cors_origins)
-    return NodeApp(BodyDeadline(origins, settings.body_timeout_s), node, operations, origins)
+    origins = Origins(Direct(graphql, app, node.lanes), project.settings.cors_origins)
+    return NodeApp(origins, node, operations, origins)

@@ -169,4 +169,5 @@ def test_each_timeout_logs_one_line_naming_the_client(servers: Servers) -> None:
         re.search(r"WARNING node1 .* via=http client=127\.0\.0\.1:\d+: the request's", line)
         for line in lines
     ), lines
+    assert set(re.findall(r"client error (\w+)", log)) == {"REQUEST_TIMEOUT"}, log  # no 400
     assert "Traceback" not in log and " ERROR " not in log, log

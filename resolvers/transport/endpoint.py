@@ -46,6 +46,11 @@ log = logging.getLogger(__name__)
 NOT_CACHED = {"cache-control": "no-store"}  # a miss, that the client's next request fills
 
 
+class _ClientLeft(Exception):
+    """The client left before its body was whole (or its deadline closed the connection:
+    stategate/deadlines.py): nothing to answer, nothing to count."""
+
+
 @dataclass(frozen=True)
 class Rendered:
     body: bytes
@@ -85,6 +90,8 @@ class GraphQLEndpoint:
         media = _media(headers.get("accept", ""))
         try:
             outgoing = await self._respond(scope, headers, receive, media)
+        except _ClientLeft:
+            return
         except Unauthenticated as refused:
             who = client_errors.Who.at(scope.get("client"), refused.subject)
             client_errors.transport(refused.code, refused.message, "http", who)
@@ -220,7 +227,7 @@ async def _read(headers: Headers, receive: Receive, limit: int) -> bytes:
     while more:
         message = await receive()
         if message["type"] != "http.request":
-            break
+            raise _ClientLeft
         chunk = message.get("body", b"")
         size += len(chunk)
         more = message.get("more_body", False)
