@@ -97,7 +97,8 @@ class Wire:
         self.client = httpx.Client(
             base_url=self.url,
             timeout=60,
-            limits=httpx.Limits(max_connections=1),
+            # httpx drops a connection idle for 5 s itself: the node's keep_alive_s decides
+            limits=httpx.Limits(max_connections=1, keepalive_expiry=None),
             event_hooks={"response": [self._arrived]},
         )
 
