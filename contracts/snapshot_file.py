@@ -22,10 +22,12 @@ A base's tables (identifiers quoted):
   to read in this partition.
 - `_snapshot(partition INTEGER, version BIGINT, created_ms BIGINT, format INTEGER,
   kind VARCHAR)`: one row; kind is "base".
-- `_stores(name VARCHAR, built_as VARCHAR, rows_as VARCHAR)`: each store table, with
-  `built_as` and `rows_as` of the declaration it was built by (a base written before
+- `_stores(name VARCHAR, built_as VARCHAR, rows_as VARCHAR, declaration VARCHAR)`: each
+  store table, with `built_as` and `rows_as` of the declaration it was built by, and that
+  declaration whole (`declaration`: JSON, read back by `declared`), so that a process whose
+  project no longer declares it can still read and extend the table (a base written before
   `_stores` has none: its tables are taken as the node's declarations built them; one
-  written before `rows_as` has `built_as` alone).
+  written before `rows_as` has `built_as` alone, one before `declaration` no declaration).
 A delta holds the same per store, with `_deleted` after the other columns, and the same
 header in its schema's metadata.
 
@@ -43,7 +45,7 @@ from typing import Literal
 
 import orjson
 
-from contracts.project import VALID_FROM, FieldType, Store
+from contracts.project import VALID_FROM, Aggregate, FieldType, Store, Topic
 
 Kind = Literal["base", "delta"]
 FORMAT = 3  # 3: deltas are Arrow IPC files
@@ -113,6 +115,28 @@ def same_rows(one: Store, other: Store) -> bool:
     """Whether two declarations of a store make the same rows: they differ in the index at
     most."""
     return rows_as(one) == rows_as(other)
+
+
+def declaration(store: Store) -> str:
+    """The declaration that built a store's table, whole but for its joins (read at query
+    time, not stored): JSON, the columns in their order."""
+    return orjson.dumps(dataclasses.asdict(dataclasses.replace(store, joins=()))).decode()
+
+
+def declared(text: str) -> Store:
+    """The Store a `declaration` wrote; FormatError when it is not one."""
+    try:
+        raw = orjson.loads(text)
+        topic = raw.pop("topic")
+        return Store(
+            topic=Topic(topic["name"], topic["key_type"], dict(topic["value"])),
+            aggregates=tuple(Aggregate(**a) for a in raw.pop("aggregates")),
+            index=tuple(raw.pop("index")),
+            joins=tuple(raw.pop("joins")),
+            **raw,
+        )
+    except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError) as exc:
+        raise FormatError(f"not a store's declaration: {exc!r}") from exc
 
 
 def _digest(shaped: dict[str, object]) -> str:

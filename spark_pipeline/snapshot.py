@@ -46,6 +46,7 @@ from contracts.snapshot_file import (
     Kind,
     built_as,
     columns,
+    declaration,
     key_columns,
     literal,
     newest_rows,
@@ -278,11 +279,15 @@ def _write_base(
             [task.partition, task.version, created_ms, FORMAT, task.kind],
         )
         con.execute(
-            f"CREATE TABLE {STORES_TABLE} (name VARCHAR, built_as VARCHAR, rows_as VARCHAR)"
+            f"CREATE TABLE {STORES_TABLE} "
+            "(name VARCHAR, built_as VARCHAR, rows_as VARCHAR, declaration VARCHAR)"
         )
         con.executemany(
-            f"INSERT INTO {STORES_TABLE} VALUES (?, ?, ?)",
-            [[store.name, built_as(store), rows_as(store)] for store in task.stores],
+            f"INSERT INTO {STORES_TABLE} VALUES (?, ?, ?, ?)",
+            [
+                [store.name, built_as(store), rows_as(store), declaration(store)]
+                for store in task.stores
+            ],
         )
         con.execute("CHECKPOINT")
     finally:

@@ -4,12 +4,16 @@ base is the pipeline's own (spark_pipeline/snapshot.py, without Spark)."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 
+import duckdb
+import pytest
+
 from contracts import chains
 from contracts.project import Project, load
-from contracts.snapshot_file import relative_path
+from contracts.snapshot_file import STORES_TABLE, FormatError, declared, relative_path
 from gateway.storage.catalog.layers import LocalLayer
 from gateway.storage.catalog.snapshots import SnapshotCatalog
 from tests.chains import WrittenChain
@@ -53,3 +57,19 @@ def test_a_base_serves_only_the_stores_its_declarations_built(tmp_path: Path) ->
     reindexed = load(path)  # another index: the same rows, served from the same base
     assert reindexed.stores["customerTotals"].index == ("seats",)
     assert served_from_base(before, reindexed, tmp_path / "reindexed") == held
+
+
+def test_a_base_holds_each_tables_declaration_whole(tmp_path: Path) -> None:
+    """What a process that no longer declares a store needs to read and extend its table:
+    the declaration read back from the base is the project's, joins aside."""
+    project = load(write_project(tmp_path, [1, 2, 3], partitions=3))
+    for chain in (CHAIN, chains.global_chain(project, CHAIN)):
+        written = WrittenChain(project, tmp_path / f"store{chain}", chain).next_layer(0)
+        with duckdb.connect(str(tmp_path / f"store{chain}" / written.path), read_only=True) as con:
+            found = con.execute(f"SELECT name, declaration FROM {STORES_TABLE}").fetchall()
+        stores = {s.name: s for s in chains.stores(project, chain)}
+        assert {name for name, _ in found} == set(stores)
+        for name, text in found:
+            assert declared(text) == dataclasses.replace(stores[name], joins=()), name
+    with pytest.raises(FormatError):
+        declared('{"name": "s"}')
