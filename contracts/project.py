@@ -133,6 +133,14 @@ class Store:
     scope: Scope = "partitioned"  # global: every node holds every partition of it
     joins: tuple[Join, ...] = ()
     history_ms: int = 0  # a versioned table's: how long, by event time, its versions are kept
+    # A generation's: the store it is a declaration of, whose name is its table's (`name`)
+    # but for the digest (contracts/generations.py); "" for a store's own table.
+    generation_of: str = ""
+
+    @property
+    def declared_name(self) -> str:
+        """The store's name in the project file: what the schema, [auth] and row rules name."""
+        return self.generation_of or self.name
 
     @property
     def is_global(self) -> bool:
@@ -185,6 +193,7 @@ def history_of(store: Store) -> Store:
         topic=store.topic,
         scope=store.scope,
         history_ms=store.history_ms,
+        generation_of=f"{store.generation_of}_history" if store.generation_of else "",
     )
 
 

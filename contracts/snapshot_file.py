@@ -91,7 +91,8 @@ def shape(store: Store) -> dict[str, object]:
     """What of a store's declaration its snapshots depend on: not its joins (resolved at
     query time), and its scope only when global (a digest from before scopes still holds)."""
     found = dataclasses.asdict(store)
-    del found["joins"]
+    del found["joins"], found["generation_of"]
+    found["name"] = store.declared_name  # a generation's digest is its declaration's
     if not store.is_global:
         del found["scope"]
     return found
