@@ -16,8 +16,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Collection, Iterable, Mapping
 
-from contracts.project import Store
-from contracts.snapshot_file import rows_as
+from contracts.manifest import Built
+from contracts.project import Project, Store
+from contracts.snapshot_file import declared, rows_as
 
 MARK = "_g"
 DIGITS = 8
@@ -55,3 +56,19 @@ def tables(
             if t.name != current.name and (found is None or t.name in serving)
         }
     return needed
+
+
+def built_tables(built: Built | None) -> dict[str, Store]:
+    """The tables the chains hold, each with the declaration that built it (none from a
+    manifest written before it said them)."""
+    if built is None:
+        return {}
+    return {table: declared(text) for table, text in built.declarations.items()}
+
+
+def of_tables(project: Project, built: Built | None, serving: Collection[str]) -> Project:
+    """The project whose stores are the tables its declared stores need (`tables`): what the
+    pipeline builds and extends."""
+    return dataclasses.replace(
+        project, stores=tables(project.stores.values(), built_tables(built), serving)
+    )

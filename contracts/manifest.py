@@ -11,13 +11,17 @@ snapshot store and read by every node.
                                        ...]}},
      "log_end": {"<topic>": {"<p>": offset}},
      "stores_digest": "...", "updated_ms": ...,
-     "built": {"partitions": n, "stores": {store: rows_as}}}
+     "built": {"partitions": n, "stores": {store: rows_as},
+               "declarations": {store: declaration}}}
 
 A partition's layers are its chain (contracts/snapshot_file.py): a base, then deltas of
 consecutive versions, oldest first. A layer's freshness fields (contracts/freshness.py) are
 optional: a manifest written before them reads as "unknown". `built` says which declaration
 built each store's rows (contracts/snapshot_file.py: rows_as), so that a change of the
-stores builds only what changed (none in a manifest written before it). It is replaced atomically
+stores builds only what changed (none in a manifest written before it), and that declaration
+whole (`declarations`, as a base's `_stores` has it; none in a manifest written before it),
+so that a store changed in place is built as a generation beside the old one
+(contracts/generations.py). It is replaced atomically
 (write_manifest), so a reader sees the old one or the new one.
 """
 
@@ -115,6 +119,7 @@ class Built:
 
     partitions: int
     stores: dict[str, str]  # store -> rows_as of its declaration
+    declarations: dict[str, str] = field(default_factory=dict)  # store -> snapshot_file.declaration
 
     def changed(self, now: Built) -> frozenset[str]:
         """The stores of `now` whose state these chains do not hold: new or declared
@@ -199,7 +204,8 @@ def _built(raw: Any) -> Built | None:
     if raw is None:
         return None
     stores = {str(store): str(digest) for store, digest in raw["stores"].items()}
-    return Built(int(raw["partitions"]), stores)
+    declarations = {str(s): str(text) for s, text in raw.get("declarations", {}).items()}
+    return Built(int(raw["partitions"]), stores, declarations)
 
 
 def _entry(raw: dict[str, Any]) -> PartitionEntry:

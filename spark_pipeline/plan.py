@@ -13,7 +13,7 @@ import orjson
 from contracts import chains
 from contracts.manifest import Built, Manifest
 from contracts.project import Project
-from contracts.snapshot_file import rows_as, shape
+from contracts.snapshot_file import declaration, rows_as, shape
 from topics import Log
 
 OffsetRange = tuple[int, int]  # [start, end)
@@ -126,8 +126,10 @@ def stores_digest(project: Project) -> str:
 
 def built_by(project: Project) -> Built:
     """What chains built by the project's declarations hold (the manifest's `built`)."""
-    stores = {store.name: rows_as(store) for store in chains.every_store(project)}
-    return Built(project.cluster.partitions, stores)
+    every = chains.every_store(project)
+    stores = {store.name: rows_as(store) for store in every}
+    declarations = {store.name: declaration(store) for store in every}
+    return Built(project.cluster.partitions, stores, declarations)
 
 
 def to_rebuild(project: Project, manifest: Manifest) -> Rebuild | None:

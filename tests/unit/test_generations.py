@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from contracts.generations import MARK, generation, tables
+from contracts.generations import MARK, generation, of_tables, tables
+from contracts.manifest import Layer, Manifest, PartitionEntry
 from contracts.project import Project, Store, history_of, load
 from contracts.snapshot_file import declaration, declared, rows_as
+from spark_pipeline.plan import built_by, stores_digest, to_rebuild
 from tests.projects import write_project
 
 HOUR_MS = 3_600_000
@@ -78,3 +80,36 @@ def test_a_generations_history_and_its_declaration_round_trip(project: Project) 
     assert history.generation_of == "trainHistory_history"
     assert rows_as(history) == rows_as(history_of(changed))
     assert declared(declaration(made)) == made
+
+
+def published(project: Project) -> Manifest:
+    """A manifest of chains built by `project`'s declarations."""
+    base = Layer(1, "base", "p000/v1", "", 2**20, {"bookings": 7, "trips": 3, "trains": 5}, 0)
+    return Manifest(
+        partitions={0: PartitionEntry((base,))},
+        stores_digest=stores_digest(project),
+        built=built_by(project),
+    )
+
+
+def test_the_pipeline_builds_a_new_generation_folds_the_old_then_leaves_it_out(
+    project: Project,
+) -> None:
+    """A window resized in place: the new generation is built from the log, the old one is
+    folded as an unchanged store, and once no node serves it the next bases leave it out."""
+    stores = dict(project.stores, hourlyRevenue=resized(project.stores["hourlyRevenue"]))
+    changed = dataclasses.replace(project, stores=stores)
+    before = published(project)
+    tables_now = of_tables(changed, before.built, ())
+    new = generation(stores["hourlyRevenue"])
+    assert set(tables_now.stores) == set(project.stores) | {new.name}
+    rebuild = to_rebuild(tables_now, before)
+    assert rebuild is not None
+    assert rebuild.stores == {new.name} and rebuild.topics == {"bookings"}
+    after = published(tables_now)  # both generations built
+    assert Manifest.from_json(after.to_json()).built == after.built  # declarations kept
+    assert to_rebuild(of_tables(changed, after.built, {"hourlyRevenue"}), after) is None
+    switched = of_tables(changed, after.built, ())  # no node serves the old one
+    assert set(switched.stores) == set(project.stores) - {"hourlyRevenue"} | {new.name}
+    left_out = to_rebuild(switched, after)
+    assert left_out is not None and left_out.stores == frozenset()  # folded, the old left out
