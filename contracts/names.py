@@ -108,7 +108,7 @@ def root_fields(store: Store) -> dict[FieldRole, str]:
     else:
         prefix = _PREFIX if store.key_type == "string" else {}
         suffixes = _KEYED_FIELDS | prefix | _BY_VALUE | (_VERSIONED if store.versioned else {})
-    return {role: store.name + suffix for role, suffix in suffixes.items()}
+    return {role: store.declared_name + suffix for role, suffix in suffixes.items()}
 
 
 def routed_fields(store: Store) -> dict[str, str]:
@@ -126,7 +126,8 @@ def types(store: Store) -> dict[TypeRole, str]:
     suffixes = _WINDOW_TYPES if store.kind == "window" else _KEYED_TYPES
     if store.versioned:
         suffixes = suffixes | _VERSIONED_TYPES
-    record = store.name[:1].upper() + store.name[1:]
+    name = store.declared_name
+    record = name[:1].upper() + name[1:]
     return {role: record + suffix for role, suffix in suffixes.items()}
 
 

@@ -74,7 +74,7 @@ class Visibility:
     def _bind(self, store: Store) -> Filter | None:
         if self.access is None:
             return None
-        rules = self.access.rules(self.principal, store.name)
+        rules = self.access.rules(self.principal, store.declared_name)
         if rules is None:
             return None
         bound = [_bound(rule, self.principal.claims, store) for rule in rules]

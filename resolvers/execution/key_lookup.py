@@ -69,7 +69,7 @@ class KeyLookup:
             return None
         access = context.node.project.access
         if access is not None and not all(
-            access.permits(context.principal, field.store.name) for field in self.fields
+            access.permits(context.principal, field.store.declared_name) for field in self.fields
         ):
             return None
         if len(keys) == 1:  # the one-key read: its lookup, its field's completion

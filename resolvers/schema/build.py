@@ -41,7 +41,7 @@ def build_schema(project: Project, served: Collection[str] | None = None) -> str
     federated = project.settings.federation
     records = record_types(project.stores.values(), federated)
     for store in project.stores.values():
-        fields.extend(store_fields(store, project.settings, records[store.name]))
+        fields.extend(store_fields(store, project.settings, records[store.declared_name]))
     query = create_type("Query", fields)
     # The same fields: a subscription runs as the query it mirrors (resolvers/transport/live.py).
     subscription = create_type(

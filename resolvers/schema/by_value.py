@@ -117,7 +117,7 @@ def value_fields(store: Store, settings: Settings, Page: type) -> list[Strawberr
         partitions: list[int] | None, consistency: ConsistencyInput | None,
         window: tuple[int, int] | None,
     ) -> Any:  # fmt: skip
-        info.context.authorize(store.name)
+        info.context.authorize(store.declared_name)
         return await info.context.queries.select(
             store, to_filter(where), to_sorts(order_by), first, after, partitions,
             demand(consistency), window,
@@ -127,7 +127,7 @@ def value_fields(store: Store, settings: Settings, Page: type) -> list[Strawberr
         info: Info, where: Any, partitions: list[int] | None,
         consistency: ConsistencyInput | None, window: tuple[int, int] | None,
     ) -> Any:  # fmt: skip
-        info.context.authorize(store.name)
+        info.context.authorize(store.declared_name)
         return await info.context.queries.totals(
             store, to_filter(where), partitions, demand(consistency), window
         )
@@ -248,7 +248,7 @@ def _filter_type(store: Store) -> tuple[type, Callable[[Any], Filter | None]]:
                                                   description=description))  # fmt: skip
     made.__annotations__ = annotations
     description = (
-        f"Which {store.name} records to take: the conditions given must all hold. A null "
+        f"Which {store.declared_name} records to take: the conditions given must all hold. A null "
         "value fails every condition but isNull."
     )
     strawberry.input(made, description=description)
@@ -306,8 +306,8 @@ def _order_type(store: Store) -> tuple[type, Callable[[list[Any] | None], list[S
     values = names.order_values(store)
     made = enum.Enum(names.types(store)["orderBy"], {name: name for name in values})  # type: ignore[misc]
     description = (
-        f"An order of {store.name} records: a field, ascending or descending; nulls come last "
-        "either way, and ties go by key."
+        f"An order of {store.declared_name} records: a field, ascending or descending; nulls "
+        "come last either way, and ties go by key."
     )
     strawberry.enum(made, description=description)
 
@@ -340,7 +340,7 @@ def _aggregate_type(store: Store) -> type:
         fields["max"] = (Extremes, _each("max"))
     fields["meta"] = (ResultMeta, meta_of)
     description = (
-        f"Totals over {store.name} records, merged from each partition's: those of the "
+        f"Totals over {store.declared_name} records, merged from each partition's: those of the "
         "partitions that answered (meta.partitions says which did not)."
     )
     return view(types["aggregate"], fields, description)

@@ -107,7 +107,7 @@ def stores(info: strawberry.Info[Context, None]) -> list[StoreInfo] | None:
     info.context.authorize("stores")
     return [
         StoreInfo(
-            name=s.name,
+            name=s.declared_name,
             kind=StoreKind(s.kind),
             topic=s.topic.name,
             key_type=s.key_type,

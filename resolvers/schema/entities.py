@@ -36,7 +36,7 @@ class Subgraph(strawberry.federation.Schema):
     def __init__(
         self, stores: Iterable[Store], records: dict[str, type], most_keys: int, **schema: Any
     ) -> None:
-        self.entities = {names.types(s)["record"]: (s, records[s.name]) for s in stores
+        self.entities = {names.types(s)["record"]: (s, records[s.declared_name]) for s in stores
                          if s.kind != "window"}  # fmt: skip
         self.most_keys = most_keys
         super().__init__(**schema)
@@ -110,7 +110,7 @@ def _record(store: Store, record: type, entry: Any) -> Any:
     if isinstance(entry, BaseException):
         return entry
     if entry.failure is not None:
-        message = f"partition {entry.partition} of {store.name} could not answer"
+        message = f"partition {entry.partition} of {store.declared_name} could not answer"
         return GatewayError(entry.failure.value, message)
     return None if entry.row is None else strawberry.cast(record, _Record(entry.row))
 
@@ -130,4 +130,6 @@ def entity_key(store: Store, given: Any) -> Key:
             return given
     if store.key_type == "long" and isinstance(given, str) and given.lstrip("-").isdigit():
         return entity_key(store, int(given))
-    raise bad_input(f"a {store.name} representation's key is a {store.key_type}, not {given!r}")
+    raise bad_input(
+        f"a {store.declared_name} representation's key is a {store.key_type}, not {given!r}"
+    )

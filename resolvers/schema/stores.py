@@ -53,7 +53,7 @@ def record_types(stores: Iterable[Store], federated: bool = False) -> dict[str, 
     `federated`: a keyed store's record is a federation entity."""
     made: dict[str, type] = {}
     for store in sorted(stores, key=lambda s: bool(s.joins)):
-        made[store.name] = _record_type(store, made, federated)
+        made[store.declared_name] = _record_type(store, made, federated)
     return made
 
 
@@ -97,13 +97,13 @@ def _keyed_fields(store: Store, settings: Settings, Record: type) -> list[Strawb
     consistency = ConsistencyInput | None
 
     async def get(info: Info, key: Any, consistency: ConsistencyInput | None = None) -> Any:
-        info.context.authorize(store.name)
+        info.context.authorize(store.declared_name)
         return await info.context.queries.lookup(store, [key], demand(consistency))
 
     async def batch(
         info: Info, keys: list[Any], consistency: ConsistencyInput | None = None
     ) -> Any:
-        info.context.authorize(store.name)
+        info.context.authorize(store.declared_name)
         return await info.context.queries.lookup(store, keys, demand(consistency))
 
     async def range_(
@@ -115,7 +115,7 @@ def _keyed_fields(store: Store, settings: Settings, Record: type) -> list[Strawb
         partitions: list[int] | None = None,
         consistency: ConsistencyInput | None = None,
     ) -> Any:
-        info.context.authorize(store.name)
+        info.context.authorize(store.declared_name)
         return await info.context.queries.range(
             store, from_, to, first, after, partitions, demand(consistency)
         )
@@ -128,7 +128,7 @@ def _keyed_fields(store: Store, settings: Settings, Record: type) -> list[Strawb
         partitions: list[int] | None = None,
         consistency: ConsistencyInput | None = None,
     ) -> Any:
-        info.context.authorize(store.name)
+        info.context.authorize(store.declared_name)
         return await info.context.queries.prefix(
             store, prefix, first, after, partitions, demand(consistency)
         )
@@ -138,7 +138,7 @@ def _keyed_fields(store: Store, settings: Settings, Record: type) -> list[Strawb
         root_field(
             signed(get, Lookup | None, key=K, consistency=consistency),
             named["lookup"],
-            f"The {store.name} record of one key.",
+            f"The {store.declared_name} record of one key.",
             key_of=store,
         ),
         root_field(
@@ -186,7 +186,7 @@ def _versioned_fields(store: Store, settings: Settings, Record: type) -> list[St
             "validTo": (datetime | None, lambda row: None if row[2] is None else _datetime(row[2])),
             "record": (Record, lambda row: [row[0], *row[3:]]),
         },
-        description=f"A version of a {store.name} record: its value from validFrom (its "
+        description=f"A version of a {store.declared_name} record: its value from validFrom (its "
         "record's timestamp) until validTo (the next version's; null while it is the latest).",
     )
     AsOf = view(
@@ -215,7 +215,7 @@ def _versioned_fields(store: Store, settings: Settings, Record: type) -> list[St
     async def as_of(
         info: Info, key: Any, asOf: datetime, consistency: ConsistencyInput | None = None
     ) -> Any:
-        info.context.authorize(store.name)
+        info.context.authorize(store.declared_name)
         at_ms = span_ms(asOf, asOf)[1]
         return await info.context.queries.versions(
             store, key, at_ms, at_ms, 1, None, demand(consistency)
@@ -230,7 +230,7 @@ def _versioned_fields(store: Store, settings: Settings, Record: type) -> list[St
         after: str | None = None,
         consistency: ConsistencyInput | None = None,
     ) -> Any:
-        info.context.authorize(store.name)
+        info.context.authorize(store.declared_name)
         from_ms = None if from_ is None else span_ms(from_, from_)[1]
         to_ms = None if to is None else span_ms(to, to)[1]
         return await info.context.queries.versions(
@@ -287,7 +287,7 @@ def _window_fields(store: Store, settings: Settings, Record: type) -> list[Straw
         info: Info, key: Any, from_: datetime, to: datetime,
         consistency: ConsistencyInput | None = None,
     ) -> Any:  # fmt: skip
-        info.context.authorize(store.name)
+        info.context.authorize(store.declared_name)
         return await info.context.queries.windows_of_key(
             store, key, *span_ms(from_, to), demand(consistency)
         )
@@ -301,7 +301,7 @@ def _window_fields(store: Store, settings: Settings, Record: type) -> list[Straw
         partitions: list[int] | None = None,
         consistency: ConsistencyInput | None = None,
     ) -> Any:
-        info.context.authorize(store.name)
+        info.context.authorize(store.declared_name)
         return await info.context.queries.windows(
             store, *span_ms(from_, to), first, after, partitions, demand(consistency)
         )
@@ -349,7 +349,9 @@ def _record_type(store: Store, records: dict[str, type], federated: bool) -> typ
     offset += len(store.columns)
     for i, join in enumerate(store.joins):
         fields[join.name] = (records[join.store] | None, itemgetter(offset + i))
-    description = f"A record of the {store.kind} store {store.name} (topic {store.topic.name})."
+    description = (
+        f"A record of the {store.kind} store {store.declared_name} (topic {store.topic.name})."
+    )
     if store.is_global:
         description += " The store is global: every node holds all of it and answers alone."
     for join in store.joins:
