@@ -12,9 +12,10 @@ without a store does not take it from the schema of those that serve it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from contracts.project import Project
+from contracts.snapshot_file import rows_as
 
 
 def servable(
@@ -28,7 +29,29 @@ def servable(
         if theirs is not None:
             found &= theirs
     while unjoinable := {
-        name for name in found if any(j.store not in found for j in project.stores[name].joins)
+        name
+        for name in found
+        if any(j.store not in _declared_names(project, found) for j in project.stores[name].joins)
     }:
         found -= unjoinable
     return frozenset(found)
+
+
+def read_tables(
+    project: Project, servable: frozenset[str], declared: Mapping[str, str]
+) -> frozenset[str]:
+    """The tables the schema reads, one per declared store (contracts/generations.py): the
+    table of the store's declaration in the file (`declared`: name -> rows_as) once every
+    node has it built, else the table of the declaration before it, while they all still
+    have that one."""
+    chosen: dict[str, str] = {}
+    for table in sorted(servable):
+        store = project.stores[table]
+        name = store.declared_name
+        if name in declared and (name not in chosen or rows_as(store) == declared[name]):
+            chosen[name] = table
+    return frozenset(chosen.values())
+
+
+def _declared_names(project: Project, tables: Iterable[str]) -> set[str]:
+    return {project.stores[t].declared_name for t in tables}
