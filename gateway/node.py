@@ -257,6 +257,7 @@ class GatewayNode:
             formats=FORMATS,
             stores=self.built(),
             declared=self.declared,
+            serving=sorted(self.served),
         )
 
     def take(self, newer: Project) -> None:

@@ -65,6 +65,9 @@ class NodeStatus:
     # each store its project declares, by the digest of its rows' declaration (rows_as); None:
     # unstated, by a release before it
     declared: dict[str, str] | None = None
+    # the tables its schema reads, one a declared store (gateway/cluster/served.py:
+    # read_tables); None: unstated, by a release before it
+    serving: list[str] | None = None
 
     def pending(self) -> tuple[str, ...] | None:
         """The stores it declares and has not built yet on every chain it serves (None: a
@@ -113,6 +116,7 @@ class NodeStatus:
                     if raw.get("declared") is None
                     else {str(n): str(d) for n, d in raw["declared"].items()}
                 ),
+                serving=None if raw.get("serving") is None else [str(t) for t in raw["serving"]],
             )
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ProtocolError(f"not a node status: {exc!r}") from exc

@@ -94,3 +94,14 @@ def test_a_status_says_the_formats_its_node_reads_and_an_earlier_one_read_protoc
     later = NodeStatus.from_json(orjson.dumps({**earlier, "formats": {"protocol": [2, 3]}}))
     assert later.reads("protocol", 2) and not later.reads("protocol", 1)
     assert NodeStatus.from_json(later.to_json()).formats == {"protocol": [2, 3]}
+
+
+def test_a_status_says_the_tables_its_schema_reads_and_an_earlier_one_said_nothing() -> None:
+    live = {"subscriptions": 0, "cohorts": 0, "evaluations": 0}
+    earlier = {"node": "node2", "partitions": {}, "sync_errors": {}, "internal_requests": 3,
+               "changes": 1, "live": live}  # fmt: skip
+    assert NodeStatus.from_json(orjson.dumps(earlier)).serving is None
+    later = {**earlier, "serving": ["customerTotals_g0123abcd", "latestBooking"]}
+    status = NodeStatus.from_json(orjson.dumps(later))
+    assert status.serving == ["customerTotals_g0123abcd", "latestBooking"]
+    assert NodeStatus.from_json(status.to_json()).serving == status.serving
