@@ -36,6 +36,7 @@ from pyspark.sql import SparkSession  # noqa: E402
 
 from contracts import chains  # noqa: E402
 from contracts.durable import locked  # noqa: E402
+from contracts.generations import of_tables  # noqa: E402
 from contracts.manifest import (  # noqa: E402
     Layer,
     Manifest,
@@ -47,7 +48,13 @@ from spark_pipeline.log_source import read_log, task_groups  # noqa: E402
 from spark_pipeline.manifests import Manifests  # noqa: E402
 from spark_pipeline.plan import Rebuild, RunPlan, built_by, plan_run  # noqa: E402
 from spark_pipeline.progress import log_bad_records, positions, size, stage_progress  # noqa: E402
-from spark_pipeline.publish import mirror, notify_nodes, prune, sweep_temporaries  # noqa: E402
+from spark_pipeline.publish import (  # noqa: E402
+    mirror,
+    nodes_reading,
+    notify_nodes,
+    prune,
+    sweep_temporaries,
+)
 from spark_pipeline.spark import LazySpark, cancelled_on, spark_session  # noqa: E402
 from topics import Log, open_log  # noqa: E402
 
@@ -105,6 +112,7 @@ def run(
     with locked(store_dir), contextlib.closing(events):
         _sweep(store_dir)
         manifest = manifests.read()
+        project = tables_of(project, manifest)
         plan = plan_run(project, manifest, events)
         from_start = sorted(plan.rebuild.stores) if plan.rebuild else []
         report = RunReport(plan.records(topics), plan.rebuild is not None, from_start)
@@ -161,6 +169,18 @@ def run(
         len(published.layers),
     )
     return report
+
+
+def tables_of(project: Project, manifest: Manifest) -> Project:
+    """The project of tables a run builds and extends (contracts/generations.py): a store
+    changed in place as a generation beside the one built before it, which is kept while a
+    node reads it. The nodes are asked only when there is one to leave out."""
+    built = manifest.built
+    kept = of_tables(project, built, frozenset(built.declarations if built else ()))
+    if kept.stores == of_tables(project, built, ()).stores:
+        return kept
+    reading = nodes_reading(project)
+    return kept if reading is None else of_tables(project, built, reading)
 
 
 def _publish_on_executors(

@@ -39,13 +39,14 @@ from pyspark.sql import SparkSession
 from contracts import chains
 from contracts.durable import locked
 from contracts.freshness import Delays
+from contracts.generations import of_tables
 from contracts.manifest import Manifest
 from contracts.project import Project
 from snapshot_store import Conflict, StoreError
 from spark_pipeline import compaction
 from spark_pipeline.batch import Published, publish, publish_here
 from spark_pipeline.dead_letter import refusal
-from spark_pipeline.job import run, snapshot_dir
+from spark_pipeline.job import run, snapshot_dir, tables_of
 from spark_pipeline.log_source import read_log, task_groups
 from spark_pipeline.manifests import Manifests
 from spark_pipeline.plan import plan_run, stores_digest
@@ -81,6 +82,7 @@ class PipelineLoop:
     def __init__(
         self, project: Project, spark: SparkSession | LazySpark, notify: bool = True
     ) -> None:
+        self.file = project  # as declared; `project` is its tables (contracts/generations.py)
         self.project = project
         self._spark = spark if isinstance(spark, LazySpark) else LazySpark.of(spark)
         self.notify = notify
@@ -112,14 +114,16 @@ class PipelineLoop:
         the stores changed). Returns without following when a stop came meanwhile."""
         with locked(self.store_dir):
             sweep_temporaries(self.store_dir)
+        self.project = tables_of(self.file, self.manifests.current())
         if not extendable(self.project, self.manifests.current()):
             log.info("catching up with a one-shot run first (new snapshots or new stores)")
-            run(self.project, self._spark, notify=self.notify, stopping=self.stopping)
+            run(self.file, self._spark, notify=self.notify, stopping=self.stopping)
         else:
             self.events.check()  # as the one-shot run does first
         if self.stopping.is_set():
             return
         manifest = self.manifests.current()
+        self.project = tables_of(self.file, manifest)  # as the run built them
         self._loop = threading.Thread(target=self._follow, name="follow", daemon=True)
         self._loop.start()
         self._compactor = threading.Thread(target=self._compact_forever, daemon=True)
@@ -136,10 +140,14 @@ class PipelineLoop:
         """Until stop() or the loop fails (re-raised); True when `hangup` came first."""
         if self._loop is None:
             return False  # stopped before following
+        asked = time.monotonic()
         while not self.stopping.is_set() and self._loop.is_alive():
             if hangup is not None and hangup.is_set():
                 return True
             self._loop.join(0.2)
+            if time.monotonic() - asked > self.project.settings.health_interval_s:
+                asked = time.monotonic()
+                self._leave_out_generations()
         failure = self._failure
         if failure is not None and not self.stopping.is_set():
             raise refusal(failure) or failure
@@ -161,12 +169,23 @@ class PipelineLoop:
         self.stopping.clear()
         self._notifier.close()
         self.events.close()
-        self.project = newer
+        self.file = self.project = newer
         self.store_dir = snapshot_dir(newer)
         self.manifests = Manifests(newer, self.store_dir)
         self._notifier = Notifier(newer)
         self.events = open_log(newer)
         self.start()
+
+    def _leave_out_generations(self) -> None:
+        """When no node reads a generation kept beside a newer one any more, start again on
+        the tables without it: its chains get new bases that leave it out, as a store
+        removed (contracts/generations.py)."""
+        manifest = self.manifests.current()
+        if of_tables(self.file, manifest.built, ()).stores == self.project.stores:
+            return  # none kept
+        if tables_of(self.file, manifest).stores != self.project.stores:
+            log.info("no node reads an earlier generation of a store any more: leaving it out")
+            self.take(self.file)
 
     def stop(self, grace_s: float = STOP_GRACE_S) -> None:
         """Stop following: let the micro-batch under way publish (up to `grace_s`, then its

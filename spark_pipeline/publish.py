@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
+import orjson
 
 from contracts import chains
 from contracts.cluster_secret import secret_headers
@@ -205,6 +206,27 @@ def _holders(project: Project, changed: set[int]) -> list[Node]:
         for m in state.members.values()
         if everyone or assignment is None or partitions & set(assignment.assigned_to(m.id))
     ]
+
+
+def nodes_reading(project: Project) -> frozenset[str] | None:
+    """The tables the nodes' schemas read (each node's /internal/status says them:
+    gateway/cluster/status.py, `serving`); None when a node did not say (unreachable, or of
+    a release before it): then no generation may be left out (contracts/generations.py)."""
+    reading: set[str] = set()
+    cluster = project.cluster
+    for node in _holders(project, set(range(chains.count(project)))):
+        try:
+            response = _client(cluster.tls).get(
+                f"{node.url}/internal/status", headers=secret_headers(cluster.secret)
+            )
+            serving = orjson.loads(response.content).get("serving") if response.is_success else None
+        except (httpx.HTTPError, orjson.JSONDecodeError, AttributeError):
+            serving = None
+        if not isinstance(serving, list):
+            log.info("keeping every generation: %s did not say what it reads", node.id)
+            return None
+        reading.update(str(table) for table in serving)
+    return frozenset(reading)
 
 
 @functools.cache

@@ -15,12 +15,13 @@ import orjson
 import pytest
 
 from contracts import chains, eventlog
+from contracts.generations import generation
 from contracts.manifest import Layer, Manifest, PartitionEntry, read_manifest, write_manifest
 from contracts.project import Project, load
 from contracts.snapshot_file import Kind
 from contracts.snapshot_file import relative_path as snapshot_path
 from spark_pipeline.compaction import compact, rebase
-from spark_pipeline.job import run
+from spark_pipeline.job import run, tables_of
 from spark_pipeline.plan import LogBehindError, plan_run
 from spark_pipeline.publish import notify_nodes, prune
 from spark_pipeline.spark import LazySpark
@@ -213,10 +214,12 @@ def test_stores_changed_since_a_manifest_that_does_not_say_what_built_it_are_all
 def test_a_change_of_the_stores_builds_only_the_stores_it_changes(
     tmp_path: Path, spark: LazySpark, built_in: str
 ) -> None:
-    """A store added, a window resized and a store removed: the new and resized stores are
-    built from each partition's first record, every other store is folded from its chain
-    and the records since, and a topic no changed store reads is not read again. Every
-    store of every chain is then the oracle's over the whole log."""
+    """A store added, a window resized and a store removed: the new store and the resized
+    one's new generation (contracts/generations.py) are built from each partition's first
+    record, every other store, the resized one's first generation with them, is folded from
+    its chain and the records since, and a topic no new table reads is not read again. Every
+    table of every chain is then the oracle's over the whole log, each generation by its own
+    declaration; no node says it reads the first generation, so the next run keeps it."""
     settings = "driver_batch_records = 0" if built_in == "executors" else ""
     path = write_project(tmp_path, ports=[18111, 18112, 18113], settings=settings)
     before = load(path)
@@ -233,23 +236,26 @@ def test_a_change_of_the_stores_builds_only_the_stores_it_changes(
     produce_test_events(after, seed=2, n_bookings=300, n_trains=100, n_trips=40, only={1, 4})
 
     published = read_manifest(_store(after))
-    plan = plan_run(after, published, FileLog(after))
+    tables = tables_of(after, published)
+    resized_now = generation(after.stores["delaysHopping"]).name
+    assert tables.stores["delaysHopping"] == before.stores["delaysHopping"]  # kept beside it
+    plan = plan_run(tables, published, FileLog(after))
     assert plan.rebuild is not None
-    assert plan.rebuild.stores == {"seatsByCustomer", "delaysHopping"}
+    assert plan.rebuild.stores == {"seatsByCustomer", resized_now}
     assert plan.changed == list(range(after.cluster.partitions))
     for topic, ranges in plan.ranges.items():
         for p, (start, _) in ranges.items():
             read_again = topic in ("bookings", "trains")
             assert start == (0 if read_again else chains.position(after, published, p)[topic])
     report = run(after, spark, notify=False)
-    assert report.rebuild and report.from_start == ["delaysHopping", "seatsByCustomer"]
+    assert report.rebuild and report.from_start == sorted(["seatsByCustomer", resized_now])
     manifest = _manifest(after)
     for chain, entry in manifest["partitions"].items():
         [base] = entry["layers"]  # every chain a base, above its published version
         assert base["kind"] == "base"
         assert base["version"] == published.partitions[int(chain)].version + 1
-    assert_published_state_is_the_oracles(after, manifest)
-    again = run(after, spark, notify=False)  # the chains are the declarations': extended
+    assert_published_state_is_the_oracles(tables, manifest)
+    again = run(after, spark, notify=False)  # the chains are the tables': extended
     assert not again.rebuild and again.versions == {}
 
 
