@@ -180,9 +180,12 @@ class PipelineLoop:
         """When no node reads a generation kept beside a newer one any more, start again on
         the tables without it: its chains get new bases that leave it out, as a store
         removed (contracts/generations.py)."""
+        declared = [store.declared_name for store in self.project.stores.values()]
+        if len(declared) == len(set(declared)):
+            return  # no generation kept beside another
         manifest = self.manifests.current()
         if of_tables(self.file, manifest.built, ()).stores == self.project.stores:
-            return  # none kept
+            return
         if tables_of(self.file, manifest).stores != self.project.stores:
             log.info("no node reads an earlier generation of a store any more: leaving it out")
             self.take(self.file)
