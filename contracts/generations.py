@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Collection, Iterable, Mapping
 
+from contracts.conditions import KEY
 from contracts.manifest import Built
 from contracts.project import Project, Store
 from contracts.snapshot_file import declared, rows_as
@@ -51,11 +52,18 @@ def tables(
             current = generation(store) if earlier else store
         needed[current.name] = current
         needed |= {
-            t.name: t
+            t.name: _joining(t, store)
             for t in earlier
             if t.name != current.name and (found is None or t.name in serving)
         }
     return needed
+
+
+def _joining(table: Store, store: Store) -> Store:
+    """A generation before the file's, with the file's joins (read at query time, so not in
+    its declaration) of the fields it has."""
+    fields = {KEY, *table.columns}
+    return dataclasses.replace(table, joins=tuple(j for j in store.joins if j.field in fields))
 
 
 def built_tables(built: Built | None) -> dict[str, Store]:
@@ -64,6 +72,12 @@ def built_tables(built: Built | None) -> dict[str, Store]:
     if built is None:
         return {}
     return {table: declared(text) for table, text in built.declarations.items()}
+
+
+def kept(project: Project, built: Built | None) -> Project:
+    """The project of tables a node opens: those its declared stores need, with every
+    generation the chains hold still (the pipeline leaves one out once no node reads it)."""
+    return of_tables(project, built, frozenset(built.declarations) if built else frozenset())
 
 
 def of_tables(project: Project, built: Built | None, serving: Collection[str]) -> Project:

@@ -180,7 +180,7 @@ class Manifest:
                 },
                 stores_digest=body.get("stores_digest"),
                 updated_ms=int(body.get("updated_ms", 0)),
-                built=_built(body.get("built")),
+                built=parse_built(body.get("built")),
             )
         except FormatError:
             raise
@@ -200,7 +200,8 @@ def _stored(layer: Layer, newest: int) -> dict[str, Any]:
     return body
 
 
-def _built(raw: Any) -> Built | None:
+def parse_built(raw: Any) -> Built | None:
+    """A Built from its JSON form (`vars(built)`); None for none."""
     if raw is None:
         return None
     stores = {str(store): str(digest) for store, digest in raw["stores"].items()}

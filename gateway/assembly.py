@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from contracts.coordination import Coordination, Member
+from contracts.manifest import Built
 from contracts.placement import Assignment, Replica
 from contracts.project import Project
 from contracts.topology import Topology
@@ -102,6 +103,8 @@ class NodeAsks:
 
     caught_up: Callable[[Assignment], frozenset[Replica]]  # KIP-441's warm-ups done
     exposition: Callable[[], Awaitable[bytes]]  # the node's metrics, every worker's summed
+    # the chains' tables as the manifest names them, told before the chains are installed
+    tables_built: Callable[[Built | None], None]
 
 
 def assemble(
@@ -118,7 +121,7 @@ def alone(
     core = _core(
         project, node_id, _coordinated_view(project, node_id), owns_files=True, images=False
     )
-    sync = SnapshotSync(core, metrics.freshness)
+    sync = SnapshotSync(core, asks.tables_built, metrics.freshness)
     return NodeParts(core, _coordinator(core, sync, asks), sync, Joined(core.catalog, sync))
 
 
@@ -131,7 +134,7 @@ def keeper(
     core = _core(
         project, node_id, _coordinated_view(project, node_id), owns_files=True, images=True
     )
-    sync = SnapshotSync(core, metrics.freshness)
+    sync = SnapshotSync(core, asks.tables_built, metrics.freshness)
     coordinator = _coordinator(core, sync, asks)
     kept = Keeper(role.channel, role.followers, core, coordinator, sync, asks.exposition)
     wait_s = project.settings.request_timeout_s + FOLLOWERS_EXTRA_S
@@ -146,7 +149,7 @@ def follower(
     assert role.lifeline is not None
     view = TopologyView(_unplaced(project))
     core = _core(project, node_id, view, owns_files=False, images=True)
-    follows = Follower(role.channel, role.lifeline, core, metrics.exposition)
+    follows = Follower(role.channel, role.lifeline, core, metrics.exposition, asks.tables_built)
     return NodeParts(core, follows, follows, Following(follows))
 
 

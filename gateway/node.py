@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
@@ -13,9 +14,11 @@ from collections.abc import Callable
 
 from contracts import chains
 from contracts.clock import now_ms
+from contracts.generations import kept
+from contracts.manifest import Built
 from contracts.placement import Assignment, Replica
 from contracts.positions import satisfies
-from contracts.project import Project
+from contracts.project import Project, Store
 from contracts.release import release
 from contracts.snapshot_file import rows_as
 from contracts.topology import Topology
@@ -26,7 +29,7 @@ from gateway.cluster.health import Membership
 from gateway.cluster.log_end import LogEnd, LogFileEnd, PublishedEnd
 from gateway.cluster.metrics import NodeMetrics, NodeState
 from gateway.cluster.routing import Router
-from gateway.cluster.served import servable
+from gateway.cluster.served import read_tables, servable
 from gateway.cluster.status import (
     ASSIGNMENT_HEADER,
     FORMATS,
@@ -54,7 +57,9 @@ class GatewayNode:
     def __init__(
         self, project: Project, node_id: str, role: Role = ALONE, schema: str = ""
     ) -> None:
-        self.project = project
+        self.project = project  # its stores the tables the file's need (contracts/generations.py)
+        self.file = dataclasses.replace(project)  # as the file says: `project` is taken into
+        self._built: Built | None = None  # the chains' tables, as the manifest last said
         self.id = node_id
         self.role = role
         self.schema = schema  # the version of the schema it serves (NodeStatus.schema)
@@ -62,7 +67,11 @@ class GatewayNode:
         self.authenticator = Authenticator(project.access, project.settings.max_token_lifetime_s)
         self.metrics = NodeMetrics()
         parts = assemble(
-            project, node_id, role, self.metrics, NodeAsks(self._caught_up, self.exposition)
+            project,
+            node_id,
+            role,
+            self.metrics,
+            NodeAsks(self._caught_up, self.exposition, self._tables_built),
         )
         core = parts.core
         self.catalog, self.topology = core.catalog, core.topology
@@ -104,7 +113,7 @@ class GatewayNode:
         )
         self.internal_requests = 0
         self.live = LiveCounts()
-        # the declared stores its schema serves (gateway/cluster/served.py), all until start
+        # the tables its schema reads (gateway/cluster/served.py), all until start
         self.served = frozenset(project.stores)
         self.declared = {name: rows_as(store) for name, store in project.stores.items()}
         self._served_listeners: list[Callable[[frozenset[str]], None]] = []
@@ -262,16 +271,33 @@ class GatewayNode:
 
     def take(self, newer: Project) -> None:
         """A project file read again (stategate/reloading.py), taken into the project every
-        part of the node reads. The chains whose bases have tables of stores it declares
-        since are opened again (SnapshotCatalog.widen), off the event loop; the schema takes
-        those stores once every node has them built, as it does from start; the stores it no
-        longer declares go from the schema at once."""
+        part of the node reads, as the tables its stores need (`_retable`). The schema takes
+        the stores declared since, and a store's new declaration, once every node has them
+        built, as it does from start; the stores it no longer declares go from it at once."""
         authenticator = Authenticator(newer.access, newer.settings.max_token_lifetime_s)
-        self.project.take(newer)  # once the keys [auth] names were read: ConfigError before
+        self.file = dataclasses.replace(newer)  # once the keys [auth] names were read
         self.authenticator = authenticator
         self.declared = {name: rows_as(store) for name, store in newer.stores.items()}
+        self._retable(always=True)
+
+    def _tables_built(self, built: Built | None) -> None:
+        """The chains' tables as the manifest names them, heard before the delivery installs
+        the chains it lists: the project's tables follow them (`_retable`)."""
+        if built != self._built:
+            self._built = built
+            self._retable()
+
+    def _retable(self, always: bool = False) -> None:
+        """Take into the project the tables the file's stores need, given those the chains
+        hold (contracts/generations.py: `kept`). The chains whose bases hold tables it did
+        not open are opened again (SnapshotCatalog.widen), off the event loop; the tables
+        it no longer needs go from the schema at once."""
+        tables = kept(self.file, self._built)
+        if not always and tables.stores == self.project.stores:
+            return
+        self.project.take(tables)
         self.key_routes = key_routes(self.project)
-        self._serve(self.served & frozenset(self.project.stores))  # the stores removed go
+        self._serve(self._readable(self.served))
         task = asyncio.get_running_loop().create_task(self._widen())
         self._fetching.add(task)
         task.add_done_callback(self._fetching.discard)
@@ -308,27 +334,48 @@ class GatewayNode:
         ]
 
     def pending(self) -> tuple[str, ...]:
-        """The declared stores it has not built yet on every chain it serves."""
-        return unbuilt(self.declared, self.built())
+        """The declared stores whose declaration it has not built yet on every chain it
+        serves."""
+        stores = self.project.stores
+        built = {
+            s.declared_name
+            for t in self.built()
+            if rows_as(s := stores[t]) == self.declared.get(s.declared_name)
+        }
+        return unbuilt(self.declared, built)
+
+    def read_store(self, name: str) -> Store:
+        """The table its schema reads of the declared store `name` (a join's target)."""
+        stores = self.project.stores
+        return next(
+            (s for t in self.served if (s := stores.get(t)) and s.declared_name == name),
+            stores[name],
+        )
 
     def when_served(self, listener: Callable[[frozenset[str]], None]) -> None:
         """Call `listener` with the stores the node serves each time they change."""
         self._served_listeners.append(listener)
 
+    def _readable(self, reading: frozenset[str] = frozenset()) -> frozenset[str]:
+        """The tables the schema may read (gateway/cluster/served.py): those every node has
+        built, and those it reads already (`reading`): what it serves only grows, and a
+        store's file declaration once read is never left for the one before it."""
+        found = servable(self.project, self.built(), self.membership.built())
+        reading &= frozenset(self.project.stores)  # not those the project no longer has
+        return read_tables(self.project, found | reading, self.declared)
+
     async def _serve_first(self) -> None:
-        """The stores every node has built (gateway/cluster/served.py), once each peer was
-        asked: what the node serves from its start."""
+        """The tables every node has built, once each peer was asked: what the node serves
+        from its start."""
         await self.membership.poll_once()
-        self._serve(servable(self.project, self.built(), self.membership.built()))
+        self._serve(self._readable())
 
     async def _serve_more_forever(self) -> None:
-        """Every health_interval_s, also the stores every node has built since."""
+        """Every health_interval_s, also the tables every node has built since."""
         while True:
             await asyncio.sleep(self.project.settings.health_interval_s)
             try:
-                found = servable(self.project, self.built(), self.membership.built())
-                if not found <= self.served:
-                    self._serve(self.served | found)
+                self._serve(self._readable(self.served))
             except Exception:  # a schema never switched again is worse than one round lost
                 log.exception("the stores served were not switched")
 
@@ -339,7 +386,9 @@ class GatewayNode:
         log.info(
             "serving stores %s%s",
             ", ".join(sorted(stores)),
-            f"; not yet built on every node: {', '.join(waiting)}" if waiting else "",
+            f"; not read (not yet built on every node, or replaced): {', '.join(waiting)}"
+            if waiting
+            else "",
         )
         for listener in self._served_listeners:
             listener(stores)

@@ -142,6 +142,7 @@ class RequestQueries:
     project: Project
     topology: Topology  # as the request began: who is a partition's active
     load: Load
+    read_store: Callable[[str], Store]  # the table the schema reads of a declared store
     visible: Visibility = EVERYTHING  # the rows its principal's row rules let it read
     tokens: list[Position] = field(default_factory=list)  # one per result
     selected: frozenset[str] = frozenset()  # every field the request's document names
@@ -449,7 +450,7 @@ class RequestQueries:
             index = field_index(store, join.field)
             keys = tuple(k for k in dict.fromkeys(r[index] for r in rows if r) if k is not None)
             if keys:
-                target = self.project.stores[join.store]
+                target = self.read_store(join.store)
                 work = Work(target, Get(keys), (), self._consistency(demand))
                 wanted.append((number, index, keys, work))
         outcomes = await self._load_all([work for *_, work in wanted]) if wanted else []

@@ -36,7 +36,7 @@ from pyspark.sql import SparkSession  # noqa: E402
 
 from contracts import chains  # noqa: E402
 from contracts.durable import locked  # noqa: E402
-from contracts.generations import of_tables  # noqa: E402
+from contracts.generations import kept, of_tables  # noqa: E402
 from contracts.manifest import (  # noqa: E402
     Layer,
     Manifest,
@@ -176,11 +176,11 @@ def tables_of(project: Project, manifest: Manifest) -> Project:
     changed in place as a generation beside the one built before it, which is kept while a
     node reads it. The nodes are asked only when there is one to leave out."""
     built = manifest.built
-    kept = of_tables(project, built, frozenset(built.declarations if built else ()))
-    if kept.stores == of_tables(project, built, ()).stores:
-        return kept
+    every = kept(project, built)
+    if every.stores == of_tables(project, built, ()).stores:
+        return every
     reading = nodes_reading(project)
-    return kept if reading is None else of_tables(project, built, reading)
+    return every if reading is None else of_tables(project, built, reading)
 
 
 def _publish_on_executors(

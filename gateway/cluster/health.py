@@ -49,7 +49,6 @@ class Peer:
     partitions: dict[int, PartitionState] = field(default_factory=dict)
     runs: tuple[str, str] = ("", "")  # its release and schema version, as it last said
     stores: frozenset[str] | None = None  # the stores it has built, as it last said
-    serving: frozenset[str] | None = None  # the tables its schema reads, as it last said
     pending: tuple[str, ...] | None = None  # those it declares and has not built yet
 
 
@@ -143,10 +142,6 @@ class Membership:
         """The stores each peer has built, as it last said (None: it said nothing yet)."""
         return [peer.stores for peer in self.peers.values()]
 
-    def serving(self) -> list[frozenset[str] | None]:
-        """The tables each peer's schema reads, as it last said (None: it said nothing yet)."""
-        return [peer.serving for peer in self.peers.values()]
-
     def offsets(self, node_id: str, partition: int) -> dict[str, int] | None:
         state = self.state(node_id, partition)
         return None if state is None else state.offsets
@@ -210,7 +205,6 @@ class Membership:
         peer.partitions, peer.changes = status.partitions, status.changes
         peer.runs = (status.release, status.schema)
         peer.stores = None if status.stores is None else frozenset(status.stores)
-        peer.serving = None if status.serving is None else frozenset(status.serving)
         peer.pending = status.pending()
         peer.seen_ms = now_ms()
         self.mark_up(peer.id)

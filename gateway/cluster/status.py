@@ -186,11 +186,12 @@ def unbuilt(declared: Iterable[str], built: Iterable[str]) -> tuple[str, ...]:
 
 def key_routes(project: Project) -> list[KeyRoute]:
     """Every root field of the project's partitioned stores that reads by key."""
-    return [
+    routes = (
         KeyRoute(field, argument, store.topic.name, store.key_type)
         for store in project.stores.values()
         for field, argument in names.routed_fields(store).items()
-    ]
+    )
+    return list(dict.fromkeys(routes))  # a store's generations route the same fields
 
 
 def _json_map(partition_map: PartitionMap) -> dict[str, Any]:

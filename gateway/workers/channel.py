@@ -3,13 +3,14 @@ object a line, over a Unix socket in the abstract namespace (nothing on disk to 
 scoped to the node's network namespace, which its workers share).
 
 The keeper tells: each chain it serves (`ChainNews`: its layer files and the images of its
-levels; None once handed over),
-the topology and what its coordinator says (`ClusterNews`), the snapshot store's log ends and
-its sync errors (`DeliveryNews`), `Ready` once a follower has heard the whole state, and the
-answers to a follower's asks (`AskReply`). A follower asks (`Ask`): a sync (the pipeline's
-notification landed on it), the node's metrics (a scrape did) or its workers serving (a
-/ready did); it tells `Serving` once it serves (it listens next), and it beats (`Beat`)
-every BEAT_S, so that its keeper knows its event loop runs (gateway/workers/keeper.py).
+levels; None once handed over), the topology and what its coordinator says
+(`ClusterNews`), the snapshot store's log ends, its sync errors and the tables its chains
+hold (`DeliveryNews`, before the chains), `Ready` once a follower has heard the whole
+state, and the answers to a follower's asks (`AskReply`). A follower asks (`Ask`): a sync
+(the pipeline's notification landed on it), the node's metrics (a scrape did) or its
+workers serving (a /ready did); it tells `Serving` once it serves (it listens next), and
+it beats (`Beat`) every BEAT_S, so that its keeper knows its event loop runs
+(gateway/workers/keeper.py).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any, Literal
 
 import orjson
 
+from contracts.manifest import Built, parse_built
 from contracts.placement import Assignment
 from contracts.snapshot_file import Kind
 from contracts.topology import Topology
@@ -65,6 +67,7 @@ class DeliveryNews:
     log_end: dict[str, dict[int, int]]  # topic -> partition -> end, as last published
     errors: dict[int, str]  # chain -> why its newest version is not served
     store_rows: dict[str, int]  # store -> its rows in the cluster, as published (Manifest)
+    built: Built | None  # the chains' tables, as the manifest names them
 
 
 @dataclass(frozen=True)
@@ -125,8 +128,9 @@ def _body(message: Message) -> dict[str, Any]:
                 "described": described,
                 "connected": connected,
             }
-        case DeliveryNews(log_end, errors, store_rows):
-            return {"delivery": log_end, "errors": errors, "rows": store_rows}
+        case DeliveryNews(log_end, errors, store_rows, built):
+            tables = None if built is None else vars(built)
+            return {"delivery": log_end, "errors": errors, "rows": store_rows, "built": tables}
         case Ready():
             return {"ready": True}
         case Serving():
@@ -155,7 +159,8 @@ def _message(body: dict[str, Any]) -> Message:
         ends = body["delivery"].items()
         log_end = {t: {int(p): int(e) for p, e in by.items()} for t, by in ends}
         errors = {int(c): str(e) for c, e in body["errors"].items()}
-        return DeliveryNews(log_end, errors, {str(s): int(n) for s, n in body["rows"].items()})
+        rows = {str(s): int(n) for s, n in body["rows"].items()}
+        return DeliveryNews(log_end, errors, rows, parse_built(body["built"]))
     if "ready" in body:
         return Ready()
     if "serving" in body:

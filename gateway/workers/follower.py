@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from contracts import chains
+from contracts.manifest import Built
 from gateway.storage.catalog.hub import SnapshotError
 from gateway.storage.catalog.layers import LevelImage, LocalLayer
 from gateway.storage.delivery.node_core import NodeCore
@@ -55,6 +56,7 @@ class Follower:
         lifeline: Lifeline,
         core: NodeCore,
         metrics: Callable[[], bytes],
+        tables_built: Callable[[Built | None], None],
     ) -> None:
         self.address = address
         self.lifeline = lifeline
@@ -64,6 +66,7 @@ class Follower:
         self.view = core.topology
         self.switches = core.switches
         self.metrics = metrics  # this worker's own
+        self._tables_built = tables_built
         self.connected = True
         self.errors: dict[int, str] = {}
         self._described: dict[str, Any] = {}
@@ -185,8 +188,9 @@ class Follower:
             case ClusterNews(topology, described, connected):
                 self.view.update(topology)
                 self._described, self.connected = described, connected
-            case DeliveryNews(log_end, errors, store_rows):
+            case DeliveryNews(log_end, errors, store_rows, built):
                 self._log_end, self.errors, self._store_rows = log_end, errors, store_rows
+                self._tables_built(built)  # told before the chains that hold them
             case Ready():
                 self._ready.set()
 

@@ -151,7 +151,9 @@ class Keeper:
             self.view.current, self.coordinator.describe(), self.coordinator.connected
         )
         manifest = self.sync.manifest
-        delivery = DeliveryNews(manifest.log_end, dict(self.sync.errors), manifest.store_rows)
+        delivery = DeliveryNews(
+            manifest.log_end, dict(self.sync.errors), manifest.store_rows, manifest.built
+        )
         for link, heard in self._links.items():
             for message in _news(heard, chains, cluster, delivery):
                 link.send(message)

@@ -51,7 +51,11 @@ class Context:
         if not lone:
             return cls.joining(node, batch, batch_loader(batch), principal)
         queries = RequestQueries(
-            node.project, node.topology.current, batch.run, _visibility(node, principal)
+            node.project,
+            node.topology.current,
+            batch.run,
+            node.read_store,
+            _visibility(node, principal),
         )
         return cls(node, batch, queries, principal, lone=True)
 
@@ -63,7 +67,9 @@ class Context:
         the subscriptions evaluated together (resolvers/transport/live.py) send one routed
         batch."""
         visible = _visibility(node, principal)
-        queries = RequestQueries(node.project, node.topology.current, load, visible)
+        queries = RequestQueries(
+            node.project, node.topology.current, load, node.read_store, visible
+        )
         return cls(node, batch, queries, principal)
 
     def again(self) -> Context:

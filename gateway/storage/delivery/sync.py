@@ -17,6 +17,7 @@ import hashlib
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -24,7 +25,7 @@ from typing import BinaryIO
 from contracts import chains, tracing
 from contracts.clock import now_ms
 from contracts.freshness import Delays
-from contracts.manifest import FILE_NAME, Layer, Manifest, PartitionEntry
+from contracts.manifest import FILE_NAME, Built, Layer, Manifest, PartitionEntry
 from contracts.snapshot_file import FormatError, parse_file_name, partition_folder, relative_path
 from gateway.storage.catalog.hub import SnapshotError
 from gateway.storage.catalog.layers import LocalLayer
@@ -66,13 +67,19 @@ class _Linger:
 
 
 class SnapshotSync:
-    def __init__(self, core: NodeCore, freshness: Delays | None = None) -> None:
+    def __init__(
+        self,
+        core: NodeCore,
+        tables_built: Callable[[Built | None], None] = lambda built: None,
+        freshness: Delays | None = None,
+    ) -> None:
         self.project = core.project
         self.node_id = core.node_id
         self.topology = core.topology
         self.catalog = core.catalog
         self.switches = core.switches
         self.freshness = freshness or Delays()
+        self._tables_built = tables_built
         self.manifest = Manifest()
         self.errors: dict[int, str] = {}
         self._refused: dict[int, _Refusal] = {}
@@ -87,6 +94,7 @@ class SnapshotSync:
         Versions that failed before wait for their backoff unless `force`."""
         async with self._lock:
             self.manifest = await self._read_manifest()
+            self._tables_built(self.manifest.built)  # the tables the chains below hold
             installed: dict[int, int] = {}
             too_large = self._global_excess()
             for partition in self.held():
