@@ -22,6 +22,7 @@ pending update, never a queue.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Iterable
@@ -38,6 +39,7 @@ from contracts.positions import Position, encode_token, merge
 from gateway.node import GatewayNode
 from resolvers.execution import client_errors, results
 from resolvers.execution.operations import Operations, Prepared, Refused
+from resolvers.execution.persisted import Source
 from resolvers.schema.context import Context, batch_loader
 
 log = logging.getLogger(__name__)
@@ -262,24 +264,37 @@ class Hub:
             self._due.discard(cohort)
 
     def _served(self, stores: frozenset[str]) -> None:
-        """The schema lost stores (README: Changing stores): each cohort whose document no
-        longer validates against it ends, with SCHEMA_CHANGED and why; the rest carry on."""
+        """The schema stopped reading tables (README: Changing stores): a store removed, or
+        read from its new declaration's table. Each cohort whose document no longer
+        validates against it ends, with SCHEMA_CHANGED and why; the others are prepared
+        again, so that they read the tables it reads, and evaluated."""
         lost, self._serving = self._serving - stores, stores
         if not lost:
             return
         for cohort in list(self.cohorts.values()):
-            invalid = self.operations.invalid(cohort.operation.prepared.document)
-            if not invalid:
+            operation = cohort.operation
+            invalid = self.operations.invalid(operation.prepared.document)
+            if invalid:
+                self._end(cohort, [_schema_changed(error) for error in invalid])
                 continue
-            errors = [_schema_changed(error) for error in invalid]
-            subscribers = list(cohort.subscribers)
-            for subscriber in subscribers:
-                subscriber.end(errors)
-                self.leave(cohort.operation, subscriber)
-            log.info(
-                "%d subscriptions of %s ended: the schema served no longer has what they read",
-                len(subscribers), cohort.operation.prepared.name or "an anonymous operation",
-            )  # fmt: skip
+            source = Source(operation.prepared.query, operation.prepared.name)
+            try:
+                prepared = self.operations.prepare(source, operation.variables)
+            except Refused as refused:  # a limit its new tables' rows no longer fit
+                self._end(cohort, refused.errors)
+                continue
+            cohort.operation = dataclasses.replace(operation, prepared=prepared)
+            self._mark_due([cohort])
+
+    def _end(self, cohort: Cohort, errors: list[dict[str, Any]]) -> None:
+        subscribers = list(cohort.subscribers)
+        for subscriber in subscribers:
+            subscriber.end(errors)
+            self.leave(cohort.operation, subscriber)
+        log.info(
+            "%d subscriptions of %s ended: the schema served no longer has what they read",
+            len(subscribers), cohort.operation.prepared.name or "an anonymous operation",
+        )  # fmt: skip
 
     def _switched(self, partitions: frozenset[int]) -> None:
         self._mark_due(
