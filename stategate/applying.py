@@ -2,12 +2,12 @@
 progress until every node serves it (README: Changing stores).
 
 It asks every node what it declares and has built (its /internal/status, with the cluster
-secret), compares the file's stores, and prints the plan: the stores to add, what building
-them reads and writes, and the steps that apply it. With `--dry-run` it stops there.
-Otherwise it prints a line each time the progress changes (the new stores built on how many
-nodes, how many serve the file's schema), and exits 0 once every node serves the file's
-schema, 1 if `--wait` seconds pass first. A file that does not load, a store changed in
-place and nodes that cannot be asked exit 2, with one line saying why."""
+secret), compares the file's stores, and prints the plan: the stores to add, to change in
+place and to remove, what building them reads and writes, and the steps that apply it. With
+`--dry-run` it stops there. Otherwise it prints a line each time the progress changes (the
+new declarations built on how many nodes, how many serve the file's schema), and exits 0
+once every node serves the file's schema, 1 if `--wait` seconds pass first. A file that
+does not load and nodes that cannot be asked exit 2, with one line saying why."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from contracts import chains
 from contracts.coordination import Coordination, CoordinatorError
 from contracts.entries import ConfigError
+from contracts.generations import built_tables, kept
 from contracts.manifest import FILE_NAME, Manifest
 from contracts.project import Project, scheme
 from contracts.snapshot_file import FormatError, rows_as
@@ -49,15 +50,20 @@ class NotApplied(Exception):
 @dataclass(frozen=True)
 class Plan:
     added: tuple[str, ...]  # declared by the file, not built on every node yet
+    changed: tuple[str, ...]  # of those, declared otherwise before: changed in place
     removed: tuple[str, ...]  # declared by a node, not by the file
     schema: str  # the version of the schema the file's stores make
+    declared: dict[str, str]  # the file's stores: name -> rows_as
+    tables: dict[str, str]  # the table each is built as (contracts/generations.py)
     rebuild: Rebuild | None  # what the pipeline builds (None: the published chains hold it)
     records: int  # what the rebuild reads again: the published records of its topics
     size: int  # the published layers' bytes: about what the rebuild's bases write
 
     def lines(self) -> list[str]:
+        new = [n for n in self.added if n not in self.changed]
         said = [
-            f"stores to add: {', '.join(self.added) or 'none'}",
+            f"stores to add: {', '.join(new) or 'none'}",
+            f"stores to change in place: {', '.join(self.changed) or 'none'}",
             f"stores to remove: {', '.join(self.removed) or 'none'}",
             f"schema: {self.schema}",
         ]
@@ -80,6 +86,14 @@ class Plan:
                 "node reads it again (apply asks them, as SIGHUP does); each node serves the "
                 "new stores once every node has them built"
             )
+        if self.changed:
+            said.append(
+                "in place: each store changed is built as a table of its own beside the one "
+                "read now; each node reads it instead once every node has it built, its "
+                "subscriptions carried over (those whose documents no longer validate end "
+                "with SCHEMA_CHANGED); the pipeline leaves the old table out once no node "
+                "reads it"
+            )
         elif self.removed:
             said.append(
                 "steps: this file on every host; each node reads it again (apply asks them, as "
@@ -91,26 +105,46 @@ class Plan:
 
 def plan(project: Project, said: dict[str, NodeStatus], manifest: Manifest) -> Plan:
     """The change from what the nodes have built to the file's stores: a store is to add
-    until every node has it built, to remove while a node declares it. NotApplied for a store
-    changed in place, or when a node does not say what it declares."""
+    until every node has the table of its declaration built (a store changed in place: the
+    generation beside the one built before, contracts/generations.py), to remove while a
+    node declares it. NotApplied when a node does not say what it declares, and for a
+    store made global or partitioned (its chains are others)."""
     if not said or any(s.declared is None or s.stores is None for s in said.values()):
         raise NotApplied("a node does not say what it declares (a release before `apply`)")
-    wanted = {name: rows_as(store) for name, store in project.stores.items()}
-    changed = sorted(
-        {n for s in said.values() for n, d in (s.declared or {}).items() if wanted.get(n, d) != d}
+    moved = sorted(
+        {
+            t.declared_name
+            for t in built_tables(manifest.built).values()
+            if (store := project.stores.get(t.declared_name)) and store.is_global != t.is_global
+        }
     )
-    if changed:
+    if moved:
         raise NotApplied(
-            f"{', '.join(changed)} changed in place: declare the new form as a store of another "
-            "name, move the clients to it, then remove the old one (README: Changing stores)"
+            f"{', '.join(moved)} made global or partitioned: declare the new form as a store "
+            "of another name, move the clients to it, then remove the old one"
         )
-    built = set(wanted).intersection(*(s.stores or () for s in said.values()))
+    wanted = {name: rows_as(store) for name, store in project.stores.items()}
+    tables = kept(project, manifest.built)
+    target = {
+        s.declared_name: s.name
+        for s in tables.stores.values()
+        if rows_as(s) == wanted[s.declared_name]
+    }
+    added = sorted(
+        n for n, t in target.items() if not all(t in (s.stores or ()) for s in said.values())
+    )
+    otherwise = {
+        n for s in said.values() for n, d in (s.declared or {}).items() if wanted.get(n, d) != d
+    }
     declared = set().union(*(s.declared or {} for s in said.values()))
-    rebuild = to_rebuild(project, manifest)
+    rebuild = to_rebuild(tables, manifest)
     return Plan(
-        added=tuple(sorted(wanted.keys() - built)),
+        added=tuple(added),
+        changed=tuple(n for n in added if n in otherwise or target[n] != n),
         removed=tuple(sorted(declared - wanted.keys())),
         schema=schema_version(build_schema(project)),
+        declared=wanted,
+        tables=target,
         rebuild=rebuild,
         records=sum(
             at
@@ -227,14 +261,19 @@ def _progress(change: Plan, asked: dict[str, NodeStatus | str]) -> str:
     said = [s for s in asked.values() if isinstance(s, NodeStatus)]
     nodes = len(asked)
     parts = [
-        f"{store} declared on {sum(store in (s.declared or {}) for s in said)} of {nodes}, "
-        f"built on {sum(store in (s.stores or ()) for s in said)} of {nodes}"
+        f"{store} declared on {sum(_declares(s, change, store) for s in said)} of {nodes}, "
+        f"built on {sum(change.tables[store] in (s.stores or ()) for s in said)} of {nodes}"
         for store in change.added
     ]
     serving = sum(s.schema == change.schema for s in said)
     parts.append(f"{serving} of {nodes} nodes serve schema {change.schema}")
     silent = sorted(node for node, s in asked.items() if isinstance(s, str))
     return "; ".join(parts + ([f"no answer from {', '.join(silent)}"] if silent else []))
+
+
+def _declares(status: NodeStatus, change: Plan, store: str) -> bool:
+    """Whether a node declares `store` as the file does."""
+    return (status.declared or {}).get(store) == change.declared[store]
 
 
 async def _statuses(project: Project) -> dict[str, NodeStatus | str]:

@@ -1,8 +1,8 @@
 """Settings and stores read again while serving (README: Changing settings without a
 restart, Changing stores): on SIGHUP a node reads its project file again. What it can apply
-in place (the RELOADABLE settings, [auth], stores added on the topics it had or removed,
-another index) it takes into
-the project its parts read (Project.take), its connections kept; a file that does not load,
+in place (the RELOADABLE settings, [auth], stores added on the topics it had, removed or
+declared otherwise) it takes into the project its parts read (Project.take, through
+GatewayNode.take), its connections kept; a file that does not load,
 or that changes anything else, changes nothing and says why in one line."""
 
 from __future__ import annotations
@@ -56,8 +56,12 @@ def changed(old: Project, new: Project) -> tuple[list[str], list[str]]:
     indexed = [n for n in other if same_rows(old.stores[n], new.stores[n])]
     if indexed:
         applied.append(f"index changed: {', '.join(indexed)}")
-    if len(indexed) < len(other):
-        refused.append(f"stores changed: {', '.join(n for n in other if n not in indexed)}")
+    moved = [n for n in other if old.stores[n].is_global != new.stores[n].is_global]
+    if moved:
+        refused.append(f"stores made global or partitioned: {', '.join(moved)}")
+    in_place = [n for n in other if n not in indexed and n not in moved]
+    if in_place:
+        applied.append(f"stores changed in place: {', '.join(in_place)}")
     if old.topics != new.topics:
         refused.append("[[topics]]")
     if new.global_stores and not old.global_stores:

@@ -97,7 +97,10 @@ def test_a_store_is_served_once_every_node_has_it_built_and_never_before(
         assert_oracle(nodes, grown, "customerTotals")
         reader.start()
         planned = nodes.cli("apply", "--dry-run")  # what the grown file will do
-        assert f"stores to add: {NEW}\nstores to remove: none\n" in planned, planned
+        assert (
+            f"stores to add: {NEW}\nstores to change in place: none\nstores to remove: none\n"
+            in planned
+        ), planned
         building = f"building: the pipeline builds {NEW} from the log ("
         assert building in planned and " records of bookings read again) and folds" in planned
         applying = subprocess.Popen(

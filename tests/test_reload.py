@@ -150,7 +150,14 @@ def test_sighup_takes_another_index_with_the_same_answers(node: Project) -> None
             "max_document_tokens",
         ),
         ({"partitions = 9": "partitions = 12"}, "[cluster] differ"),
-        ({'size = "1h"': 'size = "2h"'}, "stores changed: delaysHopping, hourlyRevenue"),
+        (
+            {
+                'name = "tripTotals"\nkind = "aggregate"\ntopic = "trips"\nglobal = true\n': (
+                    'name = "tripTotals"\nkind = "aggregate"\ntopic = "trips"\n'
+                )
+            },
+            "stores made global or partitioned: tripTotals",
+        ),
     ],
 )
 def test_a_file_a_reload_cannot_apply_changes_nothing_and_says_why(

@@ -1,6 +1,7 @@
 """`stategate apply`'s plan from what the nodes say (stategate/applying.py): a store is to
-add until every node has it built, to remove while a node declares it; a store changed in
-place, or a node that says nothing of its stores, is refused with the reason."""
+add until every node has it built (a store changed in place: its new generation), to remove
+while a node declares it; a node that says nothing of its stores, or a store made global, is
+refused with the reason."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import dataclasses
 
 import pytest
 
+from contracts.generations import generation
 from contracts.manifest import Layer, Manifest, PartitionEntry
 from contracts.project import Project, load
 from contracts.snapshot_file import rows_as
@@ -55,15 +57,37 @@ def test_an_index_changed_is_not_a_store_changed(project: Project) -> None:
     assert (found.added, found.removed) == ((), ())
 
 
-def test_a_store_changed_in_place_is_refused_with_the_way_to_change_it(project: Project) -> None:
+def test_a_store_changed_in_place_is_to_change_until_every_node_has_its_generation_built(
+    project: Project,
+) -> None:
+    """Built beside the one read now, as a generation (contracts/generations.py): what the
+    nodes must have built is that table, and the plan says how the change goes."""
     hourly = project.stores["hourlyRevenue"]
     wider = dataclasses.replace(hourly, window_size_ms=2 * hourly.window_size_ms)
     changed = dataclasses.replace(project, stores={**project.stores, "hourlyRevenue": wider})
-    with pytest.raises(NotApplied, match="hourlyRevenue changed in place: declare the new form"):
-        plan(changed, {"a": status(project, set(project.stores))}, Manifest())
+    published = Manifest(built=built_by(project))
+    every = set(project.stores)
+    found = plan(changed, {"a": status(project, every)}, published)
+    table = generation(wider).name
+    assert (found.added, found.changed, found.removed) == (("hourlyRevenue",),) * 2 + ((),)
+    assert found.tables["hourlyRevenue"] == table != "hourlyRevenue"
+    assert "stores to change in place: hourlyRevenue" in found.lines()
+    assert any(line.startswith("in place: each store changed is built") for line in found.lines())
+    done = status(changed, every | {table})
+    assert plan(changed, {"a": done}, published).added == ()
     unstated = dataclasses.replace(status(project, set()), declared=None)
     with pytest.raises(NotApplied, match="does not say what it declares"):
         plan(project, {"a": unstated}, Manifest())
+
+
+def test_a_store_made_global_is_refused_with_the_way_to_change_it(project: Project) -> None:
+    hourly = project.stores["hourlyRevenue"]
+    moved = dataclasses.replace(hourly, scope="global")
+    changed = dataclasses.replace(project, stores={**project.stores, "hourlyRevenue": moved})
+    with pytest.raises(NotApplied, match="hourlyRevenue made global or partitioned: declare"):
+        plan(
+            changed, {"a": status(project, set(project.stores))}, Manifest(built=built_by(project))
+        )
 
 
 def test_the_plan_builds_only_the_stores_the_published_chains_lack(project: Project) -> None:
