@@ -248,7 +248,7 @@ def _follow(project: Project, change: Plan, wait_s: float) -> int:
         if progress != last:
             print(f"progress: {progress}", flush=True)
             last = progress
-        if all(isinstance(s, NodeStatus) and s.schema == change.schema for s in asked.values()):
+        if all(isinstance(s, NodeStatus) and _serves(s, change) for s in asked.values()):
             print(f"applied in {time.monotonic() - started:.1f} s")
             return 0
         if time.monotonic() - started > wait_s:
@@ -263,12 +263,24 @@ def _progress(change: Plan, asked: dict[str, NodeStatus | str]) -> str:
     parts = [
         f"{store} declared on {sum(_declares(s, change, store) for s in said)} of {nodes}, "
         f"built on {sum(change.tables[store] in (s.stores or ()) for s in said)} of {nodes}"
+        + (f", read on {sum(_reads(s, change, store) for s in said)} of {nodes}"
+           if store in change.changed else "")
         for store in change.added
-    ]
+    ]  # fmt: skip
     serving = sum(s.schema == change.schema for s in said)
     parts.append(f"{serving} of {nodes} nodes serve schema {change.schema}")
     silent = sorted(node for node, s in asked.items() if isinstance(s, str))
     return "; ".join(parts + ([f"no answer from {', '.join(silent)}"] if silent else []))
+
+
+def _serves(status: NodeStatus, change: Plan) -> bool:
+    """Whether a node serves the file's schema, each store changed in place read from the
+    table of its new declaration (the schema may be the same before and after)."""
+    return status.schema == change.schema and all(_reads(status, change, n) for n in change.changed)
+
+
+def _reads(status: NodeStatus, change: Plan, store: str) -> bool:
+    return change.tables[store] in (status.serving or ())
 
 
 def _declares(status: NodeStatus, change: Plan, store: str) -> bool:
