@@ -4,9 +4,13 @@ limit changed in the project file and each node sent SIGHUP in turn; then anothe
 a store, taken the same way. Then a store added: it is declared in the file, `stategate
 apply` asks every node to read the file again (each takes it with no restart) and follows
 the change, and the pipeline builds it (one run, on local Spark or in its driver: the new
-store from the log, the others folded). Last, that store removed again with `apply --force`
+store from the log, the others folded). Then that store removed again with `apply --force`
 while a dashboard subscribes to it and to another store: the first subscription must end
-with SCHEMA_CHANGED, the second stay open.
+with SCHEMA_CHANGED, the second stay open. Last, a store changed in place: hourlyRevenue's
+windows resized from one hour to two (`apply` and a pipeline run build the new declaration
+beside the old, every node switches once all have it built), while a dashboard subscribes
+to one key's windows, which must be pushed the new ones; the pipeline's next run leaves
+the old table out.
 
     python -m bench.changes --workload main --reuse
 
@@ -35,7 +39,9 @@ import sys
 import threading
 import time
 from collections import defaultdict
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 from websockets.sync.client import connect
@@ -59,6 +65,11 @@ SUBSCRIPTIONS = {
     "gone": 'subscription { seatsByCustomer(key: "C000001") { record { seats } } }',
     "kept": 'subscription { customerTotals(key: "C000001") { record { bookings } } }',
 }
+HOURLY = 'name = "hourlyRevenue"\nkind = "window"\ntopic = "bookings"\nsize = "1h"\n'
+WINDOWS = (
+    'subscription { hourlyRevenue(key: "C000001", from: "2026-01-01T00:00:00Z", '
+    'to: "2026-01-07T23:00:00Z") { windows { windowStart windowEnd bookings } } }'  # the week
+)
 WS_PROTOCOL = "graphql-transport-ws"
 IDLE_S = 20.0
 RELOAD_S = 10.0  # the settings reload's phase: the three SIGHUPs, spread over it
@@ -158,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(_reindex(client, processes, project))
             rows += _add_store(client, project)
             rows += _remove_store(client, project)
+            rows += _change_window(client, project)
     finally:
         client.stopping.set()
         client.join(30)
@@ -257,6 +269,58 @@ def _remove_store(client: Client, project: Project) -> list[str]:
         "| of it, the subscription on the store | ended: SCHEMA_CHANGED | | | |",
         "| of it, the subscription on customerTotals | open | | | |",
     ]
+
+
+def _change_window(client: Client, project: Project) -> list[str]:
+    """hourlyRevenue's windows resized in place (one hour to two) by `apply` and one
+    pipeline run, a dashboard subscribed to one key's windows: the phase's row (the file's
+    edit to every node reading the new table), the pipeline's run, the disk both tables
+    take, and the next run that leaves the old one out."""
+    url = "ws" + project.cluster.nodes[1].url.removeprefix("http") + "/graphql"
+    with connect(url, subprotocols=[WS_PROTOCOL], open_timeout=10) as dashboard:  # type: ignore[list-item]
+        dashboard.send(json.dumps({"type": "connection_init"}))
+        assert json.loads(dashboard.recv(10))["type"] == "connection_ack"
+        payload = {"query": WINDOWS}
+        dashboard.send(json.dumps({"id": "w", "type": "subscribe", "payload": payload}))
+        assert _window_hours(json.loads(dashboard.recv(30))) == {1}
+        stored = _bytes(Path(project.snapshot_store))
+        client.phase, began = "change a window", time.monotonic()
+        text = project.path.read_text()
+        assert HOURLY in text, "the workload's hourlyRevenue has other windows"
+        project.path.write_text(text.replace(HOURLY, HOURLY.replace('"1h"', '"2h"'), 1))
+        config = ["--config", str(project.path)]
+        applying = subprocess.Popen([*STATEGATE, "apply", *config, "--wait", "1800"])
+        subprocess.run([*STATEGATE, "pipeline", *config], check=True, capture_output=True)
+        built_s = time.monotonic() - began
+        extra = _bytes(Path(project.snapshot_store)) - stored
+        assert applying.wait(1800) == 0, "apply did not see the change through"
+        took = time.monotonic() - began
+        pushed: set[int] = set()
+        with contextlib.suppress(TimeoutError):
+            while pushed != {2}:
+                pushed = _window_hours(json.loads(dashboard.recv(10)))
+    assert pushed == {2}, f"the subscription was pushed windows of {pushed} hours"
+    row = client.row("change a window", took)
+    client.phase, began = "its old table left out", time.monotonic()
+    subprocess.run([*STATEGATE, "pipeline", *config], check=True, capture_output=True)
+    return [
+        row,
+        f"| of it, the pipeline's run (Spark's start included) | {built_s:.1f} s | | | |",
+        f"| the snapshot store's extra bytes after it | {extra / 2**20:,.0f} MiB | | | |",
+        "| of it, the subscription on the store | pushed the new windows | | | |",
+        client.row("its old table left out", time.monotonic() - began),
+    ]
+
+
+def _window_hours(message: dict[str, Any]) -> set[int]:
+    """The sizes, in hours, of the windows a subscription's `next` message holds."""
+    assert message["type"] == "next", message
+    windows = message["payload"]["data"]["hourlyRevenue"]["windows"]
+    return {round((_ms(w["windowEnd"]) - _ms(w["windowStart"])) / 3_600_000) for w in windows}
+
+
+def _ms(text: str) -> int:
+    return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
 
 
 def _q(values: list[float], q: float) -> float:
