@@ -41,7 +41,6 @@ from gateway.cluster.status import (
     PartitionState,
     ReplicaInfo,
     key_routes,
-    unbuilt,
 )
 from gateway.runtime.lanes import Lanes
 from gateway.runtime.stalls import Stalls
@@ -267,6 +266,7 @@ class GatewayNode:
             stores=self.built(),
             declared=self.declared,
             serving=sorted(self.served),
+            pending=self.pending(),
         )
 
     def take(self, newer: Project) -> None:
@@ -333,7 +333,7 @@ class GatewayNode:
             )
         ]
 
-    def pending(self) -> tuple[str, ...]:
+    def pending(self) -> list[str]:
         """The declared stores whose declaration it has not built yet on every chain it
         serves."""
         stores = self.project.stores
@@ -342,7 +342,7 @@ class GatewayNode:
             for t in self.built()
             if rows_as(s := stores[t]) == self.declared.get(s.declared_name)
         }
-        return unbuilt(self.declared, built)
+        return sorted(set(self.declared) - built)
 
     def read_store(self, name: str) -> Store:
         """The table its schema reads of the declared store `name` (a join's target)."""

@@ -84,7 +84,8 @@ class Plan:
             said.append(
                 "steps: this file on every host; SIGHUP the pipeline (or restart it); each "
                 "node reads it again (apply asks them, as SIGHUP does); each node serves the "
-                "new stores once every node has them built"
+                "new stores, and the new declarations of those changed, once every node has "
+                "them built"
             )
         if self.changed:
             said.append(

@@ -199,7 +199,7 @@ def _node_status(project: Project, node: str, url: str, status: NodeStatus | str
         "schema": status.schema or None,
         "formats": status.formats or None,  # None: a release from before nodes said them
         # the declared stores not built yet on every chain it serves (README: Changing stores)
-        "pending": status.pending(),
+        "pending": status.pending,
         # partition -> the version it serves, of the partitioned stores and of the global ones
         "serving": _versions(project, status, globals_=False),
         "global": _versions(project, status, globals_=True),

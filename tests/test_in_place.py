@@ -137,6 +137,7 @@ def test_a_window_resized_in_place_is_read_whole_before_and_after_every_node_swi
         declared = rows_as(resized.stores[STORE])
         for node in nodes.ids:  # declared, not built: still read from the old table
             wait_until(lambda n=node: nodes.status(n)["declared"][STORE] == declared, nodes)
+            assert nodes.status(node)["pending"] == [STORE]  # its new declaration: not built
         time.sleep(2 * before.settings.health_interval_s)
         assert set(reader.seen) <= {"old", "either"}, reader.problems[:3]
         job.run(resized, spark)  # the new declaration built beside the old one
@@ -144,6 +145,7 @@ def test_a_window_resized_in_place_is_read_whole_before_and_after_every_node_swi
         assert applying.returncode == 0, rest
         assert f"{STORE} declared on 3 of 3, built on 3 of 3, read on 3 of 3" in rest, rest
         for node in nodes.ids:
+            assert nodes.status(node)["pending"] == []
             assert new_table in nodes.status(node)["serving"], nodes.status(node)
             assert STORE not in nodes.status(node)["serving"]
         pushed = dashboard.next_of("1", timeout=30)["data"][STORE]["windows"]

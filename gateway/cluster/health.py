@@ -49,7 +49,7 @@ class Peer:
     partitions: dict[int, PartitionState] = field(default_factory=dict)
     runs: tuple[str, str] = ("", "")  # its release and schema version, as it last said
     stores: frozenset[str] | None = None  # the stores it has built, as it last said
-    pending: tuple[str, ...] | None = None  # those it declares and has not built yet
+    pending: list[str] | None = None  # those it declares and has not built yet
 
 
 class Membership:
@@ -134,7 +134,7 @@ class Membership:
         """Each peer's release and schema, as it last said ("" when it has not)."""
         return {peer.id: peer.runs for peer in self.peers.values()}
 
-    def pending(self) -> dict[str, tuple[str, ...] | None]:
+    def pending(self) -> dict[str, list[str] | None]:
         """Each peer's stores declared and not built yet, as it last said (None: unsaid)."""
         return {peer.id: peer.pending for peer in self.peers.values()}
 
@@ -205,7 +205,7 @@ class Membership:
         peer.partitions, peer.changes = status.partitions, status.changes
         peer.runs = (status.release, status.schema)
         peer.stores = None if status.stores is None else frozenset(status.stores)
-        peer.pending = status.pending()
+        peer.pending = status.pending
         peer.seen_ms = now_ms()
         self.mark_up(peer.id)
         self.switches.observed(switched)

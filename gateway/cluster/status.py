@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -68,13 +67,10 @@ class NodeStatus:
     # the tables its schema reads, one a declared store (gateway/cluster/served.py:
     # read_tables); None: unstated, by a release before it
     serving: list[str] | None = None
-
-    def pending(self) -> tuple[str, ...] | None:
-        """The stores it declares and has not built yet on every chain it serves (None: a
-        release before it said neither)."""
-        if self.declared is None or self.stores is None:
-            return None
-        return unbuilt(self.declared, self.stores)
+    # the stores it declares whose declaration it has not built yet on every chain it
+    # serves (a store changed in place: its new table); None: unstated, by a release before
+    # `stores` and `declared`
+    pending: list[str] | None = None
 
     def reads(self, name: str, version: int) -> bool:
         """Whether the node reads `version` of a format: a node that stated no formats is of
@@ -117,6 +113,7 @@ class NodeStatus:
                     else {str(n): str(d) for n, d in raw["declared"].items()}
                 ),
                 serving=None if raw.get("serving") is None else [str(t) for t in raw["serving"]],
+                pending=_pending(raw),
             )
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ProtocolError(f"not a node status: {exc!r}") from exc
@@ -168,7 +165,7 @@ class PartitionMap:
     # node id -> (release, schema), "" when not known
     releases: dict[str, tuple[str, str]] = field(default_factory=dict)
     # node id -> the stores it declares and has not built yet (None: not known)
-    pending: dict[str, tuple[str, ...] | None] = field(default_factory=dict)
+    pending: dict[str, list[str] | None] = field(default_factory=dict)
 
     def to_json(self) -> bytes:
         return orjson.dumps(_json_map(self))
@@ -179,9 +176,14 @@ class PartitionMap:
         return release or None, schema or None
 
 
-def unbuilt(declared: Iterable[str], built: Iterable[str]) -> tuple[str, ...]:
-    """The stores declared and not built yet on every chain served, by name."""
-    return tuple(sorted(set(declared) - set(built)))
+def _pending(raw: dict[str, Any]) -> list[str] | None:
+    """A status's `pending`; from a release before it said them, the stores it declares
+    and does not list as built (it had no store changed in place)."""
+    if raw.get("pending") is not None:
+        return [str(n) for n in raw["pending"]]
+    if raw.get("declared") is None or raw.get("stores") is None:
+        return None
+    return sorted(set(raw["declared"]) - set(raw["stores"]))
 
 
 def key_routes(project: Project) -> list[KeyRoute]:
