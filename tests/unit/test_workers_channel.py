@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from contracts.manifest import Built
 from contracts.placement import Assignment
 from contracts.topology import Topology
 from gateway.cluster.metrics import summed
@@ -56,6 +57,15 @@ messages = st.one_of(
         st.dictionaries(st.text(), st.dictionaries(st.integers(0, 99), st.integers(0, 2**62))),
         st.dictionaries(st.integers(0, 99), st.text()),
         st.dictionaries(st.text(), st.integers(0, 2**62)),
+        st.one_of(
+            st.none(),
+            st.builds(
+                Built,
+                st.integers(1, 10**4),
+                st.dictionaries(st.text(), st.text()),
+                st.dictionaries(st.text(), st.text()),
+            ),
+        ),
     ),
     st.just(Ready()),
     st.just(Serving()),
