@@ -15,6 +15,7 @@ from contracts.cluster_secret import secret_headers
 from contracts.settings import Settings
 from gateway.model.queries import Answer, SubQuery, keys_of
 from gateway.runtime.lanes import offload
+from gateway.wire.coalescing import Coalescing
 from gateway.wire.general import HttpxTransport
 from gateway.wire.hop import HopTransport
 from gateway.wire.peer_errors import PeerRefused
@@ -34,6 +35,7 @@ class PeerClient:
     def __init__(self, secret: str, transport: Transport) -> None:
         self._headers = {**secret_headers(secret), PROTOCOL_HEADER: str(PROTOCOL)}
         self.transport = transport
+        self._coalescing = Coalescing(self._query)
 
     async def post(self, url: str, body: bytes, authorization: str | None = None) -> bytes:
         """POST an idempotent internal call, with the caller's authorization when given."""
@@ -47,7 +49,17 @@ class PeerClient:
         self, url: str, subqueries: list[SubQuery], authorization: str | None = None
     ) -> list[Answer]:
         """A node's answers to sub-queries over the internal protocol (gateway/wire/protocol.py),
-        encoded and decoded in the request's lane (a bulk request's on the bulk thread)."""
+        in one call with those other requests ask of it at once (gateway/wire/coalescing.py),
+        but while tracing: a call carries one request's trace."""
+        if tracing.on():
+            return await self._query(url, subqueries, authorization)
+        return await self._coalescing.query(url, subqueries, authorization)
+
+    async def _query(
+        self, url: str, subqueries: list[SubQuery], authorization: str | None
+    ) -> list[Answer]:
+        """One call, encoded and decoded in the request's lane (a bulk request's on the bulk
+        thread)."""
         keys = keys_of(subqueries)
         request = await offload(encode_request, subqueries, items=keys)
         reply = await self.post(url, request, authorization)
