@@ -29,7 +29,7 @@ from gateway.cluster.health import Membership
 from gateway.cluster.log_end import LogEnd, LogFileEnd, PublishedEnd
 from gateway.cluster.metrics import NodeMetrics, NodeState
 from gateway.cluster.routing import Router
-from gateway.cluster.served import read_tables, servable
+from gateway.cluster.served import read_tables, servable, store_read
 from gateway.cluster.status import (
     ASSIGNMENT_HEADER,
     FORMATS,
@@ -346,11 +346,7 @@ class GatewayNode:
 
     def read_store(self, name: str) -> Store:
         """The table its schema reads of the declared store `name` (a join's target)."""
-        stores = self.project.stores
-        return next(
-            (s for t in self.served if (s := stores.get(t)) and s.declared_name == name),
-            stores[name],
-        )
+        return store_read(self.project, self.served, name)
 
     def when_served(self, listener: Callable[[frozenset[str]], None]) -> None:
         """Call `listener` with the stores the node serves each time they change."""

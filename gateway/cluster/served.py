@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from contracts.project import Project
+from contracts.project import Project, Store
 from contracts.snapshot_file import rows_as
 
 
@@ -51,6 +51,17 @@ def read_tables(
         if name in declared and (name not in chosen or rows_as(store) == declared[name]):
             chosen[name] = table
     return frozenset(chosen.values())
+
+
+def store_read(project: Project, read: Iterable[str], name: str) -> Store:
+    """The table of the declared store `name` among those the schema reads (`read`); else
+    one of its tables, when the schema reads none (a join whose store it does not serve is
+    not served either: `servable`)."""
+    tables = [project.stores[t] for t in read if t in project.stores]
+    found = [s for s in tables if s.declared_name == name]
+    return (
+        found[0] if found else next(s for s in project.stores.values() if s.declared_name == name)
+    )
 
 
 def _declared_names(project: Project, tables: Iterable[str]) -> set[str]:

@@ -12,7 +12,7 @@ import pytest
 from contracts.generations import generation, of_tables
 from contracts.project import Project, Store, load
 from contracts.snapshot_file import rows_as
-from gateway.cluster.served import read_tables, servable
+from gateway.cluster.served import read_tables, servable, store_read
 from spark_pipeline.plan import built_by
 from tests.projects import write_project
 
@@ -69,3 +69,20 @@ def test_a_join_is_served_whichever_generation_of_its_store_is_built(project: Pr
     assert "latestBooking" in servable(tables, every, [every - {"timetable"}])
     assert "latestBooking" in servable(tables, every, [every - {new}])
     assert "latestBooking" not in servable(tables, every, [every - {new, "timetable"}])
+
+
+def test_a_join_reads_the_table_the_schema_reads_of_its_store(project: Project) -> None:
+    """Before the switch the old table, after it the new one, and once the old one is left
+    out (no table named after the store any more) the new one still."""
+    file, declaration = changed(project, "timetable")
+    new = generation(declaration).name
+    tables = of_tables(file, built_by(project), ())
+    old_read = frozenset(tables.stores) - {new}
+    assert store_read(tables, old_read, "timetable").name == "timetable"
+    new_read = frozenset(tables.stores) - {"timetable"}
+    assert store_read(tables, new_read, "timetable").name == new
+    left_out = dataclasses.replace(
+        tables, stores={n: s for n, s in tables.stores.items() if n != "timetable"}
+    )
+    assert store_read(left_out, new_read, "timetable").name == new
+    assert store_read(left_out, frozenset(), "timetable").name == new
