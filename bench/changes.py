@@ -50,7 +50,6 @@ from bench.elastic import built
 from bench.freshness import copy_workload
 from bench.queries import ONE_KEY, body
 from bench.workload import NAMES
-from contracts import project as projects
 from contracts.project import Project
 from stategate.launcher import Processes, node_command, wait_serving
 
@@ -222,18 +221,25 @@ def _add_store(client: Client, project: Project) -> list[str]:
     stored = _bytes(Path(project.snapshot_store))
     client.phase, began = "add a store", time.monotonic()
     project.path.write_text(project.path.read_text() + NEW_STORE)
-    grown = projects.load(project.path)
-    config = ["--config", str(grown.path)]
-    applying = subprocess.Popen([*STATEGATE, "apply", *config, "--wait", "1800"])
-    subprocess.run([*STATEGATE, "pipeline", *config], check=True, capture_output=True)
-    built_s = time.monotonic() - began
-    extra = _bytes(Path(grown.snapshot_store)) - stored
-    assert applying.wait(1800) == 0, "apply did not see the change through"
+    built_s, extra = _applied(project, stored, began)
     return [
         client.row("add a store", time.monotonic() - began),
         f"| of it, the pipeline's run (Spark's start included) | {built_s:.1f} s | | | |",
         f"| the snapshot store's extra bytes after it | {extra / 2**20:,.0f} MiB | | | |",
     ]
+
+
+def _applied(project: Project, stored: int, began: float) -> tuple[float, int]:
+    """The edited file applied: `stategate apply` follows the change while one pipeline run
+    builds it. The run's seconds since `began`, and the snapshot store's bytes after it
+    beyond `stored`."""
+    config = ["--config", str(project.path)]
+    applying = subprocess.Popen([*STATEGATE, "apply", *config, "--wait", "1800"])
+    subprocess.run([*STATEGATE, "pipeline", *config], check=True, capture_output=True)
+    built_s = time.monotonic() - began
+    extra = _bytes(Path(project.snapshot_store)) - stored
+    assert applying.wait(1800) == 0, "apply did not see the change through"
+    return built_s, extra
 
 
 def _remove_store(client: Client, project: Project) -> list[str]:
@@ -288,12 +294,7 @@ def _change_window(client: Client, project: Project) -> list[str]:
         text = project.path.read_text()
         assert HOURLY in text, "the workload's hourlyRevenue has other windows"
         project.path.write_text(text.replace(HOURLY, HOURLY.replace('"1h"', '"2h"'), 1))
-        config = ["--config", str(project.path)]
-        applying = subprocess.Popen([*STATEGATE, "apply", *config, "--wait", "1800"])
-        subprocess.run([*STATEGATE, "pipeline", *config], check=True, capture_output=True)
-        built_s = time.monotonic() - began
-        extra = _bytes(Path(project.snapshot_store)) - stored
-        assert applying.wait(1800) == 0, "apply did not see the change through"
+        built_s, extra = _applied(project, stored, began)
         took = time.monotonic() - began
         pushed: set[int] = set()
         with contextlib.suppress(TimeoutError):
@@ -302,7 +303,9 @@ def _change_window(client: Client, project: Project) -> list[str]:
     assert pushed == {2}, f"the subscription was pushed windows of {pushed} hours"
     row = client.row("change a window", took)
     client.phase, began = "its old table left out", time.monotonic()
-    subprocess.run([*STATEGATE, "pipeline", *config], check=True, capture_output=True)
+    subprocess.run(
+        [*STATEGATE, "pipeline", "--config", str(project.path)], check=True, capture_output=True
+    )
     return [
         row,
         f"| of it, the pipeline's run (Spark's start included) | {built_s:.1f} s | | | |",
