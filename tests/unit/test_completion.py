@@ -37,8 +37,7 @@ from contracts.positions import Position
 from contracts.project import Project, Store, load
 from gateway.cluster.status import PartitionInfo, PartitionMap, ReplicaInfo
 from gateway.service import Entry, KeyWindows, Lookup, Meta, Page, PartitionOutcome
-from resolvers.execution import completion
-from resolvers.execution.completion import PlainRecordExecutionContext
+from resolvers.execution.completion import PlainRecordExecutionContext, PlanCompiler
 from resolvers.schema.build import build_schema
 from tests.projects import write_project
 
@@ -493,7 +492,9 @@ def describe(name: str, baseline: Result, fast: Result) -> str:
 def test_a_datetime_keeps_its_own_zone_through_the_memo() -> None:
     """DateTime leaves are memoized for UTC instants only: an equal instant in another zone
     is serialized with its own offset, whichever came first."""
-    leaf = completion._leaf(GraphQLScalarType("DateTime", serialize=methodcaller("isoformat")))
+    scalar = GraphQLScalarType("DateTime", serialize=methodcaller("isoformat"))
+    leaf = PlanCompiler(collect=None).compile(scalar, [])  # type: ignore[arg-type]
+    assert leaf is not None
     utc = datetime(2026, 1, 1, tzinfo=UTC)
     berlin = utc.astimezone(timezone(timedelta(hours=1)))
     assert berlin == utc
