@@ -4,8 +4,8 @@ requests a client or a peer sends (issue 52).
 
     python -m bench.in_process --events 100000 --requests 20000 [--profile CASE]
 
-Four figures, each the median of five rounds' mean of sequential calls after a warm-up (this
-machine is noisy): a one-key GraphQL lookup of a key node1 serves, a peer's /internal/query
+Four figures, each the median time of sequential calls after a warm-up (this machine is
+noisy): a one-key GraphQL lookup of a key node1 serves, a peer's /internal/query
 of one such key, a 1000-alias document (cached) and 1000 keys as one list field. The other
 two nodes are not started: every key asked is node1's own. --profile lookup|internal|list|
 aliases prints cProfile's costliest functions of one.
@@ -36,7 +36,6 @@ from gateway.model.queries import Get, SubQuery
 from gateway.wire.protocol import encode_request
 from stategate.app import create_app
 
-ROUNDS = 5
 Call = Callable[[bytes], Awaitable[bytes]]
 
 
@@ -83,17 +82,16 @@ async def lifespan(app: ASGIApp) -> None:
     await started.wait()
 
 
-async def mean_us(call: Call, requests: list[bytes], count: int) -> float:
-    """The median over ROUNDS rounds of a call's mean time (this machine is noisy)."""
+async def median_us(call: Call, requests: list[bytes], count: int) -> float:
+    """The median call's time (this machine is noisy: a mean takes in its stolen bursts)."""
     for request in requests[: min(len(requests), 200)]:
         await call(request)
-    means = []
-    for _ in range(ROUNDS):
+    times = []
+    for number in range(count):
         started = time.perf_counter()
-        for number in range(max(1, count // ROUNDS)):
-            await call(requests[number % len(requests)])
-        means.append((time.perf_counter() - started) / max(1, count // ROUNDS) * 1e6)
-    return statistics.median(means)
+        await call(requests[number % len(requests)])
+        times.append(time.perf_counter() - started)
+    return statistics.median(times) * 1e6
 
 
 def local_keys(project: Project) -> list[str]:
@@ -120,21 +118,22 @@ async def measure(project: Project, count: int, profile: str | None) -> None:
     ]
     aliases = [body(aliased(keys))]
     listed = [body(KEYS_LIST, {"keys": keys})]
-    print(f"one-key lookup: {await mean_us(graphql, bodies, count):.1f} us", flush=True)
-    print(f"a peer's one-key /internal/query: {await mean_us(internal, subqueries, count):.1f} us")
-    print(f"1000 aliases (cached): {await mean_us(graphql, aliases, 20) / 1000:.2f} ms")
-    print(f"1000 keys as one list: {await mean_us(graphql, listed, 200) / 1000:.2f} ms")
+    print(f"one-key lookup: {await median_us(graphql, bodies, count):.1f} us", flush=True)
+    internal_us = await median_us(internal, subqueries, count)
+    print(f"a peer's one-key /internal/query: {internal_us:.1f} us")
+    print(f"1000 aliases (cached): {await median_us(graphql, aliases, 100) / 1000:.2f} ms")
+    print(f"1000 keys as one list: {await median_us(graphql, listed, 200) / 1000:.2f} ms")
     if profile is not None:
         cases = {
             "lookup": (graphql, bodies, count),
             "internal": (internal, subqueries, count),
             "list": (graphql, listed, 200),
-            "aliases": (graphql, aliases, 20),
+            "aliases": (graphql, aliases, 100),
         }
         called, requests, times = cases[profile]
         profiler = cProfile.Profile()
         profiler.enable()
-        await mean_us(called, requests, times)
+        await median_us(called, requests, times)
         profiler.disable()
         pstats.Stats(profiler).sort_stats("tottime").print_stats(40)
     os._exit(0)  # the node's threads and tasks: nothing to stop cleanly for
