@@ -1,87 +1,173 @@
-"""Two checkouts of the code, measured alternately on the same nodes' data: a redesign that
-should change nothing of the speed is checked against the commit before it, in one run.
+"""Two checkouts of the code on the same workload at once, asked in turn: a change's effect
+measured against the commit before it on a machine whose speed drifts by half within
+minutes (issue 52's machines), where two runs one after the other compare the machine.
 
     git worktree add /tmp/before <commit>
-    python -m bench.ab_trees --workload main --trees /tmp/before . --rounds 2
+    python -m bench.ab_trees --trees /tmp/before . [--workload main] [--requests 400]
 
-Each round starts the 3 nodes from each tree in turn (a subprocess whose working folder is
-the tree, so that its packages are the ones imported), asks 2,000 prefix scans round-robin,
-then 20 requests of 1,000 aliased `latestBooking` fields, one at a time, and prints the p50
-of each with the machine's load. The trees must read the workload's snapshot format.
+Each tree's 3 nodes run at once: the first tree's on the workload's own project, the
+second's on a copy of it whose nodes listen on other ports and install into copies of the
+data folders (the snapshot store is shared: nodes only read it). Every node process runs in
+its tree (`python -m` imports the tree's packages). One client then asks each case's
+requests of the two clusters in turn, one at a time, so both meet the same machine; it
+prints each case's p50 and the nodes' CPU per request (their processes' user + system time
+over the case, hops included) for each tree, their ratios, and the load.
 """
 
 from __future__ import annotations
 
 import argparse
-import subprocess
-import sys
+import re
+import shutil
+import statistics
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 
-from bench.workload import NAMES, Workload
-
-PREFIXES = 2000
-ALIASED = 20
-# Run inside a tree: its own packages come first on sys.path (the working folder).
-MEASURE = """
-import os, random, statistics, sys, time
-from pathlib import Path
 import httpx
-from bench.queries import PREFIX, body
+import orjson
+import psutil
+
+from bench.floor import Floor
+from bench.queries import Bodies
+from bench.run import keyset
+from bench.workload import NAMES, Workload
 from contracts import project as projects
-from stategate.launcher import Processes, wait_serving
+from contracts.project import Project
+from stategate.launcher import Processes, node_command, wait_serving
 
-project = projects.load(sys.argv[1])
-processes = Processes(Path(sys.argv[2]))
-processes.start_nodes(project)
-wait_serving(project, [n.id for n in project.cluster.nodes])
-urls = [n.url + "/graphql" for n in project.cluster.nodes]
-rng = random.Random(1)
-client = httpx.Client()
+PORT_SHIFT = 7  # the second tree's ports: the workload's plus this
+CASES = ("one key, to node1", "1000 keys as a list, to node1", "1000 aliased fields, to node1",
+         "prefix scan of 100, round-robin")  # fmt: skip
+HEADERS = {"content-type": "application/json"}
 
-def p50(bodies):
-    took = []
-    for i, sent in enumerate(bodies):
-        began = time.perf_counter()
-        reply = client.post(urls[i % 3], content=sent, headers={"content-type": "application/json"})
-        took.append(time.perf_counter() - began)
-        assert reply.status_code == 200 and "errors" not in reply.json(), reply.text[:300]
-    return statistics.median(took) * 1000
 
-try:
-    prefixes = [f"C{rng.randrange(100_000):05d}" for _ in range(int(sys.argv[3]))]
-    scans = [body(PREFIX, {"prefix": p, "first": 100}) for p in prefixes]
-    p50(scans[:300])
-    prefix = p50(scans)
-    keys = [f"C{rng.randrange(1_000_000):06d}" for _ in range(1000)]
-    fields = " ".join(f'k{i}: latestBooking(key: "{k}") {{ record {{ price }} }}'
-                      for i, k in enumerate(keys))
-    aliased = [body("{ " + fields + " }")] * int(sys.argv[4])
-    p50(aliased[:3])
-    print(f"prefix p50 {prefix:.2f} ms, aliases p50 {p50(aliased):.1f} ms, "
-          f"load {os.getloadavg()[0]:.2f}")
-finally:
-    processes.stop_all()
-"""
+@dataclass
+class Cluster:
+    tree: Path
+    project: Project
+    processes: Processes
+    took: list[float]
+    cpu_s: float = 0.0
+
+    @property
+    def urls(self) -> list[str]:
+        return [node.url + "/graphql" for node in self.project.cluster.nodes]
+
+    def cpu_now(self) -> float:
+        total = 0.0
+        for proc in self.procs():
+            times = proc.cpu_times()
+            total += times.user + times.system
+        return total
+
+    def procs(self) -> list[psutil.Process]:
+        started = [psutil.Process(p.pid) for p in self.processes.procs.values()]
+        return [q for p in started for q in [p, *p.children(recursive=True)]]
+
+
+def second_project(workload: Workload, folder: Path) -> Path:
+    """The workload's project with other ports and copies of its nodes' data folders."""
+    root = workload.root
+    text = workload.project_path.read_text()
+    for node in projects.load(workload.project_path).cluster.nodes:
+        copy = folder / node.id
+        if not copy.exists():
+            shutil.copytree(root / node.id, copy)
+    text = re.sub(
+        r'address = "127\.0\.0\.1:(\d+)"',
+        lambda m: f'address = "127.0.0.1:{int(m.group(1)) + PORT_SHIFT}"',
+        text,
+    )
+    text = re.sub(r'data_dir = "(\w+)"', lambda m: f'data_dir = "{folder / m.group(1)}"', text)
+    text = text.replace('store = "snapshots"', f'store = "{root / "snapshots"}"')
+    text = text.replace('dir = "log"', f'dir = "{root / "log"}"')  # fmt: skip
+    path = folder / "stategate.toml"
+    path.write_text(text)
+    return path
+
+
+def start(tree: Path, project: Project, logs: Path) -> Cluster:
+    processes = Processes(logs)
+    for node in project.cluster.nodes:
+        processes.start(f"ab-{node.id}", node_command(project, node.id), node.url, cwd=tree)
+    wait_serving(project, [n.id for n in project.cluster.nodes], 120)
+    return Cluster(tree, project, processes, [])
+
+
+def ask(client: httpx.Client, url: str, sent: bytes) -> float:
+    began = time.perf_counter()
+    reply = client.post(url, content=sent, headers=HEADERS)
+    took = time.perf_counter() - began
+    data = orjson.loads(reply.content)
+    if reply.status_code != 200 or data.get("errors"):
+        raise RuntimeError(f"{url}: {reply.status_code} {reply.text[:300]}")
+    return took
+
+
+def interleaved(clusters: list[Cluster], bodies: list[bytes], spread: bool) -> None:
+    """Each request asked of each cluster in turn (first one, then the other, alternating
+    who goes first); p50s and CPU per request into the clusters."""
+    with httpx.Client(timeout=60) as client:
+
+        def url_of(cluster: Cluster, i: int) -> str:
+            return cluster.urls[i % 3 if spread else 0]
+
+        for cluster in clusters:  # warm: documents, connections
+            for i, sent in enumerate(bodies[:20]):
+                ask(client, url_of(cluster, i), sent)
+        for cluster in clusters:
+            cluster.took, cluster.cpu_s = [], -cluster.cpu_now()
+        for i, sent in enumerate(bodies):
+            for cluster in clusters if i % 2 == 0 else reversed(clusters):
+                cluster.took.append(ask(client, url_of(cluster, i), sent))
+        for cluster in clusters:
+            cluster.cpu_s += cluster.cpu_now()
+
+
+def cases(b: Bodies, requests: int) -> list[tuple[str, list[bytes], bool]]:
+    """(name, bodies, round-robin over the nodes or to node1)."""
+    return [
+        (CASES[0], b.one_key(requests * 10), False),
+        (CASES[1], b.keys_list(requests), False),
+        (CASES[2], b.keys_aliased(10) * max(2, requests // 40), False),  # documents cached
+        (CASES[3], b.prefix(requests * 5), True),
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.ab_trees")
     parser.add_argument("--workload", choices=NAMES, default="main")
     parser.add_argument("--trees", nargs=2, type=Path, required=True)
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--requests", type=int, default=400, help="1000-key lists per tree")
     args = parser.parse_args(argv)
     workload = Workload.built(args.workload)
     if workload is None:
         parser.error(f"the {args.workload} workload is not built: run `make bench` first")
-    project = workload.project_path
-    for round_ in range(args.rounds):
-        for tree in args.trees:
-            logs = Path("/tmp") / f"stategate-ab-{tree.resolve().name}"
-            command = [sys.executable, "-c", MEASURE, str(project), str(logs)]
-            command += [str(PREFIXES), str(ALIASED)]
-            done = subprocess.run(command, cwd=tree, capture_output=True, text=True)
-            said = done.stdout.strip() or done.stderr.strip()[-2000:]
-            print(f"round {round_ + 1}, {tree}: {said}", flush=True)
+    first = projects.load(workload.project_path)
+    folder = Path("/tmp") / f"stategate-ab-{workload.root.name}"
+    folder.mkdir(exist_ok=True)
+    second = projects.load(second_project(workload, folder))
+    with ExitStack() as stack:
+        floor = Floor(workload.root / "snapshots", first.cluster.partitions)
+        stack.callback(floor.close)
+        b = Bodies(keyset(floor))
+        clusters = []
+        for tree, project, name in zip(args.trees, (first, second), "ab", strict=True):
+            cluster = start(tree.resolve(), project, folder / f"logs-{name}")
+            stack.callback(cluster.processes.stop_all)
+            clusters.append(cluster)
+        print(f"| case | {args.trees[0]} p50 | {args.trees[1]} p50 | ratio | "
+              "CPU per request | ratio | load |")  # fmt: skip
+        print("| --- | --- | --- | --- | --- | --- | --- |")
+        for name, bodies, spread in cases(b, args.requests):
+            interleaved(clusters, bodies, spread)
+            p50s = [statistics.median(c.took) * 1000 for c in clusters]
+            cpus = [c.cpu_s / len(c.took) * 1000 for c in clusters]
+            print(f"| {name} | {p50s[0]:.2f} ms | {p50s[1]:.2f} ms | {p50s[1] / p50s[0]:.2f}x | "
+                  f"{cpus[0]:.3f} / {cpus[1]:.3f} ms | {cpus[1] / cpus[0]:.2f}x | "
+                  f"{psutil.getloadavg()[0]:.2f} |", flush=True)  # fmt: skip
     return 0
 
 
