@@ -580,14 +580,22 @@ def _joined_row(outcome: Outcome, key: Key) -> Row | None:
 
 
 def _entries(keys: list[Key], outcome: Outcome) -> list[Entry]:
-    """A lookup's entries, in the order of its keys, from the answers of their partitions."""
+    """A lookup's entries, in the order of its keys, from the answers of their partitions
+    (each part's rows indexed once: this runs once a key)."""
+    parts = [
+        (q.partition, answer.by_key() if answer.ok else _NO_ROWS, answer.failure)
+        for q, answer in outcome.parts
+    ]
+    at = outcome.key_parts
     entries = []
     for some in sliced(keys):
         for key in some:
-            q, answer = outcome.part_of(key)
-            row = answer.row_of(key) if answer.ok else None
-            entries.append(Entry(key, q.partition, row, answer.failure))
+            partition, rows, failure = parts[at[key]]
+            entries.append(Entry(key, partition, rows.get(key), failure))
     return entries
+
+
+_NO_ROWS: dict[Key, Row] = {}  # a failed part's
 
 
 def _screened(entries: list[Entry], test: Callable[[Row], bool], by_key: bool) -> list[Entry]:

@@ -152,11 +152,15 @@ class Answer:
         return self.failure is None
 
     def row_of(self, key: Key) -> Row | None:
-        """The row of a key in a lookup's answer (indexed once: lookups that share a
-        sub-query each ask it for their own keys)."""
+        """The row of a key in a lookup's answer."""
+        return self.by_key().get(key)
+
+    def by_key(self) -> dict[Key, Row]:
+        """A lookup's rows by key (indexed once: lookups that share a sub-query each ask
+        it for their own keys)."""
         if self._by_key is None:
             self._by_key = {row[0]: row for row in self.rows or ()}
-        return self._by_key.get(key)
+        return self._by_key
 
     def fail(self, failure: Failure, message: str) -> Answer:
         self.failure, self.message = failure, message
