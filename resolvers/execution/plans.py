@@ -337,12 +337,26 @@ def _accepts(kind: Any) -> Callable[[Any], bool] | None:
         inner = _accepts(kind.of_type)
         return None if inner is None else (lambda v: v is not None and inner(v))
     if isinstance(kind, GraphQLList):
+        types = _plain_types(kind.of_type)
+        if types is not None:  # a list of keys: its items' types at C speed
+            return lambda v: v is None or (type(v) is list and set(map(type, v)) <= types)
         item = _accepts(kind.of_type)
         if item is None:
             return None
         return lambda v: v is None or (type(v) is list and all(map(item, v)))
     scalar = _SCALARS.get(kind.name) if isinstance(kind, GraphQLScalarType) else None
     return None if scalar is None else (lambda v: v is None or scalar(v))
+
+
+def _plain_types(kind: Any) -> frozenset[type] | None:
+    """The types of the values of a String or Boolean type (null: None's, when nullable)
+    graphql-core returns unchanged; None for other types (an Int's range is its own test)."""
+    non_null = isinstance(kind, GraphQLNonNull)
+    scalar = kind.of_type if non_null else kind
+    plain = {"String": str, "Boolean": bool}
+    if not isinstance(scalar, GraphQLScalarType) or scalar.name not in plain:
+        return None
+    return frozenset([plain[scalar.name]] if non_null else [plain[scalar.name], type(None)])
 
 
 def _arguments(
