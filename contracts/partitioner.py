@@ -10,7 +10,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 from functools import lru_cache
-from typing import Literal
+from typing import Literal, cast
 
 import numpy as np
 
@@ -76,16 +76,18 @@ def partitions_for(keys: Sequence[Key], key_type: KeyType, num_partitions: int) 
     a vectorized pass per length otherwise)."""
     if len(keys) < _VECTOR_FROM:
         return [partition_for(key, key_type, num_partitions) for key in keys]
-    data = [serialize_key(key, key_type) for key in keys]
+    if key_type == "string" and set(map(type, keys)) == {str}:
+        data = [key.encode() for key in cast("Sequence[str]", keys)]
+    else:
+        data = [serialize_key(key, key_type) for key in keys]
     found = np.empty(len(data), dtype=np.int64)
-    by_length: dict[int, list[int]] = {}
-    for i, raw in enumerate(data):
-        by_length.setdefault(len(raw), []).append(i)
-    for length, indices in by_length.items():
+    lengths = np.fromiter(map(len, data), dtype=np.int64, count=len(data))
+    for length in np.unique(lengths).tolist():
+        indices = np.flatnonzero(lengths == length).tolist()
         if len(indices) < _VECTOR_FROM:
             found[indices] = [partition_for(keys[i], key_type, num_partitions) for i in indices]
             continue
-        joined = b"".join(data[i] for i in indices)
+        joined = b"".join(data if len(indices) == len(data) else [data[i] for i in indices])
         rows = np.frombuffer(joined, dtype=np.uint8).reshape(len(indices), length)
         found[indices] = (_murmur2_rows(rows, length) & 0x7FFFFFFF) % num_partitions
     partitions: list[int] = found.tolist()

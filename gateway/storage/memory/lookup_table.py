@@ -10,9 +10,10 @@ indexed: such a store keeps answering lookups with DuckDB.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import duckdb
 import numpy as np
@@ -168,15 +169,25 @@ class LookupTable:
         return at
 
     def _find_many(self, keys: Sequence[Key]) -> np.ndarray:
-        probes = [p for p in map(self._probe, dict.fromkeys(keys)) if p is not None]
-        if not probes:
+        wanted = self._probes(list(dict.fromkeys(keys)))
+        if len(wanted) == 0:
             return np.empty(0, dtype=np.int64)
-        wanted = np.array(probes, dtype=self._keys.dtype)
         at = np.searchsorted(self._keys, wanted)
         inside = at < len(self._keys)
         at, wanted = at[inside], wanted[inside]
         found: np.ndarray = at[self._keys[at] == wanted]
         return found
+
+    def _probes(self, keys: list[Key]) -> np.ndarray:
+        """_probe of many keys, those it refuses left out; strings that all fit at once."""
+        if self._strings and set(map(type, keys)) == {str}:
+            with contextlib.suppress(UnicodeEncodeError):  # a lone surrogate: one by one
+                raw = [key.encode() for key in cast("list[str]", keys)]
+                fits = max(map(len, raw), default=0) <= self._keys.dtype.itemsize
+                if fits and b"\x00" not in b"".join(raw):
+                    return np.array(raw, dtype=self._keys.dtype)
+        probes = [p for p in map(self._probe, keys) if p is not None]
+        return np.array(probes, dtype=self._keys.dtype)
 
     def _probe(self, key: Key) -> Any:
         """The key as the index stores it, or None when no indexed key can equal it."""
