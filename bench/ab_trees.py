@@ -3,7 +3,7 @@ measured against the commit before it on a machine whose speed drifts by half wi
 minutes (issue 52's machines), where two runs one after the other compare the machine.
 
     git worktree add /tmp/before <commit>
-    python -m bench.ab_trees --trees /tmp/before . [--workload main] [--requests 400]
+    python -m bench.ab_trees --trees /tmp/before . [--workload main] [--requests 200]
 
 Each tree's 3 nodes run at once: the first tree's on the workload's own project, the
 second's on a copy of it whose nodes listen on other ports and install into copies of the
@@ -29,8 +29,9 @@ import httpx
 import orjson
 import psutil
 
+from bench import versus
 from bench.floor import Floor
-from bench.queries import Bodies
+from bench.queries import Bodies, KeySet
 from bench.run import keyset
 from bench.workload import NAMES, Workload
 from contracts import project as projects
@@ -126,13 +127,15 @@ def interleaved(clusters: list[Cluster], bodies: list[bytes], spread: bool) -> N
             cluster.cpu_s += cluster.cpu_now()
 
 
-def cases(b: Bodies, requests: int) -> list[tuple[str, list[bytes], bool]]:
-    """(name, bodies, round-robin over the nodes or to node1)."""
+def cases(ks: KeySet, requests: int) -> list[tuple[str, list[bytes], bool]]:
+    """(name, bodies, round-robin over the nodes or to node1): the reads bench.run weighs
+    against PostGraphile (bench/versus.py), and prefix scans."""
+    gateway = versus.bodies(versus.GATEWAY, ks.keys)
     return [
-        (CASES[0], b.one_key(requests * 10), False),
-        (CASES[1], b.keys_list(requests), False),
-        (CASES[2], b.keys_aliased(10) * max(2, requests // 40), False),  # documents cached
-        (CASES[3], b.prefix(requests * 5), True),
+        (CASES[0], gateway.one[: requests * 10], False),
+        (CASES[1], gateway.lists[:requests], False),
+        (CASES[2], gateway.aliased * max(1, requests // 60), False),  # 60 sets, one document
+        (CASES[3], Bodies(ks).prefix(requests * 5), True),
     ]
 
 
@@ -140,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.ab_trees")
     parser.add_argument("--workload", choices=NAMES, default="main")
     parser.add_argument("--trees", nargs=2, type=Path, required=True)
-    parser.add_argument("--requests", type=int, default=400, help="1000-key lists per tree")
+    parser.add_argument("--requests", type=int, default=200, help="1000-key lists per tree")
     args = parser.parse_args(argv)
     workload = Workload.built(args.workload)
     if workload is None:
@@ -152,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     with ExitStack() as stack:
         floor = Floor(workload.root / "snapshots", first.cluster.partitions)
         stack.callback(floor.close)
-        b = Bodies(keyset(floor))
+        ks = keyset(floor)
         clusters = []
         for tree, project, name in zip(args.trees, (first, second), "ab", strict=True):
             cluster = start(tree.resolve(), project, folder / f"logs-{name}")
@@ -161,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| case | {args.trees[0]} p50 | {args.trees[1]} p50 | ratio | "
               "CPU per request | ratio | load |")  # fmt: skip
         print("| --- | --- | --- | --- | --- | --- | --- |")
-        for name, bodies, spread in cases(b, args.requests):
+        for name, bodies, spread in cases(ks, args.requests):
             interleaved(clusters, bodies, spread)
             p50s = [statistics.median(c.took) * 1000 for c in clusters]
             cpus = [c.cpu_s / len(c.took) * 1000 for c in clusters]
