@@ -56,6 +56,11 @@ class LRU(Generic[K, V]):
             return None
         return self._entries[key][0]
 
+    def pop(self, key: K) -> None:
+        """Keep nothing made for `key`."""
+        if key in self._entries:
+            self.weight -= self._entries.pop(key)[1]
+
     def put(self, key: K, value: V) -> None:
         if key in self._entries:
             self.weight -= self._entries.pop(key)[1]

@@ -38,7 +38,7 @@ from gateway.runtime.lanes import SMALL_BULK_VALUES
 from resolvers.execution.cost import Cost, RowsOf, Shape, shape
 from resolvers.execution.executors import Compiled, Executor, General
 from resolvers.execution.key_lookup import KeyLookup, key_lookup
-from resolvers.execution.lru import LRU
+from resolvers.execution.lru import LRU, Recent
 from resolvers.execution.persisted import Persisted, Registry, Source, load
 from resolvers.execution.plans import compile_plan
 from resolvers.execution.results import Refused as Refused
@@ -49,6 +49,10 @@ MIB = 2**20
 # What a cached document holds, parsed, validated and compiled, per character of its text
 # (measured: 140 to 180 bytes, from 10 to 2000 aliased lookups; bench/RESULTS.md).
 CACHED_BYTES_PER_CHARACTER = 160
+# A document whose share of the budget is more than this fraction of it is kept from its
+# second request on (a 1000-alias one of 90 KB takes 14 MB: most of a worker's 32).
+LARGE_SHARE = 16
+SEEN_LARGE = 1024  # large documents remembered as seen once (by their text's hash)
 
 
 @dataclass(frozen=True)
@@ -112,6 +116,8 @@ class Operations:
         self._executors = LRU(size, self._executor, _text_length, budget)
         # operations whose checks give the same answer whatever the request's variables
         self._ready: LRU[tuple[str, str | None], Prepared] = LRU(size, None, _text_length, budget)
+        self._large = budget // LARGE_SHARE
+        self._seen_once: Recent[int, bool] = Recent(SEEN_LARGE)
         registry = Registry()
         if operations_file is not None:
             registry = load(operations_file, self.core, self.rules)
@@ -155,6 +161,25 @@ class Operations:
         ready = self._ready_for(source)
         if ready is not None:
             return ready
+        try:
+            return self._prepare(source, variables)
+        finally:
+            self._admit(source)
+
+    def _admit(self, source: Source) -> None:
+        """Keep a large document's parts from its second request on: one sent once (a
+        generated document, its keys written into its text) would push the documents
+        clients repeat out of the budget, and hold its memory until they pushed it back."""
+        query, name = source.query, source.name
+        if len(query) <= self._large or self._seen_once.get(hash(query)):
+            return
+        self._seen_once.put(hash(query), True)
+        for cache in (self._parsed, self._errors):
+            cache.pop(query)
+        for by_name in (self._picked, self._executors, self._ready):
+            by_name.pop((query, name))
+
+    def _prepare(self, source: Source, variables: dict[str, Any] | None) -> Prepared:
         query, name = source.query, source.name
         parsed = self._parsed(query)
         if isinstance(parsed, GraphQLError):

@@ -45,9 +45,10 @@ def aliased(n: int, salt: int) -> str:
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_many_large_documents_stay_within_the_memory_budget(tmp_path: Path, workers: int) -> None:
-    """Distinct documents of 100 aliased lookups each, 20 of them: without the budget the
-    cache would keep them all (about 28 MB); with 8 MB it keeps what fits, and the memory
-    Python holds after them all stays within the budget, or within a worker's share of it."""
+    """Distinct documents of 100 aliased lookups each, 20 of them, each asked twice (a large
+    one is kept from its second request on): without the budget the cache would keep them
+    all (about 28 MB); with 8 MB it keeps what fits, and the memory Python holds after them
+    all stays within the budget, or within a worker's share of it."""
     project = projects.load(write_project(tmp_path, [1, 2, 3]))
     settings = Settings(document_cache_mb=BUDGET_MB)  # type: ignore[call-arg]
     operations = Operations(build_schema(project), settings, None, workers=workers)
@@ -57,12 +58,34 @@ def test_many_large_documents_stay_within_the_memory_budget(tmp_path: Path, work
     try:
         for document in documents:
             operations.prepare(Source(document, None), {})
+            operations.prepare(Source(document, None), {})
         gc.collect()
         held = tracemalloc.get_traced_memory()[0]
     finally:
         tracemalloc.stop()
     assert 1 < len(operations._parsed) < len(documents)
     assert held < BUDGET_MB * MIB * 1.25 / workers, held / MIB
+
+
+def test_a_large_document_is_kept_from_its_second_request_on(tmp_path: Path) -> None:
+    """A document sent once (its keys written into its text) pushes nothing out and is not
+    kept; the same document sent again is; a small one is kept at once."""
+    project = projects.load(write_project(tmp_path, [1, 2, 3]))
+    settings = Settings(document_cache_mb=BUDGET_MB)  # type: ignore[call-arg]
+    operations = Operations(build_schema(project), settings, None)
+    small = Source(aliased(2, 0), None)
+    operations.prepare(small, {})
+    assert operations.ready(small.query, None, None) is not None
+    large = [Source(aliased(100, salt), None) for salt in (1, 2)]
+    for source in large:
+        operations.prepare(source, {})
+    assert len(operations._parsed) == 1 and operations.ready(large[0].query, None, None) is None
+    assert operations.ready(small.query, None, None) is not None  # still kept
+    again = operations.prepare(large[0], {})
+    assert operations.ready(large[0].query, None, None) is again
+    with pytest.raises(Refused):  # refused, once: its parse and errors are not kept either
+        operations.prepare(Source(aliased(100, 3) + " { nope }", None), {})
+    assert len(operations._parsed) == 2 and len(operations._errors) == 2
 
 
 def test_an_operation_of_fixed_cost_is_checked_once_until_the_limits_change(
