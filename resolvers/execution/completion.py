@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import UTC, datetime
 from functools import lru_cache
+from keyword import iskeyword
 from math import isfinite
 from operator import attrgetter, itemgetter
 from types import CodeType
@@ -267,12 +268,17 @@ def _read(module: _Module, read: Plan) -> _Read:
     """A field's read as an expression: `parent.attribute` and `parent[index]` inlined."""
     reduced: Any = read.__reduce__() if type(read) in _GETTERS else (None, ())
     arguments: tuple[Any, ...] = reduced[1]
-    if type(read) is attrgetter and len(arguments) == 1 and arguments[0].isidentifier():
+    if type(read) is attrgetter and len(arguments) == 1 and _attribute(arguments[0]):
         return lambda parent: f"{parent}.{arguments[0]}"
     if type(read) is itemgetter and len(arguments) == 1 and type(arguments[0]) is int:
         return lambda parent: f"{parent}[{arguments[0]}]"
     name = module.refer(read)
     return lambda parent: f"{name}({parent})"
+
+
+def _attribute(name: str) -> bool:
+    """Whether `parent.name` reads the attribute (a keyword, as `from`, does not parse)."""
+    return name.isidentifier() and not iskeyword(name)
 
 
 def _list(module: _Module, item: _Emit) -> _Body:
