@@ -324,9 +324,15 @@ def _plain_variables(
     return tuple(plain)
 
 
+_PLAIN: dict[str, type] = {"String": str, "Boolean": bool}  # scalars whose values are one type
+
+
+def _is_a(kind: type) -> Callable[[Any], bool]:
+    return lambda v: type(v) is kind
+
+
 _SCALARS: dict[str, Callable[[Any], bool]] = {
-    "String": lambda v: type(v) is str,
-    "Boolean": lambda v: type(v) is bool,
+    **{name: _is_a(kind) for name, kind in _PLAIN.items()},
     "Int": lambda v: type(v) is int and -(2**31) <= v < 2**31,
 }
 
@@ -353,10 +359,10 @@ def _plain_types(kind: Any) -> frozenset[type] | None:
     graphql-core returns unchanged; None for other types (an Int's range is its own test)."""
     non_null = isinstance(kind, GraphQLNonNull)
     scalar = kind.of_type if non_null else kind
-    plain = {"String": str, "Boolean": bool}
-    if not isinstance(scalar, GraphQLScalarType) or scalar.name not in plain:
+    if not isinstance(scalar, GraphQLScalarType) or scalar.name not in _PLAIN:
         return None
-    return frozenset([plain[scalar.name]] if non_null else [plain[scalar.name], type(None)])
+    plain = _PLAIN[scalar.name]
+    return frozenset([plain] if non_null else [plain, type(None)])
 
 
 def _arguments(
