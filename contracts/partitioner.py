@@ -48,6 +48,17 @@ def murmur2(data: bytes) -> int:
     return h - (1 << 32) if h & 0x80000000 else h
 
 
+def utf8_keys(keys: Sequence[Key]) -> list[bytes] | None:
+    """Every key's UTF-8 bytes, encoded at once, when every key is a str that has them;
+    None otherwise (the caller goes key by key, with its own checks)."""
+    if set(map(type, keys)) != {str}:
+        return None
+    try:
+        return [key.encode() for key in cast("Sequence[str]", keys)]
+    except UnicodeEncodeError:  # a lone surrogate
+        return None
+
+
 def serialize_key(key: Key, key_type: KeyType) -> bytes:
     """The bytes Kafka's String/Integer/Long serializer writes for `key`."""
     if key_type == "string":
@@ -76,10 +87,8 @@ def partitions_for(keys: Sequence[Key], key_type: KeyType, num_partitions: int) 
     a vectorized pass per length otherwise)."""
     if len(keys) < _VECTOR_FROM:
         return [partition_for(key, key_type, num_partitions) for key in keys]
-    if key_type == "string" and set(map(type, keys)) == {str}:
-        data = [key.encode() for key in cast("Sequence[str]", keys)]
-    else:
-        data = [serialize_key(key, key_type) for key in keys]
+    encoded = utf8_keys(keys) if key_type == "string" else None
+    data = encoded or [serialize_key(key, key_type) for key in keys]
     found = np.empty(len(data), dtype=np.int64)
     lengths = np.fromiter(map(len, data), dtype=np.int64, count=len(data))
     for length in np.unique(lengths).tolist():

@@ -10,17 +10,16 @@ indexed: such a store keeps answering lookups with DuckDB.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from contracts.partitioner import Key
+from contracts.partitioner import Key, utf8_keys
 from contracts.project import Store
 from gateway.model.queries import Row
 from gateway.storage.memory.columns import Column, column_of
@@ -180,12 +179,9 @@ class LookupTable:
 
     def _probes(self, keys: list[Key]) -> np.ndarray:
         """_probe of many keys, those it refuses left out; strings that all fit at once."""
-        if self._strings and set(map(type, keys)) == {str}:
-            with contextlib.suppress(UnicodeEncodeError):  # a lone surrogate: one by one
-                raw = [key.encode() for key in cast("list[str]", keys)]
-                fits = max(map(len, raw), default=0) <= self._keys.dtype.itemsize
-                if fits and b"\x00" not in b"".join(raw):
-                    return np.array(raw, dtype=self._keys.dtype)
+        raw = utf8_keys(keys) if self._strings else None
+        if raw and max(map(len, raw)) <= self._keys.dtype.itemsize and b"\x00" not in b"".join(raw):
+            return np.array(raw, dtype=self._keys.dtype)
         probes = [p for p in map(self._probe, keys) if p is not None]
         return np.array(probes, dtype=self._keys.dtype)
 
