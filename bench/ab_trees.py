@@ -11,16 +11,21 @@ data folders (the snapshot store is shared: nodes only read it). Every node proc
 its tree (`python -m` imports the tree's packages). One client then asks each case's
 requests of the two clusters in turn, one at a time, so both meet the same machine; it
 prints each case's p50 and the nodes' CPU per request (their processes' user + system time
-over the case, hops included) for each tree, their ratios, and the load.
+over the case, hops included) for each tree, their ratios, and the load. Last, 16 clients
+ask node1 one-key lookups (bench.run's versus bodies) of one cluster, then the other, in
+short rounds alternating who goes first: each tree's median requests per second and CPU
+per request.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import re
 import shutil
 import statistics
 import time
+from collections.abc import Awaitable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,9 +34,10 @@ import httpx
 import orjson
 import psutil
 
-from bench import versus
+from bench import one_key, versus
 from bench.floor import Floor
 from bench.queries import Bodies, KeySet
+from bench.rawhttp import Pool, Reply
 from bench.run import keyset
 from bench.workload import NAMES, Workload
 from contracts import project as projects
@@ -42,6 +48,9 @@ PORT_SHIFT = 7  # the second tree's ports: the workload's plus this
 CASES = ("one key, to node1", "1000 keys as a list, to node1", "1000 aliased fields, to node1",
          "prefix scan of 100, round-robin")  # fmt: skip
 HEADERS = {"content-type": "application/json"}
+LOADED = "one key, 16 clients to node1"
+ROUNDS = 6  # of the loaded case, each tree's
+ROUND_S = 5.0
 
 
 @dataclass
@@ -139,11 +148,32 @@ def cases(ks: KeySet, requests: int) -> list[tuple[str, list[bytes], bool]]:
     ]
 
 
+def loaded(clusters: list[Cluster], bodies: list[bytes]) -> list[tuple[float, float]]:
+    """Each cluster's median requests per second and CPU per request (ms) of one_key.CLIENTS
+    clients asking node1, in ROUNDS short rounds each, alternating who goes first."""
+    rates: list[list[float]] = [[] for _ in clusters]
+    cpus: list[list[float]] = [[] for _ in clusters]
+    for number in range(ROUNDS):
+        order = list(enumerate(clusters))
+        for index, cluster in order if number % 2 == 0 else reversed(order):
+            url = cluster.urls[0]
+
+            def ask_node1(pool: Pool, n: int, url: str = url) -> Awaitable[Reply]:
+                return pool.post(url, bodies[n % len(bodies)])
+
+            before = cluster.cpu_now()
+            ran = asyncio.run(one_key.throughput(ask_node1, ROUND_S))
+            rates[index].append(ran.rate)
+            cpus[index].append((cluster.cpu_now() - before) / ran.requests * 1000)
+    return [(statistics.median(r), statistics.median(c)) for r, c in zip(rates, cpus, strict=True)]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.ab_trees")
     parser.add_argument("--workload", choices=NAMES, default="main")
     parser.add_argument("--trees", nargs=2, type=Path, required=True)
     parser.add_argument("--requests", type=int, default=200, help="1000-key lists per tree")
+    parser.add_argument("--loaded-only", action="store_true", help=f"only {LOADED!r}")
     args = parser.parse_args(argv)
     workload = Workload.built(args.workload)
     if workload is None:
@@ -164,13 +194,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| case | {args.trees[0]} p50 | {args.trees[1]} p50 | ratio | "
               "CPU per request | ratio | load |")  # fmt: skip
         print("| --- | --- | --- | --- | --- | --- | --- |")
-        for name, bodies, spread in cases(ks, args.requests):
+        asked = cases(ks, args.requests)
+        for name, bodies, spread in [] if args.loaded_only else asked:
             interleaved(clusters, bodies, spread)
             p50s = [statistics.median(c.took) * 1000 for c in clusters]
             cpus = [c.cpu_s / len(c.took) * 1000 for c in clusters]
             print(f"| {name} | {p50s[0]:.2f} ms | {p50s[1]:.2f} ms | {p50s[1] / p50s[0]:.2f}x | "
                   f"{cpus[0]:.3f} / {cpus[1]:.3f} ms | {cpus[1] / cpus[0]:.2f}x | "
                   f"{psutil.getloadavg()[0]:.2f} |", flush=True)  # fmt: skip
+        (rate_a, cpu_a), (rate_b, cpu_b) = loaded(clusters, asked[0][1])
+        print(f"| {LOADED}, req/s | {rate_a:,.0f} | {rate_b:,.0f} | {rate_b / rate_a:.2f}x | "
+              f"{cpu_a:.3f} / {cpu_b:.3f} ms | {cpu_b / cpu_a:.2f}x | "
+              f"{psutil.getloadavg()[0]:.2f} |", flush=True)  # fmt: skip
     return 0
 
 
