@@ -561,16 +561,37 @@ def read_at_once(
 ) -> tuple[Lookup, Trace] | None:
     """The lookup of one key that names no demand and selects no join, when this node reads
     it from memory at once (the first replica of its partition): the Lookup
-    RequestQueries.lookup gives, and its trace; None when a round must go (RequestBatch)."""
-    partition = partition_for(key, store.key_type, router.project.cluster.partitions)
-    q = SubQuery(0, partition, store.name, Get((key,)))
+    RequestQueries.lookup gives, and its trace; None when a round must go (read_routed)."""
+    q = _one_key(router, store, key)
     read = router.read_here(q, time.perf_counter())
     if read is None:
         return None
     answer, trace = read
+    return _one_key_lookup(topology, store, key, q, answer), trace
+
+
+async def read_routed(
+    router: Router, topology: Topology, store: Store, key: Key
+) -> tuple[Lookup, Trace]:
+    """The same lookup through the router's rounds: the replicas of its partition asked in
+    turn (a hop to the first, failing over to the next), as RequestBatch asks them."""
+    q = _one_key(router, store, key)
+    answers, trace = await router.execute([q])
+    return _one_key_lookup(topology, store, key, q, answers[q.id]), trace
+
+
+def _one_key(router: Router, store: Store, key: Key) -> SubQuery:
+    partition = partition_for(key, store.key_type, router.project.cluster.partitions)
+    return SubQuery(0, partition, store.name, Get((key,)))
+
+
+def _one_key_lookup(
+    topology: Topology, store: Store, key: Key, q: SubQuery, answer: Answer
+) -> Lookup:
     outcome = Outcome(Work(store, q.query, (), NO_DEMANDS), [(q, answer)], {key: 0})
-    entry = Entry(key, partition, answer.row_of(key), None)
-    return Lookup([entry], meta_of(topology, outcome)), trace
+    row = answer.row_of(key) if answer.ok else None
+    entry = Entry(key, q.partition, row, answer.failure)
+    return Lookup([entry], meta_of(topology, outcome))
 
 
 def _joined_row(outcome: Outcome, key: Key) -> Row | None:

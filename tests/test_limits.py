@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
+from contracts.partitioner import partition_for
 from resolvers.schema.costs import PAGE_ROW_WEIGHT
 from spark_pipeline.spark import LazySpark
 from tests import oracle, wire
@@ -176,6 +177,50 @@ def test_a_hung_peer_meets_the_deadline_and_a_client_that_leaves_cancels(
         for proc in hung:
             proc.send_signal(signal.SIGCONT)
     assert cancelled >= 1, "node2 did not cancel the request of the client that left"
+
+
+def test_a_known_read_through_a_hung_peer_meets_the_deadline_and_cancels(
+    cluster: Served,
+) -> None:
+    """A one-key read node2 prepared before, of a key whose replicas are both hung, takes
+    the short path through the router (resolvers/transport/known.py): it is stopped at the
+    deadline as the general path stops it, and a client that leaves cancels it."""
+    query = "query One($k: String!) { customerTotals(key: $k) { key record { revenue } } }"
+    keys = sorted(totals(cluster))
+    hung_key = next(k for k in keys if partition_for(k, "string", 9) == 2)
+    for key in keys[:3]:  # prepared, then answered from its bytes
+        assert (
+            "errors" not in post(cluster, "node2", {"query": query, "variables": {"k": key}}).json()
+        )
+    name = "stategate_graphql_read_routed_total"
+    before = cluster.nodes.metrics("node2")
+    hung = [cluster.nodes.processes.procs[n] for n in ("node1", "node3")]
+    for proc in hung:  # partition 2 has no replica left that answers
+        proc.send_signal(signal.SIGSTOP)
+    try:
+        asked = {"query": query, "variables": {"k": hung_key}}
+        started = time.monotonic()
+        body = post(cluster, "node2", asked).json()
+        took = time.monotonic() - started
+        assert codes(body) == ["DEADLINE_EXCEEDED"] and body["data"] is None, body
+        assert body["extensions"]["routing"]["rounds"] == [], body
+        assert 0.9 < took < 3.0, took  # the deadline (1 s), not the peers' timeout (5 s)
+        with pytest.raises(httpx.TimeoutException):  # waits 0.3 s, then closes its connection
+            httpx.post(f"{cluster.nodes.url('node2')}/graphql", json=asked, timeout=0.3)
+        labels = {"operation": "anonymous", "outcome": "cancelled"}
+        counter = "stategate_graphql_requests_total"
+        deadline, cancelled = time.monotonic() + 5, 0.0
+        while time.monotonic() < deadline and not cancelled:
+            after = cluster.nodes.metrics("node2")
+            cancelled = metric(after, counter, **labels) - metric(before, counter, **labels)
+            time.sleep(0.2)
+    finally:
+        for proc in hung:
+            proc.send_signal(signal.SIGCONT)
+    assert cancelled >= 1, "node2 did not cancel the known read of the client that left"
+    assert metric(after, name) - metric(before, name) >= 1, "the short path answered"
+    failed = {"operation": "anonymous", "outcome": "error"}  # no operationName was sent
+    assert metric(after, counter, **failed) - metric(before, counter, **failed) >= 1
 
 
 def test_media_types_and_status_codes(cluster: Served) -> None:

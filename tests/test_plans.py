@@ -45,6 +45,7 @@ from tests import oracle
 CLOCKED = ("newestRecordAgeMs",)  # never aliased by the generator: found by name
 DOCUMENTS = 240
 GENERAL = " # @ general path"
+KNOWN = ("stategate_graphql_read_at_once", "stategate_graphql_read_routed")  # the known reads'
 GRAPHQL_RESPONSE = "application/graphql-response+json"
 DAY = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -286,9 +287,10 @@ def test_key_reads_answer_as_the_plan_does(served: Any, node: str) -> None:
     key's partition at once, by the plan elsewhere; either way as the general path answers
     it, present keys and missing ones, variables and literals, global stores, joins (left to
     the plan) included. Sent again, a one-field document the node prepared before is
-    answered from its bytes (resolvers/transport/known.py) where it reads the key at once,
-    by its text or by its persisted hash, POSTed or in a GET's parameters: as the general
-    path answers it too, in either media type."""
+    answered from its bytes (resolvers/transport/known.py), from memory where it reads the
+    key at once and through the router where another node serves it, by its text or by its
+    persisted hash, POSTed or in a GET's parameters: as the general path answers it too, in
+    either media type."""
     rng = random.Random(11 if node == "node1" else 12)
     documents = Documents(served, rng)
     operations = Operations(build_schema(served.project), served.project.settings)
@@ -297,7 +299,7 @@ def test_key_reads_answer_as_the_plan_does(served: Any, node: str) -> None:
     stores = [s for s in served.project.stores.values() if s.kind != "window"]
     client, url = served.nodes.client, f"{served.nodes.url(node)}/graphql"
     looked_up = several = 0
-    at_once = read_at_once(served, node)
+    at_once, routed = (counted(served, node, family) for family in KNOWN)
     for _ in range(DOCUMENTS // 2):
         documents.fragments = []
         declared, fields, variables = [], [], {}
@@ -344,7 +346,8 @@ def test_key_reads_answer_as_the_plan_does(served: Any, node: str) -> None:
             assert comparable(answer.json()) == comparable(general.json()), (query, variables)
     assert looked_up > DOCUMENTS // 4, "most of these documents are key reads"
     assert several > DOCUMENTS // 12, "many of them of several fields"
-    assert read_at_once(served, node) - at_once > DOCUMENTS // 20, "the shortest path ran"
+    assert counted(served, node, KNOWN[0]) - at_once > DOCUMENTS // 20, "memory at once ran"
+    assert counted(served, node, KNOWN[1]) - routed > DOCUMENTS // 40, "the routed read ran"
 
 
 def as_params(request: dict[str, Any]) -> dict[str, str]:
@@ -352,10 +355,10 @@ def as_params(request: dict[str, Any]) -> dict[str, str]:
     return {k: v if isinstance(v, str) else json.dumps(v) for k, v in request.items()}
 
 
-def read_at_once(served: Any, node: str) -> float:
-    """The node's requests answered from their bytes, all its workers'."""
+def counted(served: Any, node: str, name: str) -> float:
+    """A counter of the node's, all its workers'."""
     exposition = served.nodes.client.get(f"{served.nodes.url(node)}/metrics").text
     for family in text_string_to_metric_families(exposition):
-        if family.name == "stategate_graphql_read_at_once":
+        if family.name == name:
             return sum(sample.value for sample in family.samples if sample.name.endswith("_total"))
-    raise AssertionError("no stategate_graphql_read_at_once in /metrics")
+    raise AssertionError(f"no {name} in /metrics")

@@ -66,6 +66,12 @@ class NodeMetrics:
             "one-key read of this node's memory (resolvers/transport/known.py)",
             registry=self.registry,
         )
+        self.routed_known = Counter(
+            "stategate_graphql_read_routed",
+            "GraphQL requests answered from their bytes on the short path through the router: "
+            "a known one-key read of a key another node serves (resolvers/transport/known.py)",
+            registry=self.registry,
+        )
         self.internal_calls = Counter(
             "stategate_internal_calls",
             "internal calls this node made, by peer and outcome "
@@ -119,6 +125,10 @@ class NodeMetrics:
     def read_at_once(self, name: str | None, seconds: float) -> None:
         self.request(name, "ok", seconds)
         self.at_once.inc()
+
+    def read_routed(self, name: str | None, outcome: str, seconds: float) -> None:
+        self.request(name, outcome, seconds)
+        self.routed_known.inc()
 
     def watch(self, state: NodeState, node_wide: bool = True) -> None:
         """Read `state` at each scrape: all of it, or (a follower's, whose keeper reports

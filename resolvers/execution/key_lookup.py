@@ -26,9 +26,10 @@ from strawberry.types import ExecutionResult
 from contracts.partitioner import Key
 from contracts.positions import merge
 from contracts.project import Store
+from gateway.cluster.routing import Trace
 from gateway.node import GatewayNode
 from gateway.runtime.lanes import offload
-from gateway.service import Lookup, read_at_once
+from gateway.service import Lookup, read_at_once, read_routed
 from resolvers.execution.plans import OperationPlan, Resolved, RootField
 from resolvers.execution.results import extensions, response_extensions
 from resolvers.schema.annotations import KEY
@@ -90,22 +91,29 @@ class KeyLookup:
         data, errors = completed
         return ExecutionResult(data, errors or None, response_extensions(context))
 
-    def at_once(
-        self, node: GatewayNode, variables: dict[str, Any] | None
-    ) -> ExecutionResult | None:
-        """A lone one-key read's response, as run() gives it, when this node reads the key
-        from memory at once (resolvers/transport/known.py); None when run() must answer:
-        nothing was counted, and the read had no effect."""
+    def lone_key(self, variables: dict[str, Any] | None) -> Key | None:
+        """The key of a one-field read, when it binds plainly; None when run() must answer
+        (several fields, or a key the plan binds)."""
         if len(self.fields) != 1:
             return None
-        (field,), (root,) = self.fields, self.plan.fields
-        key = field.key(variables or {})
-        if key is None:
-            return None
-        read = read_at_once(node.router, node.topology.current, field.store, key)
-        if read is None:
-            return None
-        lookup, trace = read
+        key: Key | None = self.fields[0].key(variables or {})
+        return key
+
+    def at_once(self, node: GatewayNode, key: Key) -> ExecutionResult | None:
+        """A lone one-key read's response, as run() gives it, when this node reads the key
+        from memory at once (resolvers/transport/known.py); None when it must be routed:
+        nothing was counted, and the read had no effect."""
+        read = read_at_once(node.router, node.topology.current, self.fields[0].store, key)
+        return None if read is None else self._answered(*read)
+
+    async def routed(self, node: GatewayNode, key: Key) -> ExecutionResult | None:
+        """The same read through the router (a hop to the replica that serves the key);
+        None when a value of its answer is one the schema refuses: run() words it."""
+        read = await read_routed(node.router, node.topology.current, self.fields[0].store, key)
+        return self._answered(*read)
+
+    def _answered(self, lookup: Lookup, trace: Trace) -> ExecutionResult | None:
+        (root,) = self.plan.fields
         try:
             data = {root.key: root.complete(lookup)}
         except Exception:  # noqa: BLE001 - a value the schema refuses: run() words it

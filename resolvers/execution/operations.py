@@ -42,7 +42,7 @@ from resolvers.execution.lru import LRU, Recent
 from resolvers.execution.persisted import Persisted, Registry, Source, load
 from resolvers.execution.plans import compile_plan
 from resolvers.execution.results import Refused as Refused
-from resolvers.execution.results import introspection_rules, response_extensions
+from resolvers.execution.results import introspection_rules, past_deadline, response_extensions
 from resolvers.schema.context import Context
 
 MIB = 2**20
@@ -248,9 +248,7 @@ class Operations:
                 with context.node.lanes.enter(bulk, prepared.values <= SMALL_BULK_VALUES):
                     return await prepared.executor.run(context, variables)
         except TimeoutError:
-            message = f"the request ran past request_timeout_s ({deadline} s) and was stopped"
-            error = GraphQLError(message, extensions={"code": "DEADLINE_EXCEEDED"})
-            return ExecutionResult(None, [error], response_extensions(context))
+            return past_deadline(deadline, response_extensions(context))
 
     def _measure(self, measured: Shape | GraphQLError | None, variables: dict[str, Any]) -> Cost:
         if isinstance(measured, GraphQLError):

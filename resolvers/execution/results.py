@@ -125,6 +125,13 @@ def extensions(token: Position, traces: Sequence[Trace]) -> dict[str, Any]:
     }
 
 
+def past_deadline(deadline_s: float, extensions: dict[str, Any]) -> ExecutionResult:
+    """The response of a request stopped at request_timeout_s."""
+    message = f"the request ran past request_timeout_s ({deadline_s} s) and was stopped"
+    error = GraphQLError(message, extensions={"code": "DEADLINE_EXCEEDED"})
+    return ExecutionResult(None, [error], extensions)
+
+
 def introspection_rules(settings: Settings) -> list[type[ASTValidationRule]]:
     """graphql-core's rule that refuses `__schema` and `__type`, when introspection is off."""
     return [] if settings.introspection else [NoSchemaIntrospectionCustomRule]

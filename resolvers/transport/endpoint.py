@@ -13,11 +13,12 @@ with neither a query nor a hash gets the playground.
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 import orjson
 from graphql import OperationType
@@ -31,7 +32,7 @@ from resolvers.execution import client_errors, results
 from resolvers.execution.operations import Operations, Refused
 from resolvers.execution.persisted import NOT_FOUND_OUTCOME, Source
 from resolvers.schema.context import Context
-from resolvers.transport.known import KnownReads
+from resolvers.transport.known import KnownRead, KnownReads
 from resolvers.transport.requests import JSON, GraphQLRequest, TransportError, read_get, read_post
 from resolvers.transport.session import Session
 
@@ -44,6 +45,13 @@ log = logging.getLogger(__name__)
 
 
 NOT_CACHED = {"cache-control": "no-store"}  # a miss, that the client's next request fills
+
+
+class _Left(enum.Enum):
+    LEFT = "the client disconnected before its answer"
+
+
+_LEFT = _Left.LEFT
 
 
 class _ClientLeft(Exception):
@@ -127,9 +135,10 @@ class GraphQLEndpoint:
                 405, "METHOD_NOT_ALLOWED", f"{method} is not GraphQL over HTTP: use GET or POST",
                 {"allow": "GET, POST"},
             )  # fmt: skip
-        known = None if isinstance(parsed, list) else self.known.answer(parsed)
-        if known is not None:
-            return Outgoing(known, media)
+        known = None if isinstance(parsed, list) else self.known.read(parsed)
+        answered = None if known is None else await self._known(known, scope, receive, media)
+        if answered is not None:
+            return answered
         session = Session(
             self.node, self.operations, "http", scope.get("client"), headers.get("authorization")
         )
@@ -138,14 +147,30 @@ class GraphQLEndpoint:
         started = time.perf_counter()
         request = {"stategate.node": self.node.id, "http.request.method": method}
         with tracing.span("graphql request", request, tracing.extracted(headers)):
-            answered = await _unless_disconnected(work, receive)
-        if answered is None:
+            rendered = await _unless_disconnected(work, receive)
+        if rendered is _LEFT:
             session.count(None, "cancelled", started)
             return Outgoing(b"", media, CLIENT_CLOSED)
-        if isinstance(answered, list):
-            return Outgoing(b"[" + b",".join(a.body for a in answered) + b"]", media)
-        status = answered.status if media == GRAPHQL_RESPONSE else 200
-        return Outgoing(answered.body, media, status, answered.headers)
+        if isinstance(rendered, list):
+            return Outgoing(b"[" + b",".join(a.body for a in rendered) + b"]", media)
+        status = rendered.status if media == GRAPHQL_RESPONSE else 200
+        return Outgoing(rendered.body, media, status, rendered.headers)
+
+    async def _known(
+        self, known: KnownRead, scope: Scope, receive: Receive, media: str
+    ) -> Outgoing | None:
+        """A known read's answer: from memory at once, else through the router; None when
+        the general path must answer."""
+        body = self.known.at_once(known)
+        if body is None:
+            started = time.perf_counter()
+            who = client_errors.Who.at(scope.get("client"))
+            routed = await _unless_disconnected(self.known.routed(known, who), receive)
+            if routed is _LEFT:
+                self.node.metrics.request(None, "cancelled", time.perf_counter() - started)
+                return Outgoing(b"", media, CLIENT_CLOSED)
+            body = routed
+        return None if body is None else Outgoing(body, media)
 
     async def _answer(
         self, parsed: GraphQLRequest | list[GraphQLRequest], session: Session, get: bool
@@ -247,8 +272,8 @@ async def _drain(receive: Receive) -> None:
             return
 
 
-async def _unless_disconnected(work: Awaitable[T], receive: Receive) -> T | None:
-    """The work's result, or None when the client disconnected first (the work is
+async def _unless_disconnected(work: Awaitable[T], receive: Receive) -> T | Literal[_Left.LEFT]:
+    """The work's result, or _LEFT when the client disconnected first (the work is
     cancelled: its internal calls with it). The work runs in the request's own task; the
     watch for a disconnect starts only once it has run for WATCH_AFTER_S, as most requests
     are answered sooner, so a client that leaves before costs at most that much work."""
@@ -274,7 +299,7 @@ async def _unless_disconnected(work: Awaitable[T], receive: Receive) -> T | None
         if not left:
             raise
         task.uncancel()
-        return None
+        return _LEFT
     finally:
         armed.cancel()
         if watching:

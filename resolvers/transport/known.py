@@ -2,23 +2,43 @@
 
 One request (POST or GET; a document's text, or the hash of a persisted one, as
 requests.py reads it) whose operation this node prepared before, and which reads one key
-and nothing else (a KeyLookup of one field), on a node without [auth] and without tracing:
-when the node reads the key from its own memory at once (it is the first replica of the
-key's partition: no hop), the answer is read, completed and encoded here, with no session,
-context, batch, task or deadline made for it, as no await comes between the request read
-and the answer. Anything else returns None before anything was counted or read, and the
-general path (endpoint.py) answers. Both give the same bytes (tests/test_plans.py).
+and nothing else (a KeyLookup of one field whose key binds plainly), on a node without
+[auth] and without tracing, is a known read (`KnownReads.read`). No session, context,
+batch or Starlette response is made for it:
+
+- when the node reads the key from its own memory at once (it is the first replica of the
+  key's partition), `at_once` reads, completes and encodes the answer with no await between
+  the request read and the answer, so no task, deadline or disconnect watch either;
+- else `routed` asks the router (a hop to the replica that serves the key, failing over as
+  a batch would), within request_timeout_s; the endpoint cancels it if the client leaves.
+
+Anything else returns None before anything was counted or read, and the general path
+(endpoint.py) answers; so does a routed read whose answer holds a value the schema refuses.
+Both paths give the same bytes (tests/test_plans.py).
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
+from dataclasses import dataclass
+
+from strawberry.types import ExecutionResult
 
 from contracts import tracing
+from contracts.partitioner import Key
 from gateway.node import GatewayNode
-from resolvers.execution import results
+from resolvers.execution import client_errors, results
+from resolvers.execution.key_lookup import KeyLookup
 from resolvers.execution.operations import Operations, Refused
 from resolvers.transport.requests import GraphQLRequest
+
+
+@dataclass(frozen=True)
+class KnownRead:
+    name: str | None  # the operation's, as metrics and logs name it
+    read: KeyLookup
+    key: Key
 
 
 class KnownReads:
@@ -26,8 +46,8 @@ class KnownReads:
         self.node = node
         self.operations = operations
 
-    def answer(self, request: GraphQLRequest) -> bytes | None:
-        """The answer's body, or None: the general path answers."""
+    def read(self, request: GraphQLRequest) -> KnownRead | None:
+        """The request as a known read, or None: the general path answers."""
         if self.node.project.access is not None or tracing.on():
             return None
         try:
@@ -37,10 +57,36 @@ class KnownReads:
         read = prepared and prepared.key_read
         if not (prepared and read):
             return None
+        key = read.lone_key(request.variables)
+        return None if key is None else KnownRead(prepared.name, read, key)
+
+    def at_once(self, known: KnownRead) -> bytes | None:
+        """The answer's body when this node reads the key from memory at once, else None
+        (nothing was counted or read: `routed` answers)."""
         started = time.perf_counter()
-        result = read.at_once(self.node, request.variables)
+        result = known.read.at_once(self.node, known.key)
         if result is None:
             return None
-        self.node.metrics.read_at_once(prepared.name, time.perf_counter() - started)
+        self.node.metrics.read_at_once(known.name, time.perf_counter() - started)
+        return self._encoded(result)
+
+    async def routed(self, known: KnownRead, who: client_errors.Who) -> bytes | None:
+        """The answer's body through the router, or a DEADLINE_EXCEEDED one past
+        request_timeout_s; None when the general path must word a value of it."""
+        started = time.perf_counter()
+        deadline = self.node.project.settings.request_timeout_s
+        try:
+            async with asyncio.timeout(deadline):
+                result = await known.read.routed(self.node, known.key)
+        except TimeoutError:
+            result = results.past_deadline(deadline, results.extensions({}, []))  # nothing read
+        if result is None:
+            return None
+        client_errors.failed(result.errors, known.name, "http", who)
+        outcome = results.outcome(result)
+        self.node.metrics.read_routed(known.name, outcome, time.perf_counter() - started)
+        return self._encoded(result)
+
+    def _encoded(self, result: ExecutionResult) -> bytes:
         limit = self.node.project.settings.max_response_bytes
         return results.encoded(results.response(result), limit)
