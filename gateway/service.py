@@ -571,12 +571,12 @@ def read_at_once(
 
 
 async def read_routed(
-    router: Router, topology: Topology, store: Store, key: Key
+    router: Router, topology: Topology, store: Store, key: Key, authorization: str | None
 ) -> tuple[Lookup, Trace]:
     """The same lookup through the router's rounds: the replicas of its partition asked in
     turn (a hop to the first, failing over to the next), as RequestBatch asks them."""
     q = _one_key(router, store, key)
-    answers, trace = await router.execute([q])
+    answers, trace = await router.execute([q], authorization)
     return _one_key_lookup(topology, store, key, q, answers[q.id]), trace
 
 

@@ -106,10 +106,13 @@ class KeyLookup:
         read = read_at_once(node.router, node.topology.current, self.fields[0].store, key)
         return None if read is None else self._answered(*read)
 
-    async def routed(self, node: GatewayNode, key: Key) -> ExecutionResult | None:
+    async def routed(
+        self, node: GatewayNode, key: Key, authorization: str | None
+    ) -> ExecutionResult | None:
         """The same read through the router (a hop to the replica that serves the key);
         None when a value of its answer is one the schema refuses: run() words it."""
-        read = await read_routed(node.router, node.topology.current, self.fields[0].store, key)
+        store = self.fields[0].store
+        read = await read_routed(node.router, node.topology.current, store, key, authorization)
         return self._answered(*read)
 
     def _answered(self, lookup: Lookup, trace: Trace) -> ExecutionResult | None:

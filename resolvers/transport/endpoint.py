@@ -136,9 +136,10 @@ class GraphQLEndpoint:
                 {"allow": "GET, POST"},
             )  # fmt: skip
         known = None if isinstance(parsed, list) else self.known.read(parsed)
-        answered = None if known is None else await self._known(known, scope, receive, media)
-        if answered is not None:
-            return answered
+        if known is not None:
+            answered = await self._known(known, scope, headers, receive, media)
+            if answered is not None:
+                return answered
         session = Session(
             self.node, self.operations, "http", scope.get("client"), headers.get("authorization")
         )
@@ -157,7 +158,7 @@ class GraphQLEndpoint:
         return Outgoing(rendered.body, media, status, rendered.headers)
 
     async def _known(
-        self, known: KnownRead, scope: Scope, receive: Receive, media: str
+        self, known: KnownRead, scope: Scope, headers: Headers, receive: Receive, media: str
     ) -> Outgoing | None:
         """A known read's answer: from memory at once, else through the router; None when
         the general path must answer."""
@@ -165,7 +166,8 @@ class GraphQLEndpoint:
         if body is None:
             started = time.perf_counter()
             who = client_errors.Who.at(scope.get("client"))
-            routed = await _unless_disconnected(self.known.routed(known, who), receive)
+            reading = self.known.routed(known, who, headers.get("authorization"))
+            routed = await _unless_disconnected(reading, receive)
             if routed is _LEFT:
                 self.node.metrics.request(None, "cancelled", time.perf_counter() - started)
                 return Outgoing(b"", media, CLIENT_CLOSED)

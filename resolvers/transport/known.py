@@ -70,14 +70,17 @@ class KnownReads:
         self.node.metrics.read_at_once(known.name, time.perf_counter() - started)
         return self._encoded(result)
 
-    async def routed(self, known: KnownRead, who: client_errors.Who) -> bytes | None:
-        """The answer's body through the router, or a DEADLINE_EXCEEDED one past
+    async def routed(
+        self, known: KnownRead, who: client_errors.Who, authorization: str | None
+    ) -> bytes | None:
+        """The answer's body through the router (the peers asked with the request's
+        authorization, as a batch asks them), or a DEADLINE_EXCEEDED one past
         request_timeout_s; None when the general path must word a value of it."""
         started = time.perf_counter()
         deadline = self.node.project.settings.request_timeout_s
         try:
             async with asyncio.timeout(deadline):
-                result = await known.read.routed(self.node, known.key)
+                result = await known.read.routed(self.node, known.key, authorization)
         except TimeoutError:
             result = results.past_deadline(deadline, results.extensions({}, []))  # nothing read
         if result is None:
