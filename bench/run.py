@@ -516,17 +516,26 @@ def measure_versus(
     csv = BENCH_DIR / "peer" / "latest_booking.csv"
     keys = versus.export_rows(project, floor.files, csv)
 
-    log(f"versus: the gateway alone, {len(keys):,} latestBooking keys, all to node1 ...")
+    log("versus: PostgreSQL + PostGraphile, the same rows and keys ...")
+    stack.callback(peer.stop_postgres)
+    peer.start_postgres()
+    started = time.monotonic()
+    peer.load(versus.TABLE, versus.pg_columns(project), csv)
+    r.peer["load_s"] = round(time.monotonic() - started, 1)
+    stack.callback(peer.stop_postgraphile)
+    peer.start_postgraphile()
+    r.peer.update(peer.versions())
+    pg = versus.Side("pg", peer.url, versus.bodies(versus.POSTGRAPHILE, keys), peer.processes)
+
+    log(f"versus: the gateway and PostGraphile in turn, {len(keys):,} keys, all to node1 ...")
     gw.start()
     stack.callback(gw.stop)
     gw.wait_serving()
     gateway = versus.bodies(versus.GATEWAY, keys)
     cluster = versus.cluster_map(gw.url("node1"))
-    r.versus += asyncio.run(
-        versus.measure(
-            "gw", f"{gw.url('node1')}/graphql", gateway, gw.processes(), duration, cluster
-        )
-    )
+    node1 = f"{gw.url('node1')}/graphql"
+    sides = [versus.Side("gw", node1, gateway, gw.processes(), cluster), pg]
+    r.versus += asyncio.run(versus.measure(sides, duration))
     r.memory["versus_workers"] = len(gw.workers("node1"))
     r.memory["versus_node1_pss_mib"] = round(gw.pss_mib("node1"), 1)
     gw.stop()
@@ -538,25 +547,11 @@ def measure_versus(
     stack.callback(one.stop)
     one.start()
     one.wait_serving()
-    r.versus += asyncio.run(
-        versus.measure(
-            "gw1", f"{one.url('node1')}/graphql", gateway, one.processes(), duration, cluster
-        )
-    )
+    node1 = f"{one.url('node1')}/graphql"
+    sides = [versus.Side("gw1", node1, gateway, one.processes(), cluster)]
+    r.versus += asyncio.run(versus.measure(sides, duration))
     r.memory["versus_one_worker_node1_pss_mib"] = round(one.pss_mib("node1"), 1)
     one.stop()
-
-    log("versus: PostgreSQL + PostGraphile alone, the same rows and keys ...")
-    stack.callback(peer.stop_postgres)
-    peer.start_postgres()
-    started = time.monotonic()
-    peer.load(versus.TABLE, versus.pg_columns(project), csv)
-    r.peer["load_s"] = round(time.monotonic() - started, 1)
-    stack.callback(peer.stop_postgraphile)
-    peer.start_postgraphile()
-    r.peer.update(peer.versions())
-    postgraphile = versus.bodies(versus.POSTGRAPHILE, keys)
-    r.versus += asyncio.run(versus.measure("pg", peer.url, postgraphile, peer.processes, duration))
     peer.stop_postgraphile()
     peer.stop_postgres()
     for stats in r.versus:

@@ -1,6 +1,7 @@
 """Side by side with PostgreSQL + PostGraphile (bench/peer.py): the latestBooking rows the
-gateway serves, copied into PostgreSQL; the same keys, the same client, the same four reads,
-each server alone on the machine while it is measured.
+gateway serves, copied into PostgreSQL; the same keys, the same client, the same four reads.
+Both servers run at once, and each case is asked of one, then the other, in short rounds
+(`measure`): the one not asked idles (the gateway's nodes poll each other a little).
 
 - one key: `latestBooking(key: $key) { record {...} }` vs `latestBookingByKey(key: $key)`;
 - 1000 keys as one list: `latestBookingBatch(keys: $keys)` vs `latestBookingByKeys(keys:)`;
@@ -15,8 +16,9 @@ request) instead of all to node1.
 from __future__ import annotations
 
 import random
+import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -139,32 +141,80 @@ def router(cluster: routing.ClusterMap) -> Callable[[bytes], str]:
     return route
 
 
-async def measure(
-    label: str,
-    url: str,
-    b: Bodies,
-    servers: Servers,
-    duration: float,
-    cluster: routing.ClusterMap | None = None,
-) -> list[Stats]:
-    """The four reads against one server, one case at a time; with a cluster map, the
-    one-key reads routed too."""
-    cases: list[tuple[str, int, list[bytes], int, int, Callable[[bytes], str] | None]] = [
-        (ONE, 1, b.one, 1, 50, None),
-        (ONE_16, 16, b.one, 1, 50, None),
-        (LIST, 1, b.lists, 1000, 5, None),
-        (ALIASES, 1, b.aliased, 1000, 2, None),
-    ]
-    if cluster is not None:
-        route = router(cluster)
-        cases += [(ROUTED, 1, b.one, 1, 50, route), (ROUTED_16, 16, b.one, 1, 50, route)]
+@dataclass(frozen=True)
+class Side:
+    """One server as versus asks it: its rows' label, its URL, its bodies, its processes;
+    with a cluster map, its one-key reads are also sent routed."""
+
+    label: str
+    url: str
+    bodies: Bodies
+    servers: Servers
+    cluster: routing.ClusterMap | None = None
+
+
+Case = tuple[str, int, Callable[[Bodies], list[bytes]], int, int, bool]
+CASES: list[Case] = [  # name, concurrency, bodies, rows of each answer, warm-up, routed
+    (ONE, 1, lambda b: b.one, 1, 50, False),
+    (ONE_16, 16, lambda b: b.one, 1, 50, False),
+    (LIST, 1, lambda b: b.lists, 1000, 5, False),
+    (ALIASES, 1, lambda b: b.aliased, 1000, 2, False),
+    (ROUTED, 1, lambda b: b.one, 1, 50, True),
+    (ROUTED_16, 16, lambda b: b.one, 1, 50, True),
+]
+ROUNDS = 4  # of each case, each side's, in turn: both meet the machine's same minutes
+
+
+async def measure(sides: Sequence[Side], duration: float) -> list[Stats]:
+    """The reads of every side, case by case: each case's duration cut into ROUNDS rounds
+    asked of one side, then the other (who goes first alternating). This machine's speed
+    drifts by half within minutes; two servers measured one after the other would compare
+    the minutes. Each round starts with its side's warm-up calls (untimed: the other side's
+    round went between). A side's row of a case: its rounds' median p50 and p99, its
+    requests over its seconds."""
     out = []
     async with http_client() as client:
-        for name, concurrency, requests, rows, warmup, routed in cases:
-            operation = graphql_operation(client, [url], requests, _count(rows), routed)
-            stats = await run_async(
-                f"{label} {name}", operation, concurrency, duration, 1_000_000,
-                warmup=warmup, servers=servers, min_count=5,
-            )  # fmt: skip
-            out.append(stats)
+        for name, concurrency, of, rows, warmup, routed in CASES:
+            asked = [side for side in sides if side.cluster is not None or not routed]
+            rounds: dict[str, list[Stats]] = {side.label: [] for side in asked}
+            for number in range(ROUNDS):
+                for side in asked if number % 2 == 0 else list(reversed(asked)):
+                    route = router(side.cluster) if routed and side.cluster else None
+                    operation = graphql_operation(client, [side.url], of(side.bodies),
+                                                  _count(rows), route)  # fmt: skip
+                    rounds[side.label].append(
+                        await run_async(
+                            f"{side.label} {name}",
+                            operation,
+                            concurrency,
+                            duration / ROUNDS,
+                            1_000_000,
+                            warmup=warmup,
+                            servers=side.servers,
+                            min_count=2,
+                        )
+                    )
+            out += [_merged(stats) for stats in rounds.values()]
     return out
+
+
+def _merged(rounds: list[Stats]) -> Stats:
+    """One row of a side's rounds of a case."""
+    count = sum(s.count for s in rounds)
+    seconds = sum(s.seconds for s in rounds)
+    cpu = [s.server_cpu_ms * s.count for s in rounds if s.server_cpu_ms is not None]
+    return replace(
+        rounds[0],
+        count=count,
+        errors=sum(s.errors for s in rounds),
+        seconds=round(seconds, 3),
+        p50_ms=statistics.median(s.p50_ms for s in rounds),
+        p99_ms=statistics.median(s.p99_ms for s in rounds),
+        mean_ms=sum(s.mean_ms * s.count for s in rounds) / count,
+        qps=count / seconds,
+        client_cpu=sum(s.client_cpu * s.seconds for s in rounds) / seconds,
+        server_cpu_ms=sum(cpu) / count if len(cpu) == len(rounds) else None,
+        first_error=next((s.first_error for s in rounds if s.first_error), None),
+        note=f"median of {len(rounds)} rounds, in turn with the other side",
+        load1=round(statistics.mean(s.load1 for s in rounds), 2),
+    )
