@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import uvloop
-from starlette.types import ASGIApp, Message
+from starlette.types import ASGIApp, Message, Scope
 
 from bench.one_key import CUSTOMERS, demo_built, lookups
 from bench.queries import KEYS_LIST, aliased, body
@@ -34,20 +34,25 @@ from contracts.partitioner import partition_for
 from contracts.project import Project
 from gateway.model.queries import Get, SubQuery
 from gateway.wire.protocol import encode_request
-from stategate.app import create_app
+from stategate.app import NodeApp, create_app
 
 Call = Callable[[bytes], Awaitable[bytes]]
+
+
+def posted(path: str, headers: list[tuple[bytes, bytes]], request: bytes) -> Scope:
+    """The scope uvicorn makes of a POST of `request`."""
+    return {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+            "method": "POST", "scheme": "http", "path": path, "raw_path": path.encode(),
+            "query_string": b"", "root_path": "", "client": ("127.0.0.1", 50000),
+            "server": ("127.0.0.1", 8000), "state": {},
+            "headers": [*headers, (b"content-length", b"%d" % len(request))]}  # fmt: skip
 
 
 def caller(app: ASGIApp, path: str, headers: list[tuple[bytes, bytes]]) -> Call:
     """POST a body to the app, as uvicorn would hand it over; the response's body."""
 
     async def call(request: bytes) -> bytes:
-        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
-                 "method": "POST", "scheme": "http", "path": path, "raw_path": path.encode(),
-                 "query_string": b"", "root_path": "", "client": ("127.0.0.1", 50000),
-                 "server": ("127.0.0.1", 8000), "state": {},
-                 "headers": [*headers, (b"content-length", b"%d" % len(request))]}  # fmt: skip
+        scope = posted(path, headers, request)
         sent, answer = False, []
 
         async def receive() -> Message:
@@ -64,6 +69,17 @@ def caller(app: ASGIApp, path: str, headers: list[tuple[bytes, bytes]]) -> Call:
 
         await app(scope, receive, send)
         return b"".join(answer)
+
+    return call
+
+
+def inline(app: NodeApp, headers: list[tuple[bytes, bytes]]) -> Call:
+    """POST a body to /graphql as the node's HTTP protocol asks first (stategate/inline.py)."""
+
+    async def call(request: bytes) -> bytes:
+        answered = app.at_once(posted("/graphql", headers, request), request)
+        assert answered is not None, "a key node1 reads at once"
+        return answered.body
 
     return call
 
@@ -102,10 +118,12 @@ def local_keys(project: Project) -> list[str]:
 
 async def measure(project: Project, count: int, profile: str | None) -> None:
     os.chdir(project.path.parent)
-    app = create_app(project, "node1").asgi
+    node_app = create_app(project, "node1")
+    app = node_app.asgi
     await lifespan(app)
     keys = local_keys(project)[:1000]
-    graphql = caller(app, "/graphql", [(b"content-type", b"application/json")])
+    json = [(b"content-type", b"application/json")]
+    graphql = caller(app, "/graphql", json)
     secret = [(SECRET_HEADER.encode(), project.cluster.secret.encode())]
     internal = caller(app, "/internal/query", secret)
     bodies = lookups(keys[:500])
@@ -119,6 +137,8 @@ async def measure(project: Project, count: int, profile: str | None) -> None:
     aliases = [body(aliased(keys))]
     listed = [body(KEYS_LIST, {"keys": keys})]
     print(f"one-key lookup: {await median_us(graphql, bodies, count):.1f} us", flush=True)
+    answered = inline(node_app, json)
+    print(f"the same, as the HTTP protocol asks: {await median_us(answered, bodies, count):.1f} us")
     internal_us = await median_us(internal, subqueries, count)
     print(f"a peer's one-key /internal/query: {internal_us:.1f} us")
     print(f"1000 aliases (cached): {await median_us(graphql, aliases, 100) / 1000:.2f} ms")
@@ -126,6 +146,7 @@ async def measure(project: Project, count: int, profile: str | None) -> None:
     if profile is not None:
         cases = {
             "lookup": (graphql, bodies, count),
+            "inline": (answered, bodies, count),
             "internal": (internal, subqueries, count),
             "list": (graphql, listed, 200),
             "aliases": (graphql, aliases, 100),
@@ -144,7 +165,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--events", type=int, default=100_000)
     parser.add_argument("--requests", type=int, default=20_000)
     parser.add_argument(
-        "--profile", choices=["lookup", "internal", "list", "aliases"], help="cProfile of one case"
+        "--profile",
+        choices=["lookup", "inline", "internal", "list", "aliases"],
+        help="cProfile of one case",
     )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="stategate-bench-") as work:

@@ -218,8 +218,8 @@ def run_node(project: Project, args: argparse.Namespace) -> int:
     from gateway.workers.lifeline import Lifeline
     from gateway.workers.roles import ALONE, Role
     from stategate.app import create_app
-    from stategate.deadlines import read_deadlines
     from stategate.reloading import Hangup
+    from stategate.server_protocol import node_protocol
 
     if args.address is not None:
         project = _joining(project, args)
@@ -274,7 +274,7 @@ def run_node(project: Project, args: argparse.Namespace) -> int:
         log_level=project.settings.log_level,
         access_log=False,
         loop="uvloop",
-        http=read_deadlines(project.settings.header_timeout_s, project.settings.body_timeout_s),
+        http=node_protocol(project.settings, app),
         ws="websockets-sansio",  # waits while a slow client's socket buffer is full
         ws_max_size=project.settings.max_request_bytes,
         timeout_keep_alive=int(project.settings.keep_alive_s),

@@ -4,7 +4,7 @@ A request's headers must be whole within settings.header_timeout_s of its first 
 connection, for its first request), its body within settings.body_timeout_s of its headers.
 uvicorn keeps neither: its timeout_keep_alive runs only between requests and every byte
 received resets it, and an ASGI app is called once the headers are whole. So both are kept
-by uvicorn's HTTP protocol, subclassed (`read_deadlines`): a timer from the request's first
+by uvicorn's HTTP protocol, subclassed (`ReadDeadlines`): a timer from the request's first
 byte to its headers' end, another from there to its body's end; no layer of the app's is
 on a request's way for them. Either answers 408 REQUEST_TIMEOUT (in GraphQL's error shape
 on /graphql) unless the app began answering, logs a line naming the client and closes the
@@ -15,6 +15,7 @@ sent nothing is closed without a word, as an idle one is (browsers open some ahe
 from __future__ import annotations
 
 import asyncio
+from typing import ClassVar
 
 import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -26,77 +27,76 @@ CODE = "REQUEST_TIMEOUT"
 GRAPHQL = "/graphql"  # its errors have GraphQL's shape; the other endpoints', {"error": ...}
 
 
-def read_deadlines(header_s: float, body_s: float) -> type[HttpToolsProtocol]:
+class ReadDeadlines(HttpToolsProtocol):
     """uvicorn's httptools protocol, closing a connection whose request headers are not
-    whole within `header_s`, or whose body is not within `body_s` of them (uvicorn.run's
-    `http`)."""
+    whole within `header_s`, or whose body is not within `body_s` of them (set by a subclass:
+    stategate/server_protocol.py)."""
 
-    class ReadDeadlines(HttpToolsProtocol):
-        _timer: asyncio.TimerHandle | None = None  # the headers' deadline
-        _begun = False  # a byte of the request under way arrived
-        _body: asyncio.TimerHandle | None = None  # the body's deadline
+    header_s: ClassVar[float]
+    body_s: ClassVar[float]
+    _timer: asyncio.TimerHandle | None = None  # the headers' deadline
+    _begun = False  # a byte of the request under way arrived
+    _body: asyncio.TimerHandle | None = None  # the body's deadline
 
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
-            self._timer = self.loop.call_later(header_s, self._headers_late)
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._timer = self.loop.call_later(self.header_s, self._headers_late)
 
-        def on_message_begin(self) -> None:
-            super().on_message_begin()
-            self._begun = True
-            if self._timer is None:  # a request after the first: from its first byte
-                self._timer = self.loop.call_later(header_s, self._headers_late)
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._begun = True
+        if self._timer is None:  # a request after the first: from its first byte
+            self._timer = self.loop.call_later(self.header_s, self._headers_late)
 
-        def on_headers_complete(self) -> None:
-            self._disarm()
-            before = self.cycle
-            super().on_headers_complete()
-            if self.cycle is not before:  # a request for the app (not an upgrade)
-                self._body = self.loop.call_later(body_s, self._body_late)
+    def on_headers_complete(self) -> None:
+        self._disarm()
+        before = self.cycle
+        super().on_headers_complete()
+        if self.cycle is not before:  # a request for the app (not an upgrade)
+            self._body = self.loop.call_later(self.body_s, self._body_late)
 
-        def on_message_complete(self) -> None:
-            self._disarm_body()
-            super().on_message_complete()
+    def on_message_complete(self) -> None:
+        self._disarm_body()
+        super().on_message_complete()
 
-        def connection_lost(self, exc: Exception | None) -> None:
-            self._disarm()
-            self._disarm_body()
-            super().connection_lost(exc)
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        self._disarm_body()
+        super().connection_lost(exc)
 
-        def _disarm(self) -> None:
-            if self._timer is not None:
-                self._timer.cancel()
-            self._timer, self._begun = None, False
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer, self._begun = None, False
 
-        def _disarm_body(self) -> None:
-            if self._body is not None:
-                self._body.cancel()
-                self._body = None
-
-        def _headers_late(self) -> None:
-            self._timer = None
-            if self.transport.is_closing():
-                return
-            if self._begun:
-                message = _late("headers", "header_timeout_s", header_s)
-                client_errors.transport(CODE, message, "http", client_errors.Who.at(self.client))
-                if self.cycle is None or self.cycle.response_complete:  # none being written
-                    self.transport.write(_raw_408(orjson.dumps(error_document(CODE, message))))
-            self.transport.close()
-
-        def _body_late(self) -> None:
+    def _disarm_body(self) -> None:
+        if self._body is not None:
+            self._body.cancel()
             self._body = None
-            cycle = self.cycle
-            if self.transport.is_closing() or cycle is None:
-                return
-            message = _late("body", "body_timeout_s", body_s)
-            client_errors.transport(CODE, message, "http", client_errors.Who.at(self.client))
-            if not cycle.response_started:
-                self.transport.write(_raw_408(_timed_out(cycle.scope["path"], message)))
-            cycle.disconnected = True  # the app reads that its client left; its sends drop
-            cycle.message_event.set()
-            self.transport.close()
 
-    return ReadDeadlines
+    def _headers_late(self) -> None:
+        self._timer = None
+        if self.transport.is_closing():
+            return
+        if self._begun:
+            message = _late("headers", "header_timeout_s", self.header_s)
+            client_errors.transport(CODE, message, "http", client_errors.Who.at(self.client))
+            if self.cycle is None or self.cycle.response_complete:  # none being written
+                self.transport.write(_raw_408(orjson.dumps(error_document(CODE, message))))
+        self.transport.close()
+
+    def _body_late(self) -> None:
+        self._body = None
+        cycle = self.cycle
+        if self.transport.is_closing() or cycle is None:
+            return
+        message = _late("body", "body_timeout_s", self.body_s)
+        client_errors.transport(CODE, message, "http", client_errors.Who.at(self.client))
+        if not cycle.response_started:
+            self.transport.write(_raw_408(_timed_out(cycle.scope["path"], message)))
+        cycle.disconnected = True  # the app reads that its client left; its sends drop
+        cycle.message_event.set()
+        self.transport.close()
 
 
 def _timed_out(path: str, message: str) -> bytes:

@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import graphql
+import httpx
 import pytest
 from graphql import (
     GraphQLField,
@@ -348,6 +349,35 @@ def test_key_reads_answer_as_the_plan_does(served: Any, node: str) -> None:
     assert several > DOCUMENTS // 12, "many of them of several fields"
     assert counted(served, node, KNOWN[0]) - at_once > DOCUMENTS // 20, "memory at once ran"
     assert counted(served, node, KNOWN[1]) - routed > DOCUMENTS // 40, "the routed read ran"
+
+
+CLOCKED_HEADERS = ("date", "connection", "content-length")  # the length: of the answer's millis
+
+
+def test_a_read_the_protocol_answers_has_the_apps_headers(served: Any) -> None:
+    """A known read a node answers from memory is written by the HTTP server's protocol
+    (stategate/inline.py) on a kept-alive connection, and by the app on one the client
+    closes: the same status, headers (the date and the close aside) and body."""
+    store = next(s for s in served.project.stores.values() if s.kind == "table")
+    documents = Documents(served, random.Random(5))
+    field = names.root_fields(store)["lookup"]
+    key_type = documents.schema.query_type.fields[field].args["key"].type  # type: ignore[union-attr]
+    query = f"query K($k: {key_type}) {{ {field}(key: $k) {{ key }} }}"
+    url = f"{served.nodes.url('node1')}/graphql"
+    at_once = counted(served, "node1", KNOWN[0])
+    with httpx.Client() as kept, httpx.Client() as closing:
+        for key in documents.keys[store.name][:30]:
+            request = {"query": query, "variables": {"k": key}}
+            kept.post(url, json=request)  # prepared: the next one is known
+            close = {"connection": "close"}
+            answers = [kept.post(url, json=request), closing.post(url, json=request, headers=close)]
+            inline, app = (
+                {k: v for k, v in a.headers.items() if k not in CLOCKED_HEADERS} for a in answers
+            )
+            assert (answers[0].status_code, inline) == (answers[1].status_code, app)
+            assert comparable(answers[0].json()) == comparable(answers[1].json()), key
+            assert answers[1].headers["connection"] == "close"
+    assert counted(served, "node1", KNOWN[0]) - at_once > 10, "node1 read some at once"
 
 
 def as_params(request: dict[str, Any]) -> dict[str, str]:

@@ -75,13 +75,18 @@ class Outgoing:
     status: int = 200
     headers: dict[str, str] | None = None
 
-    async def send(self, send: Send, more: list[tuple[bytes, bytes]]) -> None:
+    def head(self, more: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+        """The answer's headers, then `more` (the node's)."""
         raw = [(b"content-type", self.media.encode()), (b"content-length", b"%d" % len(self.body))]
         raw.extend(
             (k.encode("latin-1"), v.encode("latin-1")) for k, v in (self.headers or {}).items()
         )
         raw.extend(more)
-        await send({"type": "http.response.start", "status": self.status, "headers": raw})
+        return raw
+
+    async def send(self, send: Send, more: list[tuple[bytes, bytes]]) -> None:
+        head = self.head(more)
+        await send({"type": "http.response.start", "status": self.status, "headers": head})
         await send({"type": "http.response.body", "body": self.body})
 
 
@@ -117,24 +122,50 @@ class GraphQLEndpoint:
             outgoing = _transport_error(failed, media)
         await outgoing.send(send, self.node.answer_headers())
 
-    async def _respond(
-        self, scope: Scope, headers: Headers, receive: Receive, media: str
-    ) -> Outgoing:
+    def at_once(self, scope: Scope, body: bytes) -> Outgoing | None:
+        """The answer to a whole request (`body` read) when it is a known read of a key this
+        node reads from memory at once, else None before anything was counted: the request
+        goes its usual way (the HTTP server's protocol asks first: stategate/inline.py)."""
+        headers = Headers(scope=scope)
         method = scope["method"]
+        if method == "POST" and len(body) > self.settings.max_request_bytes:
+            return None
+        try:
+            parsed = self._parsed(method, scope, headers, body)
+        except TransportError:
+            return None
+        known = None if parsed is None or isinstance(parsed, list) else self.known.read(parsed)
+        answer = None if known is None else self.known.at_once(known)
+        return None if answer is None else Outgoing(answer, _media(headers.get("accept", "")))
+
+    def _parsed(
+        self, method: str, scope: Scope, headers: Headers, body: bytes
+    ) -> GraphQLRequest | list[GraphQLRequest] | None:
+        """The request `body` (a POST's) or the URL (a GET's) carries; None for a browser's
+        GET that asks nothing (the playground)."""
         if method == "GET":
             params = QueryParams(scope["query_string"])
             asks = "query" in params or "extensions" in params or "documentId" in params
             if not asks and "text/html" in headers.get("accept", ""):
-                return Outgoing(self.playground, HTML)
-            parsed: GraphQLRequest | list[GraphQLRequest] = read_get(params)
-        elif method == "POST":
+                return None
+            return read_get(params)
+        if method == "POST":
+            return read_post(headers.get("content-type", ""), body, self.settings.max_batch_size)
+        raise TransportError(
+            405, "METHOD_NOT_ALLOWED", f"{method} is not GraphQL over HTTP: use GET or POST",
+            {"allow": "GET, POST"},
+        )  # fmt: skip
+
+    async def _respond(
+        self, scope: Scope, headers: Headers, receive: Receive, media: str
+    ) -> Outgoing:
+        method = scope["method"]
+        body = b""
+        if method == "POST":
             body = await _read(headers, receive, self.settings.max_request_bytes)
-            parsed = read_post(headers.get("content-type", ""), body, self.settings.max_batch_size)
-        else:
-            raise TransportError(
-                405, "METHOD_NOT_ALLOWED", f"{method} is not GraphQL over HTTP: use GET or POST",
-                {"allow": "GET, POST"},
-            )  # fmt: skip
+        parsed = self._parsed(method, scope, headers, body)
+        if parsed is None:
+            return Outgoing(self.playground, HTML)
         known = None if isinstance(parsed, list) else self.known.read(parsed)
         if known is not None:
             answered = await self._known(known, scope, headers, receive, media)

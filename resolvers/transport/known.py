@@ -67,8 +67,9 @@ class KnownReads:
         result = known.read.at_once(self.node, known.key)
         if result is None:
             return None
+        body = self._encoded(result)
         self.node.metrics.read_at_once(known.name, time.perf_counter() - started)
-        return self._encoded(result)
+        return body
 
     async def routed(
         self, known: KnownRead, who: client_errors.Who, authorization: str | None
