@@ -35,25 +35,34 @@ class ReadDeadlines(HttpToolsProtocol):
     header_s: ClassVar[float]
     body_s: ClassVar[float]
     _timer: asyncio.TimerHandle | None = None  # the headers' deadline
-    _begun = False  # a byte of the request under way arrived
+    _begun = False  # a byte of the request under way arrived, not yet all its headers
     _body: asyncio.TimerHandle | None = None  # the body's deadline
+    _reading = False  # the request's headers arrived, not yet all its body
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._timer = self.loop.call_later(self.header_s, self._headers_late)
 
+    def data_received(self, data: bytes) -> None:
+        """The bytes read; then a deadline for what they leave unfinished. Armed here, not
+        as a request begins, so one that arrives whole (most) arms none."""
+        super().data_received(data)
+        if self.transport.is_closing():
+            return
+        if self._begun and self._timer is None:  # a request after the first: its first byte
+            self._timer = self.loop.call_later(self.header_s, self._headers_late)
+        if self._reading and self._body is None:
+            self._body = self.loop.call_later(self.body_s, self._body_late)
+
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._begun = True
-        if self._timer is None:  # a request after the first: from its first byte
-            self._timer = self.loop.call_later(self.header_s, self._headers_late)
 
     def on_headers_complete(self) -> None:
         self._disarm()
         before = self.cycle
         super().on_headers_complete()
-        if self.cycle is not before:  # a request for the app (not an upgrade)
-            self._body = self.loop.call_later(self.body_s, self._body_late)
+        self._reading = self.cycle is not before  # a request for the app (not an upgrade)
 
     def on_message_complete(self) -> None:
         self._disarm_body()
@@ -72,7 +81,7 @@ class ReadDeadlines(HttpToolsProtocol):
     def _disarm_body(self) -> None:
         if self._body is not None:
             self._body.cancel()
-            self._body = None
+        self._body, self._reading = None, False
 
     def _headers_late(self) -> None:
         self._timer = None
