@@ -4,11 +4,13 @@ requests a client or a peer sends (issue 52).
 
     python -m bench.in_process --events 100000 --requests 20000 [--profile CASE]
 
-Four figures, each the median time of sequential calls after a warm-up (this machine is
-noisy): a one-key GraphQL lookup of a key node1 serves, a peer's /internal/query
-of one such key, a 1000-alias document (cached) and 1000 keys as one list field. The other
-two nodes are not started: every key asked is node1's own. --profile lookup|internal|list|
-aliases prints cProfile's costliest functions of one.
+Six figures, each the median time of sequential calls after a warm-up (this machine is
+noisy): a one-key GraphQL lookup of a key node1 serves, through the ASGI app and as the
+node's HTTP protocol asks first (NodeApp.at_once: stategate/inline.py); a peer's
+/internal/query of one such key, both ways; a 1000-alias document (cached) and 1000 keys as
+one list field. The other two nodes are not started: every key asked is node1's own.
+--profile lookup|inline|internal|peer|list|aliases prints cProfile's costliest functions of
+one.
 """
 
 from __future__ import annotations
@@ -73,11 +75,11 @@ def caller(app: ASGIApp, path: str, headers: list[tuple[bytes, bytes]]) -> Call:
     return call
 
 
-def inline(app: NodeApp, headers: list[tuple[bytes, bytes]]) -> Call:
-    """POST a body to /graphql as the node's HTTP protocol asks first (stategate/inline.py)."""
+def inline(app: NodeApp, path: str, headers: list[tuple[bytes, bytes]]) -> Call:
+    """POST a body to the app as the node's HTTP protocol asks first (stategate/inline.py)."""
 
     async def call(request: bytes) -> bytes:
-        answered = app.at_once(posted("/graphql", headers, request), request)
+        answered = app.at_once(posted(path, headers, request), request)
         assert answered is not None, "a key node1 reads at once"
         return answered.body
 
@@ -137,10 +139,12 @@ async def measure(project: Project, count: int, profile: str | None) -> None:
     aliases = [body(aliased(keys))]
     listed = [body(KEYS_LIST, {"keys": keys})]
     print(f"one-key lookup: {await median_us(graphql, bodies, count):.1f} us", flush=True)
-    answered = inline(node_app, json)
+    answered = inline(node_app, "/graphql", json)
     print(f"the same, as the HTTP protocol asks: {await median_us(answered, bodies, count):.1f} us")
     internal_us = await median_us(internal, subqueries, count)
     print(f"a peer's one-key /internal/query: {internal_us:.1f} us")
+    peer = inline(node_app, "/internal/query", secret)
+    print(f"the same, as the HTTP protocol asks: {await median_us(peer, subqueries, count):.1f} us")
     print(f"1000 aliases (cached): {await median_us(graphql, aliases, 100) / 1000:.2f} ms")
     print(f"1000 keys as one list: {await median_us(graphql, listed, 200) / 1000:.2f} ms")
     if profile is not None:
@@ -148,6 +152,7 @@ async def measure(project: Project, count: int, profile: str | None) -> None:
             "lookup": (graphql, bodies, count),
             "inline": (answered, bodies, count),
             "internal": (internal, subqueries, count),
+            "peer": (peer, subqueries, count),
             "list": (graphql, listed, 200),
             "aliases": (graphql, aliases, 100),
         }
@@ -166,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=20_000)
     parser.add_argument(
         "--profile",
-        choices=["lookup", "inline", "internal", "list", "aliases"],
+        choices=["lookup", "inline", "internal", "peer", "list", "aliases"],
         help="cProfile of one case",
     )
     args = parser.parse_args(argv)

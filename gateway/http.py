@@ -37,7 +37,7 @@ from contracts.cluster_secret import SECRET_HEADER, is_authentic
 from contracts.errors import GatewayError, error_document
 from gateway.auth import Unauthenticated, Who
 from gateway.model import limits
-from gateway.model.queries import keys_of
+from gateway.model.queries import NOT_HERE, SubQuery, keys_of
 from gateway.node import GatewayNode
 from gateway.runtime.lanes import SLICE, SMALL_BULK_KEYS, offload
 from gateway.storage.delivery.sync import StoreUnreachable
@@ -130,10 +130,7 @@ class InternalQuery:
         with node.lanes.request():
             headers = Headers(scope=scope)
             try:
-                check_version(headers.get(PROTOCOL_HEADER))
-                subqueries = decode_request(await _body(receive))
-                for subquery in subqueries:
-                    limits.check_subquery(subquery, node.project)
+                subqueries = _subqueries(node, headers, await _body(receive))
             except ProtocolError as exc:
                 message = f"not the internal protocol: {exc}"
                 await error_response(400, "BAD_REQUEST", message)(scope, receive, send)
@@ -154,6 +151,37 @@ class InternalQuery:
         raw = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
         await send({"type": "http.response.start", "status": 200, "headers": raw})
         await send({"type": "http.response.body", "body": body})
+
+
+def internal_at_once(node: GatewayNode, headers: Headers, body: bytes) -> bytes | None:
+    """The answer's body to a peer's sub-queries (a whole POST /internal/query) when this
+    node reads them all from its memory at once, as InternalQuery would read them (no more
+    than a SLICE of keys: its interactive lane); else None before anything was counted,
+    InternalQuery answers (errors, the bulk lane, the pool, traces). What the HTTP server's
+    protocol asks first (stategate/inline.py)."""
+    if tracing.on() or not is_authentic(headers.get(SECRET_HEADER), node.project.cluster.secret):
+        return None
+    try:
+        subqueries = _subqueries(node, headers, body)
+    except (ProtocolError, GatewayError):
+        return None
+    if keys_of(subqueries) > SLICE:
+        return None
+    answers = [node.execute_local.here(q) for q in subqueries]
+    read = [a for a in answers if a is not NOT_HERE]
+    if len(read) < len(answers):
+        return None
+    node.internal_requests += 1
+    return encode_answers(read)
+
+
+def _subqueries(node: GatewayNode, headers: Headers, body: bytes) -> list[SubQuery]:
+    """A peer's sub-queries, each within the limits; ProtocolError or GatewayError."""
+    check_version(headers.get(PROTOCOL_HEADER))
+    subqueries = decode_request(body)
+    for subquery in subqueries:
+        limits.check_subquery(subquery, node.project)
+    return subqueries
 
 
 async def _body(receive: Receive) -> bytes:

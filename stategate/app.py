@@ -11,6 +11,7 @@ from pathlib import Path
 
 import strawberry
 from starlette.applications import Starlette
+from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Mount, Route, WebSocketRoute
@@ -33,6 +34,7 @@ from resolvers.transport.live import Hub
 from stategate import logs
 from stategate.origins import Origins
 
+GRAPHQL = "/graphql"
 STATIC = Path(__file__).parent / "static"  # client libraries pages load from the node
 PLAYGROUND = Path(__file__).parent / "playground.html"  # GraphiQL, on assets from STATIC
 SCHEMA_DIGITS = 12
@@ -63,7 +65,7 @@ class Direct:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            if scope["path"] == "/graphql":
+            if scope["path"] == GRAPHQL:
                 with self.lanes.request():  # a client's request has the node's Python first
                     await self.graphql(scope, receive, send)
                 return
@@ -100,10 +102,14 @@ class NodeApp:
         self.endpoint = endpoint
 
     def at_once(self, scope: Scope, body: bytes) -> Answered | None:
-        """A whole request's answer (status 200) when /graphql reads it from memory at once
-        and the app's layers would add nothing to it (no CORS headers), else None: the
-        request goes through `asgi`. What the HTTP server's protocol asks first."""
-        if scope["path"] != "/graphql":
+        """A whole request's answer (status 200) when its endpoint (one of AT_ONCE) reads it
+        from memory at once and the app's layers would add nothing to it (no CORS headers),
+        else None: the request goes through `asgi`. What the HTTP server's protocol asks
+        first (stategate/inline.py)."""
+        if scope["path"] == http.INTERNAL_QUERY:
+            answer = http.internal_at_once(self.node, Headers(scope=scope), body)
+            return None if answer is None else Answered(_json_head(answer), answer)
+        if scope["path"] != GRAPHQL:
             return None
         if self.origins.origins and any(name == b"origin" for name, _ in scope["headers"]):
             return None
@@ -119,6 +125,13 @@ class NodeApp:
         self.operations.take(project.settings)
         self.origins.listing(project.settings.cors_origins)
         logs.level(project.settings)
+
+
+AT_ONCE = frozenset({GRAPHQL, http.INTERNAL_QUERY})  # the paths NodeApp.at_once may answer
+
+
+def _json_head(body: bytes) -> list[tuple[bytes, bytes]]:
+    return [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
 
 
 def schema_version(schema: strawberry.Schema) -> str:

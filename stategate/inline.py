@@ -2,11 +2,13 @@
 
 For each request uvicorn's httptools protocol makes a task that runs the app, which reads
 the body and sends the answer as ASGI messages through the app's layers. A one-key read this
-node answers from memory at once needs none of that: its answer is ready as soon as its body
-is whole, with no await (NodeApp.at_once). So the protocol holds a request to /graphql until
-its body is whole, asks `at_once`, and writes the answer itself, as uvicorn would have
-written it (its default headers first); or, when `at_once` says None, starts the app's task
-as uvicorn would have, the body already read. Both answer the same bytes (tests/test_plans.py).
+node answers from memory at once needs none of that, nor does a peer's hop of a few keys
+this node reads from memory: the answer is ready as soon as the body is whole, with no await
+(NodeApp.at_once). So the protocol holds a request to /graphql or /internal/query until its
+body is whole, asks `at_once`, and writes the answer itself, as uvicorn would have written
+it (its default headers first); or, when `at_once` says None, starts the app's task as
+uvicorn would have, the body already read. Both answer the same bytes (tests/test_plans.py,
+tests/test_wire.py).
 
 Only a request the app would be asked at once is held: the first of a connection's
 pipeline, kept alive, without Expect: 100-continue (the client waits for the app to read),
@@ -27,7 +29,7 @@ from uvicorn.protocols.http.httptools_impl import (
     RequestResponseCycle,
 )
 
-from stategate.app import Answered
+from stategate.app import AT_ONCE, Answered
 
 ASKED = ("GET", "POST")
 
@@ -77,7 +79,7 @@ class InlineAnswers(HttpToolsProtocol):
 
     def _holds(self, cycle: RequestResponseCycle) -> bool:
         scope = cycle.scope
-        if scope["path"] != "/graphql" or scope["method"] not in ASKED:
+        if scope["path"] not in AT_ONCE or scope["method"] not in ASKED:
             return False
         if not cycle.keep_alive or cycle.waiting_for_100_continue or self.flow.write_paused:
             return False

@@ -36,6 +36,10 @@ from graphql import (
 from prometheus_client.parser import text_string_to_metric_families
 
 from contracts import names
+from contracts.cluster_secret import SECRET_HEADER
+from contracts.partitioner import partition_for
+from gateway.model.queries import Get, SubQuery
+from gateway.wire.protocol import decode_answers, encode_request
 from resolvers.execution.executors import Compiled
 from resolvers.execution.operations import Operations
 from resolvers.execution.persisted import Source, sha256
@@ -378,6 +382,36 @@ def test_a_read_the_protocol_answers_has_the_apps_headers(served: Any) -> None:
             assert comparable(answers[0].json()) == comparable(answers[1].json()), key
             assert answers[1].headers["connection"] == "close"
     assert counted(served, "node1", KNOWN[0]) - at_once > 10, "node1 read some at once"
+
+
+def test_a_peer_read_the_protocol_answers_is_the_apps(served: Any) -> None:
+    """A peer's sub-queries a node reads from memory at once (a hop's other end) are
+    answered by the HTTP server's protocol on a kept-alive connection, and by the app's
+    /internal/query on one the client closes: the same status, headers and answers."""
+    project = served.project
+    store = next(s for s in project.stores.values() if s.kind == "table")
+    keys = Documents(served, random.Random(6)).keys[store.name][:40]
+    url = f"{served.nodes.url('node1')}/internal/query"
+    secret = {SECRET_HEADER: project.cluster.secret, "content-type": "application/json"}
+    close = {**secret, "connection": "close"}
+    read = 0
+    with httpx.Client() as kept, httpx.Client() as closing:
+        for number in range(0, len(keys), 4):
+            asked = [(k, partition_for(k, store.key_type, project.cluster.partitions))
+                     for k in keys[number : number + 4]]  # fmt: skip
+            body = encode_request(
+                [SubQuery(i, p, store.name, Get((k,))) for i, (k, p) in enumerate(asked)]
+            )
+            answers = [kept.post(url, content=body, headers=secret),
+                       closing.post(url, content=body, headers=close)]  # fmt: skip
+            inline, app = (
+                {k: v for k, v in a.headers.items() if k not in ("date", "connection")}
+                for a in answers
+            )
+            assert (answers[0].status_code, inline) == (answers[1].status_code, app)
+            assert answers[0].content == answers[1].content
+            read += sum(bool(a.rows) for a in decode_answers(answers[0].content))
+    assert read > 5, "node1 read some of the keys itself"
 
 
 def as_params(request: dict[str, Any]) -> dict[str, str]:
