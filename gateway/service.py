@@ -588,10 +588,31 @@ def _one_key(router: Router, store: Store, key: Key) -> SubQuery:
 def _one_key_lookup(
     topology: Topology, store: Store, key: Key, q: SubQuery, answer: Answer
 ) -> Lookup:
-    outcome = Outcome(Work(store, q.query, (), NO_DEMANDS), [(q, answer)], {key: 0})
     row = answer.row_of(key) if answer.ok else None
     entry = Entry(key, q.partition, row, answer.failure)
-    return Lookup([entry], meta_of(topology, outcome))
+    return Lookup([entry], _one_key_meta(topology, store, key, q, answer))
+
+
+def _one_key_meta(topology: Topology, store: Store, key: Key, q: SubQuery, answer: Answer) -> Meta:
+    """meta_of a one-key read that names no demand: of what one partition's answer says of
+    itself, so the same for every key a version of it answers (kept: a lookup's meta is
+    never changed)."""
+    active = store.is_global or topology.active(q.partition) == answer.node
+    said = (answer.node, answer.version, answer.appended_ms, tuple(answer.offsets.items()))
+    seen = (store.name, q.partition, active, said)
+    meta = _READ_METAS.get(seen) if answer.ok else None
+    if meta is None:
+        outcome = Outcome(Work(store, q.query, (), NO_DEMANDS), [(q, answer)], {key: 0})
+        meta = meta_of(topology, outcome)
+        if answer.ok:
+            if len(_READ_METAS) >= READ_METAS_KEPT:
+                _READ_METAS.clear()
+            _READ_METAS[seen] = meta
+    return meta
+
+
+READ_METAS_KEPT = 4_096  # partitions' versions whose one-key meta is kept, per process
+_READ_METAS: dict[tuple[str, int, bool, tuple[object, ...]], Meta] = {}
 
 
 def _joined_row(outcome: Outcome, key: Key) -> Row | None:

@@ -382,19 +382,9 @@ class SnapshotCatalog:
                 stale.retired = True
             self._release_if_unused(stale)
 
-    @contextmanager
-    def lease(self, partition: int) -> Iterator[Snapshot | None]:
-        with self._lock:
-            snapshot = self._current.get(partition)
-            if snapshot is not None:
-                snapshot.leases += 1
-        try:
-            yield snapshot
-        finally:
-            if snapshot is not None:
-                with self._lock:
-                    snapshot.leases -= 1
-                self._release_if_unused(snapshot)
+    def lease(self, partition: int) -> Lease:
+        """The partition's snapshot (None: none is served), kept from release while leased."""
+        return Lease(self, partition)
 
     def drop(self, partition: int, keep_files: bool = False) -> bool:
         """Stop serving a partition this node handed over; its files are deleted once the
@@ -482,6 +472,20 @@ class SnapshotCatalog:
                 self._working -= 1
                 self._idle.notify_all()
 
+    def _taken(self, partition: int) -> Snapshot | None:
+        with self._lock:
+            snapshot = self._current.get(partition)
+            if snapshot is not None:
+                snapshot.leases += 1
+        return snapshot
+
+    def _given_back(self, snapshot: Snapshot) -> None:
+        with self._lock:
+            snapshot.leases -= 1
+            if not snapshot.retired:  # the usual case: nothing to release
+                return
+        self._release_if_unused(snapshot)
+
     def _release_if_unused(self, snapshot: Snapshot) -> None:
         with self._lock:
             if not snapshot.retired or snapshot.leases > 0 or snapshot.released:
@@ -525,3 +529,22 @@ class SnapshotCatalog:
                         os.unlink(path)
                     except OSError as exc:
                         log.warning("cannot remove %s: %s", path, exc)
+
+
+class Lease:
+    """A snapshot leased for the block (a class, not a generator: every read takes one)."""
+
+    __slots__ = ("catalog", "partition", "snapshot")
+
+    def __init__(self, catalog: SnapshotCatalog, partition: int) -> None:
+        self.catalog = catalog
+        self.partition = partition
+        self.snapshot: Snapshot | None = None
+
+    def __enter__(self) -> Snapshot | None:
+        self.snapshot = self.catalog._taken(self.partition)
+        return self.snapshot
+
+    def __exit__(self, *exc: object) -> None:
+        if self.snapshot is not None:
+            self.catalog._given_back(self.snapshot)
