@@ -36,7 +36,7 @@ from contracts.partitioner import partition_for
 from contracts.project import Project
 from gateway.model.queries import Get, SubQuery
 from gateway.wire.protocol import encode_request
-from stategate.app import NodeApp, create_app
+from stategate.app import Answered, NodeApp, create_app
 
 Call = Callable[[bytes], Awaitable[bytes]]
 
@@ -80,7 +80,7 @@ def inline(app: NodeApp, path: str, headers: list[tuple[bytes, bytes]]) -> Call:
 
     async def call(request: bytes) -> bytes:
         answered = app.at_once(posted(path, headers, request), request)
-        assert answered is not None, "a key node1 reads at once"
+        assert isinstance(answered, Answered), "a key node1 reads at once"
         return answered.body
 
     return call

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +29,7 @@ from gateway.workers.roles import ALONE, Role
 from resolvers.execution.operations import Operations
 from resolvers.schema.build import build_schema
 from resolvers.transport import websocket as websocket_protocol
-from resolvers.transport.endpoint import GraphQLEndpoint
+from resolvers.transport.endpoint import GraphQLEndpoint, Outgoing
 from resolvers.transport.live import Hub
 from stategate import logs
 from stategate.origins import Origins
@@ -101,11 +101,12 @@ class NodeApp:
         self.origins = origins
         self.endpoint = endpoint
 
-    def at_once(self, scope: Scope, body: bytes) -> Answered | None:
+    def at_once(self, scope: Scope, body: bytes) -> Answered | Awaitable[Answered | None] | None:
         """A whole request's answer (status 200) when its endpoint (one of AT_ONCE) reads it
         from memory at once and the app's layers would add nothing to it (no CORS headers),
-        else None: the request goes through `asgi`. What the HTTP server's protocol asks
-        first (stategate/inline.py)."""
+        or (a known read of another node's key) that answer to await; else None, and None
+        from the awaited answer: the request goes through `asgi`. What the HTTP server's
+        protocol asks first (stategate/inline.py)."""
         if scope["path"] == http.INTERNAL_QUERY:
             answer = http.internal_at_once(self.node, Headers(scope=scope), body)
             return None if answer is None else Answered(_json_head(answer), answer)
@@ -114,6 +115,14 @@ class NodeApp:
         if self.origins.origins and any(name == b"origin" for name, _ in scope["headers"]):
             return None
         outgoing = self.endpoint.at_once(scope, body)
+        if outgoing is None or isinstance(outgoing, Outgoing):
+            return self._answered(outgoing)
+        return self._later(outgoing)
+
+    async def _later(self, outgoing: Awaitable[Outgoing | None]) -> Answered | None:
+        return self._answered(await outgoing)
+
+    def _answered(self, outgoing: Outgoing | None) -> Answered | None:
         if outgoing is None:
             return None
         return Answered(outgoing.head(self.node.answer_headers()), outgoing.body)

@@ -122,10 +122,12 @@ class GraphQLEndpoint:
             outgoing = _transport_error(failed, media)
         await outgoing.send(send, self.node.answer_headers())
 
-    def at_once(self, scope: Scope, body: bytes) -> Outgoing | None:
-        """The answer to a whole request (`body` read) when it is a known read of a key this
-        node reads from memory at once, else None before anything was counted: the request
-        goes its usual way (the HTTP server's protocol asks first: stategate/inline.py)."""
+    def at_once(self, scope: Scope, body: bytes) -> Outgoing | Awaitable[Outgoing | None] | None:
+        """The answer to a whole request (`body` read) when it is a known read: at once when
+        this node reads its key from memory, else its answer through the router to await
+        (None there: the general path words it); None before anything was counted for any
+        other request, which goes its usual way. What the HTTP server's protocol asks first
+        (stategate/inline.py), which cancels the awaited answer if the client leaves."""
         headers = Headers(scope=scope)
         method = scope["method"]
         if method == "POST" and len(body) > self.settings.max_request_bytes:
@@ -135,8 +137,13 @@ class GraphQLEndpoint:
         except TransportError:
             return None
         known = None if parsed is None or isinstance(parsed, list) else self.known.read(parsed)
-        answer = None if known is None else self.known.at_once(known)
-        return None if answer is None else Outgoing(answer, _media(headers.get("accept", "")))
+        if known is None:
+            return None
+        media = _media(headers.get("accept", ""))
+        answer = self.known.at_once(known)
+        if answer is not None:
+            return Outgoing(answer, media)
+        return self._left_counted(self._routed(known, scope, headers, media))
 
     def _parsed(
         self, method: str, scope: Scope, headers: Headers, body: bytes
@@ -194,16 +201,31 @@ class GraphQLEndpoint:
         """A known read's answer: from memory at once, else through the router; None when
         the general path must answer."""
         body = self.known.at_once(known)
-        if body is None:
-            started = time.perf_counter()
-            who = client_errors.Who.at(scope.get("client"))
-            reading = self.known.routed(known, who, headers.get("authorization"))
-            routed = await _unless_disconnected(reading, receive)
-            if routed is _LEFT:
-                self.node.metrics.request(None, "cancelled", time.perf_counter() - started)
-                return Outgoing(b"", media, CLIENT_CLOSED)
-            body = routed
+        if body is not None:
+            return Outgoing(body, media)
+        started = time.perf_counter()
+        routed = await _unless_disconnected(self._routed(known, scope, headers, media), receive)
+        if routed is _LEFT:
+            self.node.metrics.request(None, "cancelled", time.perf_counter() - started)
+            return Outgoing(b"", media, CLIENT_CLOSED)
+        return routed
+
+    async def _routed(
+        self, known: KnownRead, scope: Scope, headers: Headers, media: str
+    ) -> Outgoing | None:
+        """A known read's answer through the router, asked with the request's authorization."""
+        who = client_errors.Who.at(scope.get("client"))
+        body = await self.known.routed(known, who, headers.get("authorization"))
         return None if body is None else Outgoing(body, media)
+
+    async def _left_counted(self, work: Awaitable[Outgoing | None]) -> Outgoing | None:
+        """The work's answer; counted cancelled when it is (its client left)."""
+        started = time.perf_counter()
+        try:
+            return await work
+        except asyncio.CancelledError:
+            self.node.metrics.request(None, "cancelled", time.perf_counter() - started)
+            raise
 
     async def _answer(
         self, parsed: GraphQLRequest | list[GraphQLRequest], session: Session, get: bool

@@ -7,6 +7,7 @@ here answers a body that says "known" and declines anything else; the ASGI app a
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from typing import Any
 
 from starlette.types import Receive, Scope, Send
@@ -19,18 +20,31 @@ from stategate.app import Answered
 from stategate.server_protocol import node_protocol
 
 KNOWN = b'{"known": true}'
+LATER = b'{"known": "later"}'  # answered once awaited (a read another node serves)
+DECLINED_LATER = b'{"known": "later, or not"}'  # awaited, then declined: the app answers
 ANSWER = b'{"data":{"one":1}}'
+HEAD = [(b"content-type", b"application/json"), (b"x-node", b"n1")]
+AWAITED_S = 0.05
 
 
 class Answers:
     def __init__(self) -> None:
         self.asked: list[bytes] = []
+        self.cancelled = 0
 
-    def at_once(self, scope: Scope, body: bytes) -> Answered | None:
+    def at_once(self, scope: Scope, body: bytes) -> Answered | Awaitable[Answered | None] | None:
         self.asked.append(body)
-        if body != KNOWN:
-            return None
-        return Answered([(b"content-type", b"application/json"), (b"x-node", b"n1")], ANSWER)
+        if body in (LATER, DECLINED_LATER):
+            return self.later(body == LATER)
+        return Answered(HEAD, ANSWER) if body == KNOWN else None
+
+    async def later(self, answers: bool) -> Answered | None:
+        try:
+            await asyncio.sleep(AWAITED_S)
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+        return Answered(HEAD, ANSWER) if answers else None
 
 
 class Transport(asyncio.Transport):
@@ -90,12 +104,15 @@ def exchange(*chunks: bytes) -> tuple[bytes, list[bytes], int]:
         protocol = protocol_class(config=config, server_state=state, app_state={})  # type: ignore[call-arg]
         transport = Transport()
         protocol.connection_made(transport)
-        for chunk in chunks:
+        for chunk in chunks:  # each once the answers under way were written
             protocol.data_received(chunk)
             for _ in range(5):
                 await asyncio.sleep(0)
-        await asyncio.gather(*state.tasks)
-        assert state.total_requests == len(RAN) + answers.asked.count(KNOWN)
+            while state.tasks:
+                await asyncio.gather(*state.tasks)
+        assert state.total_requests == len(RAN) + answers.asked.count(KNOWN) + answers.asked.count(
+            LATER
+        )
         protocol.connection_lost(None)
         return bytes(transport.written)
 
@@ -140,6 +157,44 @@ def test_answers_keep_the_order_of_requests_on_one_connection() -> None:
     first, second = written.index(ANSWER), written.index(b"app:{}")
     assert first < second < written.index(b"app:" + KNOWN), written
     assert asked == [KNOWN, b"{}"] and apps == 2  # the pipelined third: the app's
+
+
+def test_an_answer_to_await_is_written_when_it_comes_in_its_turn() -> None:
+    """A read another node serves: its answer awaited by the protocol, then written; a
+    request pipelined behind it waits for it."""
+    written, asked, apps = exchange(post(LATER) + post(KNOWN))
+    assert asked == [LATER] and apps == 1  # the pipelined second: the app's
+    assert written.index(ANSWER) < written.index(b"app:" + KNOWN)
+    written, asked, apps = exchange(post(LATER), post(KNOWN))  # the second, once it was written
+    assert written.count(ANSWER) == 2 and asked == [LATER, KNOWN] and apps == 0
+
+
+def test_an_awaited_answer_declined_goes_to_the_app() -> None:
+    written, asked, apps = exchange(post(DECLINED_LATER))
+    assert asked == [DECLINED_LATER] and apps == 1
+    assert written.endswith(b"app:" + DECLINED_LATER)
+
+
+def test_a_client_that_leaves_cancels_the_awaited_answer() -> None:
+    answers = Answers()
+
+    async def run() -> bytes:
+        config = Config(app, log_config=None, lifespan="off")
+        config.load()
+        state = ServerState()
+        protocol = node_protocol(Settings(), answers)(
+            config=config, server_state=state, app_state={}
+        )  # type: ignore[call-arg]
+        transport = Transport()
+        protocol.connection_made(transport)
+        protocol.data_received(post(LATER))
+        await asyncio.sleep(AWAITED_S / 5)
+        protocol.connection_lost(None)
+        await asyncio.sleep(AWAITED_S * 2)
+        assert not state.tasks
+        return bytes(transport.written)
+
+    assert asyncio.run(run()) == b"" and answers.cancelled == 1
 
 
 def test_requests_the_protocol_does_not_hold_go_to_the_app() -> None:
