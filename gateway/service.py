@@ -10,6 +10,7 @@ position its consistency token stands for.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from contracts.clock import LATEST_MS
 from contracts.conditions import KEY, AllOf, Condition, Filter
 from contracts.errors import Failure, GatewayError, bad_input
 from contracts.partitioner import Key, partition_for
-from contracts.positions import Position, decode_token, merge
+from contracts.positions import Position, decode_token, encode_token, merge
 from contracts.project import Project, Store
 from contracts.topology import Topology
 from gateway.cluster.batching import Consistency, Outcome, Work
@@ -82,6 +83,11 @@ class Meta:
     partitions: list[PartitionOutcome]
     position: Position  # merged over the partitions that answered
     token: Position  # what the result's consistency token stands for (bound included)
+
+    @functools.cached_property
+    def token_text(self) -> str:
+        """The consistency token, encoded (once: a one-key read's meta is kept)."""
+        return encode_token(self.token)
 
     @property
     def failed(self) -> int:

@@ -24,7 +24,6 @@ from graphql.pyutils import Undefined
 from strawberry.types import ExecutionResult
 
 from contracts.partitioner import Key
-from contracts.positions import merge
 from contracts.project import Store
 from gateway.cluster.routing import Trace
 from gateway.node import GatewayNode
@@ -121,7 +120,7 @@ class KeyLookup:
             data = {root.key: root.complete(lookup)}
         except Exception:  # noqa: BLE001 - a value the schema refuses: run() words it
             return None
-        return ExecutionResult(data, None, extensions(merge([lookup.meta.token]), [trace]))
+        return ExecutionResult(data, None, extensions(lookup.meta.token_text, [trace]))
 
     async def _looked_up(self, context: Context, keys: list[Key]) -> list[Lookup]:
         """Each field's lookup, in the fields' order: every store's keys read as one batch."""

@@ -13,7 +13,7 @@ from graphql import ASTValidationRule, GraphQLError, NoSchemaIntrospectionCustom
 from strawberry.types import ExecutionResult
 
 from contracts.errors import GatewayError
-from contracts.positions import Position, encode_token
+from contracts.positions import encode_token
 from contracts.settings import Settings
 from gateway.cluster.routing import Trace
 from resolvers.execution import client_errors
@@ -110,13 +110,13 @@ def encoded(body: dict[str, Any], limit: int) -> bytes:
 
 
 def response_extensions(context: Context) -> dict[str, Any]:
-    return extensions(context.queries.response_token(), context.batch.traces)
+    return extensions(encode_token(context.queries.response_token()), context.batch.traces)
 
 
-def extensions(token: Position, traces: Sequence[Trace]) -> dict[str, Any]:
-    """A response's extensions: what its consistency token stands for, what routing cost."""
+def extensions(token: str, traces: Sequence[Trace]) -> dict[str, Any]:
+    """A response's extensions: its consistency token (encode_token's), what routing cost."""
     return {
-        "consistencyToken": encode_token(token),
+        "consistencyToken": token,
         "routing": {
             "rounds": [r for t in traces for r in t.rounds],
             "internalRequests": sum(t.calls() for t in traces),

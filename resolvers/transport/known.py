@@ -27,6 +27,7 @@ from strawberry.types import ExecutionResult
 
 from contracts import tracing
 from contracts.partitioner import Key
+from contracts.positions import encode_token
 from gateway.node import GatewayNode
 from resolvers.execution import client_errors, results
 from resolvers.execution.key_lookup import KeyLookup
@@ -83,7 +84,8 @@ class KnownReads:
             async with asyncio.timeout(deadline):
                 result = await known.read.routed(self.node, known.key, authorization)
         except TimeoutError:
-            result = results.past_deadline(deadline, results.extensions({}, []))  # nothing read
+            nothing_read = results.extensions(encode_token({}), [])
+            result = results.past_deadline(deadline, nothing_read)
         if result is None:
             return None
         client_errors.failed(result.errors, known.name, "http", who)
