@@ -38,6 +38,8 @@ class ReadDeadlines(HttpToolsProtocol):
     _begun = False  # a byte of the request under way arrived, not yet all its headers
     _body: asyncio.TimerHandle | None = None  # the body's deadline
     _reading = False  # the request's headers arrived, not yet all its body
+    _idle_since: float | None = None  # when the last response ended, on an idle connection
+    _idle_timer: asyncio.TimerHandle | None = None  # its keep-alive deadline, or later
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -71,7 +73,40 @@ class ReadDeadlines(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
         self._disarm_body()
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
         super().connection_lost(exc)
+
+    def on_response_complete(self) -> None:
+        """uvicorn's, but for its keep-alive deadline: one timer a connection, moved on when
+        it fires while the connection was busy, not one armed and cancelled per response."""
+        self.server_state.total_requests += 1
+        if self.transport.is_closing():
+            return
+        self._unset_keepalive_if_required()
+        self.flow.resume_reading()
+        if self.pipeline:
+            cycle, app = self.pipeline.pop()
+            self._start_asgi_task(cycle, app)
+            return
+        self._idle_since = self.loop.time()
+        if self._idle_timer is None:
+            self._idle_timer = self.loop.call_later(self.timeout_keep_alive, self._idle_late)
+
+    def _unset_keepalive_if_required(self) -> None:
+        """The connection is busy: bytes arrived, or a response ended (uvicorn's call)."""
+        super()._unset_keepalive_if_required()
+        self._idle_since = None
+
+    def _idle_late(self) -> None:
+        self._idle_timer = None
+        if self._idle_since is None or self.transport.is_closing():
+            return  # busy: the next response's end arms it again
+        left = self._idle_since + self.timeout_keep_alive - self.loop.time()
+        if left > 0:
+            self._idle_timer = self.loop.call_later(left, self._idle_late)
+        else:
+            self.timeout_keep_alive_handler()
 
     def _disarm(self) -> None:
         if self._timer is not None:

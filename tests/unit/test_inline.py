@@ -230,3 +230,29 @@ def test_a_client_that_leaves_before_its_body_leaves_nothing_held() -> None:
         return bytes(transport.written)
 
     assert asyncio.run(run()) == b"" and answers.asked == []
+
+
+def test_an_idle_connection_is_closed_keep_alive_after_its_last_answer() -> None:
+    """One keep-alive timer a connection (stategate/deadlines.py): an answer while it runs
+    moves the deadline on, to keep-alive after the last answer."""
+    answers = Answers()
+
+    async def run() -> list[bool]:
+        config = Config(app, log_config=None, lifespan="off", timeout_keep_alive=1)
+        config.load()
+        protocol = node_protocol(Settings(), answers)(
+            config=config, server_state=ServerState(), app_state={}
+        )  # type: ignore[call-arg]
+        transport = Transport()
+        protocol.connection_made(transport)
+        closed = []
+        for asks in (True, True, False):  # answered at 0 and 0.6 s; seen at 0.6, 1.2, 1.8 s
+            if asks:
+                protocol.data_received(post(KNOWN))
+            await asyncio.sleep(0.6)
+            closed.append(transport.closed)
+        protocol.connection_lost(None)
+        return closed
+
+    assert asyncio.run(run()) == [False, False, True]
+    assert answers.asked == [KNOWN] * 2
