@@ -4,13 +4,14 @@ requests a client or a peer sends (issue 52).
 
     python -m bench.in_process --events 100000 --requests 20000 [--profile CASE]
 
-Six figures, each the median time of sequential calls after a warm-up (this machine is
-noisy): a one-key GraphQL lookup of a key node1 serves, through the ASGI app and as the
-node's HTTP protocol asks first (NodeApp.at_once: stategate/inline.py); a peer's
-/internal/query of one such key, both ways; a 1000-alias document (cached) and 1000 keys as
-one list field. The other two nodes are not started: every key asked is node1's own.
---profile lookup|inline|internal|peer|list|aliases prints cProfile's costliest functions of
-one.
+Seven figures, each the median time of sequential calls after a warm-up (this machine is
+noisy): a one-key GraphQL lookup of a key node1 serves, through the ASGI app, as the node's
+HTTP protocol asks first (NodeApp.at_once: stategate/inline.py), and fed to that protocol as
+a connection's bytes (uvicorn's parsing included, no socket); a peer's /internal/query of
+one such key, through the app and as the protocol asks; a 1000-alias document (cached) and
+1000 keys as one list field. The other two nodes are not started: every key asked is
+node1's own. --profile lookup|inline|protocol|internal|peer|list|aliases prints cProfile's
+costliest functions of one.
 """
 
 from __future__ import annotations
@@ -25,9 +26,12 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import uvloop
 from starlette.types import ASGIApp, Message, Scope
+from uvicorn.config import Config
+from uvicorn.server import ServerState
 
 from bench.one_key import CUSTOMERS, demo_built, lookups
 from bench.queries import KEYS_LIST, aliased, body
@@ -37,6 +41,7 @@ from contracts.project import Project
 from gateway.model.queries import Get, SubQuery
 from gateway.wire.protocol import encode_request
 from stategate.app import Answered, NodeApp, create_app
+from stategate.server_protocol import node_protocol
 
 Call = Callable[[bytes], Awaitable[bytes]]
 
@@ -82,6 +87,41 @@ def inline(app: NodeApp, path: str, headers: list[tuple[bytes, bytes]]) -> Call:
         answered = app.at_once(posted(path, headers, request), request)
         assert isinstance(answered, Answered), "a key node1 reads at once"
         return answered.body
+
+    return call
+
+
+class Written(asyncio.Transport):
+    """A connection's transport that keeps nothing: what the protocol writes is dropped."""
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        pass
+
+    def is_closing(self) -> bool:
+        return False
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return {"sockname": ("127.0.0.1", 8000), "peername": ("127.0.0.1", 50000)}.get(name)
+
+
+def fed(app: NodeApp) -> Call:
+    """POST a body to /graphql as bytes a kept-alive connection receives, to the protocol
+    class `stategate node` runs (stategate/server_protocol.py): uvicorn's parsing and the
+    protocol's own work included, the socket's not. Answered at once: nothing to await."""
+    config = Config(app.asgi, log_config=None, lifespan="off")
+    config.load()
+    state = ServerState()
+    protocol = node_protocol(app.node.project.settings, app)(
+        config=config, server_state=state, app_state={}
+    )
+    protocol.connection_made(Written())
+    head = b"POST /graphql HTTP/1.1\r\nhost: 127.0.0.1:8101\r\ncontent-type: application/json\r\n"
+
+    async def call(request: bytes) -> bytes:
+        answered = state.total_requests
+        protocol.data_received(head + b"content-length: %d\r\n\r\n" % len(request) + request)
+        assert state.total_requests == answered + 1 and not state.tasks, "answered at once"
+        return b""
 
     return call
 
@@ -141,6 +181,10 @@ async def measure(project: Project, count: int, profile: str | None) -> None:
     print(f"one-key lookup: {await median_us(graphql, bodies, count):.1f} us", flush=True)
     answered = inline(node_app, "/graphql", json)
     print(f"the same, as the HTTP protocol asks: {await median_us(answered, bodies, count):.1f} us")
+    protocol = fed(node_app)
+    print(
+        f"the same, fed to the protocol as bytes: {await median_us(protocol, bodies, count):.1f} us"
+    )
     internal_us = await median_us(internal, subqueries, count)
     print(f"a peer's one-key /internal/query: {internal_us:.1f} us")
     peer = inline(node_app, "/internal/query", secret)
@@ -151,6 +195,7 @@ async def measure(project: Project, count: int, profile: str | None) -> None:
         cases = {
             "lookup": (graphql, bodies, count),
             "inline": (answered, bodies, count),
+            "protocol": (protocol, bodies, count),
             "internal": (internal, subqueries, count),
             "peer": (peer, subqueries, count),
             "list": (graphql, listed, 200),
@@ -171,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=20_000)
     parser.add_argument(
         "--profile",
-        choices=["lookup", "inline", "internal", "peer", "list", "aliases"],
+        choices=["lookup", "inline", "protocol", "internal", "peer", "list", "aliases"],
         help="cProfile of one case",
     )
     args = parser.parse_args(argv)
