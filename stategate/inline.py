@@ -51,9 +51,8 @@ class InlineAnswers(HttpToolsProtocol):
     answers: ClassVar[AtOnce]
     _heading = False  # within on_headers_complete: a request uvicorn starts at once
     _held: tuple[RequestResponseCycle, ASGI3Application] | None = None
-    _awaited: asyncio.Task[None] | None = (
-        None  # an answer under way: cancelled if the client leaves
-    )
+    # an answer under way, cancelled if the client leaves
+    _awaited: asyncio.Task[None] | None = None
 
     def on_headers_complete(self) -> None:
         self._heading = True
