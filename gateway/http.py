@@ -148,9 +148,13 @@ class InternalQuery:
             ):
                 answers = await node.execute_local(subqueries)
                 body = await offload(encode_answers, answers)
-        raw = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
-        await send({"type": "http.response.start", "status": 200, "headers": raw})
+        await send({"type": "http.response.start", "status": 200, "headers": json_head(body)})
         await send({"type": "http.response.body", "body": body})
+
+
+def json_head(body: bytes) -> list[tuple[bytes, bytes]]:
+    """The headers of /internal/query's answer of `body`, as raw ASGI headers."""
+    return [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
 
 
 def internal_at_once(node: GatewayNode, headers: Headers, body: bytes) -> bytes | None:

@@ -109,7 +109,7 @@ class NodeApp:
         protocol asks first (stategate/inline.py)."""
         if scope["path"] == http.INTERNAL_QUERY:
             answer = http.internal_at_once(self.node, Headers(scope=scope), body)
-            return None if answer is None else Answered(_json_head(answer), answer)
+            return None if answer is None else Answered(http.json_head(answer), answer)
         if scope["path"] != GRAPHQL:
             return None
         if self.origins.origins and any(name == b"origin" for name, _ in scope["headers"]):
@@ -137,10 +137,6 @@ class NodeApp:
 
 
 AT_ONCE = frozenset({GRAPHQL, http.INTERNAL_QUERY})  # the paths NodeApp.at_once may answer
-
-
-def _json_head(body: bytes) -> list[tuple[bytes, bytes]]:
-    return [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
 
 
 def schema_version(schema: strawberry.Schema) -> str:
