@@ -139,11 +139,8 @@ class GraphQLEndpoint:
         known = None if parsed is None or isinstance(parsed, list) else self.known.read(parsed)
         if known is None:
             return None
-        media = _media(headers.get("accept", ""))
-        answer = self.known.at_once(known)
-        if answer is not None:
-            return Outgoing(answer, media)
-        return self._left_counted(self._routed(known, scope, headers, media))
+        answer = self._known_answer(known, scope, headers, _media(headers.get("accept", "")))
+        return answer if isinstance(answer, Outgoing) else self._left_counted(answer)
 
     def _parsed(
         self, method: str, scope: Scope, headers: Headers, body: bytes
@@ -198,17 +195,23 @@ class GraphQLEndpoint:
     async def _known(
         self, known: KnownRead, scope: Scope, headers: Headers, receive: Receive, media: str
     ) -> Outgoing | None:
-        """A known read's answer: from memory at once, else through the router; None when
-        the general path must answer."""
-        body = self.known.at_once(known)
-        if body is not None:
-            return Outgoing(body, media)
+        """A known read's answer; None when the general path must answer."""
+        answer = self._known_answer(known, scope, headers, media)
+        if isinstance(answer, Outgoing):
+            return answer
         started = time.perf_counter()
-        routed = await _unless_disconnected(self._routed(known, scope, headers, media), receive)
+        routed = await _unless_disconnected(answer, receive)
         if routed is _LEFT:
             self.node.metrics.request(None, "cancelled", time.perf_counter() - started)
             return Outgoing(b"", media, CLIENT_CLOSED)
         return routed
+
+    def _known_answer(
+        self, known: KnownRead, scope: Scope, headers: Headers, media: str
+    ) -> Outgoing | Awaitable[Outgoing | None]:
+        """A known read's answer from memory at once, else its answer through the router."""
+        body = self.known.at_once(known)
+        return self._routed(known, scope, headers, media) if body is None else Outgoing(body, media)
 
     async def _routed(
         self, known: KnownRead, scope: Scope, headers: Headers, media: str
