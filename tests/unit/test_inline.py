@@ -89,6 +89,19 @@ async def app(scope: Scope, receive: Receive, send: Send) -> None:
     await send({"type": "http.response.body", "body": reply})
 
 
+def connected(answers: Answers, keep_alive_s: int = 5) -> tuple[Any, Transport, ServerState]:
+    """The node's protocol on a new connection (in a running loop): it, its transport and
+    the server's state."""
+    config = Config(app, log_config=None, lifespan="off", timeout_keep_alive=keep_alive_s)
+    config.load()
+    state = ServerState()
+    state.default_headers = [(b"date", b"today"), (b"server", b"uvicorn")]
+    protocol = node_protocol(Settings(), answers)(config=config, server_state=state, app_state={})  # type: ignore[call-arg]
+    transport = Transport()
+    protocol.connection_made(transport)
+    return protocol, transport, state
+
+
 def exchange(*chunks: bytes) -> tuple[bytes, list[bytes], int]:
     """What the node writes back for `chunks` received, what `at_once` was asked, and how
     many requests the app answered."""
@@ -96,14 +109,7 @@ def exchange(*chunks: bytes) -> tuple[bytes, list[bytes], int]:
     RAN.clear()
 
     async def run() -> bytes:
-        config = Config(app, log_config=None, lifespan="off")
-        config.load()
-        state = ServerState()
-        state.default_headers = [(b"date", b"today"), (b"server", b"uvicorn")]
-        protocol_class = node_protocol(Settings(), answers)
-        protocol = protocol_class(config=config, server_state=state, app_state={})  # type: ignore[call-arg]
-        transport = Transport()
-        protocol.connection_made(transport)
+        protocol, transport, state = connected(answers)
         for chunk in chunks:  # each once the answers under way were written
             protocol.data_received(chunk)
             for _ in range(5):
@@ -179,14 +185,7 @@ def test_a_client_that_leaves_cancels_the_awaited_answer() -> None:
     answers = Answers()
 
     async def run() -> bytes:
-        config = Config(app, log_config=None, lifespan="off")
-        config.load()
-        state = ServerState()
-        protocol = node_protocol(Settings(), answers)(
-            config=config, server_state=state, app_state={}
-        )  # type: ignore[call-arg]
-        transport = Transport()
-        protocol.connection_made(transport)
+        protocol, transport, state = connected(answers)
         protocol.data_received(post(LATER))
         await asyncio.sleep(AWAITED_S / 5)
         protocol.connection_lost(None)
@@ -217,13 +216,7 @@ def test_a_client_that_leaves_before_its_body_leaves_nothing_held() -> None:
     answers = Answers()
 
     async def run() -> bytes:
-        config = Config(app, log_config=None, lifespan="off")
-        config.load()
-        protocol = node_protocol(Settings(), answers)(
-            config=config, server_state=ServerState(), app_state={}
-        )  # type: ignore[call-arg]
-        transport = Transport()
-        protocol.connection_made(transport)
+        protocol, transport, _ = connected(answers)
         protocol.data_received(request[:-3])
         protocol.connection_lost(None)
         await asyncio.sleep(0)
@@ -238,13 +231,7 @@ def test_an_idle_connection_is_closed_keep_alive_after_its_last_answer() -> None
     answers = Answers()
 
     async def run() -> list[bool]:
-        config = Config(app, log_config=None, lifespan="off", timeout_keep_alive=1)
-        config.load()
-        protocol = node_protocol(Settings(), answers)(
-            config=config, server_state=ServerState(), app_state={}
-        )  # type: ignore[call-arg]
-        transport = Transport()
-        protocol.connection_made(transport)
+        protocol, transport, _ = connected(answers, keep_alive_s=1)
         closed = []
         for asks in (True, True, False):  # answered at 0 and 0.6 s; seen at 0.6, 1.2, 1.8 s
             if asks:
