@@ -93,8 +93,8 @@ class KeyRuns:
         if run is None:
             return []
         start, times = run
-        first = start + max(int(np.searchsorted(times, from_ms, side="right")) - 1, 0)
-        return self._rows_of(first, start + int(np.searchsorted(times, to_ms, side="right")))
+        first = start + max(int(times.searchsorted(from_ms, side="right")) - 1, 0)
+        return self._rows_of(first, start + int(times.searchsorted(to_ms, side="right")))
 
     def between(self, key: Key, from_ms: int, to_ms: int) -> list[Timed]:
         """The key's rows whose time is in [from_ms, to_ms], by time (a key's windows)."""
@@ -102,8 +102,8 @@ class KeyRuns:
         if run is None:
             return []
         start, times = run
-        first = start + int(np.searchsorted(times, from_ms, side="left"))
-        return self._rows_of(first, start + int(np.searchsorted(times, to_ms, side="right")))
+        first = start + int(times.searchsorted(from_ms, side="left"))
+        return self._rows_of(first, start + int(times.searchsorted(to_ms, side="right")))
 
     def _run(self, key: Key) -> tuple[int, np.ndarray] | None:
         """Where the key's run starts, and its times (None: the key has no rows)."""

@@ -144,7 +144,7 @@ class LookupTable:
                 return 0 if key < probe else len(self._keys)
         else:
             return None
-        return int(np.searchsorted(self._keys, probe, side="right" if right else "left"))
+        return int(self._keys.searchsorted(probe, side="right" if right else "left"))
 
     def rows_in_order(self, start: int, stop: int) -> list[Row]:
         """The rows at sorted positions [start, stop), in key order."""
@@ -162,7 +162,7 @@ class LookupTable:
         probe = self._probe(key)
         if probe is None:
             return None
-        at = int(np.searchsorted(self._keys, probe))
+        at = int(self._keys.searchsorted(probe))
         if at == len(self._keys) or self._keys.item(at) != probe:
             return None
         return at
@@ -171,7 +171,7 @@ class LookupTable:
         wanted = self._probes(list(dict.fromkeys(keys)))
         if len(wanted) == 0:
             return np.empty(0, dtype=np.int64)
-        at = np.searchsorted(self._keys, wanted)
+        at = self._keys.searchsorted(wanted)
         inside = at < len(self._keys)
         at, wanted = at[inside], wanted[inside]
         found: np.ndarray = at[self._keys[at] == wanted]
