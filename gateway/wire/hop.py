@@ -66,41 +66,54 @@ class HopPool:
         self._origins: dict[tuple[str, str, int], _Origin] = defaultdict(
             lambda: _Origin(asyncio.Semaphore(self.connections))
         )
+        self._routes: dict[str, tuple[str, str, int, _Origin, str]] = {}
 
     async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> tuple[int, bytes]:
         """(status, body) of a POST; a kept-alive connection the peer had closed is retried
         once on a fresh one."""
-        parts = urlsplit(url)
-        host, port = parts.hostname or "127.0.0.1", parts.port or DEFAULT_PORTS[parts.scheme]
-        origin = self._origins[(parts.scheme, host, port)]
-        head = [f"POST {parts.path or '/'} HTTP/1.1", f"host: {host}:{port}"]
-        head += [f"{name}: {value}" for name, value in headers.items()]
+        scheme, host, port, origin, first = self._route(url)
+        head = [first, *(f"{name}: {value}" for name, value in headers.items())]
         head.append(f"content-length: {len(body)}")
         request = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
-        deadline = asyncio.get_running_loop().time() + self.timeout_s
+        taken = False
         try:
-            async with asyncio.timeout_at(deadline):
+            async with asyncio.timeout(self.timeout_s):  # a free connection, then the reply
                 await origin.slots.acquire()
-        except TimeoutError as exc:
-            raise PoolFull(f"no free connection to {host}:{port}") from exc
-        try:
-            async with asyncio.timeout_at(deadline):
-                connection, reused = await self._connection(origin, parts.scheme, host, port)
+                taken = True
+                connection, reused = await self._connection(origin, scheme, host, port)
                 try:
                     status, reply, keep = await _exchange(connection, request)
                 except (ClosedByPeer, ConnectionResetError, BrokenPipeError):
                     if not reused:
                         raise
-                    connection = await self._open(parts.scheme, host, port)
+                    connection = await self._open(scheme, host, port)
                     status, reply, keep = await _exchange(connection, request)
+        except TimeoutError as exc:
+            if not taken:
+                raise PoolFull(f"no free connection to {host}:{port}") from exc
+            raise
         finally:
-            origin.slots.release()
+            if taken:
+                origin.slots.release()
         if keep:
             connection.idle_since = time.monotonic()
             origin.idle.append(connection)
         else:
             connection.close()
         return status, reply
+
+    def _route(self, url: str) -> tuple[str, str, int, _Origin, str]:
+        """The URL's scheme, host, port, pool and request line with its host header (kept:
+        a node calls the same few URLs)."""
+        route = self._routes.get(url)
+        if route is None:
+            parts = urlsplit(url)
+            scheme = parts.scheme
+            host, port = parts.hostname or "127.0.0.1", parts.port or DEFAULT_PORTS[scheme]
+            origin = self._origins[(scheme, host, port)]
+            first = f"POST {parts.path or '/'} HTTP/1.1\r\nhost: {host}:{port}"
+            route = self._routes[url] = (scheme, host, port, origin, first)
+        return route
 
     async def _connection(
         self, origin: _Origin, scheme: str, host: str, port: int
