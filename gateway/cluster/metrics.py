@@ -15,6 +15,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from itertools import accumulate
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import (
@@ -83,6 +84,7 @@ class NodeMetrics:
         self.freshness = Delays()
         self.registry.register(self.freshness)
         self._names: set[str] = set()
+        self._calls: dict[tuple[str, str], Any] = {}  # (peer, outcome) -> its counter
 
     def operation(self, name: str | None) -> str:
         """The label of an operation name: a bounded set, whatever clients send."""
@@ -103,6 +105,12 @@ class NodeMetrics:
     def read_routed(self, name: str | None, outcome: str, seconds: float) -> None:
         self.requests.add(self.operation(name), outcome, seconds)
         self.requests.routed += 1
+
+    def internal_call(self, peer: str, outcome: str) -> None:
+        counter = self._calls.get((peer, outcome))
+        if counter is None:  # labels() looks a child up slowly: each is kept
+            counter = self._calls[peer, outcome] = self.internal_calls.labels(peer, outcome)
+        counter.inc()
 
     def watch(self, state: NodeState, node_wide: bool = True) -> None:
         """Read `state` at each scrape: all of it, or (a follower's, whose keeper reports

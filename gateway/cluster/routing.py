@@ -274,16 +274,16 @@ class Router:
             with tracing.span("internal call", called):
                 answers = await self.peers.query(url, subqueries, authorization)
         except PeerRefused as exc:  # it is up, but did not answer these: fail them over
-            self.metrics.internal_calls.labels(node_id, "refused").inc()
+            self.metrics.internal_call(node_id, "refused")
             return _all_failed(subqueries, node_id, f"{node_id} {exc}")
         except ProtocolError as exc:  # not our protocol: another version, a proxy
-            self.metrics.internal_calls.labels(node_id, "garbage").inc()
+            self.metrics.internal_call(node_id, "garbage")
             return _all_failed(subqueries, node_id, f"{node_id} answered garbage: {exc}")
         except PeerError as exc:
-            self.metrics.internal_calls.labels(node_id, "unreachable").inc()
+            self.metrics.internal_call(node_id, "unreachable")
             self.membership.mark_down(node_id, exc, started)
             return _all_failed(subqueries, node_id, f"{node_id} unreachable: {exc}")
-        self.metrics.internal_calls.labels(node_id, "ok").inc()
+        self.metrics.internal_call(node_id, "ok")
         self.membership.mark_up(node_id)
         return answers
 
