@@ -194,7 +194,7 @@ def publish_here(
     batch = Batch(project, str(store_dir), manifest, rebuild, compact, groups=1)
 
     def build(partition: int) -> list[dict[str, Any]]:
-        read_ms, published = now_ms(), batch.reads_from(partition)
+        published = batch.reads_from(partition)
         ends = {topic: until(topic, partition) for topic in sorted(project.topics)}
         spans = [
             Span(partition, topic, published[topic], end)
@@ -202,6 +202,7 @@ def publish_here(
             if end > published[topic]
         ]
         table = pa.Table.from_batches(log.read(spans), RECORDS)
+        read_ms = now_ms()  # once read: no sooner than the last append read, up to `ends`
         return [
             row
             for built in _build_partition(batch, partition, table, read_ms, ends)
@@ -287,12 +288,12 @@ def due_for_compaction(entry: PartitionEntry, settings: Settings) -> bool:
 
 def _build(batch: Batch, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """One task: the new layers of its group's partitions, from their records."""
-    read_ms = now_ms()
     context = TaskContext.get()
     assert context is not None
     group = context.partitionId()
     held = members(group, batch.project.cluster.partitions, batch.groups)
     received = list(batches)
+    read_ms = now_ms()
     table = pa.Table.from_batches(received) if received else RECORDS.empty_table()
     found = set(pc.unique(table.column("partition")).to_pylist())
     if not found <= set(held):
