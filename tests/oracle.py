@@ -189,14 +189,23 @@ _CONSUMERS: dict[str, KafkaConsumer] = {}  # one per cluster: a new one costs a 
 _READING = threading.Lock()
 
 
-def kafka_records(project: Project, topic: str, partition: int) -> list[dict]:
+def kafka_records(
+    project: Project, topic: str, partition: int, below: int | None = None
+) -> list[dict]:
     """A Kafka topic partition's records as the file log's rows (offset, timestamp, the key
     as declared, the value decoded, append_ms), read by kafka-python: a client of its own,
-    independent of the pipeline's (confluent-kafka). Cached while the partition's end stays."""
+    independent of the pipeline's (confluent-kafka). Kept, and read on from where they end
+    when the partition's end has moved; with `below`, those kept serve while they hold every
+    record before that offset (a live log's oracle asks again and again, while producers
+    append)."""
     assert project.kafka is not None
     name = project.kafka.topic(topic)
     where = TopicPartition(name, partition)
+    kept = (project.kafka.bootstrap, name, partition)
     with _READING:
+        read_to, rows = _KAFKA.get(kept, (0, []))
+        if below is not None and below <= read_to:
+            return rows
         consumer = _CONSUMERS.get(project.kafka.bootstrap)
         if consumer is None:
             consumer = _CONSUMERS[project.kafka.bootstrap] = KafkaConsumer(
@@ -207,17 +216,19 @@ def kafka_records(project: Project, topic: str, partition: int) -> list[dict]:
                 **_kafka_python_tls(project.kafka.client),
             )
         end = consumer.end_offsets([where])[where]
-        cached = _KAFKA.get((project.kafka.bootstrap, name, partition))
-        if cached is not None and cached[0] == end:
-            return cached[1]
+        if end == read_to and kept in _KAFKA:
+            return rows
         consumer.assign([where])
-        consumer.seek_to_beginning(where)
-        rows: list[dict] = []
+        if read_to:
+            consumer.seek(where, read_to)
+        else:
+            consumer.seek_to_beginning(where)
+        rows = list(rows)  # a new list: callers hold the one they were given
         while consumer.position(where) < end:
             for message in consumer.poll(timeout_ms=1000).get(where, []):
                 if message.offset < end:
                     rows.append(_kafka_row(project.topics[topic].key_type, message))
-        _KAFKA[(project.kafka.bootstrap, name, partition)] = (end, rows)
+        _KAFKA[kept] = (end, rows)
     return rows
 
 
@@ -291,7 +302,7 @@ class Log:
         cached = self._rows.get((store_name, partition, offset))
         if cached is None:
             store = layer_store(self.project, store_name)
-            everything = self._records(store.topic.name, partition)
+            everything = self._records(store.topic.name, partition, offset)
             records = [r for r in everything if r["offset"] < offset]
             assert len(records) == offset, f"the log holds {len(records)} of {offset} records"
             width = len(key_columns(store))
@@ -299,9 +310,10 @@ class Log:
             self._rows[(store_name, partition, offset)] = cached
         return cached
 
-    def _records(self, topic: str, partition: int) -> list[dict]:
+    def _records(self, topic: str, partition: int, offset: int) -> list[dict]:
+        """The partition's records, at least those before `offset`."""
         if self.project.kafka is not None:
-            return kafka_records(self.project, topic, partition)
+            return kafka_records(self.project, topic, partition, offset)
         found = []
         for _, path in eventlog.segments(self.project.log_dir, topic, partition):
             if path not in self._segments:
