@@ -203,7 +203,7 @@ def list_all(served, node: str, store: Store, where: dict | None, order, first: 
 def same_rows(got: list[tuple], expected: list[tuple]) -> None:
     assert len(got) == len(expected), (len(got), len(expected))
     for g, e in zip(got, expected, strict=True):
-        assert g == pytest.approx(e), (g, e)
+        assert g == e or g == pytest.approx(e), (g, e)
 
 
 def test_random_filters_and_orders_page_through_like_the_oracle(served) -> None:

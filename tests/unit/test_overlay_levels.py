@@ -75,7 +75,8 @@ def test_a_chain_installed_delta_by_delta_answers_as_the_log_says(
         after = len(settled.overlay.levels) if settled.overlay else 0
         assert after <= MAX_LEVELS
         merges += after < levels
-        check(project, catalog, settled, oracle, chain.positions)
+        if settled is not installed:  # else checked above, in pages too
+            check(project, catalog, settled, oracle, chain.positions)
         attached = catalog.cursor().execute("SELECT count(*) FROM duckdb_databases()").fetchall()
         assert attached[0][0] <= 1 + 1 + after + 2, "a released level is still attached"
     assert merges >= 2  # the rounds made levels merge, more than once
@@ -179,7 +180,7 @@ def pages(catalog: SnapshotCatalog, snapshot: Snapshot, store: Store, query: obj
 def same(got: list, expected: list) -> None:
     assert len(got) == len(expected), (len(got), len(expected))
     for g, e in zip(got, expected, strict=True):
-        assert tuple(g) == pytest.approx(tuple(e)), (g, e)
+        assert tuple(g) == tuple(e) or tuple(g) == pytest.approx(tuple(e)), (g, e)
 
 
 def test_a_partition_handed_over_while_its_delta_is_read_stays_handed_over(
@@ -249,7 +250,8 @@ def test_a_follower_serves_the_keepers_levels_from_their_images(
                 before = follower.get(chain_id)
                 mirrored = follower.install(chain_id, list(local), levels)
                 assert mirrored is not None and mirrored.level_images() == levels
-                check(project, follower, mirrored, oracle, chain.positions)
+                if mirrored is not before:  # else checked as it was installed
+                    check(project, follower, mirrored, oracle, chain.positions)
                 if before is not None and before is not mirrored:
                     assert before.retired
                 on_disk = {p for p in folder.rglob("*.level")}
