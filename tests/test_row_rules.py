@@ -419,7 +419,10 @@ def test_by_value_pages_and_totals_count_only_visible_rows(setup: Setup) -> None
             ids = ("key", "window_start") if store.kind == "window" else ("key",)
             expected = [tuple(r[f] for f in r) for r in ordered(kept, order, ids)]
             node = next(nodes)
-            got = list_all(setup, node, token, store, where, order, rng.choice([3, 50]))
+            first = rng.choice([3, 50])
+            if len(expected) // first > 40:
+                first = 500  # pages enough to cross cursors, not hundreds of requests
+            got = list_all(setup, node, token, store, where, order, first)
             same_rows(got, expected)
             totals = ask(setup, node, token, aggregate_query(store),
                          {"where": where, **span(store)[2]})[f"{name}Aggregate"]  # fmt: skip
