@@ -329,7 +329,7 @@ class Reader(threading.Thread):
         document = positions.document(self.cluster.project)
         url = f"{self.cluster.nodes.url(self.node)}/graphql"
         for i in itertools.count():
-            if self.stopping.is_set():
+            if self.stopping.wait(positions.THINK_S):
                 return
             variables = {"key": KEYS[i % len(KEYS)], "keys": KEYS, "token": self.client.token}
             try:
