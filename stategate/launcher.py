@@ -22,7 +22,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -64,15 +63,6 @@ def node_command(project: Project, node_id: str) -> list[str]:
             "--node", node_id]  # fmt: skip
 
 
-@dataclass(frozen=True)
-class Launch:
-    """A server to start: its name, its command, the URL its /health answers at."""
-
-    name: str
-    command: list[str]
-    url: str
-
-
 class Processes:
     """Named server processes, each logging to `<logs>/<name>.log` (or to this terminal when
     logs is None)."""
@@ -105,22 +95,18 @@ class Processes:
         self._wait_up(name, url, quiet_s, ceiling_s, tls)
 
     def start_nodes(self, project: Project, node_ids: list[str] | None = None) -> None:
-        """Start the nodes all at once (start_all)."""
-        ids = node_ids or [n.id for n in project.cluster.nodes]
-        nodes = [Launch(n, node_command(project, n), project.cluster.node(n).url) for n in ids]
-        self.start_all(nodes, project.tls)
-
-    def start_all(self, launches: list[Launch], tls: Tls | None = None) -> None:
-        """Start the servers all at once, then wait for each to come up (a node's start is
+        """Start the nodes all at once, then wait for each to come up (a node's start is
         mostly its own work: one after another, a cluster took the sum of them); if one
         does not, stop them all."""
+        ids = node_ids or [n.id for n in project.cluster.nodes]
         try:
-            for launch in launches:
-                self._spawn(launch.name, launch.command)
-            for launch in launches:
-                self._wait_up(launch.name, launch.url, QUIET_S, CEILING_S, tls)
+            for node_id in ids:
+                self._spawn(node_id, node_command(project, node_id))
+            for node_id in ids:
+                url = project.cluster.node(node_id).url
+                self._wait_up(node_id, url, QUIET_S, CEILING_S, project.tls)
         except BaseException:
-            self.stop_all([launch.name for launch in launches if launch.name in self.procs])
+            self.stop_all([n for n in ids if n in self.procs])
             raise
 
     def _spawn(self, name: str, command: list[str], cwd: Path | None = None) -> None:

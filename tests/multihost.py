@@ -37,7 +37,7 @@ from stategate import certificates
 from stategate.broker import BROKER_HOLDER, Broker, client_properties
 from stategate.etcd import ETCD_HOLDER, Ensemble
 from stategate.hosts import Network
-from stategate.launcher import Launch, Processes
+from stategate.launcher import Processes
 from stategate.s3server import STORE, S3Server
 from tests import live, oracle, positions
 from tests.nodes import Nodes
@@ -131,13 +131,15 @@ class MultiHost:
         produce_test_events(self.project, seed=11)
         self.store.start()
         self._start_pipeline()
-        self.processes.start_all([self._launch(node) for node in NODES], self.tls)
+        for node in NODES:
+            self.start_node(node)
         self.settled(set(NODES))
         self._producer.start()
 
-    def _launch(self, node: str) -> Launch:
+    def start_node(self, node: str) -> None:
         command = self.network.command(node, _stategate("node", self.project.path))
-        return Launch(node, [*command, "--node", node], self.nodes.url(node))
+        url = self.nodes.url(node)
+        self.processes.start(node, [*command, "--node", node], url, tls=self.tls)
 
     def close(self) -> None:
         self._stop_producing.set()
