@@ -331,7 +331,7 @@ class Reader(threading.Thread):
         document = positions.document(self.cluster.project)
         url = f"{self.cluster.nodes.url(self.node)}/graphql"
         for i in itertools.count():
-            if self.stopping.wait(positions.THINK_S):
+            if self.stopping.is_set():
                 return
             variables = {"key": KEYS[i % len(KEYS)], "keys": KEYS, "token": self.client.token}
             try:

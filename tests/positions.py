@@ -22,7 +22,6 @@ PREFIX = "C00001"  # 10 keys, spread over the partitions
 RANGE = ("C00002", "C00003")  # from <= key <= to: C000020 .. C000029 and "C00003"?
 PAGE = 50  # more than the keys of the prefix and of the range: each page is all of them
 WINDOWS = (START_MS, START_MS + 6 * HOUR_MS)
-THINK_S = 0.02  # a reading client's pause between two requests (a dashboard's, not a load test's)
 META = (
     "meta { partial consistencyToken "
     "partitions { partition node failure message position { topic offset } } }"

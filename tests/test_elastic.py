@@ -172,7 +172,7 @@ class Reader(threading.Thread):
     def _read(self) -> None:
         document = positions.document(self.elastic.project)
         for i in itertools.count():
-            if self.stopping.wait(positions.THINK_S):
+            if self.stopping.is_set():
                 return
             body = self.elastic.nodes.gql(self.node_id, document, variables(self.client, i))
             if body.get("errors"):

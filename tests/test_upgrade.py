@@ -163,7 +163,7 @@ class Reader(threading.Thread):
         document = positions.document(self.rolling.project)
         rng = random.Random(3)
         for i in itertools.count():
-            if self.stopping.wait(positions.THINK_S):
+            if self.stopping.is_set():
                 return
             with self.rolling.lock:
                 node = rng.choice(self.rolling.rotation)
