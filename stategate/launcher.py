@@ -91,25 +91,6 @@ class Processes:
         """Start a server and wait until GET {url}/health answers 200 (checked by `tls`'s CA
         when given), as long as it makes progress; stop it if it does not come up. `cwd`:
         where it runs, whose packages `python -m` imports first (another release's tree)."""
-        self._spawn(name, command, cwd)
-        self._wait_up(name, url, quiet_s, ceiling_s, tls)
-
-    def start_nodes(self, project: Project, node_ids: list[str] | None = None) -> None:
-        """Start the nodes all at once, then wait for each to come up (a node's start is
-        mostly its own work: one after another, a cluster took the sum of them); if one
-        does not, stop them all."""
-        ids = node_ids or [n.id for n in project.cluster.nodes]
-        try:
-            for node_id in ids:
-                self._spawn(node_id, node_command(project, node_id))
-            for node_id in ids:
-                url = project.cluster.node(node_id).url
-                self._wait_up(node_id, url, QUIET_S, CEILING_S, project.tls)
-        except BaseException:
-            self.stop_all([n for n in ids if n in self.procs])
-            raise
-
-    def _spawn(self, name: str, command: list[str], cwd: Path | None = None) -> None:
         output = None
         path = self.log_path(name)
         if path is not None:
@@ -122,18 +103,25 @@ class Processes:
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
             cwd=cwd,
         )
-
-    def _wait_up(
-        self, name: str, url: str, quiet_s: float, ceiling_s: float, tls: Tls | None
-    ) -> None:
-        """Until the server answers GET /health; stopped (and the error raised) if it does
-        not come up."""
         try:
-            wait_healthy(url, self.procs[name], quiet_s, ceiling_s, self.log_path(name), tls)
+            wait_healthy(url, self.procs[name], quiet_s, ceiling_s, path, tls)
         except BaseException as exc:  # a timeout, or a stop (Ctrl-C) while it starts
             self.stop(name)
             if isinstance(exc, RuntimeError):
                 raise RuntimeError(f"{name}: {exc}\n{self.tail(name)}") from exc
+            raise
+
+    def start_nodes(self, project: Project, node_ids: list[str] | None = None) -> None:
+        """Start the nodes one after another; if one does not come up, stop those started
+        before it too."""
+        started: list[str] = []
+        try:
+            for node_id in node_ids or [n.id for n in project.cluster.nodes]:
+                url = project.cluster.node(node_id).url
+                self.start(node_id, node_command(project, node_id), url, tls=project.tls)
+                started.append(node_id)
+        except BaseException:
+            self.stop_all(started)
             raise
 
     def pid(self, name: str) -> int:
