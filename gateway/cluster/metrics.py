@@ -99,11 +99,11 @@ class NodeMetrics:
         self.requests.add(self.operation(name), outcome, seconds)
 
     def read_at_once(self, name: str | None, seconds: float) -> None:
-        self.requests.add(self.operation(name), "ok", seconds)
+        self.request(name, "ok", seconds)
         self.requests.at_once += 1
 
     def read_routed(self, name: str | None, outcome: str, seconds: float) -> None:
-        self.requests.add(self.operation(name), outcome, seconds)
+        self.request(name, outcome, seconds)
         self.requests.routed += 1
 
     def internal_call(self, peer: str, outcome: str) -> None:
