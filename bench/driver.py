@@ -168,7 +168,12 @@ async def run_async(
 
 
 async def run_paced(
-    name: str, operation: Operation, rate: float, duration_s: float, warmup: int = 0
+    name: str,
+    operation: Operation,
+    rate: float,
+    duration_s: float,
+    warmup: int = 0,
+    servers: Servers = (),
 ) -> Stats:
     """Start calls at `rate` a second for `duration_s`, whether earlier ones answered or not
     (an open loop, as independent clients send), each timed from the moment it was due: time
@@ -189,7 +194,7 @@ async def run_paced(
             errors += 1
             first_error = first_error or error
 
-    cpu0 = time.process_time()
+    cpu0, server0 = time.process_time(), _cpu_by_pid(servers)
     started = time.perf_counter()
     total = int(rate * duration_s)
     sent = 0
@@ -204,7 +209,8 @@ async def run_paced(
     await asyncio.gather(*in_flight)
     wall = time.perf_counter() - started
     cpu = time.process_time() - cpu0
-    return summarize(name, 0, latencies, errors, wall, cpu, None, first_error, f"{rate:.0f}/s")
+    server = _cpu_used(server0, servers) if servers else None
+    return summarize(name, 0, latencies, errors, wall, cpu, server, first_error, f"{rate:.0f}/s")
 
 
 def run_sync(

@@ -23,7 +23,7 @@ import asyncio
 import json
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,12 +44,15 @@ from bench import (
     versus,
 )
 from bench.driver import (
+    Operation,
+    Servers,
     Stats,
     batch_operation,
     get_operation,
     graphql_operation,
     http_client,
     run_async,
+    run_paced,
     run_sync,
 )
 from bench.floor import Floor, Rows, shapes
@@ -83,6 +86,11 @@ GW_WINDOWS = "gw e. windows, 7 days hourly (heavy keys)"
 GW_WINDOWS_ROUTED = "gw e. windows, 7 days hourly, routed"
 GW_DASHBOARD = "gw f. dashboard (5 root fields + cluster)"
 GW_HEALTH = "gw GET /health (no GraphQL, no DuckDB)"
+# The same two at one rate, under what either serves: a saturated loop takes many requests
+# per wake-up, so a cheaper request is also counted at a higher rate than a dearer one.
+PACED_RATE = 2_000  # requests a second (a lookup to node1 saturates at ~6,000, /health ~27,000)
+GW_HEALTH_PACED = f"gw GET /health at {PACED_RATE}/s"
+GW_ONE_PACED = f"gw a. one key, node1 only, at {PACED_RATE}/s"
 NAIVE_ONE = "naive one key"
 NAIVE_ONE_NODE = "naive one key, node1 only"
 NAIVE_LIST = "naive 1000 keys = 1000 GETs"
@@ -404,9 +412,28 @@ async def measure_gateway(
         )
         log(report.stats_line(stats))
         results.gateway.append(stats)
+        one = graphql_operation(client, urls[:1], b.one_key(20_000), _check_one)
+        cases = [(GW_HEALTH_PACED, health), (GW_ONE_PACED, one)]
+        results.gateway += await paced(cases, duration, servers)
         results.memory["main_node1_rss_mib_after_mix"] = round(gw.rss_mib("node1"), 1)
         results.memory["main_node1_pss_mib_after_mix"] = round(gw.pss_mib("node1"), 1)
         results.memory["main_rss_mib_after_mix"] = {n: round(gw.rss_mib(n), 1) for n in gw.ids}
+
+
+async def paced(
+    cases: Sequence[tuple[str, Operation]], duration: float, servers: Servers
+) -> list[Stats]:
+    """Each case at PACED_RATE, in two rounds asked in turn (ABBA): one row each, its server
+    CPU per request over both rounds."""
+    rounds: dict[str, list[Stats]] = {name: [] for name, _ in cases}
+    for order in (cases, list(reversed(cases))):
+        for name, operation in order:
+            stats = await run_paced(
+                name, operation, PACED_RATE, duration / 2, warmup=50, servers=servers
+            )
+            log(report.stats_line(stats))
+            rounds[name].append(stats)
+    return [versus.merged(stats, "two rounds, in turn (ABBA)") for stats in rounds.values()]
 
 
 # -- 3. the floor ------------------------------------------------------------------------------
@@ -621,6 +648,8 @@ def comparisons(r: Results, timings: SparkTimings) -> list[report.Comparison]:
     gw_one_vs, _ = vs(versus.ONE)
     rss_small = r.memory.get("small_node1_rss_mib_after_warmup")
     health_cpu = health.server_cpu_ms if health else None
+    one_paced = r.find(r.gateway, GW_ONE_PACED)
+    health_paced = r.find(r.gateway, GW_HEALTH_PACED)
 
     def cpu_of(stats: Stats | None) -> str:
         cpu = stats.server_cpu_ms if stats else None
@@ -653,6 +682,14 @@ def comparisons(r: Results, timings: SparkTimings) -> list[report.Comparison]:
             "the same, routed",
             ratio(routed16.server_cpu_ms if routed16 else None, health_cpu), 2, "x",
             f"each to its key's active replica (clients/python/routing.py): {cpu_of(routed16)} ms",
+        ),
+        at_most(
+            f"the same, both at {PACED_RATE} req/s to node1",
+            ratio(
+                one_paced.server_cpu_ms if one_paced else None,
+                health_paced.server_cpu_ms if health_paced else None,
+            ),
+            2, "x", f"all 3 nodes, hops included: {cpu_of(one_paced)} vs {cpu_of(health_paced)} ms",
         ),
         at_least(
             "one key, 16 clients, routed: gateway req/s / PostGraphile req/s",

@@ -194,11 +194,11 @@ async def measure(sides: Sequence[Side], duration: float) -> list[Stats]:
                             min_count=2,
                         )
                     )
-            out += [_merged(stats) for stats in rounds.values()]
+            out += [merged(stats) for stats in rounds.values()]
     return out
 
 
-def _merged(rounds: list[Stats]) -> Stats:
+def merged(rounds: list[Stats], note: str = "") -> Stats:
     """One row of a side's rounds of a case."""
     count = sum(s.count for s in rounds)
     seconds = sum(s.seconds for s in rounds)
@@ -215,6 +215,6 @@ def _merged(rounds: list[Stats]) -> Stats:
         client_cpu=sum(s.client_cpu * s.seconds for s in rounds) / seconds,
         server_cpu_ms=sum(cpu) / count if len(cpu) == len(rounds) else None,
         first_error=next((s.first_error for s in rounds if s.first_error), None),
-        note=f"median of {len(rounds)} rounds, in turn with the other side",
+        note=note or f"median of {len(rounds)} rounds, in turn with the other side",
         load1=round(statistics.mean(s.load1 for s in rounds), 2),
     )
