@@ -45,13 +45,13 @@ from stategate import demo
 from stategate.demo import bookings
 from stategate.launcher import wait_serving
 from tests import oracle
+from tests.checkout import TYPESCRIPT, typescript_client
 from tests.nodes import Nodes
 from tests.projects import demo_project
 
 ROOT = Path(__file__).resolve().parent.parent
 CLIENTS = ROOT / "clients"
 CODEGEN_VENV = ROOT / ".venv-codegen"
-TYPESCRIPT = CLIENTS / "typescript"
 FROM, TO = "2026-10-25T00:00:00+00:00", "2026-10-31T23:00:00+00:00"  # the demo's last week
 JS_LIMIT = 2**53
 NPM_TIMEOUT_S = 300  # one npm step at most (npm ci downloads ~300 packages on a new machine)
@@ -308,7 +308,16 @@ def test_the_python_client_keeps_longs_exact(client: ModuleType, cluster: Nodes)
         assert f"'bookings': {JS_LIMIT + 1}" in message, message
 
 
-def test_the_typescript_types_check_and_the_example_answers(cluster: Nodes) -> None:
+@pytest.fixture
+def typescript_held() -> Iterator[None]:
+    """The TypeScript client's folders to this test alone (tests/checkout.py)."""
+    with typescript_client():
+        yield
+
+
+def test_the_typescript_types_check_and_the_example_answers(
+    cluster: Nodes, typescript_held: None
+) -> None:
     npm = shutil.which("npm")
     if npm is None:
         pytest.skip("npm is not installed: the TypeScript client needs Node.js and npm")

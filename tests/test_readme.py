@@ -27,6 +27,7 @@ in `...` may go on.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -57,6 +58,7 @@ from stategate import demo
 from stategate.broker import Broker
 from stategate.demo import bookings
 from stategate.launcher import free_ports, wait_serving
+from tests.checkout import typescript_client
 from tests.coordinator import Etcd
 from tests.live import Socket
 from tests.nodes import Nodes
@@ -277,7 +279,9 @@ def run_sh(example: Example, cluster: Cluster) -> None:
         if SERVER.search(line):
             cluster.serve(line)
     script = "\n".join(["set -e", *(line for line in lines if not SERVER.search(line))])
-    done = bash(script, capture_output=True)
+    typescript = "clients/typescript" in script or "client-typescript" in script
+    with typescript_client() if typescript else contextlib.nullcontext():
+        done = bash(script, capture_output=True)
     assert done.returncode == 0, f"{script}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     for line in commands(example.text):
         for produced in re.findall(r"^echo '(.*)'\s*\|.*stategate produce", line):
