@@ -220,57 +220,45 @@ def wait_listening(port: int, proc: subprocess.Popen, log: Path) -> None:
         time.sleep(0.2)
 
 
-def test_the_continuous_pipeline_runs_on_a_standalone_cluster(
-    spark_cluster: SparkCluster, tmp_path: Path
-) -> None:
-    # every micro-batch on the executors, however small (not in the driver)
-    project = follow_project(tmp_path, "driver_batch_records = 0\n")
-    produce_round(project, 0)
-    follow = Follow(project, tmp_path / "follow.log", master=spark_cluster.url)
-    try:
-        follow.wait_following(CLUSTER_START_S)
-        assert_state_is_the_oracles(project, wait_caught_up(project))
-        # reads first: at the setting's niceness (or this one's, if higher), Spark's JVM too
-        driver = psutil.Process(follow.proc.pid)
-        (jvm,) = [p for p in driver.children(recursive=True) if p.name() == "java"]
-        nice = max(Settings().pipeline_niceness, os.getpriority(os.PRIO_PROCESS, 0))
-        assert driver.nice() == jvm.nice() == nice
-        produce_round(project, 1)
-        manifest = wait_caught_up(project)
-        assert_state_is_the_oracles(project, manifest)
-        kinds = {layer["kind"] for e in manifest["partitions"].values() for layer in e["layers"]}
-        assert kinds == {"base", "delta"}
-    finally:
-        follow.proc.send_signal(signal.SIGTERM)
-        assert follow.wait_exit(60) == -signal.SIGTERM, follow.tail()
-    # it ran on the cluster: both workers started an executor for the application (a
-    # worker may start another as the application ends, before the master hears of it)
-    (app,) = [d for d in spark_cluster.work.iterdir() if d.name.startswith("app-")]
-    executors = [d / "stderr" for d in app.iterdir() if d.is_dir()]
-    workers = {re.findall(r'"--worker-url" "([^"]+)"', e.read_text())[0] for e in executors}
-    assert len(workers) == 2, workers
-
-
-def test_on_a_standalone_cluster_executors_publish_to_a_bucket_sharing_no_folder(
+def test_the_continuous_pipeline_runs_on_a_standalone_cluster_publishing_to_a_bucket(
     spark_cluster: SparkCluster, s3: S3Server, tmp_path: Path
 ) -> None:
-    """Executors write their layers in folders of their own and upload them; the driver
-    publishes the manifest in the bucket. Every layer the bucket holds makes the oracle's
-    state, and none of the executors' is in the driver's folder."""
+    """Every micro-batch on the executors, however small (not in the driver): they write
+    their layers in folders of their own and upload them, the driver publishes the manifest
+    in the bucket. What the bucket holds makes the oracle's state after each round, none of
+    the executors' layers is in the driver's folder, and both workers ran an executor.
+    (A folder store written by executors is tests/test_pipeline.py's and test_stream.py's,
+    on local[2].)"""
     url = f"{s3.bucket('standalone')}/follow"
     project = follow_project(tmp_path, "driver_batch_records = 0\n", snapshot_url=url)
     produce_round(project, 0)
     follow = Follow(project, tmp_path / "follow.log", master=spark_cluster.url)
     try:
         follow.wait_following(CLUSTER_START_S)
+        wait_caught_up(project)
+        assert_state_is_the_oracles(
+            project, fetched_from_bucket(project, tmp_path / "first"), tmp_path / "first"
+        )
+        # reads first: at the setting's niceness (or this one's, if higher), Spark's JVM too
+        driver = psutil.Process(follow.proc.pid)
+        (jvm,) = [p for p in driver.children(recursive=True) if p.name() == "java"]
+        nice = max(Settings().pipeline_niceness, os.getpriority(os.PRIO_PROCESS, 0))
+        assert driver.nice() == jvm.nice() == nice
         produce_round(project, 1)
         wait_caught_up(project)
     finally:
         follow.proc.send_signal(signal.SIGTERM)
         assert follow.wait_exit(60) == -signal.SIGTERM, follow.tail()
     manifest = fetched_from_bucket(project, tmp_path / "fetched")
+    kinds = {layer["kind"] for e in manifest["partitions"].values() for layer in e["layers"]}
+    assert kinds == {"base", "delta"}  # micro-batches ran, on the executors
     deltas = [x["path"] for e in manifest["partitions"].values() for x in e["layers"]
               if x["kind"] == "delta"]  # fmt: skip
-    assert deltas, manifest  # micro-batches ran, on the executors
     assert not [d for d in deltas if (Path(project.snapshot_store) / d).exists()]
     assert_state_is_the_oracles(project, manifest, tmp_path / "fetched")
+    # it ran on the cluster: both workers started an executor for the application (a
+    # worker may start another as the application ends, before the master hears of it)
+    (app,) = [d for d in spark_cluster.work.iterdir() if d.name.startswith("app-")]
+    executors = [d / "stderr" for d in app.iterdir() if d.is_dir()]
+    workers = {re.findall(r'"--worker-url" "([^"]+)"', e.read_text())[0] for e in executors}
+    assert len(workers) == 2, workers
