@@ -1,12 +1,13 @@
-"""The internal query hop: HTTP/1.1 POSTs over a small pool of keep-alive connections per
-peer, on plain asyncio streams.
+"""Calls to peers: HTTP/1.1 over small pools of keep-alive connections per peer, on plain
+asyncio streams.
 
 A general client (httpx) spends about a millisecond of CPU per call here, several times the
 lookups it carries; this one writes a request in one call and reads the reply with
 `read_reply`, the one HTTP/1.1 reply parser (the benchmark's raw client uses it too).
-HopTransport sends POSTs this way and everything else through the general transport it
-wraps; the pool's own failures (OSError, TimeoutError, PoolFull) become the PeerError
-vocabulary there.
+HopTransport sends POSTs (queries, internal calls) over one pool and GETs (a peer's status,
+long-polled) over one of their own, so that queries taking every connection never keep a
+node from seeing its peers; the pools' own failures (OSError, TimeoutError, PoolFull) become
+the PeerError vocabulary there.
 """
 
 from __future__ import annotations
@@ -15,13 +16,13 @@ import asyncio
 import ssl
 import time
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from contracts.settings import Settings
 from gateway.wire.peer_errors import PeerUnreachable, PoolExhausted
-from gateway.wire.transport import Reply, Transport
+from gateway.wire.transport import Reply
 
 _MAX_HEADER_BYTES = 64 * 1024
 DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -66,18 +67,30 @@ class HopPool:
         self._origins: dict[tuple[str, str, int], _Origin] = defaultdict(
             lambda: _Origin(asyncio.Semaphore(self.connections))
         )
-        self._routes: dict[str, tuple[str, str, int, _Origin, str]] = {}
+        self._routes: dict[tuple[str, str], tuple[str, str, int, _Origin, str]] = {}
 
     async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> tuple[int, bytes]:
-        """(status, body) of a POST; a kept-alive connection the peer had closed is retried
-        once on a fresh one."""
-        scheme, host, port, origin, first = self._route(url)
+        """(status, body) of a POST."""
+        return await self.request("POST", url, body, headers)
+
+    async def request(
+        self,
+        method: str,
+        url: str,
+        body: bytes,
+        headers: Mapping[str, str],
+        timeout_s: float | None = None,
+    ) -> tuple[int, bytes]:
+        """(status, body) of a call, within `timeout_s` (else the pool's); a kept-alive
+        connection the peer had closed is retried once on a fresh one."""
+        scheme, host, port, origin, first = self._route(method, url)
         head = [first, *(f"{name}: {value}" for name, value in headers.items())]
-        head.append(f"content-length: {len(body)}")
+        if body or method == "POST":
+            head.append(f"content-length: {len(body)}")
         request = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
         taken = False
         try:
-            async with asyncio.timeout(self.timeout_s):  # a free connection, then the reply
+            async with asyncio.timeout(timeout_s or self.timeout_s):  # a connection, the reply
                 await origin.slots.acquire()
                 taken = True
                 connection, reused = await self._connection(origin, scheme, host, port)
@@ -102,17 +115,20 @@ class HopPool:
             connection.close()
         return status, reply
 
-    def _route(self, url: str) -> tuple[str, str, int, _Origin, str]:
+    def _route(self, method: str, url: str) -> tuple[str, str, int, _Origin, str]:
         """The URL's scheme, host, port, pool and request line with its host header (kept:
         a node calls the same few URLs)."""
-        route = self._routes.get(url)
+        route = self._routes.get((method, url))
         if route is None:
             parts = urlsplit(url)
             scheme = parts.scheme
             host, port = parts.hostname or "127.0.0.1", parts.port or DEFAULT_PORTS[scheme]
             origin = self._origins[(scheme, host, port)]
-            first = f"POST {parts.path or '/'} HTTP/1.1\r\nhost: {host}:{port}"
-            route = self._routes[url] = (scheme, host, port, origin, first)
+            target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+            first = f"{method} {target} HTTP/1.1\r\nhost: {host}:{port}"
+            route = (scheme, host, port, origin, first)
+            if not parts.query:  # a long poll's URL changes with each poll
+                self._routes[(method, url)] = route
         return route
 
     async def _connection(
@@ -195,36 +211,44 @@ async def _chunks(reader: asyncio.StreamReader) -> bytes:
     return b"".join(parts)
 
 
-class HopTransport:
-    """POSTs over the pooled hop; GETs over the general transport it wraps."""
+# A node long-polls each peer's status on one connection; a poll that hung (the peer
+# froze) holds its connection until its timeout, while the next polls go on others.
+POLL_CONNECTIONS = 4
 
-    def __init__(
-        self, general: Transport, settings: Settings, tls: ssl.SSLContext | None = None
-    ) -> None:
-        self.general = general
-        self._pool = HopPool(
-            settings.peer_connections,
-            settings.peer_pool_expiry_s,
-            settings.internal_timeout_s,
-            tls,
-        )
+
+class HopTransport:
+    """POSTs over the query pool, GETs over the polls' pool: every call to a peer."""
+
+    def __init__(self, settings: Settings, tls: ssl.SSLContext | None = None) -> None:
+        def pool(connections: int) -> HopPool:
+            return HopPool(
+                connections, settings.peer_pool_expiry_s, settings.internal_timeout_s, tls
+            )
+
+        self._queries = pool(settings.peer_connections)
+        self._polls = pool(POLL_CONNECTIONS)
 
     async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> Reply:
-        try:
-            status, reply = await self._pool.post(url, body, headers)
-        except PoolFull as exc:
-            raise PoolExhausted(str(exc)) from exc
-        except TimeoutError as exc:
-            raise PeerUnreachable(f"no reply within the timeout: {exc!r}", hung=True) from exc
-        except OSError as exc:
-            raise PeerUnreachable(repr(exc), hung=False) from exc
-        return Reply(status, reply)
+        return await _translated(self._queries.request("POST", url, body, headers))
 
     async def get(
         self, url: str, headers: Mapping[str, str], timeout: float | None = None
     ) -> Reply:
-        return await self.general.get(url, headers, timeout)
+        return await _translated(self._polls.request("GET", url, b"", headers, timeout))
 
     async def aclose(self) -> None:
-        await self._pool.aclose()
-        await self.general.aclose()
+        await self._queries.aclose()
+        await self._polls.aclose()
+
+
+async def _translated(call: Awaitable[tuple[int, bytes]]) -> Reply:
+    """The call's reply; the pool's failures in the PeerError vocabulary."""
+    try:
+        status, reply = await call
+    except PoolFull as exc:
+        raise PoolExhausted(str(exc)) from exc
+    except TimeoutError as exc:
+        raise PeerUnreachable(f"no reply within the timeout: {exc!r}", hung=True) from exc
+    except OSError as exc:
+        raise PeerUnreachable(repr(exc), hung=False) from exc
+    return Reply(status, reply)

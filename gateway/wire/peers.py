@@ -16,7 +16,6 @@ from contracts.settings import Settings
 from gateway.model.queries import Answer, SubQuery, keys_of
 from gateway.runtime.lanes import offload
 from gateway.wire.coalescing import Coalescing
-from gateway.wire.general import HttpxTransport
 from gateway.wire.hop import HopTransport
 from gateway.wire.peer_errors import PeerRefused
 from gateway.wire.protocol import PROTOCOL, PROTOCOL_HEADER, decode_answers, encode_request
@@ -26,9 +25,9 @@ NOT_FOUND = 404
 
 
 def pooled(settings: Settings, tls: ssl.SSLContext | None = None) -> Transport:
-    """A node's transport: queries over the hop, the rest over httpx; `tls` checks https
-    peers (contracts/tls.py)."""
-    return HopTransport(HttpxTransport(settings, tls), settings, tls)
+    """A node's transport (gateway/wire/hop.py); `tls` checks https peers
+    (contracts/tls.py)."""
+    return HopTransport(settings, tls)
 
 
 class PeerClient:

@@ -1,6 +1,6 @@
-"""The one protocol every way of reaching a peer speaks, as httpx's transports do: a pooled
-HTTP/1.1 hop for queries (gateway/wire/hop.py), httpx for everything (gateway/wire/general.py),
-and a handler in the same process for tests (gateway/wire/mock.py).
+"""The one protocol every way of reaching a peer speaks, as httpx's transports do: pooled
+HTTP/1.1 connections (gateway/wire/hop.py), and a handler in the same process for tests
+(gateway/wire/mock.py).
 
 A transport sends what it is given and returns the reply whatever its status; it raises only
 the PeerError family (gateway/wire/peer_errors.py). Headers, statuses and their meaning are the

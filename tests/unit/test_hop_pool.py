@@ -1,6 +1,8 @@
 """The hop's pool against a real loopback server: a reply, a connection kept and reused; a
 call whose reply comes too late (TimeoutError) told apart from one that found no free
-connection in time (PoolFull), both within the call's one timeout."""
+connection in time (PoolFull), both within the call's one timeout; a GET with its query and
+a timeout of its own (a long poll), over the transport that puts the pool's failures in our
+words."""
 
 from __future__ import annotations
 
@@ -9,7 +11,12 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from gateway.wire.hop import HopPool, PoolFull
+import pytest
+
+from contracts.settings import Settings
+from gateway.wire.hop import HopPool, HopTransport, PoolFull
+from gateway.wire.peer_errors import PeerUnreachable
+from gateway.wire.transport import Reply
 
 TIMEOUT_S = 0.5
 
@@ -24,12 +31,14 @@ async def peer(delay_s: float = 0.0) -> AsyncIterator[tuple[str, list[int]]]:
         opened.append(1)
         try:
             while head := await reader.readuntil(b"\r\n\r\n"):
+                lines = head.split(b"\r\n")
                 length = next(
-                    int(line.split(b":")[1])
-                    for line in head.split(b"\r\n")
-                    if line.lower().startswith(b"content-length:")
-                )
-                body = await reader.readexactly(length)
+                    (int(line.split(b":")[1]) for line in lines
+                     if line.lower().startswith(b"content-length:")),
+                    0,
+                )  # fmt: skip
+                # a POST's body, or a GET's request line
+                body = await reader.readexactly(length) if length else lines[0]
                 await asyncio.sleep(delay_s)
                 writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
         except (asyncio.IncompleteReadError, ConnectionError):
@@ -75,3 +84,22 @@ async def _late_and_full() -> None:
         assert isinstance(full, PoolFull)
         assert await pool.post(url, b"[4]", {}) == (200, b"[4]")  # the slot was given back
         await pool.aclose()
+
+
+def test_a_get_carries_its_query_and_waits_its_own_timeout() -> None:
+    asyncio.run(_get())
+
+
+async def _get() -> None:
+    """A long poll: its query on the request line, no body, a timeout longer than the pool's
+    (the peer answers late on purpose); too short a one is a hung peer in our words."""
+    settings = Settings(internal_timeout_s=0.1, peer_connections=1)
+    transport = HopTransport(settings)
+    async with peer(delay_s=0.3) as (url, _):
+        polled = f"{url.removesuffix('/internal/query')}/internal/status?changes=3&wait=0.3"
+        reply = await transport.get(polled, {}, timeout=1.0)
+        assert reply == Reply(200, b"GET /internal/status?changes=3&wait=0.3 HTTP/1.1")
+        with pytest.raises(PeerUnreachable) as raised:
+            await transport.get(polled, {})  # the pool's 0.1 s
+        assert raised.value.hung
+    await transport.aclose()

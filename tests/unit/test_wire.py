@@ -22,7 +22,7 @@ from gateway.cluster.log_end import LogEnd
 from gateway.cluster.metrics import NodeMetrics
 from gateway.cluster.routing import Router
 from gateway.model.queries import Answer, Get, SubQuery
-from gateway.wire.hop import ClosedByPeer, HopTransport, read_reply
+from gateway.wire.hop import ClosedByPeer, read_reply
 from gateway.wire.mock import Call, MockTransport
 from gateway.wire.peer_errors import PeerRefused, PeerUnreachable
 from gateway.wire.peers import PeerClient
@@ -66,13 +66,6 @@ def test_statuses_become_our_vocabulary() -> None:
     with pytest.raises(PeerRefused) as refused:
         run(lambda: client.post("/broken", b""))
     assert refused.value.status == 500
-
-
-def test_the_hop_sends_gets_through_the_transport_it_wraps(project: Project) -> None:
-    general = MockTransport(lambda call: Reply(200, call.url.encode()))
-    hop = HopTransport(general, project.settings)
-    assert run(lambda: hop.get("http://n/manifest", {})).body == b"http://n/manifest"
-    assert [c.method for c in general.calls] == ["GET"]
 
 
 async def _parse(raw: bytes) -> tuple[int, bytes, bool]:
