@@ -69,10 +69,6 @@ class HopPool:
         )
         self._routes: dict[tuple[str, str], tuple[str, str, int, _Origin, str]] = {}
 
-    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> tuple[int, bytes]:
-        """(status, body) of a POST."""
-        return await self.request("POST", url, body, headers)
-
     async def request(
         self,
         method: str,

@@ -59,7 +59,7 @@ async def _replies_on_one_connection() -> None:
     async with peer() as (url, opened):
         for number in range(5):
             body = b'{"n": %d}' % number
-            assert await pool.post(url, body, {"x-secret": "s"}) == (200, body)
+            assert await pool.request("POST", url, body, {"x-secret": "s"}) == (200, body)
         assert len(opened) == 1
         await pool.aclose()
 
@@ -75,14 +75,15 @@ async def _late_and_full() -> None:
     pool = HopPool(connections=1, keep_alive_s=30, timeout_s=TIMEOUT_S)
     async with peer(delay_s=0.2) as (url, _):
         started = time.monotonic()
-        calls = [pool.post(url, b"[%d]" % n, {}) for n in range(4)]
+        calls = [pool.request("POST", url, b"[%d]" % n, {}) for n in range(4)]
         answered = await asyncio.gather(*calls, return_exceptions=True)
         assert time.monotonic() - started < TIMEOUT_S + 0.3
         assert answered[:2] == [(200, b"[0]"), (200, b"[1]")]
         late, full = answered[2:]
         assert isinstance(late, TimeoutError) and not isinstance(late, PoolFull)
         assert isinstance(full, PoolFull)
-        assert await pool.post(url, b"[4]", {}) == (200, b"[4]")  # the slot was given back
+        # the slot was given back
+        assert await pool.request("POST", url, b"[4]", {}) == (200, b"[4]")
         await pool.aclose()
 
 
