@@ -17,9 +17,9 @@ TYPESCRIPT = ROOT / "clients" / "typescript"
 
 
 @contextmanager
-def typescript_client() -> Iterator[Path]:
-    """The TypeScript client's folder, to this process alone until the block ends."""
+def typescript_client() -> Iterator[None]:
+    """The TypeScript client's folder to this process alone until the block ends."""
     digest = hashlib.sha256(str(TYPESCRIPT).encode()).hexdigest()[:12]
     with open(Path(tempfile.gettempdir()) / f"stategate-typescript-{digest}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-        yield TYPESCRIPT
+        yield

@@ -272,14 +272,14 @@ def bash(script: str, **options: Any) -> subprocess.CompletedProcess[str]:
 
 def run_sh(example: Example, cluster: Cluster) -> None:
     """Servers start in the background, then the other lines run as one script."""
-    if re.search(r"\bnpm\b|client-typescript", example.text) and shutil.which("npm") is None:
+    typescript = re.search(r"\bnpm\b|client-typescript", example.text) is not None
+    if typescript and shutil.which("npm") is None:
         pytest.skip("npm is not installed: the TypeScript client needs Node.js and npm")
     lines = commands(substitute(example.text, cluster.places))
     for line in lines:
         if SERVER.search(line):
             cluster.serve(line)
     script = "\n".join(["set -e", *(line for line in lines if not SERVER.search(line))])
-    typescript = "clients/typescript" in script or "client-typescript" in script
     with typescript_client() if typescript else contextlib.nullcontext():
         done = bash(script, capture_output=True)
     assert done.returncode == 0, f"{script}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
