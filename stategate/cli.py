@@ -219,6 +219,7 @@ def run_node(project: Project, args: argparse.Namespace) -> int:
     from gateway.workers.roles import ALONE, Role
     from stategate.app import create_app
     from stategate.reloading import Hangup
+    from stategate.server import Server
     from stategate.server_protocol import node_protocol
 
     if args.address is not None:
@@ -289,7 +290,7 @@ def run_node(project: Project, args: argparse.Namespace) -> int:
     # not by a KeyboardInterrupt through the interpreter's exit, where DuckDB's binding
     # reports its module's type objects as leaked (nanobind), dozens of lines a worker.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
-    uvicorn.Server(config).run(sockets=[sock])
+    Server(config).run(sockets=[sock])
     return 0
 
 

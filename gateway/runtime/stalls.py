@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Callable
 
 log = logging.getLogger(__name__)
-TICK_S = 0.05
+TICK_S = 0.25
 STALL_S = 0.25  # far beyond a loop's usual lateness (ms), well within any call's timeout
 REMEMBERED = 64  # stalls kept: far more than a call's window can overlap
 WARN_S = 1.0  # a stall this long is logged at WARNING; a shorter one, at DEBUG (a busy host's)
