@@ -115,6 +115,7 @@ class GatewayNode:
         # the tables its schema reads (gateway/cluster/served.py), all until start
         self.served = frozenset(project.stores)
         self.declared = {name: rows_as(store) for name, store in project.stores.items()}
+        self._rows: dict[str, tuple[Store, str]] = {}  # a table's store and its rows_as
         self._served_listeners: list[Callable[[frozenset[str]], None]] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._fetching: set[asyncio.Task[None]] = set()
@@ -340,9 +341,17 @@ class GatewayNode:
         built = {
             s.declared_name
             for t in self.built()
-            if rows_as(s := stores[t]) == self.declared.get(s.declared_name)
+            if self._rows_as(s := stores[t]) == self.declared.get(s.declared_name)
         }
         return sorted(set(self.declared) - built)
+
+    def _rows_as(self, store: Store) -> str:
+        """rows_as(store), kept while the project holds that store: peers ask `pending` in
+        every status poll, and the digest serializes the whole declaration."""
+        kept = self._rows.get(store.name)
+        if kept is None or kept[0] is not store:
+            kept = self._rows[store.name] = (store, rows_as(store))
+        return kept[1]
 
     def read_store(self, name: str) -> Store:
         """The table its schema reads of the declared store `name` (a join's target)."""

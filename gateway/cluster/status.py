@@ -79,7 +79,7 @@ class NodeStatus:
         return version in stated.get(name, ())
 
     def to_json(self) -> bytes:
-        return orjson.dumps(asdict(self), option=orjson.OPT_NON_STR_KEYS)
+        return orjson.dumps(self, option=orjson.OPT_NON_STR_KEYS)  # orjson walks dataclasses
 
     @classmethod
     def from_json(cls, body: bytes) -> NodeStatus:
