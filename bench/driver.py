@@ -14,6 +14,7 @@ import gc
 import itertools
 import math
 import os
+import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -167,6 +168,26 @@ async def run_async(
     return summarize(name, concurrency, latencies, errors, wall, cpu, server, first_error, note)
 
 
+async def paced_starts(rate: float, total: int, start: Callable[[int, float], None]) -> None:
+    """Call `start(i, due)` on this loop `total` times at `rate` a second, each when due and
+    each its own wake-up of the loop: a thread sleeps until each is due (the loop's own
+    timers have a millisecond's resolution: paced by them, calls leave in bursts a
+    millisecond apart, late by up to a millisecond, or the loop spins)."""
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+
+    def pace() -> None:
+        first = time.perf_counter()
+        for i in range(total):
+            due = first + i / rate
+            time.sleep(max(0.0, due - time.perf_counter()))
+            loop.call_soon_threadsafe(start, i, due)
+        loop.call_soon_threadsafe(done.set_result, None)
+
+    threading.Thread(target=pace, name="pacer", daemon=True).start()
+    await done
+
+
 async def run_paced(
     name: str,
     operation: Operation,
@@ -194,18 +215,14 @@ async def run_paced(
             errors += 1
             first_error = first_error or error
 
+    def start(i: int, due: float) -> None:
+        task = asyncio.create_task(call(i, due))
+        in_flight.add(task)
+        task.add_done_callback(in_flight.discard)
+
     cpu0, server0 = time.process_time(), _cpu_by_pid(servers)
     started = time.perf_counter()
-    total = int(rate * duration_s)
-    sent = 0
-    while sent < total:
-        now = time.perf_counter()
-        while sent < total and started + sent / rate <= now:
-            task = asyncio.create_task(call(sent, started + sent / rate))
-            in_flight.add(task)
-            task.add_done_callback(in_flight.discard)
-            sent += 1
-        await asyncio.sleep(max(0.0, started + sent / rate - time.perf_counter()))
+    await paced_starts(rate, int(rate * duration_s), start)
     await asyncio.gather(*in_flight)
     wall = time.perf_counter() - started
     cpu = time.process_time() - cpu0

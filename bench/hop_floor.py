@@ -8,6 +8,8 @@ ends on uvloop:
 
 - `raw`: asyncio Protocols on both ends, a length-prefixed 100-byte request and reply
   (the least any peer link could do);
+- `http-bare`: the gateway's own hop client (gateway/wire/hop.py's HopPool) against a bare
+  HTTP/1.1 server that writes each 100-byte reply at once (as a node's inline answers are);
 - `http`: the gateway's own hop client (gateway/wire/hop.py's HopPool) against uvicorn with
   httptools serving a raw ASGI app that answers 100 bytes (HTTP/1.1 on both ends, no
   gateway code on the server).
@@ -25,7 +27,6 @@ import statistics
 import struct
 import subprocess
 import sys
-import threading
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -35,11 +36,13 @@ import psutil
 import uvloop
 from starlette.types import Receive, Scope, Send
 
+from bench.driver import paced_starts
 from gateway.wire.hop import HopPool
 
 BODY = b"x" * 100
 HEADER = struct.Struct("!I")
-KINDS = ("raw", "http")
+KINDS = ("raw", "http-bare", "http")
+REPLY = b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(BODY), BODY)
 
 
 def _frames(buffer: bytearray, data: bytes) -> list[bytes]:
@@ -65,6 +68,28 @@ class _Echo(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         for _ in _frames(self.buffer, data):
             self.transport.write(HEADER.pack(len(BODY)) + BODY)
+
+
+class _BareHttp(asyncio.Protocol):
+    """A bare HTTP/1.1 server: answers each request (its head, its Content-Length body)
+    with a 100-byte reply in one write, as a node's inline answers are written."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        self.buffer = bytearray()
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        while (end := self.buffer.find(b"\r\n\r\n")) >= 0:
+            length = 0
+            for line in bytes(self.buffer[:end]).split(b"\r\n")[1:]:
+                name, _, value = line.partition(b":")
+                if name.strip().lower() == b"content-length":
+                    length = int(value)
+            if len(self.buffer) < end + 4 + length:
+                return
+            del self.buffer[: end + 4 + length]
+            self.transport.write(REPLY)
 
 
 class _Caller(asyncio.Protocol):
@@ -96,10 +121,11 @@ async def _asgi(scope: Scope, receive: Receive, send: Send) -> None:
 
 
 def serve(kind: str, port: int) -> None:
-    if kind == "raw":
+    if kind in ("raw", "http-bare"):
+        protocol = _Echo if kind == "raw" else _BareHttp
 
         async def main() -> None:
-            server = await asyncio.get_running_loop().create_server(_Echo, "127.0.0.1", port)
+            server = await asyncio.get_running_loop().create_server(protocol, "127.0.0.1", port)
             await server.serve_forever()
 
         uvloop.run(main())
@@ -114,30 +140,18 @@ def serve(kind: str, port: int) -> None:
 
 
 async def paced(rate: float, seconds: float, call: Callable[[], Awaitable[object]] | None) -> int:
-    """Start `call` at `rate` a second for `seconds` (an open loop), each start its own
-    wake-up of the loop, from a thread that sleeps until each is due (the loop's own timers
-    have a millisecond's resolution: paced by them, a loop spins); the starts made."""
-    loop = asyncio.get_running_loop()
+    """Start `call` at `rate` a second for `seconds` (an open loop, each start its own
+    wake-up: bench.driver's pacer); the starts made."""
     in_flight: set[asyncio.Future[object]] = set()
     total = int(rate * seconds)
-    done = loop.create_future()
 
-    def fire() -> None:
+    def start(i: int, due: float) -> None:
         if call is not None:
             task = asyncio.ensure_future(call())
             in_flight.add(task)
             task.add_done_callback(in_flight.discard)
 
-    def pace() -> None:
-        started = time.perf_counter()
-        for sent in range(total):
-            time.sleep(max(0.0, started + sent / rate - time.perf_counter()))
-            loop.call_soon_threadsafe(fire)
-        loop.call_soon_threadsafe(done.set_result, None)
-
-    pacer = threading.Thread(target=pace, daemon=True)
-    pacer.start()
-    await done
+    await paced_starts(rate, total, start)
     await asyncio.gather(*in_flight)
     return total
 
