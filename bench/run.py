@@ -91,6 +91,7 @@ GW_HEALTH = "gw GET /health (no GraphQL, no DuckDB)"
 PACED_RATE = 2_000  # requests a second (a lookup to node1 saturates at ~6,000, /health ~27,000)
 GW_HEALTH_PACED = f"gw GET /health at {PACED_RATE}/s"
 GW_ONE_PACED = f"gw a. one key, node1 only, at {PACED_RATE}/s"
+GW_ROUTED_PACED = f"gw a. one key, routed, at {PACED_RATE}/s"
 NAIVE_ONE = "naive one key"
 NAIVE_ONE_NODE = "naive one key, node1 only"
 NAIVE_LIST = "naive 1000 keys = 1000 GETs"
@@ -413,7 +414,8 @@ async def measure_gateway(
         log(report.stats_line(stats))
         results.gateway.append(stats)
         one = graphql_operation(client, urls[:1], b.one_key(20_000), _check_one)
-        cases = [(GW_HEALTH_PACED, health), (GW_ONE_PACED, one)]
+        routed = graphql_operation(client, urls, b.one_key(20_000), _check_one, route)
+        cases = [(GW_HEALTH_PACED, health), (GW_ONE_PACED, one), (GW_ROUTED_PACED, routed)]
         results.gateway += await paced(cases, duration, servers)
         results.memory["main_node1_rss_mib_after_mix"] = round(gw.rss_mib("node1"), 1)
         results.memory["main_node1_pss_mib_after_mix"] = round(gw.pss_mib("node1"), 1)
@@ -650,6 +652,7 @@ def comparisons(r: Results, timings: SparkTimings) -> list[report.Comparison]:
     health_cpu = health.server_cpu_ms if health else None
     one_paced = r.find(r.gateway, GW_ONE_PACED)
     health_paced = r.find(r.gateway, GW_HEALTH_PACED)
+    routed_paced = r.find(r.gateway, GW_ROUTED_PACED)
 
     def cpu_of(stats: Stats | None) -> str:
         cpu = stats.server_cpu_ms if stats else None
@@ -690,6 +693,14 @@ def comparisons(r: Results, timings: SparkTimings) -> list[report.Comparison]:
                 health_paced.server_cpu_ms if health_paced else None,
             ),
             2, "x", f"all 3 nodes, hops included: {cpu_of(one_paced)} vs {cpu_of(health_paced)} ms",
+        ),
+        at_most(
+            f"the same, routed by the client, both at {PACED_RATE} req/s",
+            ratio(
+                routed_paced.server_cpu_ms if routed_paced else None,
+                health_paced.server_cpu_ms if health_paced else None,
+            ),
+            2, "x", f"each to its key's active replica: {cpu_of(routed_paced)} ms",
         ),
         at_least(
             "one key, 16 clients, routed: gateway req/s / PostGraphile req/s",
