@@ -251,11 +251,7 @@ class RequestQueries:
         query = Versions(key, from_ms, last, first + SCAN_LOOKAHEAD, start)
         outcome = await self._load(store, query, (), demand)
         ((q, answer),) = outcome.parts
-        if answer.failure is Failure.OUTSIDE_HISTORY:
-            raise GatewayError("OUTSIDE_HISTORY", answer.message or "outside the history")
-        rows = answer.rows or []
-        more, rows = len(rows) > first, rows[:first]
-        end = cursors.encode(store.name, [key, rows[-1][1]]) if rows else None
+        rows, more, end = _versions_page(store, key, first, answer)
         rows, failure = self._withheld(store, key, rows, answer.failure, in_version)
         if not rows and failure is Failure.FORBIDDEN and self.visible.decides_by_key(store):
             more, end = False, None  # a withheld key's versions are not even counted in pages
@@ -562,41 +558,74 @@ def _partition_outcome(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class KeyRead:
+    """A read of one key that names no demand and selects no join: its record, or with
+    `at_ms` the version of it valid then (a versioned store's asOf)."""
+
+    store: Store
+    key: Key
+    at_ms: int | None = None
+
+
 def read_at_once(
-    router: Router, topology: Topology, store: Store, key: Key
-) -> tuple[Lookup, Trace] | None:
-    """The lookup of one key that names no demand and selects no join, when this node reads
-    it from memory at once (the first replica of its partition): the Lookup
-    RequestQueries.lookup gives, and its trace; None when a round must go (read_routed)."""
-    q = _one_key(router, store, key)
-    read = router.read_here(q, time.perf_counter())
-    if read is None:
+    router: Router, topology: Topology, read: KeyRead
+) -> tuple[Lookup | KeyVersions, Trace] | None:
+    """A key read, when this node reads it from memory at once (the first replica of its
+    partition): the Lookup RequestQueries.lookup gives (the KeyVersions .versions gives, for
+    an asOf), and its trace; None when a round must go (read_routed)."""
+    q = _one_key(router, read)
+    found = router.read_here(q, time.perf_counter())
+    if found is None:
         return None
-    answer, trace = read
-    return _one_key_lookup(topology, store, key, q, answer), trace
+    answer, trace = found
+    return _one_key_result(topology, read, q, answer), trace
 
 
 async def read_routed(
-    router: Router, topology: Topology, store: Store, key: Key, authorization: str | None
-) -> tuple[Lookup, Trace]:
-    """The same lookup through the router's rounds: the replicas of its partition asked in
-    turn (a hop to the first, failing over to the next), as RequestBatch asks them."""
-    q = _one_key(router, store, key)
+    router: Router, topology: Topology, read: KeyRead, authorization: str | None
+) -> tuple[Lookup | KeyVersions, Trace]:
+    """The same read through the router's rounds: the replicas of its partition asked in
+    turn (a hop to the first, failing over to the next), as RequestBatch asks them; a coded
+    GatewayError as RequestQueries words it (OUTSIDE_HISTORY)."""
+    q = _one_key(router, read)
     answers, trace = await router.execute([q], authorization)
-    return _one_key_lookup(topology, store, key, q, answers[q.id]), trace
+    return _one_key_result(topology, read, q, answers[q.id]), trace
 
 
-def _one_key(router: Router, store: Store, key: Key) -> SubQuery:
+def _one_key(router: Router, read: KeyRead) -> SubQuery:
+    store, key, at = read.store, read.key, read.at_ms
     partition = partition_for(key, store.key_type, router.project.cluster.partitions)
-    return SubQuery(0, partition, store.name, Get((key,)))
+    query = Get((key,)) if at is None else Versions(key, at, at, AS_OF_ROWS, None)
+    return SubQuery(0, partition, store.name, query)
 
 
-def _one_key_lookup(
-    topology: Topology, store: Store, key: Key, q: SubQuery, answer: Answer
-) -> Lookup:
+AS_OF_ROWS = 1 + SCAN_LOOKAHEAD  # the rows an asOf's Versions asks for, as .versions asks
+
+
+def _one_key_result(
+    topology: Topology, read: KeyRead, q: SubQuery, answer: Answer
+) -> Lookup | KeyVersions:
+    store, key = read.store, read.key
+    meta = _one_key_meta(topology, store, key, q, answer)
+    if read.at_ms is not None:
+        rows, more, end = _versions_page(store, key, 1, answer)
+        return KeyVersions(key, q.partition, rows, more, end, answer.failure, meta)
     row = answer.row_of(key) if answer.ok else None
-    entry = Entry(key, q.partition, row, answer.failure)
-    return Lookup([entry], _one_key_meta(topology, store, key, q, answer))
+    return Lookup([Entry(key, q.partition, row, answer.failure)], meta)
+
+
+def _versions_page(
+    store: Store, key: Key, first: int, answer: Answer
+) -> tuple[list[Row], bool, str | None]:
+    """A Versions answer's first `first` rows, whether more follow, and the page's end
+    cursor; OUTSIDE_HISTORY when it asked before the history its partition holds."""
+    if answer.failure is Failure.OUTSIDE_HISTORY:
+        raise GatewayError("OUTSIDE_HISTORY", answer.message or "outside the history")
+    rows = answer.rows or []
+    more, rows = len(rows) > first, rows[:first]
+    end = cursors.encode(store.name, [key, rows[-1][1]]) if rows else None
+    return rows, more, end
 
 
 def _one_key_meta(topology: Topology, store: Store, key: Key, q: SubQuery, answer: Answer) -> Meta:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import duckdb
 import pytest
@@ -25,6 +25,7 @@ from tests import oracle
 from tests.nodes import Served, metric, serve
 from tests.oracle import History, Version
 from tests.projects import HOUR_MS, START_MS, append, produce_test_events
+from tests.test_plans import GENERAL, KNOWN, comparable, counted
 from tests.test_switch import wait_for_manifest_versions
 from tests.wire import as_row, iso, millis, selection
 
@@ -184,6 +185,49 @@ def test_the_story_and_the_data_cover_every_case(cluster: Served) -> None:
 @pytest.mark.parametrize("node", NODES)
 def test_as_of_on_every_node_is_the_oracles(cluster: Served, node: str) -> None:
     assert check_as_of(cluster, node, seed=NODES.index(node)) > 500
+
+
+@pytest.mark.parametrize("node", NODES)
+def test_a_known_as_of_answers_as_the_oracle_and_the_general_path(
+    cluster: Served, node: str
+) -> None:
+    """A one-field asOf document with variables, asked again (then a known read,
+    resolvers/transport/known.py: from memory where the node reads the key at once, through
+    the router elsewhere), gives the oracle's version, and the general path's answer
+    (meta and routing included); a time before the history, or one that is no DateTime,
+    the general path's coded error."""
+    store = cluster.project.stores[STORE]
+    fields = VERSION.format(fields=selection(store))
+    meta = "meta { partitions { partition node role version failure } consistencyToken }"
+    query = (
+        f"query A($key: Int!, $at: DateTime!) {{ {STORE}AsOf(key: $key, asOf: $at) "
+        f"{{ key partition failure version {{ {fields} }} {meta} }} }}"
+    )
+    rng, asked = random.Random(7 + NODES.index(node)), []
+    for history in expected(cluster).values():
+        assert history.horizon_ms is not None
+        keys = rng.sample(sorted(history.versions), 4)
+        asked += [(history, key, at) for key in keys for at in times_of(history, key, rng)[:3]]
+        asked.append((history, keys[0], history.horizon_ms - 1))  # OUTSIDE_HISTORY
+    asked.append((history, keys[0], None))  # not a DateTime: refused by the scalar
+    at_once, routed = (counted(cluster, node, family) for family in KNOWN)
+    for history, key, at in asked:
+        variables = {"key": key, "at": "yesterday" if at is None else iso(at)}
+        first, known = (cluster.nodes.gql(node, query, variables) for _ in range(2))
+        general = cluster.nodes.gql(node, query + GENERAL, variables)
+        assert comparable(first) == comparable(known) == comparable(general), (key, at)
+        if at is None or at < cast(int, history.horizon_ms):
+            (error,) = known["errors"]
+            code = "BAD_USER_INPUT" if at is None else "OUTSIDE_HISTORY"
+            assert error["extensions"]["code"] == code, error
+            continue
+        assert "data" in known, known
+        got = known["data"][f"{STORE}AsOf"]["version"]
+        want = history.as_of(key, at)
+        found = None if got is None else as_version(cluster, got)
+        assert found == (None if want is None else of(want)), (key, iso(at))
+    assert counted(cluster, node, KNOWN[0]) - at_once > len(asked) // 6, "memory at once ran"
+    assert counted(cluster, node, KNOWN[1]) - routed > len(asked) // 6, "the routed read ran"
 
 
 @pytest.mark.parametrize("node", NODES)

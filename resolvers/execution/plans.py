@@ -117,12 +117,25 @@ class RootField:
 @dataclass(frozen=True)
 class Variable:
     """A variable whose values need no coercion when `accepts` them (a string for String,
-    a list of strings for [String!]...): graphql-core would return them unchanged."""
+    a list of strings for [String!]...): graphql-core would return them unchanged; or, with
+    `parse`, the value its scalar's parse_value gives (a DateTime's string), as
+    graphql-core would coerce it (parse raising: graphql-core words the refusal)."""
 
     name: str
     signature: GraphQLVariableSignature
     required: bool
     accepts: Callable[[Any], bool]
+    parse: Callable[[Any], Any] | None = None
+
+    def coerced(self, value: Any) -> Any:
+        """An accepted value as graphql-core coerces it (None stays None); raises when
+        graphql-core would refuse it."""
+        if self.parse is None or value is None:
+            return value
+        parsed = self.parse(value)
+        if parsed is Undefined:
+            raise ValueError(f"{self.name}: not a value of its type")
+        return parsed
 
 
 @dataclass(frozen=True)
@@ -143,8 +156,11 @@ class OperationPlan:
                 continue
             if value is Undefined or not variable.accepts(value):
                 return get_variable_values(schema, self.variables, given)
+            try:
+                coerced[variable.name] = variable.coerced(value)
+            except Exception:  # noqa: BLE001 - a refusal is graphql-core's to word
+                return get_variable_values(schema, self.variables, given)
             sources[variable.name] = VariableValueSource(variable.signature, value)
-            coerced[variable.name] = value
         return VariableValues(sources, coerced)
 
     async def run(
@@ -316,12 +332,27 @@ def _plain_variables(
         signature = get_variable_signature(schema, definition)
         if isinstance(signature, GraphQLError) or definition.default_value is not None:
             return None
-        accepts = _accepts(signature.type)
+        required = is_non_null_type(signature.type)
+        accepts, parse = _accepts(signature.type), _parser(signature.type)
+        if accepts is None and parse is not None:
+            accepts = _is_a(str) if required else (lambda v: v is None or type(v) is str)
         if accepts is None:
             return None
-        required = is_non_null_type(signature.type)
-        plain.append(Variable(signature.name, signature, required, accepts))
+        plain.append(Variable(signature.name, signature, required, accepts, parse))
     return tuple(plain)
+
+
+_PARSED = frozenset({"DateTime"})  # scalars read from a string by their own parse_value
+
+
+def _parser(kind: Any) -> Callable[[Any], Any] | None:
+    """The parse_value of a (non-null) scalar of _PARSED, which graphql-core calls on a
+    variable's value; None for any other type."""
+    scalar = kind.of_type if isinstance(kind, GraphQLNonNull) else kind
+    if isinstance(scalar, GraphQLScalarType) and scalar.name in _PARSED:
+        parse: Callable[[Any], Any] = scalar.parse_value
+        return parse
+    return None
 
 
 _PLAIN: dict[str, type] = {"String": str, "Boolean": bool}  # scalars whose values are one type

@@ -16,6 +16,7 @@ SCANS = "stategate-scans"  # a root field's metadata: Scans
 # the store a root field reads whole with these arguments (untyped, given ones only), or None
 Scans = Callable[[Mapping[str, Any]], str | None]
 KEY = "stategate-key"  # a root field's metadata: the Store whose record of one key it reads
+AS_OF = "stategate-as-of"  # the versioned Store whose version of one key at a time it reads
 _READS = "__stategate_reads__"
 
 

@@ -245,6 +245,7 @@ def _versioned_fields(store: Store, settings: Settings, Record: type) -> list[St
             f"The version of one key valid at asOf (event time): null when it had no value "
             f"then. The store keeps {kept} of history before its newest record's time: an "
             f"earlier asOf is refused with OUTSIDE_HISTORY.",
+            as_of=store,
         ),
         root_field(
             signed(

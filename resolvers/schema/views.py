@@ -15,7 +15,7 @@ from strawberry.types.field import StrawberryField
 from contracts import names
 from contracts.project import FieldType, Store
 from gateway.service import KeyVersions, Page
-from resolvers.schema.annotations import COST, KEY, SCANS, Rows, Scans, reads
+from resolvers.schema.annotations import AS_OF, COST, KEY, SCANS, Rows, Scans, reads
 from resolvers.schema.context import Context
 from resolvers.schema.meta import PageInfo, ResultMeta, result_meta
 from resolvers.schema.scalars import Long
@@ -91,16 +91,20 @@ def root_field(
     rows: Rows | None = None,
     scans: Scans | None = None,
     key_of: Store | None = None,
+    as_of: Store | None = None,
 ) -> StrawberryField:
     """A root field; `rows` says how many rows its arguments ask for (resolvers/execution/cost.py),
-    one when not given, `scans` which store they make it read whole, if any, and `key_of`
-    the store whose record of one key it reads (resolvers/execution/key_lookup.py)."""
+    one when not given, `scans` which store they make it read whole, if any, `key_of` the
+    store whose record of one key it reads and `as_of` the one whose version of one key at
+    a time it reads (resolvers/execution/key_lookup.py)."""
     resolver.__name__ = name  # create_type keys fields by python name: make them unique
     metadata: dict[str, Any] = {COST: rows} if rows else {}
     if scans:
         metadata[SCANS] = scans
     if key_of:
         metadata[KEY] = key_of
+    if as_of:
+        metadata[AS_OF] = as_of
     field: StrawberryField = strawberry.field(
         resolver, name=name, description=description, metadata=metadata or None
     )

@@ -2,7 +2,8 @@
 
 One request (POST or GET; a document's text, or the hash of a persisted one, as
 requests.py reads it) whose operation this node prepared before, and which reads one key
-and nothing else (a KeyLookup of one field whose key binds plainly), on a node without
+and nothing else (a KeyLookup of one field whose arguments bind plainly: a key's record, or
+a versioned store's key as of a time), on a node without
 [auth] and without tracing, is a known read (`KnownReads.read`). No session, context,
 batch or Starlette response is made for it:
 
@@ -26,9 +27,9 @@ from dataclasses import dataclass
 from strawberry.types import ExecutionResult
 
 from contracts import tracing
-from contracts.partitioner import Key
 from contracts.positions import encode_token
 from gateway.node import GatewayNode
+from gateway.service import KeyRead
 from resolvers.execution import client_errors, results
 from resolvers.execution.key_lookup import KeyLookup
 from resolvers.execution.operations import Operations, Refused
@@ -38,8 +39,8 @@ from resolvers.transport.requests import GraphQLRequest
 @dataclass(frozen=True)
 class KnownRead:
     name: str | None  # the operation's, as metrics and logs name it
-    read: KeyLookup
-    key: Key
+    lookup: KeyLookup
+    read: KeyRead
 
 
 class KnownReads:
@@ -58,14 +59,14 @@ class KnownReads:
         read = prepared and prepared.key_read
         if not (prepared and read):
             return None
-        key = read.lone_key(request.variables)
-        return None if key is None else KnownRead(prepared.name, read, key)
+        one = read.lone(request.variables)
+        return None if one is None else KnownRead(prepared.name, read, one)
 
     def at_once(self, known: KnownRead) -> bytes | None:
         """The answer's body when this node reads the key from memory at once, else None
         (nothing was counted or read: `routed` answers)."""
         started = time.perf_counter()
-        result = known.read.at_once(self.node, known.key)
+        result = known.lookup.at_once(self.node, known.read)
         if result is None:
             return None
         body = self._encoded(result)
@@ -82,7 +83,7 @@ class KnownReads:
         deadline = self.node.project.settings.request_timeout_s
         try:
             async with asyncio.timeout(deadline):
-                result = await known.read.routed(self.node, known.key, authorization)
+                result = await known.lookup.routed(self.node, known.read, authorization)
         except TimeoutError:
             nothing_read = results.extensions(encode_token({}), [])
             result = results.past_deadline(deadline, nothing_read)
