@@ -12,7 +12,7 @@ node1, one at a time, over the same keys:
 - one latestBookingHistory: every version of the key (first 100).
 
 Before timing, each key's asOf at its latest version's time is checked equal to its plain
-lookup. The history's bytes are DuckDB's blocks of the `latestBooking_history` tables of
+lookup (for a deleted key: ended by its tombstone). The history's bytes are DuckDB's blocks of the `latestBooking_history` tables of
 every base the pipeline published, beside the store's own table; node1's RSS is read before
 and after the asOf runs (with the part of it that is file pages: a base's history is a
 memory-mapped file), and its history indexes from its /metrics.
@@ -78,7 +78,12 @@ async def checked(url: str, keys: list[str]) -> None:
             reply = await client.post(url, content=body(AS_OF, {"key": key, "at": at}),
                                       headers=_JSON)  # fmt: skip
             version = orjson.loads(reply.content)["data"]["latestBookingAsOf"]["version"]
-            if version is None or version["record"] != record or version["validTo"] is not None:
+            ended = version is not None and version["validTo"] is not None
+            if record is None:  # deleted: a tombstone ended its newest version
+                agrees = ended
+            else:
+                agrees = version is not None and version["record"] == record and not ended
+            if not agrees:
                 raise RuntimeError(f"{key}: as of {at} {version}, latest {record}")
 
 
