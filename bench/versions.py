@@ -12,8 +12,9 @@ node1, one at a time, over the same keys:
 - one latestBookingHistory: every version of the key (first 100).
 
 Before timing, each key's asOf at its latest version's time is checked equal to its plain
-lookup (for a deleted key: ended by its tombstone). The history's bytes are DuckDB's blocks of the `latestBooking_history` tables of
-every base the pipeline published, beside the store's own table; node1's RSS is read before
+lookup (for a deleted key: ended by its tombstone). The history's bytes are DuckDB's blocks
+of the `latestBooking_history` tables of every base the pipeline published, beside the
+store's own table; node1's RSS is read before
 and after the asOf runs (with the part of it that is file pages: a base's history is a
 memory-mapped file), and its history indexes from its /metrics.
 Medians and the machine's load beside each figure.
