@@ -10,7 +10,10 @@ JSON number), so Long carries a description and no @specifiedBy.
 
 DateTime keeps Strawberry's serializer and parser, described exactly: it sends an RFC 3339
 date-time in UTC (@specifiedBy RFC 3339's section 5.6) and reads an ISO 8601 date-time as
-dateutil's isoparse does (RFC 3339's among them; a naive one is UTC).
+dateutil's isoparse does (RFC 3339's among them; a naive one is UTC). RFC 3339's own form,
+the one clients send, is read by one regular expression into the value isoparse gives
+(`parse_datetime`: isoparse costs 15 us, a third of a known asOf's read); anything else by
+Strawberry's parser itself.
 It is not the date-time of scalars.graphql.org (andimarek), which sends exactly three
 fraction digits and "Z", and refuses a time without an offset or with more digits.
 """
@@ -20,10 +23,12 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import re
+from collections.abc import Callable
 from operator import index
-from typing import Any, NewType
+from typing import Any, NewType, cast
 
 import strawberry
+from dateutil import tz
 from graphql import IntValueNode, StringValueNode, ValueNode
 from strawberry.schema.types.base_scalars import DateTimeDefinition
 from strawberry.types.scalar import ScalarDefinition
@@ -102,6 +107,49 @@ def parse_long_literal(node: ValueNode, _variables: dict[str, Any] | None = None
     )
 
 
+# RFC 3339's date-time (5.6), with a "T", "Z" upper case, at most microseconds; or naive
+_RFC_3339 = re.compile(
+    r"([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})(?:\.([0-9]{1,6}))?"
+    r"(Z|[+-][0-9]{2}:[0-9]{2})?"
+)
+# Strawberry's parser: dateutil's isoparse, its refusals worded
+_ISOPARSE = cast("Callable[[object], object]", DateTimeDefinition.parse_value)
+
+
+def parse_datetime(value: object) -> object:
+    """A DateTime's value from JSON, as Strawberry's parser (dateutil's isoparse) gives it:
+    the same instant, tzinfo and refusals."""
+    if type(value) is str:
+        found = _RFC_3339.fullmatch(value)
+        moment = None if found is None else _moment(found)
+        if moment is not None:
+            return moment
+    return _ISOPARSE(value)
+
+
+def _moment(found: re.Match[str]) -> dt.datetime | None:
+    """The datetime isoparse reads from an RFC 3339 date-time; None where its rules go
+    beyond the obvious (an hour of 24, an offset out of range, an invalid date): it reads
+    those itself."""
+    year, month, day, hour, minute, second, fraction, offset = found.groups()
+    zone: dt.tzinfo | None = None
+    if offset == "Z":
+        zone = tz.UTC
+    elif offset is not None:
+        hours, minutes = int(offset[1:3]), int(offset[4:6])
+        if hours > 23 or minutes > 59:
+            return None
+        seconds = (hours * 60 + minutes) * 60 * (-1 if offset[0] == "-" else 1)
+        zone = tz.UTC if seconds == 0 else tz.tzoffset(None, seconds)
+    micro = 0 if fraction is None else int(fraction) * 10 ** (6 - len(fraction))
+    try:
+        return dt.datetime(
+            int(year), int(month), int(day), int(hour), int(minute), int(second), micro, zone
+        )
+    except ValueError:
+        return None
+
+
 SCALARS: dict[object, ScalarDefinition] = {
     Long: strawberry.scalar(
         name="Long",
@@ -110,8 +158,11 @@ SCALARS: dict[object, ScalarDefinition] = {
         parse_value=parse_long,
         parse_literal=parse_long_literal,
     ),
-    # Strawberry's own serializer and parser (isoformat, dateutil's isoparse), described.
+    # Strawberry's own serializer (isoformat); its parser's readings, RFC 3339's read first.
     dt.datetime: dataclasses.replace(
-        DateTimeDefinition, description=DATETIME_DESCRIPTION, specified_by_url=RFC_3339
+        DateTimeDefinition,
+        description=DATETIME_DESCRIPTION,
+        specified_by_url=RFC_3339,
+        parse_value=parse_datetime,
     ),
 }

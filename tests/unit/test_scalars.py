@@ -7,6 +7,7 @@ UTC, read from ISO 8601, as its description and @specifiedBy say."""
 from __future__ import annotations
 
 import json
+import random
 import re
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,11 +17,12 @@ import numpy as np
 import pytest
 from graphql import GraphQLNonNull, GraphQLScalarType, GraphQLSchema, parse, validate
 from graphql.execution.values import get_variable_values
+from strawberry.schema.types.base_scalars import DateTimeDefinition
 
 from contracts.project import load
 from resolvers.execution.completion import PlanCompiler
 from resolvers.schema.build import build_schema
-from resolvers.schema.scalars import parse_long, serialize_long
+from resolvers.schema.scalars import parse_datetime, parse_long, serialize_long
 
 PROJECT = """
 cluster = { secret = "s", nodes = [{ id = "n1", address = "127.0.0.1:1", data_dir = "n1" }] }
@@ -177,6 +179,41 @@ def test_a_datetime_is_read_from_iso_8601(
     schema: GraphQLSchema, text: str, instant: datetime
 ) -> None:
     assert schema.type_map["DateTime"].parse_value(text) == instant
+
+
+def _date_times(rng: random.Random) -> list[object]:
+    """RFC 3339 date-times with every part at random, right and wrong, and near misses."""
+    found: list[object] = []
+    for _ in range(3000):
+        parts = [rng.choice([1970, 2026, 9999, 1]), rng.randint(0, 13), rng.randint(0, 32)]
+        clock = [rng.randint(0, 24), rng.randint(0, 60), rng.randint(0, 60)]
+        text = "{:04d}-{:02d}-{:02d}T{:02d}:{:02d}:{:02d}".format(*parts, *clock)
+        text += rng.choice(["", "." + "".join(rng.choices("0123456789", k=rng.randint(1, 8)))])
+        sign, hours, minutes = rng.choice("+-"), rng.randint(0, 25), rng.randint(0, 61)
+        text += rng.choice(["", "Z", "z", f"{sign}{hours:02d}:{minutes:02d}", f"{sign}00:00"])
+        found.append(text)
+    return found + [
+        "2026-01-01 13:00:00Z", "2026-01-01t13:00:00Z", "2026-01-01T13:00:00,5Z",
+        "2026-01-01T13:00:00+0100", "2026-01-01T13:00:00+01", "2026-01-01", "2026-01-01T13",
+        "２０２６-01-01T13:00:00Z", "2026-01-01T13:00:00Z ", "", "yesterday", 5, None, 1.5,
+    ]  # fmt: skip
+
+
+def test_a_datetime_is_read_as_strawberrys_parser_reads_it() -> None:
+    """parse_datetime gives what Strawberry's parser (dateutil's isoparse) gives: the same
+    value and the same kind of tzinfo, or the same refusal."""
+    for text in _date_times(random.Random(3339)):
+        try:
+            want: object = DateTimeDefinition.parse_value(text)
+        except Exception as refusal:  # noqa: BLE001 - compared below
+            want = (type(refusal), str(refusal))
+        try:
+            got: object = parse_datetime(text)
+        except Exception as refusal:  # noqa: BLE001
+            got = (type(refusal), str(refusal))
+        assert got == want, text
+        if isinstance(want, datetime):
+            assert isinstance(got, datetime) and repr(got) == repr(want), text
 
 
 def test_the_schema_says_what_a_datetime_looks_like(schema: GraphQLSchema) -> None:
