@@ -36,6 +36,7 @@ class KeyRuns:
         self._starts = starts  # where each key's run starts in `rows`, then the row count
         self._rows = rows
         self._times = _numbers(rows.column(0))
+        self._columns = _arrays(rows)
         self.file_backed = False
 
     @classmethod
@@ -73,12 +74,15 @@ class KeyRuns:
         return index
 
     def __getstate__(self) -> dict[str, Any]:
-        """As an image holds it (gateway/storage/catalog/images.py): the times are the rows' own."""
-        return {name: value for name, value in self.__dict__.items() if name != "_times"}
+        """As an image holds it (gateway/storage/catalog/images.py): the times and columns
+        are the rows' own."""
+        derived = ("_times", "_columns")
+        return {name: value for name, value in self.__dict__.items() if name not in derived}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._times = _numbers(self._rows.column(0))
+        self._columns = _arrays(self._rows)
 
     @property
     def nbytes(self) -> int:
@@ -116,8 +120,14 @@ class KeyRuns:
     def _rows_of(self, first: int, last: int) -> list[Timed]:
         if first >= last:
             return []
-        picked = self._rows.slice(first, last - first)
-        return list(zip(*(column.to_pylist() for column in picked.columns), strict=True))
+        count = last - first
+        return list(zip(*(c.slice(first, count).to_pylist() for c in self._columns), strict=True))
+
+
+def _arrays(rows: pa.Table) -> list[pa.Array | pa.ChunkedArray]:
+    """The rows' columns, each one array when it is one chunk: slicing an array costs half
+    of slicing the table (a key's few rows are read per query)."""
+    return [c.chunk(0) if c.num_chunks == 1 else c for c in rows.columns]
 
 
 def _numbers(column: pa.ChunkedArray) -> np.ndarray:
