@@ -512,7 +512,7 @@ class RequestQueries:
         if demand is None:
             return NO_DEMANDS
         cluster = self.project.cluster
-        bound: Position = decode_token(demand.token) if demand.token else {}
+        bound: Position = {} if demand.token is None else decode_token(demand.token)
         for topic, partition, offset in demand.position:
             if topic not in self.project.topics:
                 raise bad_input(f"position names unknown topic {topic!r}")

@@ -68,6 +68,11 @@ BAD = [
         "BAD_CONSISTENCY_TOKEN",
         "token",
     ),
+    (  # an empty token is none this gateway issued, not the absence of one
+        '{ trainStatus(key: 1, consistency: {token: ""}) { key } }',
+        "BAD_CONSISTENCY_TOKEN",
+        "token",
+    ),
     ("{ trainStatus(key: 1, consistency: {maxLag: -5}) { key } }", "BAD_USER_INPUT", "maxLag"),
     (
         "{ trainStatus(key: 1, consistency: {maxAgeMs: -1}) { key } }",
