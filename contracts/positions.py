@@ -48,6 +48,8 @@ def encode_token(position: Position) -> str:
 
 def decode_token(token: str) -> Position:
     try:
+        if not token:
+            raise ValueError("it is empty")
         body = opaque.decode(token)
         if not isinstance(body, dict) or type(body.get("v")) is not int:
             raise ValueError("not a token")

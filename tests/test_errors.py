@@ -71,7 +71,7 @@ BAD = [
     (  # an empty token is none this gateway issued, not the absence of one
         '{ trainStatus(key: 1, consistency: {token: ""}) { key } }',
         "BAD_CONSISTENCY_TOKEN",
-        "token",
+        "it is empty",
     ),
     ("{ trainStatus(key: 1, consistency: {maxLag: -5}) { key } }", "BAD_USER_INPUT", "maxLag"),
     (
