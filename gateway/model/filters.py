@@ -53,7 +53,7 @@ def type_of(store: Store, field: str) -> FieldType:
     return "long" if field == WINDOW_START else store.columns[field]
 
 
-Row = list[Any]
+Row = list[Any]  # a stored row: the key, [window_start,] then the store's columns in order
 _COMPARE: dict[str, Callable[[Any, Any], bool]] = {
     "eq": operator.eq,
     "ne": operator.ne,

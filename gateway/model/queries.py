@@ -16,9 +16,8 @@ from typing import Any, Final
 from contracts.conditions import Filter
 from contracts.errors import Failure
 from contracts.partitioner import Key
+from gateway.model.filters import Row as Row  # defined there, named here by most users
 from gateway.model.filters import Sort
-
-Row = list[Any]
 
 
 class NotHere(Enum):

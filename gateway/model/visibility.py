@@ -15,10 +15,9 @@ from contracts.access import ANONYMOUS, Access, Principal
 from contracts.conditions import KEY, AllOf, AnyOf, Condition, Filter, Not
 from contracts.project import Store
 from contracts.row_rules import Claim, Rule, fits
-from gateway.model.filters import field_index, predicate, type_of
+from gateway.model.filters import Row, field_index, predicate, type_of
 
 NOTHING: Filter = AnyOf(())  # no part holds: no row passes
-Row = list[Any]
 Layout = Callable[[Store, str], int]  # where a field sits in the rows a query answers
 
 
