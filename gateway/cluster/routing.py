@@ -38,6 +38,7 @@ from gateway.cluster.log_end import LogEnd
 from gateway.cluster.metrics import NodeMetrics
 from gateway.model.queries import NOT_HERE, Answer, NotHere, SubQuery
 from gateway.storage.delivery.node_core import NodeCore
+from gateway.wire.coalescing import LEAVES_AFTER_TURNS
 from gateway.wire.peer_errors import PeerError, PeerRefused
 from gateway.wire.protocol import ProtocolError
 
@@ -163,10 +164,9 @@ class Router:
     ) -> list[SubQuery]:
         """One internal request per node, all at once, their answers into `done`; returns the
         sub-queries whose replica failed in a way the next one may not (to ask it next)."""
-        # peers first: this node's share may run on the loop at once (lookups, walks)
-        # and must not hold the peers' requests back
-        calls = [self._call(n, by_node[n], authorization)
-                 for n in sorted(by_node, key=lambda n: n == self.node_id)]  # fmt: skip
+        calls = [self._peer(n, qs, authorization) for n, qs in by_node.items() if n != self.node_id]
+        if self.node_id in by_node:
+            calls.append(self._here(by_node[self.node_id], after_peers=bool(calls)))
         batches = [await calls[0]] if len(calls) == 1 else await asyncio.gather(*calls)
         by_id = {q.id: q for qs in by_node.values() for q in qs}
         again = []
@@ -177,6 +177,16 @@ class Router:
                 self._failed_over(by_id[answer.id], answer)
                 again.append(by_id[answer.id])
         return again
+
+    async def _here(self, subqueries: list[SubQuery], after_peers: bool) -> list[Answer]:
+        """This node's share of a round. Its reads may run on the loop at once (lookups,
+        walks), so with peers asked in the same round it starts once their requests are
+        written, to be read while they answer: their calls leave a turn after they are made
+        (gateway/wire/coalescing.py), and it waits as many more."""
+        if after_peers:
+            for _ in range(LEAVES_AFTER_TURNS):
+                await asyncio.sleep(0)
+        return await self.local(subqueries)
 
     def _failed_over(self, q: SubQuery, answer: Answer) -> None:
         assert answer.failure is not None
@@ -262,11 +272,10 @@ class Router:
             text = f"no live replica of partition {q.partition} ({', '.join(ids)} are down)"
         return Answer(id=q.id, node="").fail(Failure.NODE_UNAVAILABLE, text)
 
-    async def _call(
+    async def _peer(
         self, node_id: str, subqueries: list[SubQuery], authorization: str | None
     ) -> list[Answer]:
-        if node_id == self.node_id:
-            return await self.local(subqueries)
+        """A peer's share of a round, in one internal request."""
         url = f"{self.topology.current.url(node_id)}/internal/query"
         started = time.monotonic()
         called = {"stategate.peer": node_id, "stategate.subqueries": len(subqueries)}

@@ -1,7 +1,8 @@
 """Sub-queries that several requests send one peer in the same turn of the event loop go in
 one internal request, its answers split back: under load the requests that hop at once share
 one HTTP exchange, on both nodes, instead of one each. Nothing waits for company: the call
-leaves at the next turn of the loop, with what joined it by then.
+leaves at the next turn of the loop (LEAVES_AFTER_TURNS), with what joined it by then; its
+task writes the request in that turn, when a kept connection is idle.
 
 Only small calls join (at most SLICE keys in all: encoded and decoded inline, never on the
 bulk thread), and those of one authorization (the peer reads with it). A caller cancelled
@@ -20,14 +21,15 @@ from gateway.model.queries import Answer, SubQuery, keys_of
 from gateway.runtime.lanes import SLICE
 
 Send = Callable[[str, list[SubQuery], str | None], Awaitable[list[Answer]]]
+LEAVES_AFTER_TURNS = 1  # a call opened in a turn of the loop leaves in the next
 
 
 @dataclass(eq=False)
 class _Call:
-    answers: asyncio.Future[list[Answer]]
     subqueries: list[SubQuery] = field(default_factory=list)
     callers: int = 0
     keys: int = 0
+    answers: asyncio.Task[list[Answer]] = field(init=False)  # the call, leaving
 
 
 class Coalescing:
@@ -61,34 +63,23 @@ class Coalescing:
         opened = (url, authorization)
         call = self._open.get(opened)
         if call is None or call.keys + keys > SLICE:
-            loop = asyncio.get_running_loop()
-            call = self._open[opened] = _Call(loop.create_future())
+            call = self._open[opened] = _Call()
+            call.answers = asyncio.get_running_loop().create_task(self._leave(opened, call))
             call.answers.add_done_callback(_retrieved)
-            loop.call_soon(self._leave, opened, call)
         return call
 
-    def _leave(self, opened: tuple[str, str | None], call: _Call) -> None:
+    async def _leave(self, opened: tuple[str, str | None], call: _Call) -> list[Answer]:
+        """The call, sent in the turn after it opened (its task's first step), with every
+        caller of that turn in it."""
         if self._open.get(opened) is call:
             del self._open[opened]
         subqueries = call.subqueries
         if call.callers > 1:
             subqueries = [dataclasses.replace(q, id=i) for i, q in enumerate(subqueries)]
-        task = asyncio.ensure_future(self._send(opened[0], subqueries, opened[1]))
-        task.add_done_callback(lambda done: _settle(call.answers, done))
+        return await self._send(opened[0], subqueries, opened[1])
 
 
-def _settle(answers: asyncio.Future[list[Answer]], done: asyncio.Future[list[Answer]]) -> None:
-    if answers.done():
-        return
-    if done.cancelled():
-        answers.cancel()
-    elif (exc := done.exception()) is not None:
-        answers.set_exception(exc)
-    else:
-        answers.set_result(done.result())
-
-
-def _retrieved(answers: asyncio.Future[list[Answer]]) -> None:
+def _retrieved(answers: asyncio.Task[list[Answer]]) -> None:
     """Callers all gone (their deadlines): what the call raised is nobody's to log."""
     if not answers.cancelled():
         answers.exception()

@@ -1,7 +1,8 @@
 """Sub-queries several requests send one peer in the same turn of the event loop share one
 internal request (gateway/wire/coalescing.py): each caller gets its own answers back, with
-its own ids; a failure is every caller's; a caller that leaves (its deadline) leaves the
-call to the others; large calls, and calls of another authorization or peer, go alone."""
+its own ids; a call is sent in the turn after it was made; a failure is every caller's; a
+caller that leaves (its deadline) leaves the call to the others; large calls, and calls of
+another authorization or peer, go alone."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 
 from gateway.model.queries import Answer, Get, SubQuery
 from gateway.runtime.lanes import SLICE
-from gateway.wire.coalescing import Coalescing
+from gateway.wire.coalescing import LEAVES_AFTER_TURNS, Coalescing
 from gateway.wire.peer_errors import PeerRefused
 
 Sent = list[tuple[str, list[SubQuery], str | None]]
@@ -68,6 +69,20 @@ async def test_callers_of_one_turn_share_one_call_and_get_their_own_answers() ->
     ]
     alone = await coalescing.query("u", subqueries(("f",)), None)  # a later turn: a call
     assert len(sent) == 2 and rows(alone) == {0: [["f"]]}
+
+
+@run
+async def test_a_call_is_sent_in_the_turn_after_it_was_made() -> None:
+    """As routing counts on: its own share of a round starts once the peers' calls left."""
+    sent: Sent = []
+    coalescing = peer(sent)
+    call = asyncio.ensure_future(coalescing.query("u", subqueries(("a",)), None))
+    await asyncio.sleep(0)  # the call was made
+    for _ in range(LEAVES_AFTER_TURNS):
+        assert sent == []
+        await asyncio.sleep(0)
+    assert len(sent) == 1
+    assert rows(await call) == {0: [["a"]]}
 
 
 @run

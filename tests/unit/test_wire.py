@@ -20,7 +20,7 @@ from contracts.project import Project, load
 from gateway.cluster.health import Membership
 from gateway.cluster.log_end import LogEnd
 from gateway.cluster.metrics import NodeMetrics
-from gateway.cluster.routing import Router
+from gateway.cluster.routing import Local, Router
 from gateway.model.queries import Answer, Get, SubQuery
 from gateway.wire.hop import ClosedByPeer, read_reply
 from gateway.wire.mock import Call, MockTransport
@@ -122,7 +122,10 @@ def _route(
     peer: Callable[[Call], Reply] | None = None,
     bound: dict[str, int] | None = None,
     log_end: LogEnd = lambda topic, partition: None,
+    here: Local | None = None,
 ) -> tuple[dict[int, Answer], MockTransport]:
+    """A sub-query of every partition node1 does not host, asked of node1's router; of
+    every partition, node1's own answered by `here`, when given."""
     transport = MockTransport(peer or (lambda call: _peer(call, down)))
 
     async def go() -> dict[int, Answer]:
@@ -130,11 +133,12 @@ def _route(
         core = node_core(project, peers)
         membership = Membership(core)
 
-        async def local(subqueries: list[SubQuery]) -> list[Answer]:
+        async def nowhere(subqueries: list[SubQuery]) -> list[Answer]:
             raise AssertionError("node1 hosts none of these partitions")
 
-        router = Router(core, membership, local, lambda p: None, NodeMetrics(), log_end)
-        away = [p for p in range(project.cluster.partitions) if "node1" not in _ids(project, p)]
+        router = Router(core, membership, here or nowhere, lambda p: None, NodeMetrics(), log_end)
+        asked = range(project.cluster.partitions)
+        away = [p for p in asked if here is not None or "node1" not in _ids(project, p)]
         queries = [
             SubQuery(i, p, "latestBooking", Get(("k",)), bound=dict(bound or {}))
             for i, p in enumerate(away)
@@ -176,6 +180,26 @@ def test_a_replica_without_the_store_sends_the_read_to_one_that_has_it(project: 
     answers, transport = _route(project, peer=peer)
     assert answers and all(a.failure is None and a.node == "node3" for a in answers.values())
     assert {c.url.split("/")[2] for c in transport.calls} == {"127.0.0.1:7102", "127.0.0.1:7103"}
+
+
+def test_the_peers_requests_are_written_before_this_node_reads_its_share(
+    project: Project,
+) -> None:
+    """node1's own share may be read on its loop at once: the peers' requests of the same
+    round are written first, so that the peers answer while it reads."""
+    happened: list[str] = []
+
+    def peer(call: Call) -> Reply:
+        happened.append("peer asked")
+        return _peer(call, set())
+
+    async def here(subqueries: list[SubQuery]) -> list[Answer]:
+        happened.append("read here")
+        return [Answer(id=q.id, node="node1", rows=[]) for q in subqueries]
+
+    answers, _ = _route(project, peer=peer, here=here)
+    assert {a.node for a in answers.values()} == {"node1", "node2", "node3"}
+    assert happened == ["peer asked", "peer asked", "read here"]
 
 
 def test_listeners_hear_once_of_a_peer_that_is_back(project: Project) -> None:
