@@ -159,17 +159,19 @@ def json_head(body: bytes) -> list[tuple[bytes, bytes]]:
 
 def internal_at_once(node: GatewayNode, headers: Headers, body: bytes) -> bytes | None:
     """The answer's body to a peer's sub-queries (a whole POST /internal/query) when this
-    node reads them all from its memory at once, as InternalQuery would read them (no more
-    than a SLICE of keys: its interactive lane); else None before anything was counted,
-    InternalQuery answers (errors, the bulk lane, the pool, traces). What the HTTP server's
-    protocol asks first (stategate/inline.py)."""
+    node reads them all from its memory at once, as InternalQuery would read them now: no
+    more than a SLICE of keys (its interactive lane), or small bulk work while no
+    interactive request is in flight (which the bulk lane runs here and now then); else
+    None before anything was counted, InternalQuery answers (errors, the bulk thread, the
+    pool, traces). What the HTTP server's protocol asks first (stategate/inline.py)."""
     if tracing.on() or not is_authentic(headers.get(SECRET_HEADER), node.project.cluster.secret):
         return None
     try:
         subqueries = _subqueries(node, headers, body)
     except (ProtocolError, GatewayError):
         return None
-    if keys_of(subqueries) > SLICE:
+    keys = keys_of(subqueries)
+    if keys > SLICE and (keys > SMALL_BULK_KEYS or node.lanes.interactive):
         return None
     answers = [node.execute_local.here(q) for q in subqueries]
     read = [a for a in answers if a is not NOT_HERE]

@@ -39,6 +39,7 @@ from contracts import names
 from contracts.cluster_secret import SECRET_HEADER
 from contracts.partitioner import partition_for
 from gateway.model.queries import Get, SubQuery
+from gateway.runtime.lanes import SLICE
 from gateway.wire.protocol import decode_answers, encode_request
 from resolvers.execution.executors import Compiled
 from resolvers.execution.operations import Operations
@@ -387,21 +388,32 @@ def test_a_read_the_protocol_answers_has_the_apps_headers(served: Any) -> None:
 def test_a_peer_read_the_protocol_answers_is_the_apps(served: Any) -> None:
     """A peer's sub-queries a node reads from memory at once (a hop's other end) are
     answered by the HTTP server's protocol on a kept-alive connection, and by the app's
-    /internal/query on one the client closes: the same status, headers and answers."""
+    /internal/query on one the client closes: the same status, headers and answers; for
+    a few keys, and for more than a SLICE of them (small bulk work, read at once when no
+    other request is in flight)."""
     project = served.project
     store = next(s for s in project.stores.values() if s.kind == "table")
     keys = Documents(served, random.Random(6)).keys[store.name][:40]
     url = f"{served.nodes.url('node1')}/internal/query"
     secret = {SECRET_HEADER: project.cluster.secret, "content-type": "application/json"}
     close = {**secret, "connection": "close"}
-    read = 0
-    with httpx.Client() as kept, httpx.Client() as closing:
-        for number in range(0, len(keys), 4):
-            asked = [(k, partition_for(k, store.key_type, project.cluster.partitions))
-                     for k in keys[number : number + 4]]  # fmt: skip
-            body = encode_request(
+    bodies = []
+    for number in range(0, len(keys), 4):
+        asked = [(k, partition_for(k, store.key_type, project.cluster.partitions))
+                 for k in keys[number : number + 4]]  # fmt: skip
+        bodies.append(
+            encode_request(
                 [SubQuery(i, p, store.name, Get((k,))) for i, (k, p) in enumerate(asked)]
             )
+        )
+    partitions = project.cluster.partitions
+    absent = tuple(f"absent-{n}" for n in range(SLICE))
+    for partition in range(partitions):  # more than a SLICE: its keys, and some it has not
+        ones = tuple(k for k in keys if partition_for(k, store.key_type, partitions) == partition)
+        bodies.append(encode_request([SubQuery(0, partition, store.name, Get(ones + absent))]))
+    read = 0
+    with httpx.Client() as kept, httpx.Client() as closing:
+        for body in bodies:
             answers = [kept.post(url, content=body, headers=secret),
                        closing.post(url, content=body, headers=close)]  # fmt: skip
             inline, app = (
