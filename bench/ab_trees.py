@@ -4,6 +4,7 @@ minutes (issue 52's machines), where two runs one after the other compare the ma
 
     git worktree add /tmp/before <commit>
     python -m bench.ab_trees --trees /tmp/before . [--workload main] [--requests 200]
+        [--list-sizes 100 300]
 
 Each tree's 3 nodes run at once: the first tree's on the workload's own project, the
 second's on a copy of it whose nodes listen on other ports and install into copies of the
@@ -14,7 +15,7 @@ prints each case's p50 and the nodes' CPU per request (their processes' user + s
 over the case, hops included) for each tree, their ratios, and the load. Last, 16 clients
 ask node1 one-key lookups (bench.run's versus bodies) of one cluster, then the other, in
 short rounds alternating who goes first: each tree's median requests per second and CPU
-per request.
+per request. `--list-sizes` adds lists of those sizes to node1 (three times as many).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import re
 import shutil
 import statistics
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -136,16 +137,20 @@ def interleaved(clusters: list[Cluster], bodies: list[bytes], spread: bool) -> N
             cluster.cpu_s += cluster.cpu_now()
 
 
-def cases(ks: KeySet, requests: int) -> list[tuple[str, list[bytes], bool]]:
+def cases(
+    ks: KeySet, requests: int, list_sizes: Sequence[int] = ()
+) -> list[tuple[str, list[bytes], bool]]:
     """(name, bodies, round-robin over the nodes or to node1): the reads bench.run weighs
-    against PostGraphile (bench/versus.py), and prefix scans."""
+    against PostGraphile (bench/versus.py), prefix scans, and lists of `list_sizes` keys."""
     gateway = versus.bodies(versus.GATEWAY, ks.keys)
     return [
         (CASES[0], gateway.one[: requests * 10], False),
         (CASES[1], gateway.lists[:requests], False),
         (CASES[2], gateway.aliased * max(1, requests // 60), False),  # 60 sets, one document
         (CASES[3], Bodies(ks).prefix(requests * 5), True),
-    ]
+        *((f"{size} keys as a list, to node1", Bodies(ks).keys_list(requests * 3, size), False)
+          for size in list_sizes),
+    ]  # fmt: skip
 
 
 def loaded(clusters: list[Cluster], bodies: list[bytes]) -> list[tuple[float, float]]:
@@ -174,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trees", nargs=2, type=Path, required=True)
     parser.add_argument("--requests", type=int, default=200, help="1000-key lists per tree")
     parser.add_argument("--loaded-only", action="store_true", help=f"only {LOADED!r}")
+    parser.add_argument("--list-sizes", type=int, nargs="*", default=[], help="more list cases")
     args = parser.parse_args(argv)
     workload = Workload.built(args.workload)
     if workload is None:
@@ -194,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| case | {args.trees[0]} p50 | {args.trees[1]} p50 | ratio | "
               "CPU per request | ratio | load |")  # fmt: skip
         print("| --- | --- | --- | --- | --- | --- | --- |")
-        asked = cases(ks, args.requests)
+        asked = cases(ks, args.requests, args.list_sizes)
         for name, bodies, spread in [] if args.loaded_only else asked:
             interleaved(clusters, bodies, spread)
             p50s = [statistics.median(c.took) * 1000 for c in clusters]
