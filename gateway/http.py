@@ -144,12 +144,17 @@ class InternalQuery:
                 tracing.span(
                     "internal query", {"stategate.node": node.id}, tracing.extracted(headers)
                 ),  # fmt: skip
-                node.lanes.enter(keys > SLICE, keys <= SMALL_BULK_KEYS),
+                node.lanes.enter(*_lane(keys)),
             ):
                 answers = await node.execute_local(subqueries)
                 body = await offload(encode_answers, answers)
         await send({"type": "http.response.start", "status": 200, "headers": json_head(body)})
         await send({"type": "http.response.body", "body": body})
+
+
+def _lane(keys: int) -> tuple[bool, bool]:
+    """The lane of an internal call of `keys` keys: (bulk, small bulk)."""
+    return keys > SLICE, keys <= SMALL_BULK_KEYS
 
 
 def json_head(body: bytes) -> list[tuple[bytes, bytes]]:
@@ -170,8 +175,8 @@ def internal_at_once(node: GatewayNode, headers: Headers, body: bytes) -> bytes 
         subqueries = _subqueries(node, headers, body)
     except (ProtocolError, GatewayError):
         return None
-    keys = keys_of(subqueries)
-    if keys > SLICE and (keys > SMALL_BULK_KEYS or node.lanes.interactive):
+    bulk, small = _lane(keys_of(subqueries))
+    if bulk and not node.lanes.runs_here(small):
         return None
     answers = [node.execute_local.here(q) for q in subqueries]
     read = [a for a in answers if a is not NOT_HERE]

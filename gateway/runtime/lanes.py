@@ -97,6 +97,11 @@ class Lanes:
         elif self.interactive == change:
             self._idle.clear()
 
+    def runs_here(self, small: bool) -> bool:
+        """Whether bulk work starting now runs here and now rather than on the bulk thread:
+        small bulk work, while no interactive request is in flight."""
+        return small and not self.interactive
+
     def give_way(self) -> None:
         """On the bulk thread: wait while interactive requests are in flight (the GIL is
         theirs meanwhile), at most MAX_WAIT_S."""
@@ -128,7 +133,7 @@ async def offload(work: Callable[..., T], *args: object, items: int | None = Non
     if lane is None or (items is not None and items <= SLICE):
         return work(*args)
     lanes, small = lane
-    if small and not lanes.interactive:
+    if lanes.runs_here(small):
         return work(*args)
     return await lanes.run(work, *args)
 
