@@ -12,14 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from contracts.partitioner import Key, utf8_keys
+from contracts.partitioner import Key
 from contracts.project import Store
 from gateway.model.queries import Row
 from gateway.storage.memory.columns import Column, column_of
@@ -168,7 +168,9 @@ class LookupTable:
         return at
 
     def _find_many(self, keys: Sequence[Key]) -> np.ndarray:
-        wanted = self._probes(list(dict.fromkeys(keys)))
+        # unique, and sorted: each search starts from where the last one ended, on memory it
+        # has just read (a partition's index is mostly out of cache when a request comes)
+        wanted = np.unique(self._probes(keys))
         if len(wanted) == 0:
             return np.empty(0, dtype=np.int64)
         at = self._keys.searchsorted(wanted)
@@ -177,11 +179,11 @@ class LookupTable:
         found: np.ndarray = at[self._keys[at] == wanted]
         return found
 
-    def _probes(self, keys: list[Key]) -> np.ndarray:
-        """_probe of many keys, those it refuses left out; strings that all fit at once."""
-        raw = utf8_keys(keys) if self._strings else None
-        if raw and max(map(len, raw)) <= self._keys.dtype.itemsize and b"\x00" not in b"".join(raw):
-            return np.array(raw, dtype=self._keys.dtype)
+    def _probes(self, keys: Sequence[Key]) -> np.ndarray:
+        """_probe of many keys, those it refuses left out; ASCII strings that all fit at
+        once, numpy encoding them (most keys: half the time of encoding each in Python)."""
+        if self._strings and _ascii_fitting(keys, self._keys.dtype.itemsize):
+            return np.array(keys, dtype=self._keys.dtype)
         probes = [p for p in map(self._probe, keys) if p is not None]
         return np.array(probes, dtype=self._keys.dtype)
 
@@ -214,6 +216,17 @@ class LookupTable:
         picked = positions if self._order is None else self._order[positions]
         values = [column.values(picked) for column in self._columns]
         return [list(row) for row in zip(keys, *values, strict=True)]
+
+
+def _ascii_fitting(keys: Sequence[Key], width: int) -> bool:
+    """Whether every key is an ASCII str of at most `width` characters without NUL: what
+    numpy's fixed-width bytes hold as they are (it truncates longer ones, and drops trailing
+    NULs)."""
+    if set(map(type, keys)) != {str}:
+        return False
+    strings = cast("Sequence[str]", keys)
+    joined = "".join(strings)
+    return joined.isascii() and "\x00" not in joined and max(map(len, strings)) <= width
 
 
 def _sorted(table: pa.Table, column: str, key: str, descending: bool) -> np.ndarray:
