@@ -87,6 +87,10 @@ def partitions_for(keys: Sequence[Key], key_type: KeyType, num_partitions: int) 
     a vectorized pass per length otherwise)."""
     if len(keys) < _VECTOR_FROM:
         return [partition_for(key, key_type, num_partitions) for key in keys]
+    rows = _ascii_rows(keys) if key_type == "string" else None
+    if rows is not None:
+        found_at_once: list[int] = _partitions(rows, num_partitions).tolist()
+        return found_at_once
     encoded = utf8_keys(keys) if key_type == "string" else None
     data = encoded or [serialize_key(key, key_type) for key in keys]
     found = np.empty(len(data), dtype=np.int64)
@@ -98,8 +102,28 @@ def partitions_for(keys: Sequence[Key], key_type: KeyType, num_partitions: int) 
             continue
         joined = b"".join(data if len(indices) == len(data) else [data[i] for i in indices])
         rows = np.frombuffer(joined, dtype=np.uint8).reshape(len(indices), length)
-        found[indices] = (_murmur2_rows(rows, length) & 0x7FFFFFFF) % num_partitions
+        found[indices] = _partitions(rows, num_partitions)
     partitions: list[int] = found.tolist()
+    return partitions
+
+
+def _ascii_rows(keys: Sequence[Key]) -> np.ndarray | None:
+    """The keys' bytes as an (n, length) array when all are ASCII strings of one length
+    (most key sets: ids of a fixed width), made at once; None otherwise."""
+    if set(map(type, keys)) != {str}:
+        return None
+    strings = cast("Sequence[str]", keys)
+    lengths = set(map(len, strings))
+    joined = "".join(strings)
+    if len(lengths) != 1 or not joined.isascii():
+        return None
+    (length,) = lengths
+    return np.frombuffer(joined.encode("ascii"), dtype=np.uint8).reshape(len(keys), length)
+
+
+def _partitions(rows: np.ndarray, num_partitions: int) -> np.ndarray:
+    """The partitions of keys of one length, given as an (n, length) byte array."""
+    partitions: np.ndarray = (_murmur2_rows(rows, rows.shape[1]) & 0x7FFFFFFF) % num_partitions
     return partitions
 
 
