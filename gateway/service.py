@@ -664,12 +664,16 @@ def _entries(keys: list[Key], outcome: Outcome) -> list[Entry]:
         for q, answer in outcome.parts
     ]
     at = outcome.key_parts
-    entries = []
+    entries: list[Entry] = []
     for some in sliced(keys):
         for key in some:
             partition, rows, failure = parts[at[key]]
-            entries.append(Entry(key, partition, rows.get(key), failure))
+            entries.append(_entry(Entry, (key, partition, rows.get(key), failure)))
     return entries
+
+
+# Entry(...) without the Python frame of a NamedTuple's __new__: a third of a key's entry
+_entry = tuple.__new__
 
 
 _NO_ROWS: dict[Key, Row] = {}  # a failed part's
