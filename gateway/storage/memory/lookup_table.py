@@ -168,9 +168,10 @@ class LookupTable:
         return at
 
     def _find_many(self, keys: Sequence[Key]) -> np.ndarray:
-        # unique, and sorted: each search starts from where the last one ended, on memory it
-        # has just read (a partition's index is mostly out of cache when a request comes)
-        wanted = np.unique(self._probes(keys))
+        wanted = self._probes(list(dict.fromkeys(keys)))
+        # sorted: each search starts from where the last one ended, on memory it has just
+        # read (a partition's index is mostly out of cache when a request comes)
+        wanted.sort()
         if len(wanted) == 0:
             return np.empty(0, dtype=np.int64)
         at = self._keys.searchsorted(wanted)
