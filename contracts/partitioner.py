@@ -59,6 +59,15 @@ def utf8_keys(keys: Sequence[Key]) -> list[bytes] | None:
         return None
 
 
+def ascii_keys(keys: Sequence[Key]) -> str | None:
+    """The keys joined, when every key is an ASCII str (most key sets; its characters are
+    then its bytes, one each); None otherwise."""
+    if set(map(type, keys)) != {str}:
+        return None
+    joined = "".join(cast("Sequence[str]", keys))
+    return joined if joined.isascii() else None
+
+
 def serialize_key(key: Key, key_type: KeyType) -> bytes:
     """The bytes Kafka's String/Integer/Long serializer writes for `key`."""
     if key_type == "string":
@@ -110,12 +119,11 @@ def partitions_for(keys: Sequence[Key], key_type: KeyType, num_partitions: int) 
 def _ascii_rows(keys: Sequence[Key]) -> np.ndarray | None:
     """The keys' bytes as an (n, length) array when all are ASCII strings of one length
     (most key sets: ids of a fixed width), made at once; None otherwise."""
-    if set(map(type, keys)) != {str}:
+    joined = ascii_keys(keys)
+    if joined is None:
         return None
-    strings = cast("Sequence[str]", keys)
-    lengths = set(map(len, strings))
-    joined = "".join(strings)
-    if len(lengths) != 1 or not joined.isascii():
+    lengths = set(map(len, cast("Sequence[str]", keys)))
+    if len(lengths) != 1:
         return None
     (length,) = lengths
     return np.frombuffer(joined.encode("ascii"), dtype=np.uint8).reshape(len(keys), length)

@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from contracts.partitioner import Key
+from contracts.partitioner import Key, ascii_keys
 from contracts.project import Store
 from gateway.model.queries import Row
 from gateway.storage.memory.columns import Column, column_of
@@ -223,11 +223,10 @@ def _ascii_fitting(keys: Sequence[Key], width: int) -> bool:
     """Whether every key is an ASCII str of at most `width` characters without NUL: what
     numpy's fixed-width bytes hold as they are (it truncates longer ones, and drops trailing
     NULs)."""
-    if set(map(type, keys)) != {str}:
+    joined = ascii_keys(keys)
+    if joined is None or "\x00" in joined:
         return False
-    strings = cast("Sequence[str]", keys)
-    joined = "".join(strings)
-    return joined.isascii() and "\x00" not in joined and max(map(len, strings)) <= width
+    return max(map(len, cast("Sequence[str]", keys))) <= width
 
 
 def _sorted(table: pa.Table, column: str, key: str, descending: bool) -> np.ndarray:
