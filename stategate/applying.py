@@ -18,7 +18,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import httpx
-from graphql import specified_rules
 from prometheus_client.parser import text_string_to_metric_families
 
 from contracts import chains
@@ -31,6 +30,7 @@ from contracts.snapshot_file import FormatError, rows_as
 from gateway.cluster.metrics import SUBSCRIPTIONS_READING
 from gateway.cluster.status import NodeStatus
 from resolvers.execution import persisted
+from resolvers.execution.rules import node_rules
 from resolvers.schema.build import build_schema
 from snapshot_store import StoreError, open_store
 from spark_pipeline.plan import Rebuild, to_rebuild
@@ -186,7 +186,7 @@ def check_operations(project: Project) -> None:
     if path is None:
         return
     try:
-        persisted.load(path, build_schema(project)._schema, specified_rules)
+        persisted.load(path, build_schema(project)._schema, node_rules(project.settings))
     except ConfigError as exc:
         raise NotApplied(f"{exc}: change the operations file first") from None
 

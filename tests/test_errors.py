@@ -89,6 +89,21 @@ BAD = [
         )
         for value in ['"0x10"', '" 5"', '"+5"', '"5.0"', "5.0", "true", '"9223372036854775808"']
     ),
+    # A Float literal past a double's range is refused, not read as infinity (which a peer
+    # would read as null from the internal request's JSON, and answer differently).
+    *(
+        (
+            f"{{ latestBookingList(where: {{price: {condition}}}) {{ records {{ key }} }} }}",
+            "GRAPHQL_VALIDATION_FAILED",
+            "past a double's range",
+        )
+        for condition in [
+            "{lt: 1e309}",
+            "{gt: -1e309}",
+            "{in: [1.5, 1e999]}",
+            "{ne: 1" + "0" * 400 + "}",
+        ]
+    ),
 ]
 
 

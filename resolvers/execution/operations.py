@@ -29,7 +29,6 @@ from graphql import (
     OperationDefinitionNode,
     OperationType,
     Visitor,
-    specified_rules,
 )
 from strawberry.types import ExecutionResult
 
@@ -42,7 +41,8 @@ from resolvers.execution.lru import LRU, Recent
 from resolvers.execution.persisted import Persisted, Registry, Source, load
 from resolvers.execution.plans import compile_plan
 from resolvers.execution.results import Refused as Refused
-from resolvers.execution.results import introspection_rules, past_deadline, response_extensions
+from resolvers.execution.results import past_deadline, response_extensions
+from resolvers.execution.rules import node_rules
 from resolvers.schema.context import Context
 
 MIB = 2**20
@@ -107,7 +107,7 @@ class Operations:
         self.settings = settings
         self.rows_of = rows_of
         self._serve(schema)
-        self.rules = [*specified_rules, *introspection_rules(settings)]
+        self.rules = node_rules(settings)
         size = max(1, settings.document_cache_size)
         budget = settings.document_cache_mb * MIB // CACHED_BYTES_PER_CHARACTER // workers
         self._parsed = LRU(size, self._parse, len, budget)

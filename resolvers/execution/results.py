@@ -9,12 +9,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import orjson
-from graphql import ASTValidationRule, GraphQLError, NoSchemaIntrospectionCustomRule
+from graphql import GraphQLError
 from strawberry.types import ExecutionResult
 
 from contracts.errors import GatewayError
 from contracts.positions import encode_token
-from contracts.settings import Settings
 from gateway.cluster.routing import Trace
 from resolvers.execution import client_errors
 from resolvers.schema.context import Context
@@ -130,8 +129,3 @@ def past_deadline(deadline_s: float, extensions: dict[str, Any]) -> ExecutionRes
     message = f"the request ran past request_timeout_s ({deadline_s} s) and was stopped"
     error = GraphQLError(message, extensions={"code": "DEADLINE_EXCEEDED"})
     return ExecutionResult(None, [error], extensions)
-
-
-def introspection_rules(settings: Settings) -> list[type[ASTValidationRule]]:
-    """graphql-core's rule that refuses `__schema` and `__type`, when introspection is off."""
-    return [] if settings.introspection else [NoSchemaIntrospectionCustomRule]
