@@ -56,6 +56,7 @@ class ProtocolViolation(Exception):
 async def serve(websocket: WebSocket, hub: Hub) -> None:
     if PROTOCOL not in websocket.scope.get("subprotocols", []):
         client_errors.transport("4406", "Subprotocol not acceptable", "websocket")
+        await websocket.accept()  # as graphql-ws does: a close code needs an open socket
         await websocket.close(4406, "Subprotocol not acceptable")
         return
     await websocket.accept(subprotocol=PROTOCOL)
