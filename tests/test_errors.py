@@ -13,6 +13,14 @@ from gateway.wire.protocol import PROTOCOL_HEADER
 WIDE = 'from: "2000-01-01T00:00:00Z", to: "2100-01-01T00:00:00Z"'
 BAD = [
     ('{ noSuchStore(key: "a") { key } }', "GRAPHQL_VALIDATION_FAILED", "noSuchStore"),
+    # a document of no operation is invalid, not one of several to choose from
+    ("fragment F on Query { stores { name } }", "GRAPHQL_VALIDATION_FAILED", "never used"),
+    ("type Foo { a: Int }", "GRAPHQL_VALIDATION_FAILED", "not executable"),
+    (
+        "query A { stores { name } } query B { stores { name } }",
+        "BAD_USER_INPUT",
+        "several operations: name one",
+    ),
     ('{ trainStatus(key: "abc") { key } }', "GRAPHQL_VALIDATION_FAILED", "Int"),
     ("{ latestBooking(key: 12) { key } }", "GRAPHQL_VALIDATION_FAILED", "String"),
     (

@@ -186,6 +186,7 @@ class Operations:
             raise Refused.coded("GRAPHQL_PARSE_FAILED", [parsed])
         picked = self._picked((query, name))
         if picked.operation is None:
+            self._check(query)  # a document of no operation fails here (a fragment unused)
             message = (
                 f"the document has no operation named {name!r}"
                 if name
@@ -193,9 +194,7 @@ class Operations:
             )
             raise Refused.one("BAD_USER_INPUT", message)
         cost = self._measure(picked.shape, variables or {})
-        errors = self._errors(query)
-        if errors:
-            raise Refused.coded("GRAPHQL_VALIDATION_FAILED", list(errors))
+        self._check(query)
         self.persisted.remember(source)
         executor = self._executors((query, name))
         operation = picked.operation.operation
@@ -206,6 +205,12 @@ class Operations:
         if isinstance(picked.shape, Shape) and picked.shape.fixed(self.fields):
             self._ready.put((query, name), prepared)
         return prepared
+
+    def _check(self, query: str) -> None:
+        """Refused when the document does not validate."""
+        errors = self._errors(query)
+        if errors:
+            raise Refused.coded("GRAPHQL_VALIDATION_FAILED", list(errors))
 
     def ready(self, query: str | None, name: str | None, hash: str | None) -> Prepared | None:
         """The operation a request runs, as prepare() gives it, when it was prepared before
