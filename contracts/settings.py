@@ -211,9 +211,9 @@ class Settings:
     )
     persisted_query_cache_size: int = _setting(
         1000,
-        "documents a node remembers by the hash a client sent with them (automatic persisted "
-        "queries; each of at most 65536 characters), least recently used out first; 0 "
-        "remembers none",
+        "documents each worker of a node remembers by the hash a client sent with them "
+        "(automatic persisted queries; each of at most 65536 characters), least recently used "
+        "out first; 0 remembers none",
         0,
     )
 
