@@ -254,13 +254,16 @@ def _typed(where: str, rule: Rule, value: object) -> object:
 
 def _decoded(text: str) -> object:
     """JSON text decoded (NaN and Infinity included, as Python's json reads them), or
-    BadRecord: not JSON, or an object naming a field twice."""
+    BadRecord: not JSON, nested past what Python's reader takes (about a thousand levels),
+    or an object naming a field twice."""
     try:
         return json.loads(text, object_pairs_hook=_unique_fields)
     except _Twice as exc:
         raise BadRecord("duplicate_field", f"field {exc.args[0]!r} is given twice") from None
     except ValueError as exc:
         raise BadRecord("not_json", f"not JSON: {exc}") from None
+    except RecursionError:  # Python's reader recurses once a level
+        raise BadRecord("not_json", "not JSON this reader takes: nested too deeply") from None
 
 
 class _Twice(Exception):

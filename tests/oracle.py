@@ -352,7 +352,7 @@ def _end(project: Project, topic: str, partition: int) -> int:
 def _decoded(text: str) -> object:
     try:
         return json.loads(text)
-    except ValueError:  # a bad record's: only its offset is read
+    except (ValueError, RecursionError):  # a bad record's: only its offset is read
         return text
 
 

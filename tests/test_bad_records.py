@@ -44,6 +44,8 @@ RAW = [
     ("bookings", "b7", START_MS, '{"price": 1, "price": 2}', "duplicate_field"),
     ("bookings", "b8", -5, '{"price": 1}', "bad_timestamp"),
     ("bookings", "b9", START_MS, '{"price": 9007199254740993}', "out_of_range"),
+    # nested past what Python's JSON reader takes: explained, not a RecursionError
+    ("bookings", "b10", START_MS, '{"trip": ' + "[" * 1000 + "]" * 1000 + "}", "wrong_type"),
     ("bookings", "ok1", START_MS + 1, '{"trip": "z", "price": 3, "seats": 2}', None),
     ("bookings", "ok2", START_MS + 2, None, None),
     ("trains", 5, START_MS, '{"delay": 3000000000}', "out_of_range"),

@@ -139,6 +139,8 @@ def test_the_messages_name_the_field_the_type_and_the_value() -> None:
         '{"value": null}': "missing field 'key'",
         '{"key": 1}': "missing field 'value' (null for a tombstone)",
         '{"key": 1, "value": {"seats": 1, "seats": 2}}': "field 'seats' is given twice",
+        '{"key": 1, "value": {"trip": ' + "[" * 5000 + "]" * 5000 + "}}": "not JSON this "
+        "reader takes: nested too deeply",
     }
     for line, message in cases.items():
         with pytest.raises(BadRecord) as caught:
