@@ -1,6 +1,8 @@
 """A Kafka-faithful partitioned log on local disk.
 
 <log>/<topic>-<partition>/<base offset, 20 digits>.parquet
+<log>/<topic>.partitions   the partition count its producers route by (written by the first
+                           `produce`: a topic's partitions, as Kafka's topic holds its own)
 
 Each segment is an immutable Parquet file of records (offset, timestamp, key, value,
 append_ms); offsets are dense and increasing per partition, and a segment is named by its
@@ -41,6 +43,7 @@ from contracts.records import fit
 _KEY_ARROW = {"string": pa.string(), "int": pa.int32(), "long": pa.int64()}
 APPEND_MS = "append_ms"
 _SUFFIX = ".parquet"
+_PARTITIONS = ".partitions"
 
 
 def record_schema(topic: Topic) -> pa.Schema:
@@ -142,17 +145,61 @@ def _append(log_dir: Path, topic: Topic, partition: int, records: list[Record]) 
     return base
 
 
+class PartitionsDiffer(ValueError):
+    """A topic of the log routed by another partition count than a producer would use."""
+
+
 def produce(
     log_dir: Path, topic: Topic, partitions: int, records: Iterable[Record]
 ) -> dict[int, int]:
     """Route records with Kafka's default partitioner and append them; returns counts per
-    partition. A record that does not fit the topic (BadRecord) appends nothing at all."""
+    partition. A record that does not fit the topic (BadRecord) appends nothing at all, nor
+    does a topic whose records were routed by another count (PartitionsDiffer)."""
     by_partition: dict[int, list[Record]] = defaultdict(list)
-    for record in [fit(topic, r) for r in records]:
+    fitting = [fit(topic, r) for r in records]
+    _route_by(log_dir, topic.name, partitions)
+    for record in fitting:
         by_partition[partition_for(record.key, topic.key_type, partitions)].append(record)
     for partition, batch in sorted(by_partition.items()):
         _append(log_dir, topic, partition, batch)
     return {p: len(b) for p, b in sorted(by_partition.items())}
+
+
+def routed_by(log_dir: Path, topic: str) -> int | None:
+    """The partition count the topic's producers route by, as its first `produce` wrote it
+    down; None for a topic none has produced to (or one written segment by segment)."""
+    try:
+        return int((log_dir / f"{topic}{_PARTITIONS}").read_text())
+    except FileNotFoundError:
+        return None
+
+
+def highest_partition(log_dir: Path, topic: str) -> int | None:
+    """The highest partition of the topic that has a folder; None when none has."""
+    try:
+        names = os.listdir(log_dir)
+    except FileNotFoundError:
+        return None
+    prefix = f"{topic}-"
+    found = [n[len(prefix) :] for n in names if n.startswith(prefix)]
+    numbers = [int(n) for n in found if n.isascii() and n.isdigit()]
+    return max(numbers, default=None)
+
+
+def _route_by(log_dir: Path, topic: str, partitions: int) -> None:
+    """Write the topic's partition count down when none is; PartitionsDiffer when another
+    count is (its records so far were routed by it)."""
+    routed = routed_by(log_dir, topic)
+    if routed is None:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        tmp = log_dir / f".{topic}{_PARTITIONS}.{os.getpid()}.tmp"
+        tmp.write_text(str(partitions))
+        os.rename(tmp, log_dir / f"{topic}{_PARTITIONS}")
+    elif routed != partitions:
+        raise PartitionsDiffer(
+            f"topic {topic!r} of {log_dir} was written with {routed} partitions, the project "
+            f"declares {partitions}: its keys would be routed elsewhere"
+        )
 
 
 def read_segment(path: Path) -> pa.Table:

@@ -359,6 +359,7 @@ def run_pipeline(project: Project, args: argparse.Namespace) -> int:
     from contracts import tracing
     from spark_pipeline.dead_letter import BadRecordError
     from spark_pipeline.job import run
+    from spark_pipeline.plan import LogBehindError
     from spark_pipeline.spark import LazySpark, json_logging
 
     _yield_to_reads(project.settings.pipeline_niceness)
@@ -391,7 +392,7 @@ def run_pipeline(project: Project, args: argparse.Namespace) -> int:
     except BadRecordError as exc:  # settings.bad_records = "fail": nothing was published
         log.error("stopped: %s", exc)
         status = 1
-    except TopicsError as exc:  # the topics are not what the project declares
+    except (TopicsError, LogBehindError) as exc:  # the log is not what the project declares
         print(f"stategate: {exc}", file=sys.stderr)
         status = 2
     except Exception as exc:
@@ -459,6 +460,14 @@ def _read_again(project: Project) -> Project | None:
         return None
     if newer == project:
         log.info("SIGHUP: the project file read again: nothing changed")
+        return None
+    if newer.cluster.partitions != project.cluster.partitions:
+        log.error(
+            "SIGHUP: nothing changed: [cluster] partitions differ (%d, the file %d), which "
+            "takes a log of as many partitions and a rebuild: a restart",
+            project.cluster.partitions,
+            newer.cluster.partitions,
+        )
         return None
     added, removed, changed = projects.stores_changed(project, newer)
     kinds = {"stores added": added, "stores removed": removed, "stores changed": changed}

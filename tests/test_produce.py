@@ -8,10 +8,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from contracts import eventlog
 from contracts import project as config
+from contracts.manifest import FILE_NAME as MANIFEST
 from contracts.partitioner import partition_for
+from contracts.records import Record
 from tests.projects import write_project
+from topics import TopicsError
+from topics.files import FileLog
 
 TOPICS = ("bookings", "trains")
 
@@ -201,3 +207,64 @@ def test_skip_bad_appends_the_good_lines_and_reports_each_bad_one(tmp_path: Path
     assert stored == ["a", "c"]
     all_good = produce(path, "bookings", [lines[0]], "--skip-bad")
     assert all_good.returncode == 0 and json.loads(all_good.stdout)["refused"] == 0
+
+
+def test_a_file_log_keeps_the_partition_count_its_records_were_routed_by(
+    tmp_path: Path,
+) -> None:
+    """A project whose partitions changed over a file log (it cannot be repartitioned in
+    place: every key would be looked for elsewhere) is refused by the producer and by the
+    pipeline, in one line, before anything is appended, read or published."""
+    path = write_project(tmp_path, [1, 2, 3], partitions=3)
+    line = json.dumps({"key": 7, "value": {"delay": 1}, "timestamp": 1_000})
+    assert produce(path, "trains", [line]).returncode == 0
+    log_dir = config.load(path).log_dir
+    before = {p: eventlog.end_offset(log_dir, "trains", p) for p in range(3)}
+
+    write_project(tmp_path, [1, 2, 3], partitions=4)
+    refused = produce(path, "trains", [line])
+    assert refused.returncode == 2, refused.stderr
+    assert "'trains' of" in refused.stderr and "written with 3 partitions" in refused.stderr
+    pipeline = subprocess.run(
+        [sys.executable, "-m", "stategate.cli", "pipeline", "--config", str(path), "--no-notify"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert pipeline.returncode == 2, pipeline.stderr
+    said = [line for line in pipeline.stderr.splitlines() if line.startswith("stategate:")]
+    assert len(said) == 1 and "'trains' was written with 3 partitions" in said[0], said
+    assert "Traceback" not in pipeline.stderr
+    assert {p: eventlog.end_offset(log_dir, "trains", p) for p in range(3)} == before
+    assert not eventlog.segments(log_dir, "trains", 3)
+    assert not (Path(config.load(path).snapshot_store) / MANIFEST).exists()
+
+
+def test_a_file_log_written_segment_by_segment_is_held_to_its_folders(tmp_path: Path) -> None:
+    """A log no `produce` wrote down (segments written by another tool) is refused for a
+    partition folder past the declared count."""
+    project = config.load(write_project(tmp_path, [1, 2, 3], partitions=2))
+    record = Record(key=7, value={"delay": 1}, timestamp_ms=1_000)
+    eventlog.append(project.log_dir, project.topics["trains"], 1, [record])
+    FileLog(project).check()
+    eventlog.append(project.log_dir, project.topics["trains"], 2, [record])
+    with pytest.raises(TopicsError, match="'trains' has a partition 2"):
+        FileLog(project).check()
+
+
+def test_a_following_pipeline_told_of_other_partitions_changes_nothing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SIGHUP with a file whose partition count differs: the pipeline keeps following the
+    file it had, and says why in one line (the change takes a restart)."""
+    from stategate.cli import _read_again
+
+    path = write_project(tmp_path, [1, 2, 3], partitions=3)
+    project = config.load(path)
+    write_project(tmp_path, [1, 2, 3], partitions=4)
+    assert _read_again(project) is None
+    said = [r.getMessage() for r in caplog.records if "SIGHUP" in r.getMessage()]
+    assert said == [
+        "SIGHUP: nothing changed: [cluster] partitions differ (3, the file 4), which takes a "
+        "log of as many partitions and a rebuild: a restart"
+    ]

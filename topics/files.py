@@ -23,7 +23,23 @@ class FileLog:
         self.partitions = project.cluster.partitions
 
     def check(self) -> None:
-        pass  # a topic of the file log is a folder per partition, made by its first append
+        """Every topic's records routed by the declared partition count (as its producers
+        wrote it down, and no partition folder past it); else TopicsError naming the topics
+        that differ: a file log cannot be repartitioned in place."""
+        wrong = []
+        for topic in self.topics:
+            routed = eventlog.routed_by(self.log_dir, topic)
+            highest = eventlog.highest_partition(self.log_dir, topic)
+            if routed is not None and routed != self.partitions:
+                wrong.append(f"{topic!r} was written with {routed} partitions")
+            elif highest is not None and highest >= self.partitions:
+                wrong.append(f"{topic!r} has a partition {highest}")
+        if wrong:
+            raise TopicsError(
+                f"{self.where} differs from the project, which declares {self.partitions} "
+                f"partitions: {'; '.join(wrong)} (set partitions back, or produce the records "
+                "again into a new log and delete the snapshot store to rebuild)"
+            )
 
     def end_offsets(self) -> dict[str, dict[int, int]]:
         return {
@@ -41,7 +57,10 @@ class FileLog:
         pass  # no tool reads a file log's progress
 
     def append(self, topic: Topic, records: Iterable[Record]) -> dict[int, int]:
-        return eventlog.produce(self.log_dir, topic, self.partitions, records)
+        try:
+            return eventlog.produce(self.log_dir, topic, self.partitions, records)
+        except eventlog.PartitionsDiffer as exc:
+            raise TopicsError(str(exc)) from None
 
     def close(self) -> None:
         pass
