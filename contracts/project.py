@@ -44,6 +44,8 @@ OBJECT_STORE = "s3://"  # a snapshot store on the S3 API (snapshot_store/s3.py)
 RESERVED_COLUMNS = ("key", "window_start")  # a snapshot's own columns
 SECRET_ENV = "STATEGATE_SECRET"
 MAX_PORT = 65535
+# a host name (letters, digits, '-', '_', '.') or an IP address, IPv6 in brackets
+_HOST = re.compile(r"[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\]")
 
 # What each table of the file may hold; [settings] is checked by contracts/settings.py.
 TABLES = (
@@ -208,6 +210,11 @@ class Node:
     def url(self) -> str:
         return f"{self.scheme}://{self.address}"
 
+    @property
+    def snapshots(self) -> Path:
+        """The folder of the snapshots the node holds (its copies of the store's)."""
+        return self.data_dir / "snapshots"
+
 
 @dataclass(frozen=True)
 class Cluster:
@@ -364,19 +371,22 @@ def parse(raw: dict[str, Any], path: Path, *, serving: bool = True) -> Project:
     snapshots = Table(top.get("snapshots", dict, {}), "[snapshots]", ("store", "url"))
     store_dir = str(base / snapshots.get("store", str, "snapshots"))
     settings = _settings(top.get("settings", dict, {}))
+    log_dir = base / log.get("dir", str, "log")
+    cluster = _cluster(
+        Table(top.get("cluster", dict, {}), "[cluster]", CLUSTER),
+        base,
+        serving,
+        parse_tls(top.optional("tls", dict), base),
+    )
+    _apart(cluster.nodes, {"[log] dir": log_dir, "[snapshots] store": Path(store_dir)})
     return Project(
         path=path,
-        log_dir=base / log.get("dir", str, "log"),
+        log_dir=log_dir,
         snapshot_store=store_dir,
         snapshot_url=_snapshot_url(snapshots.get("url", str, store_dir).rstrip("/")),
         topics=topics,
         stores=stores,
-        cluster=_cluster(
-            Table(top.get("cluster", dict, {}), "[cluster]", CLUSTER),
-            base,
-            serving,
-            parse_tls(top.optional("tls", dict), base),
-        ),
+        cluster=cluster,
         settings=settings,
         pages_dir=_pages(Table(top.get("pages", dict, {}), "[pages]", ("dir",)), base, serving),
         access=_access(top.optional("auth", dict), base, stores),
@@ -583,6 +593,8 @@ def _cluster(table: Table, base: Path, needed: bool, tls: Tls | None) -> Cluster
     if not nodes and coordinator is None:
         raise ConfigError("declare at least one [[cluster.nodes]] entry, or a coordinator")
     _unique([n.id for n in nodes], "node id")
+    _unique([n.address for n in nodes], "node address")
+    _unique([str(n.data_dir) for n in nodes], "node data_dir")
     partitions = table.get("partitions", int, 1)
     if partitions < 1:
         raise ConfigError(f"[cluster]: partitions must be at least 1, not {partitions}")
@@ -625,10 +637,28 @@ def scheme(tls: Tls | None) -> str:
 def _node(table: Table, base: Path, scheme: str) -> Node:
     node_id, address = table.get("id", str), table.get("address", str)
     host, _, port = address.rpartition(":")
-    if not host or not port.isdigit() or int(port) > MAX_PORT:
-        raise ConfigError(f"{table.where}: address must be host:port, not {address!r}")
+    number = int(port) if port.isascii() and port.isdigit() else 0
+    if not _HOST.fullmatch(host) or not 1 <= number <= MAX_PORT:
+        raise ConfigError(
+            f"{table.where}: address must be host:port (a host name or IP address, a port "
+            f"1-{MAX_PORT}: the one its peers call), not {address!r}"
+        )
     data_dir = base / table.get("data_dir", str)
     return Node(id=node_id, address=address, data_dir=data_dir, scheme=scheme)
+
+
+def _apart(nodes: tuple[Node, ...], folders: dict[str, Path]) -> None:
+    """Each node's snapshots folder apart from the log's and the store's (a node deletes
+    the versions it no longer serves from its own)."""
+    for node in nodes:
+        mine = node.snapshots.resolve()
+        for what, folder in folders.items():
+            theirs = folder.resolve()
+            if mine == theirs or mine in theirs.parents or theirs in mine.parents:
+                raise ConfigError(
+                    f"node {node.id!r}: its data_dir's snapshots folder {mine} overlaps "
+                    f"{what} {theirs}: give the node a data_dir of its own"
+                )
 
 
 def _duration(text: object, store: str) -> int:

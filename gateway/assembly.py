@@ -254,7 +254,7 @@ def _core(
 ) -> NodeCore:
     settings = project.settings
     catalog = SnapshotCatalog(
-        project.cluster.node(node_id).data_dir / "snapshots",
+        project.cluster.node(node_id).snapshots,
         project,
         threads=settings.duckdb_threads,
         memory=settings.duckdb_memory_limit,

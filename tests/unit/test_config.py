@@ -70,6 +70,21 @@ def test_an_average_is_stored_as_its_sum_and_count(tmp_path: Path) -> None:
         (('name = "totals"', 'name = "to-tals"'), "GraphQL-style name"),
         (('topic = "t"\naggregates', 'topic = "x"\naggregates'), "unknown topic"),
         (('secret = "s"', ""), "secret"),
+        # an address its peers can call, and folders of the node's own
+        *(
+            (('address = "127.0.0.1:1"', f'address = "{address}"'), "address must be host:port")
+            for address in [
+                "127.0.0.1:0",
+                "127.0.0.1:65536",
+                "127.0.0.1:\uff11",  # a full-width digit: str.isdigit says yes
+                "http://127.0.0.1:1",
+                "local host:1",
+                ":1",
+            ]
+        ),
+        (('data_dir = "n1"', 'data_dir = ""'), "overlaps [snapshots] store"),
+        (('data_dir = "n1"', 'data_dir = "snapshots/n1/.."'), "overlaps [snapshots] store"),
+        (('data_dir = "n1"', 'data_dir = "log/n1"'), "overlaps [log] dir"),
     ],
 )
 def test_mistakes_are_refused(tmp_path: Path, change: tuple[str, str], message: str) -> None:
@@ -88,6 +103,15 @@ def test_names_clash_ignoring_case(tmp_path: Path) -> None:
     )
     with pytest.raises(ConfigError, match="node id"):
         load(write(tmp_path, nodes))
+    for second, entry in (
+        ('id = "n2"\naddress = "127.0.0.1:1"\ndata_dir = "n2"', "node address"),
+        ('id = "n2"\naddress = "x:2"\ndata_dir = "n1"', "node data_dir"),
+    ):
+        twice = BASE.replace("[[topics]]", f"[[cluster.nodes]]\n{second}\n[[topics]]", 1)
+        with pytest.raises(ConfigError, match=f"{entry} .* is declared twice"):
+            load(write(tmp_path, twice))
+    for address in ["[::1]:8101", "node-1.internal:8101", "stategate_node1:8101"]:
+        load(write(tmp_path, BASE.replace("127.0.0.1:1", address)))
 
 
 JOINED = (
