@@ -54,6 +54,9 @@ TYPES = (
     "TopicOffset",
 )
 GRAPHQL_SCALARS = ("String", "Int", "Float", "Boolean", "ID")
+# Root type names GraphQL reads by convention: an SDL without a schema definition (ours)
+# makes a type so named a root (a store's `Mutation` type would declare mutations)
+CONVENTIONAL_ROOTS = ("Mutation",)
 KEY, WINDOW_START, WINDOW_END = "key", "windowStart", "windowEnd"
 KEYS = "keys"  # a batch field's argument: the keys asked
 COMBINATORS = ("and", "or", "not")  # a filter's own fields, beside the key and the columns
@@ -164,6 +167,7 @@ def check(stores: Iterable[Store]) -> None:
     or a column named like a field its records (or its filters) already have."""
     fields = dict.fromkeys(ROOT_FIELDS, "a built-in root field")
     named = dict.fromkeys((*TYPES, *GRAPHQL_SCALARS), "a built-in type")
+    named.update(dict.fromkeys(CONVENTIONAL_ROOTS, "GraphQL's mutation root"))
     for store in stores:
         _claim(store, "field", root_fields(store).values(), fields)
         _claim(store, "type", types(store).values(), named)

@@ -64,6 +64,7 @@ COLUMN = "store 'w': its column '{0}' clashes with the field '{0}' every window 
         (window("cluster"), "store 'cluster': its field 'cluster' is a built-in root field"),
         (table("query"), "store 'query': its type 'Query' is a built-in type"),
         (table("subscription"), "store 'subscription': its type 'Subscription' is a built-in type"),
+        (table("mutation"), "store 'mutation': its type 'Mutation' is GraphQL's mutation root"),
         (table("resultMeta"), "store 'resultMeta': its type 'ResultMeta' is a built-in type"),
         (table("pageInfo"), "store 'pageInfo': its type 'PageInfo' is a built-in type"),
         (table("long"), "store 'long': its type 'Long' is a built-in type"),
