@@ -7,6 +7,7 @@ README's settings table is generated from this one (`stategate settings`; a test
 
 from __future__ import annotations
 
+import difflib
 import math
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -149,7 +150,8 @@ class Settings:
         64,
         "the memory those documents may take, estimated at 160 bytes per character of their "
         "text (a document of 1000 aliased lookups, ~90 KB, takes ~14 MB), each of the node's "
-        "workers keeping its share; the newest is kept whatever its size",
+        "workers keeping its share; the newest is kept whatever its size, one over a "
+        "sixteenth of the share from its second request on",
         1,
     )
     log_level: str = _setting(
@@ -318,7 +320,11 @@ class Settings:
             if name in RETIRED:
                 raise SettingsError(f"settings.{name} was {RETIRED[name]}")
             if name not in known:
-                raise SettingsError(f"settings.{name} is not a setting (see the README's table)")
+                close = difflib.get_close_matches(name, list(known), n=1)
+                hint = f"did you mean {close[0]!r}? " if close else ""
+                raise SettingsError(
+                    f"settings.{name} is not a setting ({hint}see the README's table)"
+                )
             values[name] = _typed(name, value, type(known[name].default))
         return cls(**values)
 

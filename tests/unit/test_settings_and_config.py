@@ -80,6 +80,11 @@ def test_an_unknown_setting_is_refused_by_name(name: str) -> None:
     refused({name: 1}, name)
 
 
+def test_an_unknown_setting_is_refused_with_the_closest_known_one() -> None:
+    assert "(did you mean 'max_page_size'? see" in refused({"max_page_sise": 5}, "max_page_sise")
+    assert "did you mean" not in refused({"zzz": 5}, "zzz")
+
+
 def test_a_table_that_is_not_a_table_is_refused() -> None:
     not_tables: list[object] = [[], "x", 1, None]
     for raw in not_tables:
@@ -219,13 +224,15 @@ def test_good_settings_in_the_project_file_are_applied(tmp_path: Path) -> None:
 # --- the README -------------------------------------------------------------------------
 
 
-def settings_rows(text: str) -> list[tuple[str, str]]:
-    """(name, default) of every row of the settings table of a README, in order."""
+def settings_rows(text: str) -> list[tuple[str, str, str]]:
+    """(name, default, meaning) of every row of the settings table of a README, in order."""
     heading = "### Settings"
     section = text[text.index(heading) + len(heading) :]
     end = re.search(r"^#", section, flags=re.MULTILINE)
     section = section if end is None else section[: end.start()]
-    return re.findall(r"^\| `(\w+)` \| ([^|]*?) \| [^\n]*\|[ \t]*$", section, flags=re.MULTILINE)
+    return re.findall(
+        r"^\| `(\w+)` \| ([^|]*?) \| ([^\n]*?) \|[ \t]*$", section, flags=re.MULTILINE
+    )
 
 
 def test_the_settings_row_parser_reads_only_the_settings_section() -> None:
@@ -233,11 +240,12 @@ def test_the_settings_row_parser_reads_only_the_settings_section() -> None:
         "| `outside` | 1 | before |\n### Settings\n\n| setting | default | meaning |\n"
         "| --- | --- | --- |\n| `a` | 100 | x, y |\n| `b` | 1GB | z |\n\n## Next\n| `c` | 2 | w |\n"
     )
-    assert settings_rows(text) == [("a", "100"), ("b", "1GB")]
+    assert settings_rows(text) == [("a", "100", "x, y"), ("b", "1GB", "z")]
 
 
-def test_the_readme_lists_every_setting_in_order_with_its_default() -> None:
+def test_the_readme_lists_every_setting_in_order_with_its_default_and_meaning() -> None:
+    """The README's table is what `stategate settings` prints."""
     documented = settings_rows(README.read_text())
-    expected = [(name, shown(default)) for name, default, _ in table()]
-    assert [n for n, _ in documented] == [n for n, _ in expected]
+    expected = [(name, shown(default), meaning) for name, default, meaning in table()]
+    assert [n for n, *_ in documented] == [n for n, *_ in expected]
     assert documented == expected
