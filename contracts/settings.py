@@ -9,10 +9,16 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
+# what DuckDB's memory_limit reads: a positive size with a unit (decimal or binary), or a share
+MEMORY_LIMIT = re.compile(
+    r"(?i)(?:\d*[1-9]\d*(?:\.\d+)?|\d+\.\d*[1-9]\d*)\s*(?:[KMGT]i?B|[KMGT]|"
+    r"(?:kilo|mega|giga|tera)bytes?)|100%|[1-9]\d?(?:\.\d+)?%"
+)
 # The most keys one internal sub-query carries, on every node alike (a peer refuses more): a
 # constant of the internal protocol, not a setting; max_keys_per_field may not pass it.
 MAX_SUBQUERY_KEYS = 10_000
@@ -135,7 +141,9 @@ class Settings:
         4, "threads answering sub-queries on a node (DuckDB releases the GIL)", 1
     )
     duckdb_threads: int = _setting(2, "threads of a node's DuckDB instance", 1)
-    duckdb_memory_limit: str = _setting("1GB", "DuckDB's memory limit on a node")
+    duckdb_memory_limit: str = _setting(
+        "1GB", "DuckDB's memory limit on a node: a size (512MB, 1.5GB, 2GiB) or a share (80%)"
+    )
     max_global_mb: float = _setting(
         1024.0,
         "the most a node holds of the global stores, every partition's layers together; "
@@ -300,6 +308,12 @@ class Settings:
             raise SettingsError(f"settings.log_format must be one of {', '.join(LOG_FORMATS)}")
         if self.bad_records not in BAD_RECORDS:
             raise SettingsError(f"settings.bad_records must be one of {', '.join(BAD_RECORDS)}")
+        if not MEMORY_LIMIT.fullmatch(self.duckdb_memory_limit):
+            raise SettingsError(
+                "settings.duckdb_memory_limit must be a size DuckDB reads (a number and a "
+                f"unit: 512MB, 1.5GB, 2GiB; or a share of the memory: 80%), not "
+                f"{self.duckdb_memory_limit!r}"
+            )
 
     @property
     def peer_pool_expiry_s(self) -> float:
