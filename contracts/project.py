@@ -39,7 +39,8 @@ KEY_TYPES: tuple[KeyType, ...] = ("string", "int", "long")
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
 _AGG = re.compile(r"^(count)(?:\(\))?$|^(sum|min|max|avg)\((\w+)\)$")
 _JOIN = re.compile(r"^([A-Za-z][A-Za-z0-9]*)\(([A-Za-z][A-Za-z0-9]*)\)$")  # store(field)
-_DURATION = re.compile(r"^(\d+)(ms|s|m|h|d)$")
+_DURATION = re.compile(r"(\d+)(ms|s|m|h|d)")
+MAX_DURATION_MS = 100 * 365 * 86_400_000  # a century: no window or history needs more
 OBJECT_STORE = "s3://"  # a snapshot store on the S3 API (snapshot_store/s3.py)
 RESERVED_COLUMNS = ("key", "window_start")  # a snapshot's own columns
 SECRET_ENV = "STATEGATE_SECRET"
@@ -662,10 +663,13 @@ def _apart(nodes: tuple[Node, ...], folders: dict[str, Path]) -> None:
 
 
 def _duration(text: object, store: str) -> int:
-    match = _DURATION.match(str(text))
+    match = _DURATION.fullmatch(str(text))
     if not match or int(match.group(1)) == 0:
         raise ConfigError(f"store {store!r}: duration {text!r} must look like 1h, 15m, 30s")
-    return int(match.group(1)) * UNITS_MS[match.group(2)]
+    duration = int(match.group(1)) * UNITS_MS[match.group(2)]
+    if duration > MAX_DURATION_MS:
+        raise ConfigError(f"store {store!r}: duration {text!r} is past a century")
+    return duration
 
 
 def _unique(names: list[str], what: str) -> None:

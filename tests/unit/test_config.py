@@ -175,7 +175,14 @@ def test_a_versioned_table_keeps_its_history_and_no_other_store_can(tmp_path: Pa
     for wrong, message in (
         ('history = "7 days"', "duration '7 days' must look like"),
         ('history = "0h"', "duration '0h' must look like"),
+        ('history = "90d\\n"', "duration '90d\\n' must look like"),  # one line, whole
+        ('history = "36500d"', None),
+        ('history = "36501d"', "duration '36501d' is past a century"),
+        ('history = "99999999999999999999d"', "is past a century"),
     ):
+        if message is None:
+            load(write(tmp_path, text.replace("joins =", f"{wrong}\njoins =")))
+            continue
         with pytest.raises(ConfigError, match=re.escape(message)):
             load(write(tmp_path, text.replace("joins =", f"{wrong}\njoins =")))
     aggregate = BASE.replace('topic = "t"\naggregates', 'topic = "t"\nhistory = "1h"\naggregates')
