@@ -45,6 +45,7 @@ OBJECT_STORE = "s3://"  # a snapshot store on the S3 API (snapshot_store/s3.py)
 RESERVED_COLUMNS = ("key", "window_start")  # a snapshot's own columns
 SECRET_ENV = "STATEGATE_SECRET"
 MAX_PORT = 65535
+MAX_PARTITIONS = 10_000  # a topic's; each is a chain of files on every node that hosts it
 # a host name (letters, digits, '-', '_', '.') or an IP address, IPv6 in brackets
 _HOST = re.compile(r"[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\]")
 
@@ -597,8 +598,8 @@ def _cluster(table: Table, base: Path, needed: bool, tls: Tls | None) -> Cluster
     _unique([n.address for n in nodes], "node address")
     _unique([str(n.data_dir) for n in nodes], "node data_dir")
     partitions = table.get("partitions", int, 1)
-    if partitions < 1:
-        raise ConfigError(f"[cluster]: partitions must be at least 1, not {partitions}")
+    if not 1 <= partitions <= MAX_PARTITIONS:
+        raise ConfigError(f"[cluster]: partitions must be 1 to {MAX_PARTITIONS}, not {partitions}")
     replicas = table.get("replicas", int, 1)
     if coordinator is not None and replicas < 1:
         raise ConfigError(f"[cluster]: replicas must be at least 1, not {replicas}")

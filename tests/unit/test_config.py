@@ -56,7 +56,8 @@ def test_an_average_is_stored_as_its_sum_and_count(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        (("partitions = 3", "partitions = 0"), "at least 1"),
+        (("partitions = 3", "partitions = 0"), "partitions must be 1 to 10000, not 0"),
+        (("partitions = 3", "partitions = 100000000"), "partitions must be 1 to 10000"),
         (
             ('value = { price = "double" }', 'value = { price = "double", Price = "int" }'),
             "declared twice",
