@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from contracts import eventlog, records
 from contracts import project as projects
 from contracts.coordination import Coordination, CoordinatorError
-from contracts.project import Project
+from contracts.project import MAX_PORT, Project
 from contracts.settings import Settings, shown, table
 from contracts.tls import CLIENT, serving
 from stategate import certificates, cluster_commands, demo, exposure, logs, stopping, workers
@@ -168,6 +168,7 @@ def _parser() -> argparse.ArgumentParser:
     pipeline.add_argument(
         "--metrics",
         metavar="HOST:PORT",
+        type=_listen_address,
         help="with --follow: serve Prometheus metrics (freshness by stage) at "
         "http://HOST:PORT/metrics",
     )
@@ -392,7 +393,7 @@ def run_pipeline(project: Project, args: argparse.Namespace) -> int:
     except BadRecordError as exc:  # settings.bad_records = "fail": nothing was published
         log.error("stopped: %s", exc)
         status = 1
-    except (TopicsError, LogBehindError) as exc:  # the log is not what the project declares
+    except (TopicsError, LogBehindError, ListenError) as exc:  # one line: what to change
         print(f"stategate: {exc}", file=sys.stderr)
         status = 2
     except Exception as exc:
@@ -434,7 +435,10 @@ def follow(
 
     follower = PipelineLoop(project, spark, notify=notify)
     if metrics is not None:
-        follower.serve_metrics(metrics)
+        try:
+            follower.serve_metrics(metrics)
+        except OSError as exc:
+            raise ListenError(f"cannot listen on {metrics}: {exc}") from None
     stop.on_stop(follower.request_stop)
     hangup = threading.Event()
     signal.signal(signal.SIGHUP, lambda signum, frame: hangup.set())
@@ -448,6 +452,18 @@ def follow(
     finally:
         follower.stop()
     print(json.dumps(dataclasses.asdict(follower.progress), default=str), flush=True)
+
+
+class ListenError(OSError):
+    """An address the pipeline's metrics cannot be served at."""
+
+
+def _listen_address(text: str) -> str:
+    """A --metrics address: [host]:port, a port 1-65535 (argparse words a refusal)."""
+    host, colon, port = text.rpartition(":")
+    if not colon or not (port.isascii() and port.isdigit() and 1 <= int(port) <= MAX_PORT):
+        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT (a port 1-{MAX_PORT})")
+    return text
 
 
 def _read_again(project: Project) -> Project | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -411,6 +412,24 @@ def test_the_cli_prints_a_config_error_as_one_line_and_exits_2(
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr.startswith(f"stategate: {path}: ") and message in done.stderr
     assert done.stderr.count("\n") == 1, done.stderr
+
+
+def test_a_metrics_address_the_pipeline_cannot_serve_is_one_line(tmp_path: Path) -> None:
+    path = write(tmp_path, BASE)
+    argv = [sys.executable, "-m", "stategate.cli", "pipeline", "--config", str(path), "--follow"]
+    for address in ["notaport", "127.0.0.1:99999", "127.0.0.1:0"]:
+        done = subprocess.run([*argv, "--metrics", address], capture_output=True, text=True)
+        assert done.returncode == 2 and "is not HOST:PORT" in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        address = f"127.0.0.1:{taken.getsockname()[1]}"
+        done = subprocess.run([*argv, "--metrics", address], capture_output=True, text=True)
+    said = [line for line in done.stderr.splitlines() if line.startswith("stategate:")]
+    assert done.returncode == 2 and len(said) == 1, done.stderr
+    assert said[0].startswith(f"stategate: cannot listen on {address}: "), said
+    assert "Traceback" not in done.stderr
 
 
 def test_only_the_commands_that_call_or_serve_nodes_need_the_cluster_secret(
