@@ -111,6 +111,7 @@ class GatewayNode:
             node_wide=self.duties.joins,
         )
         self.internal_requests = 0
+        self.reloads, self.reloaded = 0, ""  # the project file read again: how often, and how
         self.live = LiveCounts()
         # the tables its schema reads (gateway/cluster/served.py), all until start
         self.served = frozenset(project.stores)
@@ -268,6 +269,8 @@ class GatewayNode:
             declared=self.declared,
             serving=sorted(self.served),
             pending=self.pending(),
+            reloads=self.reloads,
+            reloaded=self.reloaded,
         )
 
     def take(self, newer: Project) -> None:

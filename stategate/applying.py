@@ -176,7 +176,7 @@ def run(project: Project, dry_run: bool, wait_s: float, force: bool = False) -> 
     print("asked each node to read its project file again: " + ", ".join(
         f"{node} {outcome}" for node, outcome in sorted(asked.items())
     ))  # fmt: skip
-    return _follow(project, change, wait_s)
+    return _follow(project, change, wait_s, {node: s.reloads for node, s in said.items()})
 
 
 def check_operations(project: Project) -> None:
@@ -237,19 +237,33 @@ async def _reload(project: Project) -> dict[str, str]:
     return said
 
 
-def _follow(project: Project, change: Plan, wait_s: float) -> int:
-    """Print the progress each time it changes, until every node serves the schema."""
+def _follow(project: Project, change: Plan, wait_s: float, before: dict[str, int | None]) -> int:
+    """Print the progress each time it changes, until every node has read the file again
+    (`before`: how often each had, as asked) and serves the schema; 1 at once when a node
+    refused the file (it says why: a setting only a restart applies, a file it cannot
+    load), with nothing changed on it."""
     started, last = time.monotonic(), ""
     while True:
         try:
             asked = asyncio.run(_statuses(project))
         except NotApplied as refused:
             asked = {"coordinator": str(refused)}
+        read = {
+            n: s for n, s in asked.items() if isinstance(s, NodeStatus) and _read(s, before.get(n))
+        }
+        refusals = {n: s.reloaded for n, s in read.items() if s.reloaded.startswith("refused")}
+        if refusals:
+            for node, why in sorted(refusals.items()):
+                print(f"stategate apply: {node} did not take the file: {why}", file=sys.stderr)
+            return 1
         progress = _progress(change, asked)
         if progress != last:
             print(f"progress: {progress}", flush=True)
             last = progress
-        if all(isinstance(s, NodeStatus) and _serves(s, change) for s in asked.values()):
+        taken = all(
+            isinstance(s, NodeStatus) and (n in read or s.reloads is None) for n, s in asked.items()
+        )
+        if taken and all(isinstance(s, NodeStatus) and _serves(s, change) for s in asked.values()):
             print(f"applied in {time.monotonic() - started:.1f} s")
             return 0
         if time.monotonic() - started > wait_s:
@@ -272,6 +286,12 @@ def _progress(change: Plan, asked: dict[str, NodeStatus | str]) -> str:
     parts.append(f"{serving} of {nodes} nodes serve schema {change.schema}")
     silent = sorted(node for node, s in asked.items() if isinstance(s, str))
     return "; ".join(parts + ([f"no answer from {', '.join(silent)}"] if silent else []))
+
+
+def _read(status: NodeStatus, before: int | None) -> bool:
+    """Whether a node has read the file again since it was asked (`before`: how often it
+    had then); False for a node that does not say (a release before it said)."""
+    return status.reloads is not None and status.reloads > (before or 0)
 
 
 def _serves(status: NodeStatus, change: Plan) -> bool:

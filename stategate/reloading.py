@@ -78,26 +78,28 @@ def changed(old: Project, new: Project) -> tuple[list[str], list[str]]:
 
 def reload(
     current: Project, read: Callable[[], Project], apply: Callable[[Project], None]
-) -> Project:
+) -> tuple[Project, str]:
     """The project in force after a SIGHUP: `read`'s when it loads and differs only in what
-    a reload applies (then `apply`d), else `current`, with one line saying why."""
+    a reload applies (then `apply`d), else `current`, with one line saying why; and that
+    line's gist, `applied: ...` or `refused: ...` (a node's status says it)."""
     try:
         new = read()
         applied, refused = changed(current, new)
         if refused:
-            log.error(
-                "SIGHUP: nothing changed: %s differ from the running node's, which a restart "
-                "applies (a reload applies %s, [auth], stores added or removed and indexes)",
-                ", ".join(refused),
-                ", ".join(RELOADABLE),
+            why = (
+                f"{', '.join(refused)} differ from the running node's, which a restart "
+                f"applies (a reload applies {', '.join(RELOADABLE)}, [auth], stores added or "
+                "removed and indexes)"
             )
-            return current
+            log.error("SIGHUP: nothing changed: %s", why)
+            return current, f"refused: {why}"
         apply(new)
     except ConfigError as exc:
         log.error("SIGHUP: nothing changed: %s", exc)
-        return current
-    log.info("SIGHUP: the project file read again: %s", ", ".join(applied) or "nothing changed")
-    return new
+        return current, f"refused: {exc}"
+    said = ", ".join(applied) or "nothing changed"
+    log.info("SIGHUP: the project file read again: %s", said)
+    return new, f"applied: {said}"
 
 
 class Hangup:
@@ -131,7 +133,9 @@ class Hangup:
             loop.call_soon_threadsafe(self.apply)
 
     def apply(self) -> None:
-        self.project = reload(self.project, self.read, self.app.reload)
+        self.project, outcome = reload(self.project, self.read, self.app.reload)
+        node = self.app.node
+        node.reloads, node.reloaded = node.reloads + 1, outcome
         tls = self.project.tls
         if tls is not None and self.context is not None:
             certificates.reread(tls, self.context, self.node)

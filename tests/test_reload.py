@@ -11,6 +11,8 @@ import json
 import os
 import re
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 
@@ -173,3 +175,31 @@ def test_a_file_a_reload_cannot_apply_changes_nothing_and_says_why(
         conn.close()
     finally:
         node.path.write_text(text)
+
+
+def test_apply_says_whether_the_node_took_the_file(node: Project) -> None:
+    """`stategate apply` asks the node to read its file again, then hears how that went: a
+    file that changes a setting only a restart applies ends apply at once, exit 1, naming it
+    (nothing changed on the node); one a reload applies is applied once the node read it."""
+    text = node.path.read_text()
+    apply = [sys.executable, "-m", "stategate.cli", "apply", "--config", str(node.path)]
+    try:
+        node.path.write_text(text.replace("workers = 2", "workers = 2\nmax_document_tokens = 9999"))
+        started = time.monotonic()
+        refused = subprocess.run([*apply, "--wait", "60"], capture_output=True, text=True)
+        assert refused.returncode == 1, refused.stdout + refused.stderr
+        assert time.monotonic() - started < 30, "apply waited for a file the node refused"
+        assert "stategate apply: node1 did not take the file: refused: max_document_tokens" in (
+            refused.stderr
+        ), refused.stderr
+        assert "applied" not in refused.stdout
+        node.path.write_text(re.sub(r"max_aliases = \d+", "max_aliases = 4", text))
+        taken = subprocess.run([*apply, "--wait", "60"], capture_output=True, text=True)
+        assert taken.returncode == 0, taken.stdout + taken.stderr
+        assert "applied in" in taken.stdout
+        conn = connection(node)
+        assert refused_for_aliases(ask(conn, FOUR_ALIASES)) is None  # 4 aliases: answered
+        conn.close()
+    finally:
+        node.path.write_text(text)
+        hang_up(node, {}, "SIGHUP: the project file read again")

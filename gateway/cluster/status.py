@@ -71,6 +71,11 @@ class NodeStatus:
     # serves (a store changed in place: its new table); None: unstated, by a release before
     # `stores` and `declared`
     pending: list[str] | None = None
+    # the project file read again (SIGHUP, POST /internal/reload) this many times since the
+    # process started, and what the last read did ("applied: ..." or "refused: ..."); None:
+    # unstated, by a release before it
+    reloads: int | None = None
+    reloaded: str = ""
 
     def reads(self, name: str, version: int) -> bool:
         """Whether the node reads `version` of a format: a node that stated no formats is of
@@ -114,6 +119,8 @@ class NodeStatus:
                 ),
                 serving=None if raw.get("serving") is None else [str(t) for t in raw["serving"]],
                 pending=_pending(raw),
+                reloads=None if raw.get("reloads") is None else int(raw["reloads"]),
+                reloaded=str(raw.get("reloaded", "")),
             )
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ProtocolError(f"not a node status: {exc!r}") from exc
