@@ -21,4 +21,5 @@ def decode(text: str) -> object:
     try:
         return orjson.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
     except (binascii.Error, ValueError) as exc:  # orjson.JSONDecodeError is a ValueError
-        raise OpaqueError(str(exc)) from exc
+        # the decoder's own words name its internals (surrogates, padding), not the text's fault
+        raise OpaqueError("it is not base64url-encoded JSON") from exc

@@ -76,6 +76,11 @@ BAD = [
         "BAD_CONSISTENCY_TOKEN",
         "token",
     ),
+    (  # the decoder's own words (surrogates, padding) are not the client's business
+        '{ trainStatus(key: 1, consistency: {token: "zz"}) { key } }',
+        "BAD_CONSISTENCY_TOKEN",
+        "consistency token is not one this gateway issued: it is not base64url-encoded JSON",
+    ),
     (  # an empty token is none this gateway issued, not the absence of one
         '{ trainStatus(key: 1, consistency: {token: ""}) { key } }',
         "BAD_CONSISTENCY_TOKEN",
