@@ -9,6 +9,7 @@ import dataclasses
 import importlib.util
 import json
 import logging
+import math
 import os
 import signal
 import sys
@@ -127,7 +128,7 @@ def _parser() -> argparse.ArgumentParser:
     cluster.add_argument(
         "--wait",
         nargs="?",
-        type=float,
+        type=_seconds,
         const=DRAIN_WAIT_S,
         metavar="SECONDS",
         help=f"drain: return once the node holds nothing (at most {DRAIN_WAIT_S:g} s, or SECONDS)",
@@ -149,7 +150,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     apply.add_argument(
         "--wait",
-        type=float,
+        type=_seconds,
         default=APPLY_WAIT_S,
         metavar="SECONDS",
         help=f"the longest it waits (default {APPLY_WAIT_S:g} s; then it exits 1)",
@@ -456,6 +457,17 @@ def follow(
 
 class ListenError(OSError):
     """An address the pipeline's metrics cannot be served at."""
+
+
+def _seconds(text: str) -> float:
+    """A --wait: a finite number of seconds, not negative (argparse words a refusal)."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not 0 <= seconds < math.inf:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds (0 or more)")
+    return seconds
 
 
 def _listen_address(text: str) -> str:

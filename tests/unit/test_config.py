@@ -432,6 +432,14 @@ def test_a_metrics_address_the_pipeline_cannot_serve_is_one_line(tmp_path: Path)
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.parametrize("wait", ["-5", "nan", "inf", "soon"])
+def test_a_wait_that_is_no_number_of_seconds_is_refused(tmp_path: Path, wait: str) -> None:
+    path = write(tmp_path, BASE)
+    argv = [sys.executable, "-m", "stategate.cli", "apply", "--config", str(path), "--dry-run"]
+    done = subprocess.run([*argv, "--wait", wait], capture_output=True, text=True)
+    assert done.returncode == 2 and "is not a number of seconds (0 or more)" in done.stderr
+
+
 def test_only_the_commands_that_call_or_serve_nodes_need_the_cluster_secret(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
