@@ -519,10 +519,11 @@ def run_produce(project: Project, args: argparse.Namespace) -> int:
         print(f"stategate: unknown topic {args.topic!r}", file=sys.stderr)
         return 2
     good, refused = [], 0
-    for number, line in enumerate(sys.stdin, 1):
-        if not line.strip():
+    for number, raw in enumerate(sys.stdin.buffer, 1):
+        if not raw.strip():
             continue
         try:
+            line = _utf8(raw)
             good.append(records.parse_line(topic, line, eventlog.now_ms()))
         except records.BadRecord as exc:
             refused += 1
@@ -543,6 +544,16 @@ def run_produce(project: Project, args: argparse.Namespace) -> int:
         events.close()
         signal.pthread_sigmask(signal.SIG_SETMASK, held)  # a stop that came: ends it here
     return 1 if refused else 0
+
+
+def _utf8(raw: bytes) -> str:
+    """A line of the producer's input as text; BadRecord when it is not UTF-8 (whatever the
+    locale: Python's reading would turn the bytes into lone surrogates)."""
+    try:
+        return raw.decode()
+    except UnicodeDecodeError as exc:
+        message = f"not UTF-8 text: {exc.reason} at byte {exc.start}"
+        raise records.BadRecord("not_json", message) from None
 
 
 def print_schema(project: Project, args: argparse.Namespace) -> int:

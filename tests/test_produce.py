@@ -268,3 +268,23 @@ def test_a_following_pipeline_told_of_other_partitions_changes_nothing(
         "SIGHUP: nothing changed: [cluster] partitions differ (3, the file 4), which takes a "
         "log of as many partitions and a rebuild: a restart"
     ]
+
+
+def test_a_line_that_is_not_utf8_is_named_so(tmp_path: Path) -> None:
+    """Whatever the locale, bytes that are not UTF-8 are refused as such, not read as lone
+    surrogates and refused for those."""
+    path = write_project(tmp_path, [1, 2])
+    good = json.dumps({"key": "a", "value": {"seats": 2}}).encode()
+    bad = b'{"key": "b", "value": {"trip": "caf\xe9"}}'
+    argv = [sys.executable, "-m", "stategate.cli", "produce", "--config", str(path)]
+    done = subprocess.run(
+        [*argv, "--topic", "bookings", "--skip-bad"],
+        input=good + b"\n" + bad + b"\n",
+        capture_output=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert json.loads(done.stdout)["appended"] == 1
+    assert done.stderr.decode().splitlines() == [
+        "stategate: line 2: not UTF-8 text: invalid continuation byte at byte 35; left out"
+    ]
