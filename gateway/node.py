@@ -112,6 +112,7 @@ class GatewayNode:
         )
         self.internal_requests = 0
         self.reloads, self.reloaded = 0, ""  # the project file read again: how often, and how
+        self.process = os.urandom(6).hex()  # this process's, among the node's over time
         self.live = LiveCounts()
         # the tables its schema reads (gateway/cluster/served.py), all until start
         self.served = frozenset(project.stores)
@@ -271,6 +272,7 @@ class GatewayNode:
             pending=self.pending(),
             reloads=self.reloads,
             reloaded=self.reloaded,
+            process=self.process,
         )
 
     def take(self, newer: Project) -> None:

@@ -176,7 +176,7 @@ def run(project: Project, dry_run: bool, wait_s: float, force: bool = False) -> 
     print("asked each node to read its project file again: " + ", ".join(
         f"{node} {outcome}" for node, outcome in sorted(asked.items())
     ))  # fmt: skip
-    return _follow(project, change, wait_s, {node: s.reloads for node, s in said.items()})
+    return _follow(project, change, wait_s, said)
 
 
 def check_operations(project: Project) -> None:
@@ -237,11 +237,11 @@ async def _reload(project: Project) -> dict[str, str]:
     return said
 
 
-def _follow(project: Project, change: Plan, wait_s: float, before: dict[str, int | None]) -> int:
+def _follow(project: Project, change: Plan, wait_s: float, before: dict[str, NodeStatus]) -> int:
     """Print the progress each time it changes, until every node has read the file again
-    (`before`: how often each had, as asked) and serves the schema; 1 at once when a node
-    refused the file (it says why: a setting only a restart applies, a file it cannot
-    load), with nothing changed on it."""
+    (`before`: each one's status as it was asked), by a reload or a restart, and serves the
+    schema; 1 at once when a node refused the file (it says why: a setting only a restart
+    applies, a file it cannot load), with nothing changed on it."""
     started, last = time.monotonic(), ""
     while True:
         try:
@@ -288,10 +288,17 @@ def _progress(change: Plan, asked: dict[str, NodeStatus | str]) -> str:
     return "; ".join(parts + ([f"no answer from {', '.join(silent)}"] if silent else []))
 
 
-def _read(status: NodeStatus, before: int | None) -> bool:
-    """Whether a node has read the file again since it was asked (`before`: how often it
-    had then); False for a node that does not say (a release before it said)."""
-    return status.reloads is not None and status.reloads > (before or 0)
+def _read(status: NodeStatus, before: NodeStatus | None) -> bool:
+    """Whether a node has read the file since it was asked (`before`: its status then): the
+    process asked then read it again, or a process that has read nothing but the file it
+    started with answers (the node restarted, as in a rolling upgrade). False for another
+    worker of the node that did read it again (which reading, it cannot tell: a later poll
+    may reach the worker asked), and for a node that does not say (a release before)."""
+    if status.reloads is None or before is None:
+        return False
+    if status.process == before.process:
+        return status.reloads > (before.reloads or 0)
+    return status.reloads == 0
 
 
 def _serves(status: NodeStatus, change: Plan) -> bool:

@@ -76,6 +76,7 @@ class NodeStatus:
     # unstated, by a release before it
     reloads: int | None = None
     reloaded: str = ""
+    process: str = ""  # the answering process's own id, new at each start; "": unstated
 
     def reads(self, name: str, version: int) -> bool:
         """Whether the node reads `version` of a format: a node that stated no formats is of
@@ -121,6 +122,7 @@ class NodeStatus:
                 pending=_pending(raw),
                 reloads=None if raw.get("reloads") is None else int(raw["reloads"]),
                 reloaded=str(raw.get("reloaded", "")),
+                process=str(raw.get("process", "")),
             )
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ProtocolError(f"not a node status: {exc!r}") from exc
