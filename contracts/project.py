@@ -234,10 +234,15 @@ class Cluster:
 
     def with_node(self, node: Node) -> Cluster:
         """This cluster with one more node (a node joining an elastic cluster from the
-        command line); ConfigError when its id is taken by another address."""
+        command line); ConfigError when its id is taken by another address, or its address
+        or data_dir by another node."""
         for known in self.nodes:
             if known.id == node.id and known != node:
                 raise ConfigError(f"node {node.id!r} is declared with address {known.address}")
+            if known.id != node.id and known.address == node.address:
+                raise ConfigError(f"address {node.address} is taken by node {known.id!r}")
+            if known.id != node.id and known.data_dir == node.data_dir:
+                raise ConfigError(f"data_dir {node.data_dir} is taken by node {known.id!r}")
         if node in self.nodes:
             return self
         return replace(self, nodes=(*self.nodes, node))
@@ -380,7 +385,7 @@ def parse(raw: dict[str, Any], path: Path, *, serving: bool = True) -> Project:
         serving,
         parse_tls(top.optional("tls", dict), base),
     )
-    _apart(cluster.nodes, {"[log] dir": log_dir, "[snapshots] store": Path(store_dir)})
+    _apart(cluster.nodes, log_dir, Path(store_dir))
     return Project(
         path=path,
         log_dir=log_dir,
@@ -649,9 +654,16 @@ def _node(table: Table, base: Path, scheme: str) -> Node:
     return Node(id=node_id, address=address, data_dir=data_dir, scheme=scheme)
 
 
-def _apart(nodes: tuple[Node, ...], folders: dict[str, Path]) -> None:
+def apart(project: Project, node: Node) -> None:
+    """ConfigError when a node's snapshots folder overlaps the project's log or snapshot
+    store (a node joining from the command line: those of the file are checked at load)."""
+    _apart((node,), project.log_dir, Path(project.snapshot_store))
+
+
+def _apart(nodes: tuple[Node, ...], log_dir: Path, store_dir: Path) -> None:
     """Each node's snapshots folder apart from the log's and the store's (a node deletes
     the versions it no longer serves from its own)."""
+    folders = {"[log] dir": log_dir, "[snapshots] store": store_dir}
     for node in nodes:
         mine = node.snapshots.resolve()
         for what, folder in folders.items():

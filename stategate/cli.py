@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import fcntl
 import importlib.util
 import json
 import logging
@@ -17,7 +18,7 @@ import threading
 from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 from contracts import eventlog, records
 from contracts import project as projects
@@ -237,7 +238,9 @@ def run_node(project: Project, args: argparse.Namespace) -> int:
     followers = workers.FollowerProcesses(args, count - 1) if count > 1 and not following else None
     if followers is not None:
         followers.prefork(main)  # before this process runs a thread of its own
-    if not following and not _coordinator_answers(project):
+    if not following and not (
+        _hold(project.cluster.node(args.node)) and _coordinator_answers(project)
+    ):
         if followers is not None:
             followers.stop()
         return 2
@@ -308,7 +311,32 @@ def _joining(project: Project, args: argparse.Namespace) -> Project:
         raise projects.ConfigError("--address joins an elastic cluster: set [cluster] coordinator")
     table = {"id": args.node, "address": args.address, "data_dir": args.data_dir or args.node}
     node = projects.node_entry(table, project.cluster, project.path.parent)
+    projects.apart(project, node)
     return dataclasses.replace(project, cluster=project.cluster.with_node(node))
+
+
+def _hold(node: projects.Node) -> bool:
+    """Hold the node's data_dir while this process lives (a lock on a file in it, taken
+    after its first followers were forked: they hold none), so that another node's process
+    started on the same folder is refused; False, said in one line, when one holds it."""
+    node.data_dir.mkdir(parents=True, exist_ok=True)
+    handle = open(node.data_dir / DATA_DIR_LOCK, "a")  # noqa: SIM115 - held for life
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        print(
+            f"stategate: {node.data_dir} is in use by another node's process: give node "
+            f"{node.id!r} a data_dir of its own",
+            file=sys.stderr,
+        )
+        return False
+    _HELD.append(handle)
+    return True
+
+
+DATA_DIR_LOCK = ".node.lock"
+_HELD: list[IO[str]] = []  # the data_dir locks this process holds, open for its life
 
 
 def _coordinator_answers(project: Project) -> bool:

@@ -30,7 +30,7 @@ from contracts.project import Project
 from spark_pipeline import job
 from spark_pipeline.spark import LazySpark
 from stategate import demo
-from stategate.launcher import Processes, free_ports
+from stategate.launcher import Processes, free_ports, node_command
 from tests.live import Socket, closed_code
 from tests.nodes import Nodes
 from tests.projects import produce_test_events, write_project
@@ -117,6 +117,11 @@ def test_a_node_stops_with_a_subscription_and_a_connection_open(
         socket = Socket(url)
         socket.subscribe("s", "subscription { stores { name } }")
         assert socket.next_of("s")["data"]["stores"]
+        if by is signal.SIGTERM:  # meanwhile, another process of it on its folder: refused
+            again = subprocess.run(node_command(project, "node1"), capture_output=True, text=True)
+            assert again.returncode == 2, again.stderr
+            refused = "is in use by another node's process: give node 'node1' a data_dir"
+            assert refused in again.stderr and again.stderr.count("\n") == 1, again.stderr
         stop(processes.procs["node1"], SERVER_STOP_S, by)
         assert closed_code(socket.ws) == 1012  # "service restart": come back later
         client.close()

@@ -500,3 +500,26 @@ def test_a_snapshot_url_is_a_folder_or_a_bucket_on_the_s3_api(tmp_path: Path, ur
         load(write(tmp_path, f'[snapshots]\nurl = "{url}"\n{BASE}'))
     bucket = load(write(tmp_path, f'[snapshots]\nurl = "s3://b/p/"\n{BASE}'))
     assert bucket.snapshot_url == bucket.object_store == "s3://b/p"
+
+
+def test_a_node_joining_from_the_command_line_is_held_to_the_files_rules(tmp_path: Path) -> None:
+    """`stategate node --address` (an elastic cluster's new node) is checked as a node of the
+    file is: an address and a data_dir of its own, a snapshots folder apart from the store."""
+    from contracts.project import apart, node_entry
+
+    project = load(write(tmp_path, BASE))
+    cluster = project.cluster
+
+    def joining(address: str, data_dir: str) -> None:
+        raw = {"id": "n9", "address": address, "data_dir": data_dir}
+        node = node_entry(raw, cluster, tmp_path)
+        apart(project, node)
+        cluster.with_node(node)
+
+    joining("127.0.0.1:9", "n9")
+    with pytest.raises(ConfigError, match="address 127.0.0.1:1 is taken by node 'n1'"):
+        joining("127.0.0.1:1", "n9")
+    with pytest.raises(ConfigError, match="is taken by node 'n1'"):
+        joining("127.0.0.1:9", "n1")
+    with pytest.raises(ConfigError, match="overlaps \\[snapshots\\] store"):
+        joining("127.0.0.1:9", ".")
