@@ -26,6 +26,7 @@ from contracts.project import ConfigError
 MIN_HMAC_SECRET_BYTES = 32  # RFC 7518 3.2: a key at least as long as the hash
 BEARER = "bearer "
 MAX_SUBJECT = 100  # characters of a subject a log line keeps
+TIMES = ("exp", "nbf", "iat")  # the claims that are times (RFC 7519's NumericDate)
 
 
 @dataclass(frozen=True)
@@ -100,13 +101,17 @@ class Authenticator:
             message = f"the bearer token is not valid: {exc}"
             raise Unauthenticated(message, subject=_claimed(token)) from None
         subject, roles = _subject(claims), _roles(claims, access.roles_claim)
+        strings = [c for c in TIMES if c in claims and not _numeric_date(claims[c])]
+        if strings:  # pyjwt reads "exp": "1796..." as a number; RFC 7519 says a number
+            message = f"the token's {strings[0]!r} claim must be a number (a NumericDate)"
+            raise Unauthenticated(message, subject=subject)
         if roles is None:
             message = f"the token's {access.roles_claim!r} claim must be a list of role names"
             raise Unauthenticated(message, subject=subject)
         too_long = self._too_long(claims, access.leeway_s)
         if too_long is not None:
             raise Unauthenticated(too_long, subject=subject)
-        return Principal(subject, roles, claims["exp"], claims)
+        return Principal(subject, roles, float(claims["exp"]), claims)
 
     def _too_long(self, claims: dict[str, Any], leeway_s: float) -> str | None:
         """Why a verified token lives too long, if it does: exp - iat, or without iat exp -
@@ -184,3 +189,7 @@ def _roles(claims: dict[str, Any], claim: str) -> frozenset[str] | None:
     if not isinstance(value, list) or not all(isinstance(role, str) for role in value):
         return None
     return frozenset(value)
+
+
+def _numeric_date(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)

@@ -144,6 +144,8 @@ def customer_elsewhere(cluster: Served, node_id: str) -> str:
         bearer(token(roles=42)),
         bearer(token(iat=int(time.time()), exp=int(time.time()) + 2 * DAY_S)),  # valid too long
         bearer(token(exp=int(time.time()) + 2 * DAY_S)),  # the same without iat
+        bearer(token(exp=str(int(time.time()) + 600))),  # a time that is a string
+        bearer(token(iat=str(int(time.time())))),
     ],
     ids=[
         "missing",
@@ -158,6 +160,8 @@ def customer_elsewhere(cluster: Served, node_id: str) -> str:
         "roles-not-a-list",
         "lifetime",
         "lifetime-no-iat",
+        "exp-a-string",
+        "iat-a-string",
     ],  # fmt: skip
 )
 def test_a_request_without_a_valid_token_gets_401(cluster: Served, headers: dict[str, str]) -> None:
@@ -249,6 +253,7 @@ def test_subscriptions_check_the_token_at_connection_init_and_each_field(
         {"Authorization": "Bearer nope"},
         {"authorization": "Bearer " + token(exp=1)},
         {"Authorization": "Bearer " + too_long},
+        {"Authorization": "Bearer " + token(exp=str(int(time.time()) + 600))},
     ):
         with connect(ws_url, subprotocols=[PROTOCOL]) as ws:
             ws.send(json.dumps({"type": "connection_init", "payload": init}))
