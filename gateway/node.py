@@ -64,6 +64,7 @@ class GatewayNode:
         self.schema = schema  # the version of the schema it serves (NodeStatus.schema)
         self.release = release()  # read once, at start: a checkout's asks git
         self.authenticator = Authenticator(project.access, project.settings.max_token_lifetime_s)
+        self._reauthenticate = asyncio.Event()  # set, and replaced, when [auth] changes
         self.metrics = NodeMetrics()
         parts = assemble(
             project,
@@ -275,14 +276,23 @@ class GatewayNode:
             process=self.process,
         )
 
+    async def authentication_changed(self) -> None:
+        """Return when the node verifies tokens otherwise ([auth] read again, or the longest
+        lifetime a token may have): what verified before must be verified again."""
+        await self._reauthenticate.wait()
+
     def take(self, newer: Project) -> None:
         """A project file read again (stategate/reloading.py), taken into the project every
         part of the node reads, as the tables its stores need (`_retable`). The schema takes
         the stores declared since, and a store's new declaration, once every node has them
         built, as it does from start; the stores it no longer declares go from it at once."""
         authenticator = Authenticator(newer.access, newer.settings.max_token_lifetime_s)
+        verified = (self.file.access, self.file.settings.max_token_lifetime_s)
         self.file = dataclasses.replace(newer)  # once the keys [auth] names were read
         self.authenticator = authenticator
+        if verified != (newer.access, newer.settings.max_token_lifetime_s):
+            self._reauthenticate.set()
+            self._reauthenticate = asyncio.Event()
         self.declared = {name: rows_as(store) for name, store in newer.stores.items()}
         self._retable(always=True)
 

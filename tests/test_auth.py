@@ -13,6 +13,7 @@ import hmac
 import json
 import os
 import re
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -375,3 +376,38 @@ def test_rs256_tokens_are_verified_with_the_jwks_key_their_kid_names(
         hmac_signed({"roles": ["analyst"], "exp": int(time.time()) + 60}, public_pem),
     ):
         assert ask(refused).status_code == 401
+
+
+def test_an_open_socket_is_held_to_auth_read_again(cluster: Served) -> None:
+    """SIGHUP after [auth] changed (README: Changing settings without a restart): an open
+    socket whose token still makes it the same principal reads on; one whose token no longer
+    verifies (another audience) is closed with 4403 at once, not at its token's exp, and its
+    subscriptions with it."""
+    key = customer_elsewhere(cluster, "node1")
+    path, log = cluster.project.path, cluster.project.path.parent / "node1.log"
+    text = path.read_text()
+    pid = cluster.nodes.processes.pid("node1")
+
+    def hang_up(new_text: str) -> None:
+        said = "SIGHUP: "
+        before = log.read_text().count(said)
+        path.write_text(new_text)
+        os.kill(pid, signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while log.read_text().count(said) < before + 1:
+            assert time.monotonic() < deadline, log.read_text()[-2000:]
+            time.sleep(0.1)
+        time.sleep(0.5)  # every worker: the keeper passes the signal on
+
+    socket = Socket(cluster.nodes.url("node1"), {"Authorization": f"Bearer {token()}"})
+    try:
+        socket.subscribe("totals", f"subscription($k: String!) {{ {TOTALS} }}", {"k": key})
+        assert "errors" not in socket.next_of("totals")
+        hang_up(text.replace('ops = ["*"', 'viewer = ["timetable"]\nops = ["*"'))
+        socket.send({"type": "ping"})
+        assert socket.receive() == {"type": "pong"}  # the same principal: read on
+        hang_up(text.replace('audience = "stategate-tests"', 'audience = "rotated"'))
+        assert closed_code(socket.ws, timeout=10) == 4403
+    finally:
+        socket.close()
+        hang_up(text)

@@ -112,11 +112,41 @@ class Connection:
         try:
             async with lifetime:
                 while True:
-                    await self._handle(await self._receive())
+                    await self._handle(await self._receive_verified())
         except TimeoutError:
             if not lifetime.expired():
                 raise
             raise ProtocolViolation(4403, "Forbidden: the bearer token has expired") from None
+
+    async def _receive_verified(self) -> dict[str, Any]:
+        """The next message; meanwhile, each time the node's [auth] changes, the connection's
+        token is verified again (`_verify_again`), so that no socket reads on as whom a
+        token no longer makes it."""
+        receiving = asyncio.ensure_future(self._receive())
+        try:
+            while True:
+                changed = asyncio.ensure_future(self.hub.node.authentication_changed())
+                first = asyncio.FIRST_COMPLETED
+                done, _ = await asyncio.wait({receiving, changed}, return_when=first)
+                changed.cancel()
+                if receiving in done:
+                    return receiving.result()
+                self._verify_again()
+        finally:
+            receiving.cancel()
+
+    def _verify_again(self) -> None:
+        """The token verified by the node's [auth] as it is now: ProtocolViolation 4403 when
+        it no longer verifies, or makes it someone else (other roles: its subscriptions were
+        evaluated as the principal it was); the client connects again."""
+        before = self.session.principal
+        try:
+            self.session.authenticate()
+        except Unauthenticated as refused:
+            reason = f"Forbidden: [auth] changed: {refused.message}"
+            raise ProtocolViolation(4403, reason[:MAX_REASON]) from None
+        if self.session.principal != before:
+            raise ProtocolViolation(4403, "Forbidden: [auth] changed who the token is")
 
     async def _receive(self) -> dict[str, Any]:
         message = await self.websocket.receive()
