@@ -101,9 +101,10 @@ class Endpoint:
 
 
 def endpoints(url: str) -> tuple[Endpoint, ...]:
-    """`etcd://host:port[,host:port...]` (every member a client may ask); a ValueError naming
-    what is wrong otherwise."""
-    shape = f"coordinator must look like etcd://host:port[,host:port...], not {url!r}"
+    """`etcd://host[:port][,host[:port]...]` (every member a client may ask; etcd's client
+    port, DEFAULT_PORT, when a member names none); a ValueError naming what is wrong
+    otherwise."""
+    shape = f"coordinator must look like etcd://host[:port][,host[:port]...], not {url!r}"
     scheme, _, rest = url.partition("://")
     if scheme != SCHEME or not rest or "/" in rest.rstrip("/"):
         raise ValueError(shape)
