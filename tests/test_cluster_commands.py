@@ -83,7 +83,7 @@ def test_a_coordinator_that_does_not_answer_is_one_line(tmp_path: Path) -> None:
 
 def test_a_coordinator_address_that_is_not_one_is_refused_at_load(tmp_path: Path) -> None:
     path = str(project_file(tmp_path, "http://127.0.0.1:2379"))
-    assert "etcd://host:port" in refused(stategate("cluster", "status", "--config", path))
+    assert "etcd://host[:port]" in refused(stategate("cluster", "status", "--config", path))
 
 
 def test_a_drained_node_that_stopped_reads_as_gone_and_a_drain_can_be_called_off(
