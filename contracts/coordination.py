@@ -28,8 +28,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from contracts.clock import now_ms
+from contracts.entries import ConfigError
 from contracts.placement import Assignment, PlacementError, Replica
-from contracts.tls import Tls
+from contracts.tls import CLIENT, Tls
 
 FORMAT = 1
 SCHEME = "etcd"
@@ -130,10 +131,16 @@ class Coordination:
     ends, and its caller watches again."""
 
     def __init__(
-        self, url: str, cluster: str, timeout_s: float = CALL_TIMEOUT_S, tls: Tls | None = None
+        self,
+        url: str,
+        cluster: str,
+        timeout_s: float = CALL_TIMEOUT_S,
+        tls: Tls | None = None,
+        holder: str = CLIENT,
     ) -> None:
         self.url = url
         self.tls = tls
+        self.holder = holder  # whose certificate it presents with mutual TLS: a node's own
         self.members = endpoints(url)
         self.prefix = f"/stategate/{cluster}/".encode()
         self.timeout_s = timeout_s
@@ -153,6 +160,8 @@ class Coordination:
                 try:
                     self._client = _Connection(await self._open(member))
                     return
+                except ConfigError:
+                    raise  # a file of [tls] this process cannot read: no member would do
                 except Exception as exc:  # noqa: BLE001 - grpc's errors, translated once here
                     failures.append(f"{member} does not answer: {exc}")
                     self._at = (self._at + 1) % len(self.members)
@@ -165,6 +174,7 @@ class Coordination:
             member.host,
             member.port,
             self.tls,
+            self.holder,
             timeout=self.timeout_s,
             connect_wait_timeout=CONNECT_TIMEOUT_S,
         )

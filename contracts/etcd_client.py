@@ -10,20 +10,30 @@ import aetcd
 import grpc
 from aetcd import rpc, watcher
 
+from contracts.entries import ConfigError
 from contracts.tls import CLIENT, Tls
 
 
-def client(host: str, port: int, tls: Tls | None, **options: Any) -> aetcd.Client:
+def client(
+    host: str, port: int, tls: Tls | None, holder: str = CLIENT, **options: Any
+) -> aetcd.Client:
+    """`holder`: whose certificate is presented with mutual TLS (a node's own id in a node,
+    CLIENT in the pipeline and the CLI: each host holds only its own key)."""
     if tls is None:
         return aetcd.Client(host, port, **options)
-    return _TlsClient(host, port, _credentials(tls), **options)
+    return _TlsClient(host, port, _credentials(tls, holder), **options)
 
 
-def _credentials(tls: Tls) -> grpc.ChannelCredentials:
-    if not tls.mutual:
-        return grpc.ssl_channel_credentials(root_certificates=tls.ca.read_bytes())
-    cert, key = tls.files(CLIENT)
-    return grpc.ssl_channel_credentials(tls.ca.read_bytes(), key.read_bytes(), cert.read_bytes())
+def _credentials(tls: Tls, holder: str) -> grpc.ChannelCredentials:
+    """The channel's credentials; a ConfigError naming a file that cannot be read."""
+    try:
+        if not tls.mutual:
+            return grpc.ssl_channel_credentials(root_certificates=tls.ca.read_bytes())
+        cert, key = tls.files(holder)
+        ca, key_bytes, cert_bytes = tls.ca.read_bytes(), key.read_bytes(), cert.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"[tls]: the coordinator's client ({holder}): {exc}") from None
+    return grpc.ssl_channel_credentials(ca, key_bytes, cert_bytes)
 
 
 class _TlsClient(aetcd.Client):  # type: ignore[misc]

@@ -282,7 +282,11 @@ def _coordinator(core: NodeCore, sync: SnapshotSync, asks: NodeAsks) -> Coordina
         return StaticCoordinator(core.topology)
     me = Member(core.node_id, cluster.node(core.node_id).address)
     coordination = Coordination(
-        cluster.coordinator, cluster.name, coordinator_timeout(project.settings), cluster.tls
+        cluster.coordinator,
+        cluster.name,
+        coordinator_timeout(project.settings),
+        cluster.tls,
+        holder=core.node_id,
     )
     return ElasticCoordinator(
         project, coordination, me, core.topology, asks.caught_up, sync.holding

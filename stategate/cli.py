@@ -239,7 +239,7 @@ def run_node(project: Project, args: argparse.Namespace) -> int:
     if followers is not None:
         followers.prefork(main)  # before this process runs a thread of its own
     if not following and not (
-        _hold(project.cluster.node(args.node)) and _coordinator_answers(project)
+        _hold(project.cluster.node(args.node)) and _coordinator_answers(project, args.node)
     ):
         if followers is not None:
             followers.stop()
@@ -339,12 +339,13 @@ DATA_DIR_LOCK = ".node.lock"
 _HELD: list[IO[str]] = []  # the data_dir locks this process holds, open for its life
 
 
-def _coordinator_answers(project: Project) -> bool:
-    """With a coordinator: whether it answers (else one line, and the node does not start)."""
+def _coordinator_answers(project: Project, node: str) -> bool:
+    """With a coordinator: whether it answers `node` (else one line, and the node does not
+    start)."""
     url = project.cluster.coordinator
     if url is None:
         return True
-    coordination = Coordination(url, project.cluster.name, tls=project.tls)
+    coordination = Coordination(url, project.cluster.name, tls=project.tls, holder=node)
 
     async def check() -> None:
         await coordination.connect()

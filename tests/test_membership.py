@@ -17,8 +17,8 @@ from contracts import placement
 from contracts import project as projects
 from contracts.coordination import Coordination, CoordinatorError, Member
 from contracts.placement import Assignment, Replica
-from contracts.project import Project
-from contracts.tls import Tls
+from contracts.project import ConfigError, Project
+from contracts.tls import CLIENT, Tls
 from contracts.topology import Topology
 from gateway.cluster.coordinator import ElasticCoordinator
 from gateway.model.topology_view import TopologyView
@@ -234,8 +234,10 @@ def test_etcd_over_mutual_tls_answers_a_certificate_of_the_ca_only(tmp_path: Pat
     server.start()
     first = placement.plan(None, ["node1"], [], partitions=9, replicas=1)
 
-    async def publish(with_tls: Tls | None) -> Assignment | None:
-        coordination = Coordination(server.url, "secure", 2.0, with_tls)
+    async def publish(
+        with_tls: Tls | None, holder: str = CLIENT, cluster: str = "secure"
+    ) -> Assignment | None:
+        coordination = Coordination(server.url, cluster, 2.0, with_tls, holder)
         try:
             lease = await coordination.lease(10)
             assert await coordination.campaign("node1", lease)
@@ -251,5 +253,11 @@ def test_etcd_over_mutual_tls_answers_a_certificate_of_the_ca_only(tmp_path: Pat
         for refused in (None, no_certificate):
             with pytest.raises(CoordinatorError):
                 asyncio.run(publish(refused))
+        # a node's host holds its own key only (README: TLS): the node presents it
+        for held in tls.files(CLIENT):
+            held.rename(held.with_name(f"{held.name}.elsewhere"))
+        assert asyncio.run(publish(tls, "node1", "secure-node")) == first
+        with pytest.raises(ConfigError, match=r"the coordinator's client \(client\):"):
+            asyncio.run(publish(tls))
     finally:
         server.stop()
