@@ -47,11 +47,17 @@ class Tls:
 
     def client(self, holder: str = CLIENT) -> ssl.SSLContext:
         """A client's side: the peer's certificate and host name checked against the CA; with
-        `mutual`, `holder`'s certificate presented."""
-        context = ssl.create_default_context(cafile=self.ca)
-        context.minimum_version = MINIMUM
-        if self.mutual:
-            self.reload(context, holder)
+        `mutual`, `holder`'s certificate presented. A ConfigError naming what it cannot load
+        (a file missing, a CA or certificate that is not PEM, a key not the certificate's)."""
+        try:
+            context = ssl.create_default_context(cafile=self.ca)
+            context.minimum_version = MINIMUM
+            if self.mutual:
+                self.reload(context, holder)
+        except (OSError, ssl.SSLError) as exc:
+            cert, key = self.files(holder)
+            mine = f", {holder}'s certificate {cert} and key {key}" if self.mutual else ""
+            raise ConfigError(f"[tls]: the CA {self.ca}{mine}: {exc}") from exc
         return context
 
     def reload(self, context: ssl.SSLContext, holder: str) -> None:

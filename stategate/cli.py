@@ -393,6 +393,8 @@ def run_pipeline(project: Project, args: argparse.Namespace) -> int:
     from spark_pipeline.plan import LogBehindError
     from spark_pipeline.spark import LazySpark, json_logging
 
+    if project.tls is not None and not args.no_notify:
+        project.tls.client()  # a ConfigError now, not once a run has published
     _yield_to_reads(project.settings.pipeline_niceness)
     logs.configure("pipeline", project.settings)
     tracing.configure("pipeline")  # its publications' spans (OTEL_TRACES_EXPORTER)

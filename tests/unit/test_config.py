@@ -523,3 +523,29 @@ def test_a_node_joining_from_the_command_line_is_held_to_the_files_rules(tmp_pat
         joining("127.0.0.1:9", "n1")
     with pytest.raises(ConfigError, match="overlaps \\[snapshots\\] store"):
         joining("127.0.0.1:9", ".")
+
+
+def test_tls_files_the_cli_and_the_pipeline_cannot_load_are_one_line(tmp_path: Path) -> None:
+    """A client certificate missing, or a CA that is not PEM: `stategate cluster status` and
+    the pipeline say so in one line naming the files (the pipeline before it publishes)."""
+    from contracts.tls import CLIENT
+    from tests.projects import write_project
+
+    path = write_project(tmp_path, [1, 2, 3], tls=True)
+    tls = load(path).tls
+    assert tls is not None
+    stategate = [sys.executable, "-m", "stategate.cli"]
+    commands = [["cluster", "status"], ["pipeline"]]
+    for cert in tls.files(CLIENT):
+        cert.unlink()
+    for command in commands:
+        done = subprocess.run([*stategate, *command, "--config", str(path)], capture_output=True,
+                              text=True, timeout=60)  # fmt: skip
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.startswith("stategate: [tls]: the CA ") and "client's" in done.stderr
+        assert done.stderr.count("\n") == 1, done.stderr
+    assert not (tmp_path / "snapshots" / "manifest.json").exists()
+    tls.ca.write_text("not a certificate\n")
+    done = subprocess.run([*stategate, "cluster", "status", "--config", str(path)],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
