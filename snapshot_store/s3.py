@@ -26,6 +26,7 @@ from obstore.exceptions import (
 )
 from obstore.store import S3Store
 
+from contracts.entries import ConfigError
 from snapshot_store.store import Conflict, Missing, Stored, StoreError
 
 if TYPE_CHECKING:
@@ -46,9 +47,12 @@ class S3SnapshotStore:
         bucket, _, prefix = url.removeprefix("s3://").partition("/")
         if not bucket:
             raise ValueError(f"no bucket in {url}: s3://bucket/prefix")
-        self._store = S3Store(
-            bucket, prefix=prefix.strip("/") or None, retry_config=RETRY, **_settings()
-        )
+        try:
+            self._store = S3Store(
+                bucket, prefix=prefix.strip("/") or None, retry_config=RETRY, **_settings()
+            )
+        except (OSError, ValueError, BaseError) as exc:  # the environment's: a CA bundle
+            raise ConfigError(f"the snapshot store {url}: {_said(exc)}") from None
 
     def read(self, name: str) -> tuple[bytes, str] | None:
         try:
@@ -124,7 +128,10 @@ def _settings() -> dict[str, Any]:
         options["allow_http"] = True
     bundle = os.environ.get("AWS_CA_BUNDLE")
     if bundle:
-        options["root_certificate"] = Path(bundle).read_text()
+        try:
+            options["root_certificate"] = Path(bundle).read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(f"AWS_CA_BUNDLE {bundle}: {exc}") from None
     settings: dict[str, Any] = {"client_options": options}
     if endpoint is not None:
         settings["endpoint"] = endpoint

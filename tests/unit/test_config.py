@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
 import socket
 import subprocess
@@ -549,3 +550,24 @@ def test_tls_files_the_cli_and_the_pipeline_cannot_load_are_one_line(tmp_path: P
     done = subprocess.run([*stategate, "cluster", "status", "--config", str(path)],
                           capture_output=True, text=True, timeout=60)  # fmt: skip
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+
+
+def test_a_ca_bundle_the_s3_store_cannot_read_is_one_line(tmp_path: Path) -> None:
+    """AWS_CA_BUNDLE missing or not PEM (README: Across machines): the node and the pipeline
+    say so in one line, before they ask the store anything."""
+    from stategate.launcher import free_ports
+    from tests.projects import write_project
+
+    path = write_project(tmp_path, free_ports(1), replicas=1, snapshot_url="s3://bucket/prefix")
+    not_pem = tmp_path / "ca.pem"
+    not_pem.write_text("not a certificate\n")
+    stategate = [sys.executable, "-m", "stategate.cli"]
+    for bundle in (tmp_path / "missing.pem", not_pem):
+        environment = {**os.environ, "AWS_CA_BUNDLE": str(bundle)}
+        for command in (["pipeline"], ["node", "--node", "node1"]):
+            done = subprocess.run([*stategate, *command, "--config", str(path)], env=environment,
+                                  capture_output=True, text=True, timeout=60)  # fmt: skip
+            said = [line for line in done.stderr.splitlines() if line.startswith("stategate:")]
+            assert done.returncode == 2 and len(said) == 1, done.stderr
+            assert said[0].startswith("stategate: the snapshot store s3://bucket/prefix: "), said
+            assert "Traceback" not in done.stderr
