@@ -33,6 +33,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from contracts import chains, tracing
+from contracts.clock import now_ms
 from contracts.cluster_secret import SECRET_HEADER, is_authentic
 from contracts.errors import GatewayError, error_document
 from gateway.auth import Unauthenticated, Who
@@ -241,9 +242,10 @@ async def reload(request: Request) -> Response:
     """Read the project file again, as SIGHUP does (stategate/reloading.py): 202 once asked;
     what it applied, the node's status says (`declared`) and its log says in one line."""
     node = node_of(request)
+    asked_ms = now_ms()  # before the signal: the reading it starts comes after, by this clock
     if not node.ask_reload():
         return error_response(409, "NOT_RELOADABLE", f"{node.id} does not read SIGHUP")
-    return JSONResponse({"node": node.id, "reloading": True}, status_code=202)
+    return JSONResponse({"node": node.id, "reloading": True, "asked_ms": asked_ms}, 202)
 
 
 async def cluster_map(request: Request) -> Response:

@@ -64,7 +64,10 @@ class GatewayNode:
         self.schema = schema  # the version of the schema it serves (NodeStatus.schema)
         self.release = release()  # read once, at start: a checkout's asks git
         self.authenticator = Authenticator(project.access, project.settings.max_token_lifetime_s)
-        self._reauthenticate = asyncio.Event()  # set, and replaced, when [auth] changes
+        # what verifies tokens, read again this many times (SIGHUP: [auth], its JWKS file);
+        # the event is set, and replaced, each time
+        self.authentication = 0
+        self.authentication_read = asyncio.Event()
         self.metrics = NodeMetrics()
         parts = assemble(
             project,
@@ -112,8 +115,9 @@ class GatewayNode:
             node_wide=self.duties.joins,
         )
         self.internal_requests = 0
-        self.reloads, self.reloaded = 0, ""  # the project file read again: how often, and how
-        self.process = os.urandom(6).hex()  # this process's, among the node's over time
+        self.started_ms = now_ms()  # as it read its project file
+        self.reloaded_ms: int | None = None  # when it read the file again last (SIGHUP)
+        self.reloaded = ""  # what that did (stategate/reloading.py)
         self.live = LiveCounts()
         # the tables its schema reads (gateway/cluster/served.py), all until start
         self.served = frozenset(project.stores)
@@ -271,15 +275,10 @@ class GatewayNode:
             declared=self.declared,
             serving=sorted(self.served),
             pending=self.pending(),
-            reloads=self.reloads,
+            started_ms=self.started_ms,
+            reloaded_ms=self.reloaded_ms,
             reloaded=self.reloaded,
-            process=self.process,
         )
-
-    async def authentication_changed(self) -> None:
-        """Return when the node verifies tokens otherwise ([auth] read again, or the longest
-        lifetime a token may have): what verified before must be verified again."""
-        await self._reauthenticate.wait()
 
     def take(self, newer: Project) -> None:
         """A project file read again (stategate/reloading.py), taken into the project every
@@ -287,12 +286,11 @@ class GatewayNode:
         the stores declared since, and a store's new declaration, once every node has them
         built, as it does from start; the stores it no longer declares go from it at once."""
         authenticator = Authenticator(newer.access, newer.settings.max_token_lifetime_s)
-        verified = (self.file.access, self.file.settings.max_token_lifetime_s)
         self.file = dataclasses.replace(newer)  # once the keys [auth] names were read
-        self.authenticator = authenticator
-        if verified != (newer.access, newer.settings.max_token_lifetime_s):
-            self._reauthenticate.set()
-            self._reauthenticate = asyncio.Event()
+        self.authenticator = authenticator  # its JWKS file read again too: a key may be gone
+        self.authentication += 1
+        self.authentication_read.set()
+        self.authentication_read = asyncio.Event()
         self.declared = {name: rows_as(store) for name, store in newer.stores.items()}
         self._retable(always=True)
 

@@ -36,6 +36,7 @@ from snapshot_store import StoreError, open_store
 from spark_pipeline.plan import Rebuild, to_rebuild
 from stategate.app import schema_version
 from stategate.cluster_commands import ask_nodes, cluster_client
+from stategate.reloading import REFUSED
 
 # A rebuild's pace on two cores, from the records read again (README: Performance, "a full
 # rebuild of the 5M-event log": 28-29 s): what the time the plan gives is estimated from.
@@ -174,9 +175,11 @@ def run(project: Project, dry_run: bool, wait_s: float, force: bool = False) -> 
         return 0
     asked = asyncio.run(_reload(project))
     print("asked each node to read its project file again: " + ", ".join(
-        f"{node} {outcome}" for node, outcome in sorted(asked.items())
+        f"{node} {'ok' if isinstance(outcome, int) else outcome}"
+        for node, outcome in sorted(asked.items())
     ))  # fmt: skip
-    return _follow(project, change, wait_s, said)
+    times = {node: at for node, at in asked.items() if isinstance(at, int)}
+    return _follow(project, change, wait_s, times)
 
 
 def check_operations(project: Project) -> None:
@@ -222,54 +225,62 @@ async def _reading(project: Project) -> dict[str, int]:
     return found
 
 
-async def _reload(project: Project) -> dict[str, str]:
+async def _reload(project: Project) -> dict[str, int | str]:
     """POST /internal/reload to every node (each reads its own copy of the file, as on
-    SIGHUP): node -> "ok" or why not."""
-    said: dict[str, str] = {}
+    SIGHUP): node -> the node's time as it was asked (milliseconds, its clock; 0 from a
+    release that does not say), or why it was not asked."""
+    said: dict[str, int | str] = {}
     async with cluster_client(project) as client:
         for node, url in (await _addresses(project)).items():
             try:
                 reply = await client.post(f"{url}/internal/reload")
                 reply.raise_for_status()
-                said[node] = "ok"
-            except httpx.HTTPError as exc:
+                said[node] = int(reply.json().get("asked_ms") or 0)
+            except (httpx.HTTPError, ValueError, AttributeError) as exc:
                 said[node] = f"not asked ({exc}): SIGHUP it"
     return said
 
 
-def _follow(project: Project, change: Plan, wait_s: float, before: dict[str, NodeStatus]) -> int:
-    """Print the progress each time it changes, until every node has read the file again
-    (`before`: each one's status as it was asked), by a reload or a restart, and serves the
+def _follow(project: Project, change: Plan, wait_s: float, asked: dict[str, int]) -> int:
+    """Print the progress each time it changes, until every node asked (`asked`: the node's
+    time then) has read the file since, by a reload or a restart, and every node serves the
     schema; 1 at once when a node refused the file (it says why: a setting only a restart
     applies, a file it cannot load), with nothing changed on it."""
     started, last = time.monotonic(), ""
     while True:
         try:
-            asked = asyncio.run(_statuses(project))
+            said = asyncio.run(_statuses(project))
         except NotApplied as refused:
-            asked = {"coordinator": str(refused)}
-        read = {
-            n: s for n, s in asked.items() if isinstance(s, NodeStatus) and _read(s, before.get(n))
-        }
-        refusals = {n: s.reloaded for n, s in read.items() if s.reloaded.startswith("refused")}
+            said = {"coordinator": str(refused)}
+        statuses = {n: s for n, s in said.items() if isinstance(s, NodeStatus)}
+        refusals = _refusals(statuses, asked)
         if refusals:
             for node, why in sorted(refusals.items()):
                 print(f"stategate apply: {node} did not take the file: {why}", file=sys.stderr)
             return 1
-        progress = _progress(change, asked)
+        progress = _progress(change, said)
         if progress != last:
             print(f"progress: {progress}", flush=True)
             last = progress
-        taken = all(
-            isinstance(s, NodeStatus) and (n in read or s.reloads is None) for n, s in asked.items()
-        )
-        if taken and all(isinstance(s, NodeStatus) and _serves(s, change) for s in asked.values()):
+        done = [_read(s, asked.get(n, 0)) and _serves(s, change) for n, s in statuses.items()]
+        if len(statuses) == len(said) and all(done):
             print(f"applied in {time.monotonic() - started:.1f} s")
             return 0
         if time.monotonic() - started > wait_s:
             print(f"stategate apply: not applied after {wait_s:g} s", file=sys.stderr)
             return 1
         time.sleep(POLL_S)
+
+
+def _refusals(statuses: dict[str, NodeStatus], asked: dict[str, int]) -> dict[str, str]:
+    """node -> why, of the nodes whose reading since they were asked refused the file."""
+    return {
+        node: status.reloaded
+        for node, status in statuses.items()
+        if asked.get(node)
+        and (status.reloaded_ms or 0) >= asked[node]
+        and status.reloaded.startswith(REFUSED)
+    }
 
 
 def _progress(change: Plan, asked: dict[str, NodeStatus | str]) -> str:
@@ -288,17 +299,14 @@ def _progress(change: Plan, asked: dict[str, NodeStatus | str]) -> str:
     return "; ".join(parts + ([f"no answer from {', '.join(silent)}"] if silent else []))
 
 
-def _read(status: NodeStatus, before: NodeStatus | None) -> bool:
-    """Whether a node has read the file since it was asked (`before`: its status then): the
-    process asked then read it again, or a process that has read nothing but the file it
-    started with answers (the node restarted, as in a rolling upgrade). False for another
-    worker of the node that did read it again (which reading, it cannot tell: a later poll
-    may reach the worker asked), and for a node that does not say (a release before)."""
-    if status.reloads is None or before is None:
-        return False
-    if status.process == before.process:
-        return status.reloads > (before.reloads or 0)
-    return status.reloads == 0
+def _read(status: NodeStatus, asked_ms: int) -> bool:
+    """Whether the answering process has read the file since its node was asked at
+    `asked_ms` (its clock): it read it again since, or it started since (a node restarted,
+    as in a rolling upgrade). True when that cannot be told: a node not asked, or of a
+    release that does not say (its schema is what tells then)."""
+    if not asked_ms or status.started_ms is None:
+        return True
+    return status.started_ms >= asked_ms or (status.reloaded_ms or 0) >= asked_ms
 
 
 def _serves(status: NodeStatus, change: Plan) -> bool:

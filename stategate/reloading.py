@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import fields
 from types import FrameType
 
+from contracts.clock import now_ms
 from contracts.entries import ConfigError
 from contracts.project import TAKEN, Project, stores_changed
 from contracts.settings import Settings
@@ -25,6 +26,7 @@ from stategate.workers import FollowerProcesses
 
 log = logging.getLogger(__name__)
 
+REFUSED, APPLIED = "refused", "applied"  # what a reading did, as a node's status says it
 # Read per request by what serves (resolvers/execution/operations.py, stategate/origins.py)
 # or by logging: a new value applies from the next request. Every other setting shapes the
 # schema, the pools, the files or the timers, fixed at start.
@@ -92,14 +94,14 @@ def reload(
                 "removed and indexes)"
             )
             log.error("SIGHUP: nothing changed: %s", why)
-            return current, f"refused: {why}"
+            return current, f"{REFUSED}: {why}"
         apply(new)
     except ConfigError as exc:
         log.error("SIGHUP: nothing changed: %s", exc)
-        return current, f"refused: {exc}"
+        return current, f"{REFUSED}: {exc}"
     said = ", ".join(applied) or "nothing changed"
     log.info("SIGHUP: the project file read again: %s", said)
-    return new, f"applied: {said}"
+    return new, f"{APPLIED}: {said}"
 
 
 class Hangup:
@@ -135,7 +137,7 @@ class Hangup:
     def apply(self) -> None:
         self.project, outcome = reload(self.project, self.read, self.app.reload)
         node = self.app.node
-        node.reloads, node.reloaded = node.reloads + 1, outcome
+        node.reloaded_ms, node.reloaded = now_ms(), outcome
         tls = self.project.tls
         if tls is not None and self.context is not None:
             certificates.reread(tls, self.context, self.node)

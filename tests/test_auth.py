@@ -399,13 +399,21 @@ def test_an_open_socket_is_held_to_auth_read_again(cluster: Served) -> None:
             time.sleep(0.1)
         time.sleep(0.5)  # every worker: the keeper passes the signal on
 
-    socket = Socket(cluster.nodes.url("node1"), {"Authorization": f"Bearer {token()}"})
-    try:
+    def opened() -> Socket:
+        socket = Socket(cluster.nodes.url("node1"), {"Authorization": f"Bearer {token()}"})
         socket.subscribe("totals", f"subscription($k: String!) {{ {TOTALS} }}", {"k": key})
         assert "errors" not in socket.next_of("totals")
+        return socket
+
+    socket = opened()
+    try:
         hang_up(text.replace('ops = ["*"', 'viewer = ["timetable"]\nops = ["*"'))
         socket.send({"type": "ping"})
         assert socket.receive() == {"type": "pong"}  # the same principal: read on
+        hang_up(text.replace("leeway_s = 0", 'leeway_s = 0\nroles_claim = "groups"'))
+        assert closed_code(socket.ws, timeout=10) == 4403  # the token verifies, roleless now
+        hang_up(text)
+        socket = opened()
         hang_up(text.replace('audience = "stategate-tests"', 'audience = "rotated"'))
         assert closed_code(socket.ws, timeout=10) == 4403
     finally:

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -71,12 +71,13 @@ class NodeStatus:
     # serves (a store changed in place: its new table); None: unstated, by a release before
     # `stores` and `declared`
     pending: list[str] | None = None
-    # the project file read again (SIGHUP, POST /internal/reload) this many times since the
-    # process started, and what the last read did ("applied: ..." or "refused: ..."); None:
-    # unstated, by a release before it
-    reloads: int | None = None
+    # when the answering process started (it read its project file then), when it last read
+    # the file again (SIGHUP, POST /internal/reload) and what that did ("applied: ..." or
+    # "refused: ...": stategate/reloading.py), by the node's clock; None: not yet, or
+    # unstated by a release before it
+    started_ms: int | None = None
+    reloaded_ms: int | None = None
     reloaded: str = ""
-    process: str = ""  # the answering process's own id, new at each start; "": unstated
 
     def reads(self, name: str, version: int) -> bool:
         """Whether the node reads `version` of a format: a node that stated no formats is of
@@ -120,9 +121,9 @@ class NodeStatus:
                 ),
                 serving=None if raw.get("serving") is None else [str(t) for t in raw["serving"]],
                 pending=_pending(raw),
-                reloads=None if raw.get("reloads") is None else int(raw["reloads"]),
+                started_ms=_ms(raw.get("started_ms")),
+                reloaded_ms=_ms(raw.get("reloaded_ms")),
                 reloaded=str(raw.get("reloaded", "")),
-                process=str(raw.get("process", "")),
             )
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ProtocolError(f"not a node status: {exc!r}") from exc
@@ -231,3 +232,7 @@ def _json_map(partition_map: PartitionMap) -> dict[str, Any]:
             replica["position"] = {t: str(o) for t, o in replica["position"].items()}
             replica["lag"] = None if replica["lag"] is None else str(replica["lag"])
     return body
+
+
+def _ms(value: object) -> int | None:
+    return None if value is None else int(cast(Any, value))

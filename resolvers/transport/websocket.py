@@ -63,6 +63,15 @@ async def serve(websocket: WebSocket, hub: Hub) -> None:
     await Connection(websocket, hub).serve()
 
 
+async def _first(receiving: asyncio.Future[Any], event: asyncio.Event) -> None:
+    """Return once `receiving` is done or `event` set, whichever comes first."""
+    waiting = asyncio.ensure_future(event.wait())
+    try:
+        await asyncio.wait({receiving, waiting}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiting.cancel()
+
+
 class Connection:
     def __init__(self, websocket: WebSocket, hub: Hub) -> None:
         self.websocket = websocket
@@ -76,6 +85,7 @@ class Connection:
             websocket.headers.get("authorization"),
         )
         self.acknowledged = False
+        self._authentication = hub.node.authentication  # the node's [auth] its token passed
         self.operations: dict[str, tuple[Operation | None, Subscriber]] = {}
         self._ready: deque[Subscriber] = deque()
         self._wake = asyncio.Event()
@@ -119,19 +129,19 @@ class Connection:
             raise ProtocolViolation(4403, "Forbidden: the bearer token has expired") from None
 
     async def _receive_verified(self) -> dict[str, Any]:
-        """The next message; meanwhile, each time the node's [auth] changes, the connection's
-        token is verified again (`_verify_again`), so that no socket reads on as whom a
-        token no longer makes it."""
+        """The next message, its token verified as the node verifies tokens now: each time
+        the node reads [auth] again (`GatewayNode.take`), meanwhile or since the last
+        message, the token is verified again (`_verify_again`) before anything else, so
+        that no socket reads on as whom a token no longer makes it."""
+        node = self.hub.node
         receiving = asyncio.ensure_future(self._receive())
         try:
             while True:
-                changed = asyncio.ensure_future(self.hub.node.authentication_changed())
-                first = asyncio.FIRST_COMPLETED
-                done, _ = await asyncio.wait({receiving, changed}, return_when=first)
-                changed.cancel()
-                if receiving in done:
+                if self._authentication != node.authentication:
+                    self._verify_again()
+                if receiving.done():
                     return receiving.result()
-                self._verify_again()
+                await _first(receiving, node.authentication_read)
         finally:
             receiving.cancel()
 
@@ -139,6 +149,7 @@ class Connection:
         """The token verified by the node's [auth] as it is now: ProtocolViolation 4403 when
         it no longer verifies, or makes it someone else (other roles: its subscriptions were
         evaluated as the principal it was); the client connects again."""
+        self._authentication = self.hub.node.authentication
         before = self.session.principal
         try:
             self.session.authenticate()
@@ -189,6 +200,7 @@ class Connection:
         if payload is not None and not isinstance(payload, dict):
             raise ProtocolViolation(4400, "Invalid message received: payload is not an object")
         given = {str(k).lower(): v for k, v in (payload or {}).items()}.get("authorization")
+        self._authentication = self.hub.node.authentication
         try:
             self.session.authenticate(given if isinstance(given, str) else None)
         except Unauthenticated as refused:
