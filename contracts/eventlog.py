@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -167,11 +168,16 @@ def produce(
 
 def routed_by(log_dir: Path, topic: str) -> int | None:
     """The partition count the topic's producers route by, as its first `produce` wrote it
-    down; None for a topic none has produced to (or one written segment by segment)."""
+    down; None for a topic none has produced to (or one written segment by segment);
+    PartitionsDiffer when the file holds no count."""
+    path = log_dir / f"{topic}{_PARTITIONS}"
     try:
-        return int((log_dir / f"{topic}{_PARTITIONS}").read_text())
+        text = path.read_text()
     except FileNotFoundError:
         return None
+    if not (text.isascii() and text.isdigit()):
+        raise PartitionsDiffer(f"{path} does not hold a partition count: {text[:20]!r}")
+    return int(text)
 
 
 def highest_partition(log_dir: Path, topic: str) -> int | None:
@@ -187,19 +193,28 @@ def highest_partition(log_dir: Path, topic: str) -> int | None:
 
 
 def _route_by(log_dir: Path, topic: str, partitions: int) -> None:
-    """Write the topic's partition count down when none is; PartitionsDiffer when another
-    count is (its records so far were routed by it)."""
-    routed = routed_by(log_dir, topic)
-    if routed is None:
-        log_dir.mkdir(parents=True, exist_ok=True)
-        tmp = log_dir / f".{topic}{_PARTITIONS}.{os.getpid()}.tmp"
-        tmp.write_text(str(partitions))
-        os.rename(tmp, log_dir / f"{topic}{_PARTITIONS}")
-    elif routed != partitions:
-        raise PartitionsDiffer(
-            f"topic {topic!r} of {log_dir} was written with {routed} partitions, the project "
-            f"declares {partitions}: its keys would be routed elsewhere"
-        )
+    """Write the topic's partition count down when none is (under the log's lock: two first
+    producers agree on one); PartitionsDiffer when another count is (its records so far were
+    routed by it), or when a partition folder past this count exists (a log written with more
+    before its count was written down)."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    with locked(log_dir):
+        routed = routed_by(log_dir, topic)
+        highest = highest_partition(log_dir, topic)
+        if routed is None and (highest is None or highest < partitions):
+            tmp = log_dir / f".{topic}{_PARTITIONS}.{os.getpid()}.{threading.get_ident()}.tmp"
+            with open(tmp, "w") as fh:
+                fh.write(str(partitions))
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.rename(tmp, log_dir / f"{topic}{_PARTITIONS}")
+            fsync_dir(log_dir)
+        elif routed is None or routed != partitions:
+            written = f"with {routed} partitions" if routed else f"with a partition {highest}"
+            raise PartitionsDiffer(
+                f"topic {topic!r} of {log_dir} was written {written}, the project declares "
+                f"{partitions}: its keys would be routed elsewhere"
+            )
 
 
 def read_segment(path: Path) -> pa.Table:

@@ -28,7 +28,10 @@ class FileLog:
         that differ: a file log cannot be repartitioned in place."""
         wrong = []
         for topic in self.topics:
-            routed = eventlog.routed_by(self.log_dir, topic)
+            try:
+                routed = eventlog.routed_by(self.log_dir, topic)
+            except eventlog.PartitionsDiffer as exc:
+                raise TopicsError(str(exc)) from None
             highest = eventlog.highest_partition(self.log_dir, topic)
             if routed is not None and routed != self.partitions:
                 wrong.append(f"{topic!r} was written with {routed} partitions")
@@ -57,6 +60,8 @@ class FileLog:
         pass  # no tool reads a file log's progress
 
     def append(self, topic: Topic, records: Iterable[Record]) -> dict[int, int]:
+        """Produce the records (eventlog.produce); TopicsError when the topic was written
+        with another partition count, before any is appended."""
         try:
             return eventlog.produce(self.log_dir, topic, self.partitions, records)
         except eventlog.PartitionsDiffer as exc:
