@@ -160,8 +160,8 @@ class Coordination:
                 try:
                     self._client = _Connection(await self._open(member))
                     return
-                except ConfigError:
-                    raise  # a file of [tls] this process cannot read: no member would do
+                except ConfigError as exc:  # a file of [tls] it cannot read: no member would do
+                    raise CoordinatorError(str(exc)) from None
                 except Exception as exc:  # noqa: BLE001 - grpc's errors, translated once here
                     failures.append(f"{member} does not answer: {exc}")
                     self._at = (self._at + 1) % len(self.members)

@@ -23,7 +23,7 @@ from typing import IO, TYPE_CHECKING
 from contracts import eventlog, records
 from contracts import project as projects
 from contracts.coordination import Coordination, CoordinatorError
-from contracts.project import MAX_PORT, Project
+from contracts.project import MAX_PORT, Project, port_number
 from contracts.settings import Settings, shown, table
 from contracts.tls import CLIENT, serving
 from stategate import certificates, cluster_commands, demo, exposure, logs, stopping, workers
@@ -44,6 +44,14 @@ NO_SPARK = (
     "stategate: {} needs Spark, which a node's install leaves out: "
     "pip install 'stategate[pipeline]'"
 )
+
+
+DATA_DIR_LOCK = ".node.lock"  # in a node's data_dir: held by its keeper while it runs
+_HELD: list[IO[str]] = []  # the data_dir locks this process holds, open for its life
+
+
+class ListenError(OSError):
+    """An address the pipeline's metrics cannot be served at."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -238,16 +246,17 @@ def run_node(project: Project, args: argparse.Namespace) -> int:
     followers = workers.FollowerProcesses(args, count - 1) if count > 1 and not following else None
     if followers is not None:
         followers.prefork(main)  # before this process runs a thread of its own
-    if not following and not (
-        _hold(project.cluster.node(args.node)) and _coordinator_answers(project, args.node)
-    ):
+    try:
+        if not following and not (
+            _hold(project.cluster.node(args.node)) and _coordinator_answers(project, args.node)
+        ):
+            raise _Refused
+        context = None if project.tls is None else serving(project.tls, args.node)
+    except (_Refused, projects.ConfigError) as exc:
+        if isinstance(exc, projects.ConfigError):
+            print(f"stategate: {exc}", file=sys.stderr)
         if followers is not None:
             followers.stop()
-        return 2
-    try:
-        context = None if project.tls is None else serving(project.tls, args.node)
-    except projects.ConfigError as exc:
-        print(f"stategate: {exc}", file=sys.stderr)
         return 2
     source = f"{args.node} worker {os.getpid()}" if following else args.node  # "node1 worker 42"
     logs.configure(source, project.settings)
@@ -319,8 +328,11 @@ def _hold(node: projects.Node) -> bool:
     """Hold the node's data_dir while this process lives (a lock on a file in it, taken
     after its first followers were forked: they hold none), so that another node's process
     started on the same folder is refused; False, said in one line, when one holds it."""
-    node.data_dir.mkdir(parents=True, exist_ok=True)
-    handle = open(node.data_dir / DATA_DIR_LOCK, "a")  # noqa: SIM115 - held for life
+    try:
+        node.data_dir.mkdir(parents=True, exist_ok=True)
+        handle = open(node.data_dir / DATA_DIR_LOCK, "a")  # noqa: SIM115 - held for life
+    except OSError as exc:
+        raise projects.ConfigError(f"node {node.id!r}: data_dir {node.data_dir}: {exc}") from None
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -335,8 +347,8 @@ def _hold(node: projects.Node) -> bool:
     return True
 
 
-DATA_DIR_LOCK = ".node.lock"
-_HELD: list[IO[str]] = []  # the data_dir locks this process holds, open for its life
+class _Refused(Exception):
+    """A node's start refused, and said so in one line."""
 
 
 def _coordinator_answers(project: Project, node: str) -> bool:
@@ -486,10 +498,6 @@ def follow(
     print(json.dumps(dataclasses.asdict(follower.progress), default=str), flush=True)
 
 
-class ListenError(OSError):
-    """An address the pipeline's metrics cannot be served at."""
-
-
 def _seconds(text: str) -> float:
     """A --wait: a finite number of seconds, not negative (argparse words a refusal)."""
     try:
@@ -504,7 +512,7 @@ def _seconds(text: str) -> float:
 def _listen_address(text: str) -> str:
     """A --metrics address: [host]:port, a port 1-65535 (argparse words a refusal)."""
     host, colon, port = text.rpartition(":")
-    if not colon or not (port.isascii() and port.isdigit() and 1 <= int(port) <= MAX_PORT):
+    if not colon or port_number(port) is None:
         raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT (a port 1-{MAX_PORT})")
     return text
 
