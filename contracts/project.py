@@ -39,7 +39,7 @@ KEY_TYPES: tuple[KeyType, ...] = ("string", "int", "long")
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
 _AGG = re.compile(r"^(count)(?:\(\))?$|^(sum|min|max|avg)\((\w+)\)$")
 _JOIN = re.compile(r"^([A-Za-z][A-Za-z0-9]*)\(([A-Za-z][A-Za-z0-9]*)\)$")  # store(field)
-_DURATION = re.compile(r"(\d+)(ms|s|m|h|d)")
+_DURATION = re.compile(r"([0-9]+)(ms|s|m|h|d)")
 MAX_DURATION_MS = 100 * 365 * 86_400_000  # a century: no window or history needs more
 OBJECT_STORE = "s3://"  # a snapshot store on the S3 API (snapshot_store/s3.py)
 RESERVED_COLUMNS = ("key", "window_start")  # a snapshot's own columns
@@ -241,7 +241,7 @@ class Cluster:
                 raise ConfigError(f"node {node.id!r} is declared with address {known.address}")
             if known.id != node.id and known.address == node.address:
                 raise ConfigError(f"address {node.address} is taken by node {known.id!r}")
-            if known.id != node.id and known.data_dir == node.data_dir:
+            if known.id != node.id and known.data_dir.resolve() == node.data_dir.resolve():
                 raise ConfigError(f"data_dir {node.data_dir} is taken by node {known.id!r}")
         if node in self.nodes:
             return self
@@ -601,7 +601,7 @@ def _cluster(table: Table, base: Path, needed: bool, tls: Tls | None) -> Cluster
         raise ConfigError("declare at least one [[cluster.nodes]] entry, or a coordinator")
     _unique([n.id for n in nodes], "node id")
     _unique([n.address for n in nodes], "node address")
-    _unique([str(n.data_dir) for n in nodes], "node data_dir")
+    _unique([str(n.data_dir.resolve()) for n in nodes], "node data_dir")
     partitions = table.get("partitions", int, 1)
     if not 1 <= partitions <= MAX_PARTITIONS:
         raise ConfigError(f"[cluster]: partitions must be 1 to {MAX_PARTITIONS}, not {partitions}")
@@ -644,8 +644,7 @@ def scheme(tls: Tls | None) -> str:
 def _node(table: Table, base: Path, scheme: str) -> Node:
     node_id, address = table.get("id", str), table.get("address", str)
     host, _, port = address.rpartition(":")
-    number = int(port) if port.isascii() and port.isdigit() else 0
-    if not _HOST.fullmatch(host) or not 1 <= number <= MAX_PORT:
+    if not _HOST.fullmatch(host) or port_number(port) is None:
         raise ConfigError(
             f"{table.where}: address must be host:port (a host name or IP address, a port "
             f"1-{MAX_PORT}: the one its peers call), not {address!r}"
@@ -658,6 +657,13 @@ def apart(project: Project, node: Node) -> None:
     """ConfigError when a node's snapshots folder overlaps the project's log or snapshot
     store (a node joining from the command line: those of the file are checked at load)."""
     _apart((node,), project.log_dir, Path(project.snapshot_store))
+
+
+def port_number(text: str) -> int | None:
+    """A TCP port one may listen on and call, 1-MAX_PORT, written in ASCII digits; None
+    otherwise."""
+    number = int(text) if text.isascii() and text.isdigit() else 0
+    return number if 1 <= number <= MAX_PORT else None
 
 
 def _apart(nodes: tuple[Node, ...], log_dir: Path, store_dir: Path) -> None:

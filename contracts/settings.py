@@ -16,8 +16,8 @@ from typing import Any
 LOG_LEVELS = ("debug", "info", "warning", "error")
 # what DuckDB's memory_limit reads: a positive size with a unit (decimal or binary), or a share
 MEMORY_LIMIT = re.compile(
-    r"(?i)(?:\d*[1-9]\d*(?:\.\d+)?|\d+\.\d*[1-9]\d*)\s*(?:[KMGT]i?B|[KMGT]|"
-    r"(?:kilo|mega|giga|tera)bytes?)|100%|[1-9]\d?(?:\.\d+)?%"
+    r"(?i)(?:[0-9]*[1-9][0-9]*(?:\.[0-9]+)?|[0-9]+\.[0-9]*[1-9][0-9]*) *(?:[KMGT]i?B|[KMGT]|"
+    r"(?:kilo|mega|giga|tera)bytes?)|100%|[1-9][0-9]?(?:\.[0-9]+)?%"
 )
 # The most keys one internal sub-query carries, on every node alike (a peer refuses more): a
 # constant of the internal protocol, not a setting; max_keys_per_field may not pass it.

@@ -54,7 +54,7 @@ class Tls:
             context.minimum_version = MINIMUM
             if self.mutual:
                 self.reload(context, holder)
-        except (OSError, ssl.SSLError) as exc:
+        except OSError as exc:  # ssl.SSLError among them
             cert, key = self.files(holder)
             mine = f", {holder}'s certificate {cert} and key {key}" if self.mutual else ""
             raise ConfigError(f"[tls]: the CA {self.ca}{mine}: {exc}") from exc

@@ -181,6 +181,7 @@ def test_a_versioned_table_keeps_its_history_and_no_other_store_can(tmp_path: Pa
         ('history = "90d\\n"', "duration '90d\\n' must look like"),  # one line, whole
         ('history = "36500d"', None),
         ('history = "36501d"', "duration '36501d' is past a century"),
+        ('history = "\uff19\uff10d"', "must look like"),  # full-width digits: not ASCII
         ('history = "99999999999999999999d"', "is past a century"),
     ):
         if message is None:

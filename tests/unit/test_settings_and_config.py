@@ -255,5 +255,5 @@ def test_duckdbs_memory_limit_is_a_size_duckdb_reads() -> None:
     """Checked when the file loads, not when a node opens DuckDB (then a traceback)."""
     for good in ["1GB", "1.5 GB", "512mb", "2GiB", "80%", "100%", "1 gigabyte"]:
         assert Settings.parse({"duckdb_memory_limit": good}).duckdb_memory_limit == good
-    for bad in ["banana", "1000", "0GB", "-1GB", "", "1e3MB", "100.5%", "0%", "100B"]:
+    for bad in ["banana", "1000", "0GB", "-1GB", "", "1e3MB", "100.5%", "0%", "100B", "\uff11GB"]:
         assert "a size DuckDB reads" in refused({"duckdb_memory_limit": bad}, "duckdb_memory_limit")
