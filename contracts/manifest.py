@@ -27,7 +27,6 @@ so that a store changed in place is built as a generation beside the old one
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -35,7 +34,7 @@ from typing import Any
 
 import orjson
 
-from contracts.durable import fsync_dir
+from contracts.durable import replace_whole
 from contracts.freshness import AppendTimes
 from contracts.snapshot_file import FORMAT, FormatError, Kind, check_format
 
@@ -255,10 +254,4 @@ def read_manifest(store_dir: Path) -> Manifest:
 def write_manifest(store_dir: Path, manifest: Manifest) -> None:
     """Replace the manifest atomically: readers see the old one or the new one."""
     store_dir.mkdir(parents=True, exist_ok=True)
-    tmp = store_dir / f".{FILE_NAME}.{os.getpid()}.tmp"
-    with open(tmp, "wb") as fh:
-        fh.write(manifest.to_json())
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, store_dir / FILE_NAME)
-    fsync_dir(store_dir)
+    replace_whole(store_dir / FILE_NAME, manifest.to_json())

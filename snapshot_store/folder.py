@@ -10,7 +10,7 @@ import os
 import shutil
 from pathlib import Path
 
-from contracts.durable import fsync_dir, locked
+from contracts.durable import locked, replace_whole
 from snapshot_store.store import Conflict, Missing, Stored, StoreError
 
 REPLACE_LOCK = ".replace.lock"
@@ -38,13 +38,7 @@ class FolderStore:
                 current = _current_tag(path)
                 if current != tag:
                     raise Conflict(f"{path} is not the one read ({current} is, {tag} was)")
-                tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-                with open(tmp, "wb") as file:
-                    file.write(data)
-                    file.flush()
-                    os.fsync(file.fileno())
-                os.replace(tmp, path)
-                fsync_dir(path.parent)
+                replace_whole(path, data)
                 return _tag(path.stat())
         except OSError as exc:
             raise StoreError(f"cannot write {path}: {exc}") from exc
