@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -32,7 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from contracts.clock import now_ms as now_ms
-from contracts.durable import fsync_dir, locked
+from contracts.durable import fsync_dir, locked, replace_whole
 from contracts.partitioner import partition_for
 from contracts.project import Topic
 from contracts.records import MAX_TIMESTAMP_MS as MAX_TIMESTAMP_MS
@@ -192,29 +191,31 @@ def highest_partition(log_dir: Path, topic: str) -> int | None:
     return max(numbers, default=None)
 
 
+def routing_differs(log_dir: Path, topic: str, partitions: int) -> str | None:
+    """Why the topic's records are not routed by `partitions` (it was written with another
+    count, as its producers wrote it down, or has a partition folder past it); None when
+    they are, or when nothing says otherwise."""
+    routed = routed_by(log_dir, topic)
+    if routed is not None:
+        return None if routed == partitions else f"was written with {routed} partitions"
+    highest = highest_partition(log_dir, topic)
+    return None if highest is None or highest < partitions else f"has a partition {highest}"
+
+
 def _route_by(log_dir: Path, topic: str, partitions: int) -> None:
     """Write the topic's partition count down when none is (under the log's lock: two first
-    producers agree on one); PartitionsDiffer when another count is (its records so far were
-    routed by it), or when a partition folder past this count exists (a log written with more
-    before its count was written down)."""
-    log_dir.mkdir(parents=True, exist_ok=True)
+    producers agree on one); PartitionsDiffer when its records are routed otherwise."""
+    if routed_by(log_dir, topic) == partitions:
+        return  # written down already: most produces
     with locked(log_dir):
-        routed = routed_by(log_dir, topic)
-        highest = highest_partition(log_dir, topic)
-        if routed is None and (highest is None or highest < partitions):
-            tmp = log_dir / f".{topic}{_PARTITIONS}.{os.getpid()}.{threading.get_ident()}.tmp"
-            with open(tmp, "w") as fh:
-                fh.write(str(partitions))
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.rename(tmp, log_dir / f"{topic}{_PARTITIONS}")
-            fsync_dir(log_dir)
-        elif routed is None or routed != partitions:
-            written = f"with {routed} partitions" if routed else f"with a partition {highest}"
+        differs = routing_differs(log_dir, topic, partitions)
+        if differs is not None:
             raise PartitionsDiffer(
-                f"topic {topic!r} of {log_dir} was written {written}, the project declares "
-                f"{partitions}: its keys would be routed elsewhere"
+                f"topic {topic!r} of {log_dir} {differs}, the project declares {partitions}: "
+                "its keys would be routed elsewhere"
             )
+        if routed_by(log_dir, topic) is None:
+            replace_whole(log_dir / f"{topic}{_PARTITIONS}", str(partitions).encode())
 
 
 def read_segment(path: Path) -> pa.Table:

@@ -26,17 +26,14 @@ class FileLog:
         """Every topic's records routed by the declared partition count (as its producers
         wrote it down, and no partition folder past it); else TopicsError naming the topics
         that differ: a file log cannot be repartitioned in place."""
-        wrong = []
-        for topic in self.topics:
-            try:
-                routed = eventlog.routed_by(self.log_dir, topic)
-            except eventlog.PartitionsDiffer as exc:
-                raise TopicsError(str(exc)) from None
-            highest = eventlog.highest_partition(self.log_dir, topic)
-            if routed is not None and routed != self.partitions:
-                wrong.append(f"{topic!r} was written with {routed} partitions")
-            elif highest is not None and highest >= self.partitions:
-                wrong.append(f"{topic!r} has a partition {highest}")
+        try:
+            wrong = [
+                f"{topic!r} {differs}"
+                for topic in self.topics
+                if (differs := eventlog.routing_differs(self.log_dir, topic, self.partitions))
+            ]
+        except eventlog.PartitionsDiffer as exc:  # a count written down that holds none
+            raise TopicsError(str(exc)) from None
         if wrong:
             raise TopicsError(
                 f"{self.where} differs from the project, which declares {self.partitions} "
