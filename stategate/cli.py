@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import fcntl
 import importlib.util
 import json
 import logging
@@ -23,6 +22,7 @@ from typing import IO, TYPE_CHECKING
 from contracts import eventlog, records
 from contracts import project as projects
 from contracts.coordination import Coordination, CoordinatorError
+from contracts.durable import hold
 from contracts.project import MAX_PORT, Project, port_number
 from contracts.settings import Settings, shown, table
 from contracts.tls import CLIENT, serving
@@ -247,14 +247,12 @@ def run_node(project: Project, args: argparse.Namespace) -> int:
     if followers is not None:
         followers.prefork(main)  # before this process runs a thread of its own
     try:
-        if not following and not (
-            _hold(project.cluster.node(args.node)) and _coordinator_answers(project, args.node)
-        ):
-            raise _Refused
+        if not following:
+            _hold(project.cluster.node(args.node))
+            _check_coordinator(project, args.node)
         context = None if project.tls is None else serving(project.tls, args.node)
-    except (_Refused, projects.ConfigError) as exc:
-        if isinstance(exc, projects.ConfigError):
-            print(f"stategate: {exc}", file=sys.stderr)
+    except projects.ConfigError as exc:
+        print(f"stategate: {exc}", file=sys.stderr)
         if followers is not None:
             followers.stop()
         return 2
@@ -324,39 +322,27 @@ def _joining(project: Project, args: argparse.Namespace) -> Project:
     return dataclasses.replace(project, cluster=project.cluster.with_node(node))
 
 
-def _hold(node: projects.Node) -> bool:
+def _hold(node: projects.Node) -> None:
     """Hold the node's data_dir while this process lives (a lock on a file in it, taken
     after its first followers were forked: they hold none), so that another node's process
-    started on the same folder is refused; False, said in one line, when one holds it."""
+    started on the same folder is refused: ConfigError when one holds it."""
     try:
-        node.data_dir.mkdir(parents=True, exist_ok=True)
-        handle = open(node.data_dir / DATA_DIR_LOCK, "a")  # noqa: SIM115 - held for life
+        held = hold(node.data_dir, DATA_DIR_LOCK)
     except OSError as exc:
         raise projects.ConfigError(f"node {node.id!r}: data_dir {node.data_dir}: {exc}") from None
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.close()
-        print(
-            f"stategate: {node.data_dir} is in use by another node's process: give node "
-            f"{node.id!r} a data_dir of its own",
-            file=sys.stderr,
+    if held is None:
+        raise projects.ConfigError(
+            f"{node.data_dir} is in use by another node's process: give node {node.id!r} a "
+            "data_dir of its own"
         )
-        return False
-    _HELD.append(handle)
-    return True
+    _HELD.append(held)
 
 
-class _Refused(Exception):
-    """A node's start refused, and said so in one line."""
-
-
-def _coordinator_answers(project: Project, node: str) -> bool:
-    """With a coordinator: whether it answers `node` (else one line, and the node does not
-    start)."""
+def _check_coordinator(project: Project, node: str) -> None:
+    """With a coordinator: ConfigError unless it answers `node` (the node does not start)."""
     url = project.cluster.coordinator
     if url is None:
-        return True
+        return
     coordination = Coordination(url, project.cluster.name, tls=project.tls, holder=node)
 
     async def check() -> None:
@@ -366,9 +352,7 @@ def _coordinator_answers(project: Project, node: str) -> bool:
     try:
         asyncio.run(check())
     except CoordinatorError as exc:
-        print(f"stategate: the coordinator: {exc}", file=sys.stderr)
-        return False
-    return True
+        raise projects.ConfigError(f"the coordinator: {exc}") from None
 
 
 def run_cluster(project: Project, args: argparse.Namespace) -> int:
