@@ -6,12 +6,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import gc
 import importlib.util
 import json
 import logging
 import math
 import os
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Callable
@@ -30,6 +32,7 @@ from stategate import certificates, cluster_commands, demo, exposure, logs, stop
 from topics import TopicsError, open_log
 
 if TYPE_CHECKING:
+    from gateway.workers.roles import Role
     from spark_pipeline.spark import LazySpark
 
 Command = Callable[[Project, argparse.Namespace], int]
@@ -251,31 +254,20 @@ def run_node(project: Project, args: argparse.Namespace) -> int:
             _hold(project.cluster.node(args.node))
             _check_coordinator(project, args.node)
         context = None if project.tls is None else serving(project.tls, args.node)
+        worker = f"{args.node} worker {os.getpid()}"  # "node1 worker 42"
+        logs.configure(worker if following else args.node, project.settings)
+        if following:
+            lifeline = Lifeline(args.lifeline, args.follow)
+            lifeline.watch()  # from here on, the keeper's end stops this worker
+            role = Role(channel_address(args.node, args.follow), count, lifeline=lifeline)
+        elif followers is not None:
+            role = Role(channel_address(args.node, os.getpid()), count, followers=followers)
+        else:
+            role = ALONE
+        sock = _bound(address, role, following)
+        app = create_app(project, args.node, role)  # a ConfigError: [auth]'s keys
     except projects.ConfigError as exc:
-        print(f"stategate: {exc}", file=sys.stderr)
-        if followers is not None:
-            followers.stop()
-        return 2
-    source = f"{args.node} worker {os.getpid()}" if following else args.node  # "node1 worker 42"
-    logs.configure(source, project.settings)
-    if following:
-        lifeline = Lifeline(args.lifeline, args.follow)
-        lifeline.watch()  # from here on, the keeper's end stops this worker
-        role = Role(channel_address(args.node, args.follow), count, lifeline=lifeline)
-    elif followers is not None:
-        role = Role(channel_address(args.node, os.getpid()), count, followers=followers)
-    else:
-        role = ALONE
-    try:
-        sock = workers.bound(address, shared=role.kind != "alone", first=not following)
-    except OSError as exc:
-        print(f"stategate: cannot listen on {address}: {exc}", file=sys.stderr)
-        return 2
-    try:
-        app = create_app(project, args.node, role)
-    except projects.ConfigError as exc:  # what this node reads at start: [auth]'s keys
-        print(f"stategate: {exc}", file=sys.stderr)
-        return 2
+        return _refused(exc, followers)
     if followers is not None:
         followers.start()
     # SIGTERM or SIGINT: uvicorn stops accepting, closes idle connections and WebSockets
@@ -368,6 +360,24 @@ def run_cluster(project: Project, args: argparse.Namespace) -> int:
 def _grace_s(settings: Settings) -> int:
     """How long a stopping node waits for requests under way: as long as one may run."""
     return int(settings.request_timeout_s) + 1
+
+
+def _bound(address: str, role: Role, following: bool) -> socket.socket:
+    try:
+        return workers.bound(address, shared=role.kind != "alone", first=not following)
+    except OSError as exc:
+        raise projects.ConfigError(f"cannot listen on {address}: {exc}") from exc
+
+
+def _refused(exc: projects.ConfigError, followers: workers.FollowerProcesses | None) -> int:
+    """A node that will not start: its one line, its forked followers told to end quietly,
+    and what prefork froze given back to the collector, so that the interpreter's exit
+    frees DuckDB's objects before its binding counts them as leaked."""
+    print(f"stategate: {exc}", file=sys.stderr)
+    if followers is not None:
+        followers.stop()
+    gc.unfreeze()
+    return 2
 
 
 def _may_listen(address: str, project: Project) -> bool:

@@ -39,6 +39,7 @@ STOPPED = (0, -signal.SIGTERM, -signal.SIGINT)  # how a follower asked to stop e
 RESTART_DELAY_S = 0.5
 RESTART_AFTER_S = 30.0  # a follower ending sooner after its start waits longer each time
 MAX_RESTART_DELAY_S = 30.0
+_GO, _END = b".", b"x"  # what a keeper tells its forked followers waiting to start
 
 
 def count(settings: Settings) -> int:
@@ -149,10 +150,11 @@ class FollowerProcesses:
     def _forked_run(
         self, wait: int, keepers: list[int], run: Callable[[list[str]], int]
     ) -> NoReturn:
-        """A forked follower: its keeper's ends closed, it waits to be let go, or for its
-        keeper's stop or end, then runs as a follower (which, in the last two cases, reads
-        its lifeline's end at once and says why it stops). It ends as a follower started by
-        its command does: by its signal, or with `run`'s code."""
+        """A forked follower: its keeper's ends closed, it waits to be let go and runs as a
+        follower, or is told to end (its keeper refused to start) and ends quietly; if its
+        keeper ends first, it runs as a follower that reads its lifeline's end at once and
+        says why it stops. It ends as a follower started by its command does: by its
+        signal, or with `run`'s code."""
         code = 1
         try:
             signal.signal(signal.SIGINT, signal.SIG_DFL)
@@ -160,9 +162,9 @@ class FollowerProcesses:
                 os.close(fd)
             for forked in self._forked:  # the followers forked before this one
                 forked.close()
-            os.read(wait, 1)
+            told = os.read(wait, 1)
             os.close(wait)
-            code = run(self._command[3:])
+            code = 0 if told == _END else run(self._command[3:])
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else 1
         except BaseException:  # noqa: BLE001 - as the interpreter ends a command: its traceback
@@ -173,15 +175,16 @@ class FollowerProcesses:
             os._exit(code)
 
     def start(self) -> None:
-        self._let_go(len(self._forked))
+        self._let_go(_GO)
         for _ in range(self.count):
             threading.Thread(target=self._keep, name="follower", daemon=True).start()
 
-    def _let_go(self, count: int) -> None:
-        """One byte to each forked follower waiting (none: they end)."""
+    def _let_go(self, told: bytes) -> None:
+        """One byte to each forked follower waiting: _GO to run, _END to end quietly (the
+        keeper refused to start)."""
         with self._lock:
             if self._go is not None:
-                os.write(self._go, b"." * count)
+                os.write(self._go, told * len(self._forked))
                 os.close(self._go)
                 self._go = None
 
@@ -196,7 +199,7 @@ class FollowerProcesses:
             if not self._stopping:
                 self._stopping = True
                 os.close(self._keeper_end)
-        self._let_go(0)
+        self._let_go(_END)
 
     def signal(self, signum: int) -> None:
         """Pass a signal on to every follower running (SIGHUP: read the certificate again)."""

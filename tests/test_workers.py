@@ -218,17 +218,18 @@ def test_followers_switch_with_their_keeper(cluster: Served, spark: LazySpark) -
 
 def test_a_second_node_on_the_port_or_the_folder_is_refused(cluster: Served) -> None:
     """Another process of node1 is refused for its data_dir, which node1's keeper holds; a
-    node of another folder on node1's port, for the port."""
+    node of another folder on node1's port, for the port. Each says so in one line: its
+    forked followers end without a word, and nothing follows from DuckDB's binding."""
     command = node_command(cluster.project, "node1")
     done = subprocess.run(command, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 2
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert "is in use by another node's process" in done.stderr, done.stderr
     path = cluster.project.path
     elsewhere = path.with_name("elsewhere.toml")
     elsewhere.write_text(path.read_text().replace('data_dir = "node1"', 'data_dir = "other1"'))
     command = [str(elsewhere) if part == str(path) else part for part in command]
     done = subprocess.run(command, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 2
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert "cannot listen on" in done.stderr and "in use" in done.stderr, done.stderr
 
 
