@@ -156,6 +156,17 @@ def test_a_representation_the_store_cannot_read_is_an_error_at_its_place(
     assert answer["data"]["_entities"][1]["key"] == key
 
 
+def test_more_representations_of_a_store_than_a_field_may_ask_for_is_one_error(
+    cluster: Served,
+) -> None:
+    most = cluster.project.settings.max_keys_per_field
+    representations = [{"__typename": "CustomerTotals", "key": f"C-{i}"} for i in range(most + 1)]
+    answer = entities(cluster, "node2", representations)
+    (error,) = answer["errors"]
+    assert error["extensions"]["code"] == "TOO_MANY_KEYS", error
+    assert error["path"] == ["_entities"] and answer["data"] is None
+
+
 def test_the_subgraph_describes_its_entities(cluster: Served) -> None:
     answer = cluster.nodes.client.post(
         f"{cluster.nodes.url('node1')}/graphql", json={"query": "{ _service { sdl } }"}
